@@ -1,0 +1,90 @@
+// Half-open intervals and n-d boxes over a tensor's index space.
+//
+// An Interval is [begin, end) with begin <= end; it is empty when begin == end.
+// A Box is one Interval per dim (dynamic rank). A rank-0 box has one element.
+//
+//   Intersect([0,4)x[0,8), [2,6)x[4,12)) == [2,4)x[4,8)
+//   Box::FromShape({4, 8}) == [0,4)x[0,8);  NumElements == 32
+//
+// Text form (round-trips through ParseBox): "[0:4, 2:8]"; rank 0 is "[]".
+#ifndef MESHSERVE_COMMON_SHARDING_BOX_H_
+#define MESHSERVE_COMMON_SHARDING_BOX_H_
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace meshserve {
+
+struct Interval {
+  int64_t begin = 0;
+  int64_t end = 0;  // exclusive
+
+  int64_t size() const { return end > begin ? end - begin : 0; }
+  bool empty() const { return end <= begin; }
+  bool Contains(int64_t i) const { return begin <= i && i < end; }
+
+  friend bool operator==(const Interval& a, const Interval& b) {
+    return a.begin == b.begin && a.end == b.end;
+  }
+  friend bool operator!=(const Interval& a, const Interval& b) { return !(a == b); }
+  template <typename H>
+  friend H AbslHashValue(H h, const Interval& i) {
+    return H::combine(std::move(h), i.begin, i.end);
+  }
+};
+
+// The intersection; empty (begin == end) when they do not overlap.
+Interval Intersect(const Interval& a, const Interval& b);
+
+class Box {
+ public:
+  Box() = default;  // rank 0
+  explicit Box(std::vector<Interval> dims) : dims_(std::move(dims)) {}
+  // [0, shape[i]) per dim.
+  static Box FromShape(absl::Span<const int64_t> shape);
+
+  int rank() const { return static_cast<int>(dims_.size()); }
+  const std::vector<Interval>& dims() const { return dims_; }
+  std::vector<Interval>& mutable_dims() { return dims_; }
+  const Interval& operator[](int dim) const { return dims_[dim]; }
+  Interval& operator[](int dim) { return dims_[dim]; }
+
+  // Per-dim sizes.
+  std::vector<int64_t> shape() const;
+  int64_t NumElements() const;
+  bool IsEmpty() const;  // any dim empty (rank 0 is never empty)
+  // True when `inner` lies inside this box (same rank; empty inner is contained).
+  bool Contains(const Box& inner) const;
+
+  std::string ToString() const;  // "[0:4, 2:8]"
+
+  friend bool operator==(const Box& a, const Box& b) { return a.dims_ == b.dims_; }
+  friend bool operator!=(const Box& a, const Box& b) { return !(a == b); }
+  friend bool operator<(const Box& a, const Box& b);  // lexicographic, for sorting
+  template <typename H>
+  friend H AbslHashValue(H h, const Box& b) {
+    return H::combine(std::move(h), b.dims_);
+  }
+  friend std::ostream& operator<<(std::ostream& os, const Box& b) {
+    return os << b.ToString();
+  }
+
+ private:
+  std::vector<Interval> dims_;
+};
+
+// Dim-wise intersection. Precondition (DCHECK): equal ranks.
+Box Intersect(const Box& a, const Box& b);
+
+// Parses the ToString() form. \error kInvalidArgument naming the text.
+absl::StatusOr<Box> ParseBox(absl::string_view text);
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_COMMON_SHARDING_BOX_H_

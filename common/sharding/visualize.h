@@ -1,0 +1,38 @@
+// Text rendering of a sharding, like jax.debug.visualize_array_sharding
+// without colour (jax/_src/debugging.py visualize_sharding).
+//
+// Rank 1 or 2 only. One tile per distinct shard, labelled "<platform> <ids>"
+// where ids are the sorted devices holding that shard ("CPU 0,1,2,3"). 2-D:
+// rows are shards along dim 0, columns shards along dim 1; 1-D: one row. Tiles
+// are drawn with box-drawing lines (┌─┬─┐ ├─┼─┤ └─┴─┘), each at least as wide as
+// its label plus padding and scaled to its chunk's share of the dim.
+//
+//   P('x', None) on (x=2, y=2), shape (8, 8):
+//   ┌───────────┐
+//   │           │
+//   │ CPU 0,1   │
+//   │           │
+//   ├───────────┤
+//   ...
+#ifndef MESHSERVE_COMMON_SHARDING_VISUALIZE_H_
+#define MESHSERVE_COMMON_SHARDING_VISUALIZE_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "common/sharding/named_sharding.h"
+
+namespace meshserve {
+
+// \error kInvalidArgument "`visualize_sharding` only works for shapes with 1
+// and 2 dimensions. Got shape (...)".
+absl::StatusOr<std::string> VisualizeSharding(absl::Span<const int64_t> shape,
+                                              const NamedSharding& sharding,
+                                              absl::string_view platform = "CPU");
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_COMMON_SHARDING_VISUALIZE_H_
