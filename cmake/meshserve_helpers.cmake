@@ -41,3 +41,21 @@ function(ms_cc_binary)
   target_link_libraries(${MS_NAME} PRIVATE ${MS_DEPS})
   set_target_properties(${MS_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
 endfunction()
+
+# ms_glob_package(NAME lib DEPS ... [TEST_DEPS ...])
+# One library from every *.cc in the current folder except *_test.cc and
+# *_main.cc, and one test target per *_test.cc (named after the file) linking
+# the library. New files need no CMake edit, so owners of different files in
+# one folder never touch the same build file.
+function(ms_glob_package)
+  cmake_parse_arguments(MS "" "NAME" "DEPS;TEST_DEPS" ${ARGN})
+  file(GLOB srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
+  list(FILTER srcs EXCLUDE REGEX "(_test|_main|_fuzz)\\.cc$")
+  file(GLOB hdrs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.h)
+  ms_cc_library(NAME ${MS_NAME} HDRS ${hdrs} SRCS ${srcs} DEPS ${MS_DEPS})
+  file(GLOB tests CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*_test.cc)
+  foreach(test ${tests})
+    get_filename_component(test_name ${test} NAME_WE)
+    ms_cc_test(NAME ${test_name} SRCS ${test} DEPS ${MS_NAME} ${MS_TEST_DEPS})
+  endforeach()
+endfunction()
