@@ -1,0 +1,97 @@
+// The model file users write (../shared/design/model-format.md): parsing and
+// validation. Typing every layer with the sharding rules is in typed_model.h.
+//
+// ParseModelFile checks the file's structure: required fields, known ops,
+// names that exist (layers refer to inputs, params or earlier layers), specs
+// that parse, shapes >= 1 (inputs may use -1), at most one -1 mesh axis,
+// known init kinds. Every error is kInvalidArgument and names the model, the
+// field and the offending value ("model 'swiglu': layer 'y': unknown op 'lineer'").
+//
+// Thread-safety: plain values.
+#ifndef MESHSERVE_COMMON_MODEL_MODEL_FILE_H_
+#define MESHSERVE_COMMON_MODEL_MODEL_FILE_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/base/dtype.h"
+#include "common/sharding/mesh.h"
+#include "common/sharding/partition_spec.h"
+
+namespace meshserve {
+
+enum class InitKind { kZeros, kOnes, kNormal, kLecunNormal, kXavierUniform, kUniform };
+
+struct ParamDef {
+  std::string name;
+  std::vector<int64_t> shape;
+  PartitionSpec sharding;
+  DType dtype = DType::kFloat32;  // the param's own, else the model's
+  InitKind init = InitKind::kZeros;
+  double stddev = 1.0;  // kNormal
+  double scale = 1.0;   // kUniform: U[-scale, scale)... see initializers.h
+};
+
+struct InputDef {
+  std::string name;
+  std::vector<int64_t> shape;  // -1: set by each request
+  PartitionSpec sharding;
+  DType dtype = DType::kFloat32;  // int32 for embed ids
+};
+
+struct LayerDef {
+  std::string name;
+  std::string op;  // linear einsum embed rms_norm layer_norm relu gelu silu tanh
+                   // add mul softmax reshape transpose reshard
+  std::vector<std::string> inputs;  // "input" or "inputs", in order
+  std::string kernel, bias, scale, table;  // param names where the op has them
+  std::string equation;                    // einsum
+  int64_t axis = -1;                       // softmax
+  std::vector<int64_t> perm;               // transpose
+  std::vector<int64_t> shape;              // reshape (one -1 allowed)
+  double epsilon = 1e-6;                   // rms_norm, layer_norm
+  std::optional<PartitionSpec> out_sharding;  // may carry unreduced axes
+  bool auto_axes = false;
+};
+
+struct ModelFile {
+  std::string name;
+  std::vector<std::pair<std::string, int64_t>> mesh_axes;  // in order; one may be -1
+  DType dtype = DType::kFloat32;
+  int64_t seed = 0;
+  std::string checkpoint;  // absolute or relative-to-model_dir path resolved; "" if none
+  std::string model_dir;
+  std::vector<InputDef> inputs;
+  std::vector<ParamDef> params;
+  std::vector<LayerDef> layers;
+  std::vector<std::string> outputs;
+  std::string json_text;  // the file as read (sent verbatim to workers)
+
+  const ParamDef* FindParam(absl::string_view name) const;
+  const InputDef* FindInput(absl::string_view name) const;
+  const LayerDef* FindLayer(absl::string_view name) const;
+};
+
+// Parses and validates (see file comment).
+absl::StatusOr<ModelFile> ParseModelFile(absl::string_view json_text,
+                                         absl::string_view model_dir);
+// Reads `path` and parses it with model_dir = its folder.
+// \error kNotFound if the file cannot be read; parse errors as above.
+absl::StatusOr<ModelFile> LoadModelFile(absl::string_view path);
+
+// The model's mesh for `num_devices_available` devices: a -1 axis takes
+// num_devices_available / (product of the others), at least 1. All axes are
+// Explicit.
+// \error kInvalidArgument when the product of the fixed axes does not divide
+//   num_devices_available (only when an axis is -1).
+absl::StatusOr<Mesh> ResolveMesh(const ModelFile& model,
+                                 int64_t num_devices_available);
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_COMMON_MODEL_MODEL_FILE_H_
