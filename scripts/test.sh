@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Sets up (scripts/setup.sh) and runs every test:
+#   1. all unit, property and integration tests (ctest);
+#   2. the public sharding-rule conformance cases;
+#   3. the libFuzzer targets for a bounded time (MESHSERVE_FUZZ_SECONDS, default 60 each).
+# Exits non-zero on the first failing stage; prints "N passed, N failed" last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh || exit 1
+
+BUILD_DIR=${MESHSERVE_BUILD_DIR:-build}
+passed=0
+failed=0
+stage() {  # name, command...
+  local name=$1; shift
+  echo "=== $name"
+  if "$@"; then passed=$((passed + 1)); echo "=== $name: ok"
+  else failed=$((failed + 1)); echo "=== $name: FAILED"; fi
+}
+
+stage "ctest" ctest --test-dir "$BUILD_DIR" --output-on-failure -j2 --timeout 600
+CONF=../shared/conformance/sharding-rules
+if [ -f "$CONF/check.py" ]; then
+  stage "conformance (public sharding-rule cases)" \
+    python3 "$CONF/check.py" "$CONF/public-cases.json" -- "$BUILD_DIR/bin/meshserve" rules
+else
+  echo "=== conformance: skipped ($CONF not found beside the checkout)"
+fi
+if [ -x tests/fuzz/run_fuzzers.sh ]; then
+  stage "fuzzers" tests/fuzz/run_fuzzers.sh "${MESHSERVE_FUZZ_SECONDS:-60}"
+fi
+
+echo "stages: $passed passed, $failed failed"
+[ "$failed" = 0 ]
