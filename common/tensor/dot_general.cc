@@ -1,0 +1,208 @@
+// DotGeneral and Linear over cblas_sgemm (see kernels.h).
+#include <cblas.h>
+
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/status_macros.h"
+#include "common/base/status_util.h"
+#include "common/tensor/convert.h"
+#include "common/tensor/kernel_util.h"
+#include "common/tensor/kernels.h"
+
+namespace meshserve {
+namespace {
+
+using kernel_internal::CheckFloat;
+using kernel_internal::FinishFloat32;
+using kernel_internal::TransposeBytes;
+
+std::string DimsString(absl::Span<const int64_t> dims) {
+  return absl::StrCat("[", absl::StrJoin(dims, ", "), "]");
+}
+
+// Checks that `contracting` and `batch` are distinct dims of a rank-`rank`
+// operand and returns the remaining (free) dims in order.
+absl::StatusOr<std::vector<int64_t>> FreeDims(absl::string_view role, int rank,
+                                              absl::Span<const int64_t> contracting,
+                                              absl::Span<const int64_t> batch) {
+  std::vector<bool> used(rank, false);
+  for (absl::Span<const int64_t> list : {contracting, batch}) {
+    for (int64_t d : list) {
+      if (d < 0 || d >= rank) {
+        return InvalidArgument("DotGeneral: ", role, " dim ", d, " is out of range for rank ",
+                               rank);
+      }
+      if (used[d]) {
+        return InvalidArgument("DotGeneral: ", role, " dim ", d,
+                               " appears more than once in contracting ",
+                               DimsString(contracting), " / batch ", DimsString(batch));
+      }
+      used[d] = true;
+    }
+  }
+  std::vector<int64_t> free;
+  for (int d = 0; d < rank; ++d) {
+    if (!used[d]) free.push_back(d);
+  }
+  return free;
+}
+
+std::vector<int64_t> Concat(std::initializer_list<absl::Span<const int64_t>> parts) {
+  std::vector<int64_t> out;
+  for (auto p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+bool IsIdentity(absl::Span<const int64_t> perm) {
+  for (size_t i = 0; i < perm.size(); ++i) {
+    if (perm[i] != static_cast<int64_t>(i)) return false;
+  }
+  return true;
+}
+
+int64_t Product(const Tensor& t, absl::Span<const int64_t> dims) {
+  int64_t p = 1;
+  for (int64_t d : dims) p *= t.dim(static_cast<int>(d));
+  return p;
+}
+
+// An operand as a float32 buffer in layout [B, X, Y] (or [B, Y, X] when
+// *transposed), with X the "outer" group and Y the "inner" group of a GEMM.
+struct Operand {
+  std::optional<Tensor> storage;
+  const float* data = nullptr;
+  bool transposed = false;
+};
+
+// `natural` = batch + x_dims + y_dims; `swapped` = batch + y_dims + x_dims.
+Operand PrepareOperand(const Tensor& t, const std::vector<int64_t>& natural,
+                       const std::vector<int64_t>& swapped) {
+  Operand op;
+  const Tensor* src = &t;
+  std::optional<Tensor> permuted;
+  if (IsIdentity(natural)) {
+    op.transposed = false;
+  } else if (IsIdentity(swapped)) {
+    op.transposed = true;
+  } else {
+    std::vector<int64_t> out_shape;
+    for (int64_t d : natural) out_shape.push_back(t.dim(static_cast<int>(d)));
+    permuted.emplace(Tensor::Zeros(t.dtype(), out_shape));
+    TransposeBytes(t.raw_data(), t.shape(), natural, DTypeSize(t.dtype()),
+                   permuted->raw_data());
+    src = &*permuted;
+  }
+  if (src->dtype() == DType::kFloat32) {
+    if (permuted.has_value()) {
+      op.storage = std::move(permuted);
+      op.data = op.storage->data<float>();
+    } else {
+      op.data = t.data<float>();
+    }
+  } else {
+    op.storage.emplace(Tensor::Zeros(DType::kFloat32, src->shape()));
+    WidenToFloat(src->dtype(), src->raw_data(), src->NumElements(),
+                 op.storage->data<float>());
+    op.data = op.storage->data<float>();
+  }
+  return op;
+}
+
+}  // namespace
+
+bool IsFloatDType(DType dtype) {
+  return dtype == DType::kFloat32 || dtype == DType::kBFloat16 ||
+         dtype == DType::kFloat16 || dtype == DType::kFloat64;
+}
+
+absl::StatusOr<Tensor> DotGeneral(const Tensor& lhs, const Tensor& rhs,
+                                  absl::Span<const int64_t> lhs_contracting,
+                                  absl::Span<const int64_t> rhs_contracting,
+                                  absl::Span<const int64_t> lhs_batch,
+                                  absl::Span<const int64_t> rhs_batch, DType out_dtype) {
+  MS_RETURN_IF_ERROR(CheckFloat("DotGeneral", "lhs", lhs.dtype()));
+  MS_RETURN_IF_ERROR(CheckFloat("DotGeneral", "rhs", rhs.dtype()));
+  MS_RETURN_IF_ERROR(CheckFloat("DotGeneral", "out_dtype", out_dtype));
+  const std::string dims_text =
+      absl::StrCat("lhs ", lhs.ToString(), " rhs ", rhs.ToString(), " contracting ",
+                   DimsString(lhs_contracting), "/", DimsString(rhs_contracting), " batch ",
+                   DimsString(lhs_batch), "/", DimsString(rhs_batch));
+  if (lhs_contracting.size() != rhs_contracting.size() ||
+      lhs_batch.size() != rhs_batch.size()) {
+    return InvalidArgument("DotGeneral: ", dims_text,
+                           ": lhs and rhs need as many contracting and batch dims");
+  }
+  MS_ASSIGN_OR_RETURN(std::vector<int64_t> lhs_free,
+                      FreeDims("lhs", lhs.rank(), lhs_contracting, lhs_batch), dims_text);
+  MS_ASSIGN_OR_RETURN(std::vector<int64_t> rhs_free,
+                      FreeDims("rhs", rhs.rank(), rhs_contracting, rhs_batch), dims_text);
+  for (size_t i = 0; i < lhs_contracting.size(); ++i) {
+    if (lhs.dim(lhs_contracting[i]) != rhs.dim(rhs_contracting[i])) {
+      return InvalidArgument("DotGeneral: ", dims_text, ": contracting dim sizes differ (",
+                             lhs.dim(lhs_contracting[i]), " vs ",
+                             rhs.dim(rhs_contracting[i]), ")");
+    }
+  }
+  for (size_t i = 0; i < lhs_batch.size(); ++i) {
+    if (lhs.dim(lhs_batch[i]) != rhs.dim(rhs_batch[i])) {
+      return InvalidArgument("DotGeneral: ", dims_text, ": batch dim sizes differ (",
+                             lhs.dim(lhs_batch[i]), " vs ", rhs.dim(rhs_batch[i]), ")");
+    }
+  }
+  const int64_t B = Product(lhs, lhs_batch);
+  const int64_t M = Product(lhs, lhs_free);
+  const int64_t K = Product(lhs, lhs_contracting);
+  const int64_t N = Product(rhs, rhs_free);
+  constexpr int64_t kMaxBlas = std::numeric_limits<int32_t>::max();
+  if (M > kMaxBlas || N > kMaxBlas || K > kMaxBlas) {
+    return InvalidArgument("DotGeneral: ", dims_text, ": M=", M, " N=", N, " K=", K,
+                           " exceed the BLAS int range");
+  }
+  std::vector<int64_t> out_shape;
+  for (int64_t d : lhs_batch) out_shape.push_back(lhs.dim(d));
+  for (int64_t d : lhs_free) out_shape.push_back(lhs.dim(d));
+  for (int64_t d : rhs_free) out_shape.push_back(rhs.dim(d));
+  MS_ASSIGN_OR_RETURN(Tensor out, Tensor::Create(DType::kFloat32, out_shape), dims_text);
+  if (out.NumElements() == 0 || K == 0) return FinishFloat32(std::move(out), out_dtype);
+
+  // lhs as [B, M, K] (or [B, K, M] transposed); rhs as [B, K, N] (or [B, N, K]).
+  const Operand a = PrepareOperand(lhs, Concat({lhs_batch, lhs_free, lhs_contracting}),
+                                   Concat({lhs_batch, lhs_contracting, lhs_free}));
+  const Operand b = PrepareOperand(rhs, Concat({rhs_batch, rhs_contracting, rhs_free}),
+                                   Concat({rhs_batch, rhs_free, rhs_contracting}));
+  const int lda = static_cast<int>(a.transposed ? M : K);
+  const int ldb = static_cast<int>(b.transposed ? K : N);
+  float* c = out.data<float>();
+  for (int64_t i = 0; i < B; ++i) {
+    cblas_sgemm(CblasRowMajor, a.transposed ? CblasTrans : CblasNoTrans,
+                b.transposed ? CblasTrans : CblasNoTrans, static_cast<int>(M),
+                static_cast<int>(N), static_cast<int>(K), 1.0f, a.data + i * M * K, lda,
+                b.data + i * K * N, ldb, 0.0f, c + i * M * N, static_cast<int>(N));
+  }
+  return FinishFloat32(std::move(out), out_dtype);
+}
+
+absl::StatusOr<Tensor> Linear(const Tensor& x, const Tensor& kernel, const Tensor* bias,
+                              DType out_dtype) {
+  if (x.rank() < 1 || kernel.rank() != 2) {
+    return InvalidArgument("Linear: input ", x.ToString(), " and kernel ", kernel.ToString(),
+                           ": need input rank >= 1 and a rank-2 kernel [in, out]");
+  }
+  const int64_t contract[] = {x.rank() - 1};
+  const int64_t kernel_in[] = {0};
+  if (bias == nullptr) return DotGeneral(x, kernel, contract, kernel_in, {}, {}, out_dtype);
+  if (bias->rank() != 1 || bias->dim(0) != kernel.dim(1)) {
+    return InvalidArgument("Linear: bias ", bias->ToString(), " does not match kernel ",
+                           kernel.ToString());
+  }
+  MS_ASSIGN_OR_RETURN(Tensor y,
+                      DotGeneral(x, kernel, contract, kernel_in, {}, {}, DType::kFloat32));
+  return Add(y, *bias, out_dtype);
+}
+
+}  // namespace meshserve
