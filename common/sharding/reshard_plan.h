@@ -1,0 +1,172 @@
+// The resharding planner: which boxes move between which devices and workers
+// to turn an array laid out by one NamedSharding into the same array laid out
+// by another (jax.reshard / jax.device_put between shardings, or a cross-mesh
+// move when a model is scaled from one set of workers to another).
+//
+// ## Inputs
+// A global shape and dtype, a source and a destination ReshardEndpoint: a
+// NamedSharding (mesh + spec) plus the worker of every device of that mesh
+// (device_workers[d]; several devices may share a worker). The two meshes may
+// differ in axes, shape and size. The source spec may carry unreduced axes U_s:
+// devices that differ only along U_s hold partial sums whose total is the
+// value. The destination may keep a subset U_d of them (same names and sizes).
+//
+// ## Notation
+// For an element e and a partial index g (the device's mixed-radix coordinate
+// over U_s, G = prod of U_s sizes, G = 1 for a reduced source):
+//   Hold_W(e)   = partial indices g that some source device on worker W holds
+//                 at e (for a reduced source: {0} or {}).
+//   Need(D, e)  = for a destination device D whose box contains e, the partial
+//                 indices whose sum D must hold: all g whose U_d coordinates
+//                 equal D's (all G of them when U_d is empty).
+// A destination worker W needs, per element e and per distinct Need set N of
+// its devices containing e, the sum over N. It lacks M = N \ Hold_W(e).
+//
+// ## Cost model and lower bound
+// Bytes are counted at worker granularity: a transfer between two devices of
+// one worker is free. Every network message goes directly from a source
+// worker S to W and carries, per element, the sum of any subset of Hold_S(e)
+// (a sender holding several partials pre-adds them). So W must receive, per
+// element and Need set, at least cover_W(e) messages, where
+//   cover_W(e) = the least number of workers S != W whose Hold_S(e) together
+//                contain M   (0 when M is empty, 1 for a reduced source that W
+//                             lacks).
+//   lower_bound_bytes = dtype_size * sum over W, e, N of cover_W(e).
+// For a reduced source this is exactly "the elements W needs and does not
+// hold, once each". It is a bound for direct (single-hop) schedules only: a
+// two-phase all-reduce (reduce-scatter, then all-gather of the sums) can move
+// fewer bytes when many workers need the same sum; we do not plan that.
+//
+// ## Guarantees of ComputeReshardPlan
+//   * bytes_moved == lower_bound_bytes, always.
+//   * W never receives over the network an element it holds; each lacking
+//     element arrives once per Need set (then is forwarded locally to the other
+//     devices of W that need it).
+//   * Executing the transfers in order on per-device buffers (source buffers
+//     read-only, destination buffers start uninitialised) leaves every
+//     destination device holding exactly its box (see TransferKind).
+//   * Among source workers holding a piece, the least-loaded (bytes sent so
+//     far) is chosen, so replicas share the load.
+//
+// ## Algorithm (cf. XLA spmd Reshard: a dispatcher, one strategy per pattern)
+//   PlanNoOp         same mesh, spec and workers: identity copies.
+//   PlanSliceLocal   same mesh and workers, each device's new box lies in its
+//                    old box: one local slice per device.
+//   PlanByBoxIntersection (generic fallback, handles everything): per dim,
+//                    merge the source and destination shard intervals (the
+//                    source shards overlapping one destination shard are an
+//                    interval of shard indices); every overlapping pair of
+//                    shard tuples gives one box whose holders and needers are
+//                    the devices of those tuples. Per (box, destination worker,
+//                    Need set): local part first, then a minimum cover of the
+//                    missing partials by remote workers, then local forwards.
+//   Cost: O(devices * axes + P * (h + n)) where P <= prod_i (Ks_i + Kd_i - 1)
+//   is the number of overlapping shard-tuple pairs, h the holders of a source
+//   tuple and n the needers of a destination tuple; never devices^2 * rank
+//   unless the output itself has that many transfers (an all-gather to 1024
+//   devices has about a million).
+//   The pattern is classified after planning (see ReshardPlan::pattern).
+//
+// Thread-safety: pure functions over values.
+#ifndef MESHSERVE_COMMON_SHARDING_RESHARD_PLAN_H_
+#define MESHSERVE_COMMON_SHARDING_RESHARD_PLAN_H_
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "common/base/dtype.h"
+#include "common/sharding/box.h"
+#include "common/sharding/named_sharding.h"
+
+namespace meshserve {
+
+// One side of a reshard: the layout and where each mesh device lives.
+struct ReshardEndpoint {
+  NamedSharding sharding;
+  // Worker id of every device of sharding.mesh(), indexed by device id.
+  std::vector<int64_t> device_workers;
+};
+
+// Identity workers: device d lives on worker d.
+std::vector<int64_t> OneWorkerPerDevice(const Mesh& mesh);
+
+enum class TransferKind {
+  // Network. dst[box] = sum of src buffers (src_device + src_addends).
+  kCopy,
+  // Network. dst[box] += sum of src buffers (src_device + src_addends).
+  kReduce,
+  // Same worker, 0 bytes. dst[box] = sum of src buffers (src_device +
+  // src_addends); src_device is a *source*-mesh device.
+  kLocalCopy,
+  // Same worker, 0 bytes, after the receive. dst[box] = the buffer of
+  // *destination*-mesh device src_device over box (already complete).
+  kLocalForward,
+};
+
+// "copy", "reduce", "local_copy", "local_forward".
+absl::string_view TransferKindName(TransferKind kind);
+bool IsNetworkTransfer(TransferKind kind);
+
+struct Transfer {
+  TransferKind kind = TransferKind::kCopy;
+  int64_t src_device = 0;  // source-mesh device (destination-mesh for kLocalForward)
+  int64_t src_worker = 0;
+  int64_t dst_device = 0;  // destination-mesh device
+  int64_t dst_worker = 0;
+  Box box;  // global coordinates, never empty
+  // Further source-mesh devices on src_worker whose partial sums over box are
+  // added to src_device's before sending (unreduced sources only).
+  std::vector<int64_t> src_addends;
+
+  // box elements * dtype size for network kinds, else 0.
+  int64_t Bytes(DType dtype) const;
+  // "copy w0/d0 -> w1/d3 [0:4, 0:8]" (+ " +d2,d5" for addends).
+  std::string ToString() const;
+
+  friend bool operator==(const Transfer& a, const Transfer& b) {
+    return a.kind == b.kind && a.src_device == b.src_device &&
+           a.src_worker == b.src_worker && a.dst_device == b.dst_device &&
+           a.dst_worker == b.dst_worker && a.box == b.box &&
+           a.src_addends == b.src_addends;
+  }
+  friend std::ostream& operator<<(std::ostream& os, const Transfer& t) {
+    return os << t.ToString();
+  }
+};
+
+struct ReshardPlan {
+  // In execution order: every write into a destination box that is later
+  // reduced into or forwarded comes first.
+  std::vector<Transfer> transfers;
+  int64_t bytes_moved = 0;
+  int64_t lower_bound_bytes = 0;
+  // The collective this is: "no-op", "local slice" (only local transfers),
+  // "all-gather", "all-to-all", "reduce-scatter", "all-reduce",
+  // "general point-to-point" (incl. every cross-mesh or cross-worker-map plan).
+  std::string pattern;
+  // The strategy function that produced it ("PlanNoOp", "PlanSliceLocal",
+  // "PlanByBoxIntersection").
+  std::string strategy;
+
+  int64_t NumNetworkTransfers() const;
+};
+
+// Plans the reshard (see the file comment).
+// \error kInvalidArgument naming the value: a spec whose length is not
+//   shape.size() (rank mismatch), an axis not in its mesh, a negative dim,
+//   device_workers whose length is not the mesh's device count, a destination
+//   unreduced axis that is not an unreduced source axis of the same size.
+// \error kUnimplemented when the source has more than 64 partial sums.
+absl::StatusOr<ReshardPlan> ComputeReshardPlan(absl::Span<const int64_t> shape,
+                                               DType dtype,
+                                               const ReshardEndpoint& src,
+                                               const ReshardEndpoint& dst);
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_COMMON_SHARDING_RESHARD_PLAN_H_
