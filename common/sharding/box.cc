@@ -1,0 +1,125 @@
+#include "common/sharding/box.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "common/sharding/text_util.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "common/base/logging.h"
+#include "common/base/status_util.h"
+
+namespace meshserve {
+
+using sharding_internal::PrintableText;
+
+Interval Intersect(const Interval& a, const Interval& b) {
+  const int64_t begin = std::max(a.begin, b.begin);
+  const int64_t end = std::min(a.end, b.end);
+  // Empty results are normalised to begin == end so that equal-empty compare equal
+  // in size(); begin is kept for a stable position.
+  return Interval{begin, std::max(begin, end)};
+}
+
+Box Box::FromShape(absl::Span<const int64_t> shape) {
+  std::vector<Interval> dims;
+  dims.reserve(shape.size());
+  for (int64_t d : shape) dims.push_back(Interval{0, d});
+  return Box(std::move(dims));
+}
+
+std::vector<int64_t> Box::shape() const {
+  std::vector<int64_t> out;
+  out.reserve(dims_.size());
+  for (const Interval& i : dims_) out.push_back(i.size());
+  return out;
+}
+
+int64_t Box::NumElements() const {
+  int64_t n = 1;
+  for (const Interval& i : dims_) n *= i.size();
+  return n;
+}
+
+bool Box::IsEmpty() const {
+  for (const Interval& i : dims_) {
+    if (i.empty()) return true;
+  }
+  return false;
+}
+
+bool Box::Contains(const Box& inner) const {
+  if (inner.rank() != rank()) return false;
+  if (inner.IsEmpty()) return true;
+  for (int d = 0; d < rank(); ++d) {
+    if (inner[d].begin < dims_[d].begin || inner[d].end > dims_[d].end) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string Box::ToString() const {
+  return absl::StrCat(
+      "[",
+      absl::StrJoin(dims_, ", ",
+                    [](std::string* out, const Interval& i) {
+                      absl::StrAppend(out, i.begin, ":", i.end);
+                    }),
+      "]");
+}
+
+bool operator<(const Box& a, const Box& b) {
+  return std::lexicographical_compare(
+      a.dims_.begin(), a.dims_.end(), b.dims_.begin(), b.dims_.end(),
+      [](const Interval& x, const Interval& y) {
+        return x.begin != y.begin ? x.begin < y.begin : x.end < y.end;
+      });
+}
+
+Box Intersect(const Box& a, const Box& b) {
+  MS_DCHECK(a.rank() == b.rank());  // invariant: callers compare like with like
+  const int rank = std::min(a.rank(), b.rank());
+  std::vector<Interval> dims;
+  dims.reserve(rank);
+  for (int d = 0; d < rank; ++d) dims.push_back(Intersect(a[d], b[d]));
+  return Box(std::move(dims));
+}
+
+absl::StatusOr<Box> ParseBox(absl::string_view text) {
+  absl::string_view s = absl::StripAsciiWhitespace(text);
+  if (s.size() < 2 || s.front() != '[' || s.back() != ']') {
+    return InvalidArgument("invalid box \"", PrintableText(text),
+                           "\": expected \"[begin:end, ...]\"");
+  }
+  s = absl::StripAsciiWhitespace(s.substr(1, s.size() - 2));
+  std::vector<Interval> dims;
+  if (s.empty()) return Box();
+  for (absl::string_view part : absl::StrSplit(s, ',')) {
+    part = absl::StripAsciiWhitespace(part);
+    std::vector<absl::string_view> ends = absl::StrSplit(part, ':');
+    Interval interval;
+    if (ends.size() != 2 ||
+        !absl::SimpleAtoi(absl::StripAsciiWhitespace(ends[0]), &interval.begin) ||
+        !absl::SimpleAtoi(absl::StripAsciiWhitespace(ends[1]), &interval.end)) {
+      return InvalidArgument("invalid box \"", PrintableText(text),
+                             "\": bad interval \"", PrintableText(part),
+                             "\" (expected begin:end)");
+    }
+    if (interval.begin > interval.end) {
+      return InvalidArgument("invalid box \"", PrintableText(text),
+                             "\": interval \"", PrintableText(part),
+                             "\" has begin > end");
+    }
+    dims.push_back(interval);
+  }
+  return Box(std::move(dims));
+}
+
+}  // namespace meshserve
