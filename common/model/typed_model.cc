@@ -1,0 +1,211 @@
+// TypeModel / ValidateModel (typed_model.h).
+#include "common/model/typed_model.h"
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
+#include "common/base/status_util.h"
+#include "common/sharding/rules/sharding_rules.h"
+
+namespace meshserve {
+namespace {
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+}
+
+absl::StatusOr<std::vector<int64_t>> FillInputShape(const InputDef& in,
+                                                    const std::vector<int64_t>& given) {
+  bool ok = given.size() == in.shape.size();
+  for (size_t i = 0; ok && i < given.size(); ++i) {
+    ok = given[i] >= 1 && (in.shape[i] == -1 || in.shape[i] == given[i]);
+  }
+  if (!ok) {
+    return InvalidArgument("input '", in.name, "': request shape ", ShapeText(given),
+                           " does not match ", ShapeText(in.shape));
+  }
+  return given;
+}
+
+// jnp.reshape's -1.
+absl::StatusOr<std::vector<int64_t>> ResolveNewShape(const std::vector<int64_t>& from,
+                                                     const std::vector<int64_t>& to) {
+  int64_t total = 1, known = 1;
+  int minus = -1;
+  for (int64_t d : from) total *= d;
+  for (size_t i = 0; i < to.size(); ++i) {
+    if (to[i] == -1) {
+      minus = static_cast<int>(i);
+    } else {
+      known *= to[i];
+    }
+  }
+  std::vector<int64_t> out = to;
+  if (minus >= 0) {
+    if (known == 0 || total % known != 0) {
+      return InvalidArgument("cannot reshape ", ShapeText(from), " into ", ShapeText(to));
+    }
+    out[minus] = total / known;
+  }
+  return out;
+}
+
+struct Operands {
+  std::vector<ArrayType> args;  // in the op's order
+};
+
+// The rule of `layer`'s op on `args` with `out` as the op's own out_sharding
+// (nullopt for ops that take none).
+absl::StatusOr<ArrayType> ApplyRule(const LayerDef& layer, const TypedModel& tm,
+                                    absl::Span<const ArrayType> args,
+                                    const std::optional<PartitionSpec>& out) {
+  const std::string& op = layer.op;
+  auto param = [&](const std::string& name) -> std::optional<ArrayType> {
+    if (name.empty()) return std::nullopt;
+    return tm.TypeOf(name);
+  };
+  if (op == "linear") return LinearRule(args[0], args[1], param(layer.bias), out);
+  if (op == "einsum") return EinsumRule(layer.equation, args[0], args[1], out);
+  if (op == "embed") return EmbedRule(args[0], args[1], out);
+  if (op == "rms_norm" || op == "layer_norm") {
+    return NormRule(op, args[0], param(layer.scale), param(layer.bias));
+  }
+  if (op == "softmax") {
+    int64_t rank = args[0].rank();
+    if (layer.axis < -rank || layer.axis >= rank) {
+      return InvalidArgument("softmax axis ", layer.axis, " is out of range for rank ", rank);
+    }
+    return SoftmaxRule(args[0]);
+  }
+  if (op == "relu" || op == "gelu" || op == "silu" || op == "tanh") {
+    return ActivationRule(op, args[0]);
+  }
+  if (op == "add" || op == "mul") return ElementwiseRule(op, args);
+  if (op == "reshape") {
+    MS_ASSIGN_OR_RETURN(std::vector<int64_t> shape, ResolveNewShape(args[0].shape, layer.shape));
+    return ReshapeRule(args[0], shape, out);
+  }
+  if (op == "transpose") return TransposeRule(args[0], layer.perm);
+  if (op == "reshard") return ReshardRule(args[0], out);
+  return InvalidArgument("unknown op '", op, "'");
+}
+
+bool TakesOutSharding(absl::string_view op) {
+  return op == "linear" || op == "einsum" || op == "embed" || op == "reshape" ||
+         op == "reshard";
+}
+
+absl::StatusOr<ArrayType> TypeLayer(const LayerDef& layer, const TypedModel& tm,
+                                    const std::optional<PartitionSpec>& out_sharding) {
+  std::vector<ArrayType> args;
+  for (const std::string& in : layer.inputs) args.push_back(tm.TypeOf(in));
+  if (layer.op == "linear") args.push_back(tm.TypeOf(layer.kernel));
+  if (layer.op == "embed") args.push_back(tm.TypeOf(layer.table));
+  if (layer.auto_axes) {
+    auto inner = [&](absl::Span<const ArrayType> a) {
+      return ApplyRule(layer, tm, a, std::nullopt);
+    };
+    return AutoAxesRule(args, out_sharding, std::nullopt, inner);
+  }
+  if (TakesOutSharding(layer.op)) return ApplyRule(layer, tm, args, out_sharding);
+  MS_ASSIGN_OR_RETURN(ArrayType result, ApplyRule(layer, tm, args, std::nullopt));
+  if (out_sharding.has_value()) return ReshardRule(result, out_sharding);
+  return result;
+}
+
+}  // namespace
+
+const ArrayType* TypedModel::Find(absl::string_view name) const {
+  auto it = types.find(std::string(name));
+  return it == types.end() ? nullptr : &it->second;
+}
+
+const ArrayType& TypedModel::TypeOf(absl::string_view name) const {
+  const ArrayType* t = Find(name);
+  MS_CHECK(t != nullptr) << "value '" << name << "' was not typed";  // callers typed it
+  return *t;
+}
+
+std::string TypedModel::ToString() const {
+  std::string out;
+  auto line = [&](const std::string& name) {
+    if (const ArrayType* t = Find(name)) absl::StrAppend(&out, name, ": ", t->ToString(), "\n");
+  };
+  for (const InputDef& in : model.inputs) line(in.name);
+  for (const ParamDef& p : model.params) line(p.name);
+  for (const LayerDef& l : model.layers) line(l.name);
+  return out;
+}
+
+absl::StatusOr<TypedModel> TypeModel(
+    const ModelFile& model, const Mesh& mesh,
+    const std::map<std::string, std::vector<int64_t>>& input_shapes,
+    const std::map<std::string, PartitionSpec>& out_shardings) {
+  TypedModel tm;
+  tm.model = model;
+  tm.mesh = mesh;
+  for (const auto& [name, spec] : out_shardings) {
+    bool is_output = false;
+    for (const std::string& o : model.outputs) is_output |= (o == name);
+    if (!is_output || model.FindLayer(name) == nullptr) {
+      return InvalidArgument("out_sharding override for '", name,
+                             "': not an output computed by a layer");
+    }
+  }
+  for (const InputDef& in : model.inputs) {
+    auto it = input_shapes.find(in.name);
+    if (it == input_shapes.end()) {
+      return InvalidArgument("input '", in.name, "': missing from the request");
+    }
+    MS_ASSIGN_OR_RETURN(std::vector<int64_t> shape, FillInputShape(in, it->second));
+    MS_ASSIGN_OR_RETURN(tm.types[in.name], MakeTypeRule(in.dtype, shape, mesh, in.sharding),
+                        "input '", in.name, "'");
+  }
+  for (const auto& [name, shape] : input_shapes) {
+    if (model.FindInput(name) == nullptr) {
+      return InvalidArgument("input '", name, "' is not an input of model '", model.name, "'");
+    }
+  }
+  for (const ParamDef& p : model.params) {
+    MS_ASSIGN_OR_RETURN(tm.types[p.name], MakeTypeRule(p.dtype, p.shape, mesh, p.sharding),
+                        "param '", p.name, "'");
+  }
+  for (const LayerDef& layer : model.layers) {
+    std::optional<PartitionSpec> out = layer.out_sharding;
+    auto it = out_shardings.find(layer.name);
+    if (it != out_shardings.end()) out = it->second;
+    tm.layer_out_shardings[layer.name] = out;
+    MS_ASSIGN_OR_RETURN(ArrayType t, TypeLayer(layer, tm, out), "layer '", layer.name, "'");
+    tm.types[layer.name] = std::move(t);
+  }
+  return tm;
+}
+
+int64_t NominalDimSize(const ModelFile& model) {
+  int64_t n = 1;
+  for (const auto& axis : model.mesh_axes) n *= axis.second > 0 ? axis.second : 1;
+  return n;
+}
+
+absl::Status ValidateModel(const ModelFile& model) {
+  int64_t fixed = NominalDimSize(model);
+  MS_ASSIGN_OR_RETURN(Mesh mesh, ResolveMesh(model, fixed));
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const InputDef& in : model.inputs) {
+    std::vector<int64_t> shape = in.shape;
+    for (int64_t& d : shape) {
+      if (d == -1) d = fixed;
+    }
+    shapes[in.name] = shape;
+  }
+  MS_RETURN_IF_ERROR(TypeModel(model, mesh, shapes).status(), "model '", model.name, "'");
+  return absl::OkStatus();
+}
+
+}  // namespace meshserve
