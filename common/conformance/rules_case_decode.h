@@ -1,0 +1,66 @@
+// Internal to rules_cases.cc / rules_case_ops.cc: typed access to a case's
+// JSON fields with errors that name the field and the offending value.
+#ifndef MESHSERVE_COMMON_CONFORMANCE_RULES_CASE_DECODE_H_
+#define MESHSERVE_COMMON_CONFORMANCE_RULES_CASE_DECODE_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "common/base/dtype.h"
+#include "common/sharding/mesh.h"
+#include "common/sharding/named_sharding.h"
+#include "common/sharding/partition_spec.h"
+#include "nlohmann/json.hpp"
+
+namespace meshserve {
+namespace rules_case {
+
+using Json = nlohmann::ordered_json;
+
+// A short rendering of `j` for messages (truncated).
+std::string Describe(const Json& j);
+
+// Field access on the object `obj` (`where` prefixes messages: "params").
+// Missing or null fields are nullopt for the Opt variants and an error
+// otherwise. Int lists also accept a single int when `allow_scalar`.
+absl::StatusOr<int64_t> GetInt(const Json& obj, const char* key, absl::string_view where);
+absl::StatusOr<std::optional<int64_t>> GetOptInt(const Json& obj, const char* key,
+                                                 absl::string_view where);
+absl::StatusOr<std::vector<int64_t>> GetIntList(const Json& obj, const char* key,
+                                                absl::string_view where,
+                                                bool allow_scalar = false);
+absl::StatusOr<std::optional<std::vector<int64_t>>> GetOptIntList(const Json& obj,
+                                                                  const char* key,
+                                                                  absl::string_view where,
+                                                                  bool allow_scalar = false);
+absl::StatusOr<std::string> GetString(const Json& obj, const char* key, absl::string_view where);
+absl::StatusOr<std::optional<std::vector<std::string>>> GetOptStringList(
+    const Json& obj, const char* key, absl::string_view where);
+// The first of `keys` present (and non-null) in obj, or nullptr.
+const char* FirstKey(const Json& obj, std::initializer_list<const char*> keys);
+
+// A JSON spec: list of null | "a" | ["a", ...], or a string in JAX syntax.
+absl::StatusOr<PartitionSpec> SpecFromJson(const Json& j, absl::string_view where);
+// null -> nullopt; spec; or {"spec": spec, "unreduced": [...]}.
+absl::StatusOr<std::optional<PartitionSpec>> OutShardingFromJson(const Json& j);
+// {"axis": size, ...} in order, with optional {"axis": "Explicit"|...} types.
+absl::StatusOr<Mesh> MeshFromJson(const Json& mesh, const Json* axis_types);
+// One input; `dtype` is the case default (an input's own "dtype" wins).
+absl::StatusOr<ArrayType> InputFromJson(const Json& input, const Mesh& mesh, DType dtype,
+                                        absl::string_view where);
+
+// Runs `op` on decoded inputs. `out_sharding_given` distinguishes a JSON null
+// from an absent field only for error messages.
+absl::StatusOr<ArrayType> RunOp(absl::string_view op, const Json& params,
+                                absl::Span<const ArrayType> inputs,
+                                const std::optional<PartitionSpec>& out_sharding);
+
+}  // namespace rules_case
+}  // namespace meshserve
+
+#endif  // MESHSERVE_COMMON_CONFORMANCE_RULES_CASE_DECODE_H_
