@@ -1,0 +1,155 @@
+#include "client/cli_format.h"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/base/status_macros.h"
+#include "common/base/status_util.h"
+#include "common/sharding/mesh.h"
+#include "common/sharding/named_sharding.h"
+#include "common/sharding/partition_spec.h"
+#include "common/sharding/visualize.h"
+
+namespace meshserve {
+namespace {
+
+int KindOrder(const std::string& kind) {
+  if (kind == "input") return 0;
+  if (kind == "param") return 1;
+  return 2;  // activation, output
+}
+
+std::string PlainType(DType dtype, const std::vector<int64_t>& shape) {
+  return absl::StrCat(DTypeName(dtype), "[", absl::StrJoin(shape, ","), "]");
+}
+
+}  // namespace
+
+std::string FormatDescribe(const DescribeResponse& response) {
+  std::string out = absl::StrCat("# model ", response.model(), " on ", response.mesh(), "\n");
+  // Each name once, inputs then params then layer results (stable order).
+  std::vector<const DescribeResponse::Value*> values;
+  std::set<std::string> seen;
+  for (int pass = 0; pass < 3; ++pass) {
+    for (const auto& value : response.values()) {
+      if (KindOrder(value.kind()) != pass || !seen.insert(value.name()).second) continue;
+      values.push_back(&value);
+    }
+  }
+  size_t width = 0;
+  for (const auto* value : values) width = std::max(width, value->name().size());
+  for (const auto* value : values) {
+    absl::StrAppend(&out, absl::StrFormat("%-*s  %s\n", static_cast<int>(width),
+                                          value->name(), value->type_str()));
+  }
+  absl::StrAppend(&out, "# visualizations\n");
+  for (const auto* value : values) {
+    if (value->visualization().empty()) continue;
+    absl::StrAppend(&out, value->name(), ": ", value->type_str(), "\n",
+                    value->visualization());
+    if (value->visualization().back() != '\n') absl::StrAppend(&out, "\n");
+  }
+  absl::StrAppend(&out, "# collectives\n");
+  if (response.collectives().empty()) absl::StrAppend(&out, "(none: every layer is local)\n");
+  int64_t total = 0;
+  for (const auto& c : response.collectives()) {
+    absl::StrAppend(&out, c.layer(), ": ", c.pattern(), " ", c.value(), "  ", c.bytes(),
+                    " bytes\n");
+    total += c.bytes();
+  }
+  if (!response.collectives().empty()) {
+    absl::StrAppend(&out, "total: ", total, " bytes per request\n");
+  }
+  return out;
+}
+
+std::string FormatStatus(const ClusterStatusResponse& response) {
+  std::string out = absl::StrCat("workers: ", response.workers_size(), "\n");
+  for (const auto& w : response.workers()) {
+    absl::StrAppend(
+        &out, absl::StrFormat("  worker %d  %s  %s  blas=%s threads=%d cores=%d  "
+                              "heartbeat %dms ago\n",
+                              w.worker_id(), w.address(),
+                              w.healthy() ? "healthy" : "UNHEALTHY",
+                              w.blas_core().empty() ? "?" : w.blas_core(),
+                              w.blas_threads(), w.cores(), w.last_heartbeat_ms_ago()));
+    for (const auto& p : w.placements()) {
+      absl::StrAppend(&out, absl::StrFormat("    %s gen %d devices [%s] coords [%s] "
+                                            "params %d bytes\n",
+                                            p.model(), p.generation(),
+                                            absl::StrJoin(p.devices(), ","),
+                                            absl::StrJoin(p.coords(), "; "),
+                                            p.param_bytes()));
+    }
+  }
+  absl::StrAppend(&out, "models: ", response.models_size(), "\n");
+  for (const auto& m : response.models()) {
+    absl::StrAppend(&out, absl::StrFormat("  %s  %s  %s  generation %d\n", m.name(),
+                                          m.state(), m.mesh(), m.generation()));
+  }
+  return out;
+}
+
+absl::StatusOr<OutputType> TypeFromSpec(DType dtype, const std::vector<int64_t>& shape,
+                                        absl::string_view mesh_text,
+                                        absl::string_view spec_text) {
+  MS_ASSIGN_OR_RETURN(Mesh mesh, ParseMesh(mesh_text), "mesh '", mesh_text, "'");
+  MS_ASSIGN_OR_RETURN(PartitionSpec spec, ParsePartitionSpec(spec_text),
+                      "out_sharding '", spec_text, "'");
+  MS_ASSIGN_OR_RETURN(ArrayType type, MakeArrayType(dtype, shape, mesh, spec));
+  OutputType out;
+  out.type_str = type.ToString();
+  if (type.rank() >= 1 && type.rank() <= 2) {
+    auto vis = VisualizeSharding(type.shape, type.sharding);
+    if (vis.ok()) out.visualization = *vis;
+  }
+  return out;
+}
+
+const absl::StatusOr<DescribeResponse>& OutputTypeResolver::Described() {
+  if (!described_.has_value()) {
+    described_ = client_.Describe(model_, input_shapes_, deadline_);
+  }
+  return *described_;
+}
+
+OutputType OutputTypeResolver::Resolve(const InferOutput& output) {
+  const HostTensor& tensor = output.tensor;
+  auto type_param = output.parameters.find("type_str");
+  if (type_param != output.parameters.end()) {
+    OutputType out{type_param->second, ""};
+    auto vis = output.parameters.find("visualization");
+    if (vis != output.parameters.end()) out.visualization = vis->second;
+    return out;
+  }
+  const absl::StatusOr<DescribeResponse>& described = Described();
+  if (!described.ok()) {
+    return {absl::StrCat(PlainType(tensor.dtype, tensor.shape), " (sharding unknown: ",
+                         described.status().ToString(), ")"),
+            ""};
+  }
+  auto spec = out_shardings_.find(tensor.name);
+  if (spec != out_shardings_.end()) {
+    auto type = TypeFromSpec(tensor.dtype, tensor.shape, described->mesh(), spec->second);
+    if (type.ok()) return *type;
+    return {absl::StrCat(PlainType(tensor.dtype, tensor.shape), " (sharding unknown: ",
+                         type.status().message(), ")"),
+            ""};
+  }
+  const DescribeResponse::Value* found = nullptr;
+  for (const auto& value : described->values()) {
+    if (value.name() != tensor.name) continue;
+    if (found == nullptr || value.kind() == "output") found = &value;
+  }
+  if (found == nullptr) {
+    return {absl::StrCat(PlainType(tensor.dtype, tensor.shape),
+                         " (sharding unknown: describe has no value '", tensor.name, "')"),
+            ""};
+  }
+  return {found->type_str(), found->visualization()};
+}
+
+}  // namespace meshserve
