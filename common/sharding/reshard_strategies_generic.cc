@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/numeric/bits.h"
 #include "common/base/logging.h"
 #include "common/sharding/reshard_strategies.h"
@@ -201,7 +202,18 @@ void GenericPlanner::PlanUnit(const Box& box, int64_t num_elements,
   }
   uint64_t remaining = missing;
   const int64_t unit_bytes = num_elements * dtype_size_;
-  for (int h : ChooseSenders(missing, self, holders)) {
+  absl::InlinedVector<int, 4> senders;
+  if (p_.num_partials == 1) {
+    // Reduced source: one sender, the least-loaded holder (self holds nothing).
+    int best = 0;
+    for (int i = 1; i < static_cast<int>(holders.size()); ++i) {
+      if (sent_bytes_[holders[i].worker] < sent_bytes_[holders[best].worker]) best = i;
+    }
+    senders.push_back(best);
+  } else {
+    for (int h : ChooseSenders(missing, self, holders)) senders.push_back(h);
+  }
+  for (int h : senders) {
     const uint64_t bits = holders[h].mask & remaining;
     remaining &= ~bits;
     Emit(written ? TransferKind::kReduce : TransferKind::kCopy, holders[h], bits, d0,
@@ -230,27 +242,38 @@ ReshardPlan GenericPlanner::Run() {
     overlaps[i] = OverlapsAlongDim(p_.src_grid, p_.dst_grid, i);
     if (overlaps[i].empty()) return std::move(plan_);  // a zero-size dim
   }
-  // Odometer over the product of the per-dim overlap lists.
-  std::vector<size_t> pos(rank, 0);
-  Box box{std::vector<Interval>(rank)};
-  while (true) {
-    int64_t js = 0;
-    int64_t jd = 0;
-    int64_t num_elements = 1;
-    for (int i = 0; i < rank; ++i) {
-      const DimOverlap& o = overlaps[i][pos[i]];
-      js += o.src_shard * p_.src_grid.tuple_stride(i);
-      jd += o.dst_shard * p_.dst_grid.tuple_stride(i);
-      box[i] = o.interval;
-      num_elements *= o.interval.size();
+  // Two passes of an odometer over the product of the per-dim overlap lists:
+  // the first bounds the number of transfers (so the big vector is allocated
+  // once), the second plans.
+  for (int pass = 0; pass < 2; ++pass) {
+    int64_t bound = 0;
+    std::vector<size_t> pos(rank, 0);
+    Box box{std::vector<Interval>(rank)};
+    while (true) {
+      int64_t js = 0;
+      int64_t jd = 0;
+      int64_t num_elements = 1;
+      for (int i = 0; i < rank; ++i) {
+        const DimOverlap& o = overlaps[i][pos[i]];
+        js += o.src_shard * p_.src_grid.tuple_stride(i);
+        jd += o.dst_shard * p_.dst_grid.tuple_stride(i);
+        box[i] = o.interval;
+        num_elements *= o.interval.size();
+      }
+      const std::vector<SrcHolder>& holders = src_holders_[js];
+      for (const DstGroup& group : dst_groups_[jd]) {
+        if (pass == 0) {
+          bound += static_cast<int64_t>(group.devices.size()) +
+                   std::min<int64_t>(p_.num_partials, holders.size());
+        } else {
+          PlanUnit(box, num_elements, holders, group);
+        }
+      }
+      int i = rank - 1;
+      while (i >= 0 && ++pos[i] == overlaps[i].size()) pos[i--] = 0;
+      if (i < 0) break;
     }
-    const std::vector<SrcHolder>& holders = src_holders_[js];
-    for (const DstGroup& group : dst_groups_[jd]) {
-      PlanUnit(box, num_elements, holders, group);
-    }
-    int i = rank - 1;
-    while (i >= 0 && ++pos[i] == overlaps[i].size()) pos[i--] = 0;
-    if (i < 0) break;
+    if (pass == 0) plan_.transfers.reserve(bound);
   }
   return std::move(plan_);
 }

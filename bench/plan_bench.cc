@@ -1,0 +1,115 @@
+// Plan time of ComputeReshardPlan on 3-axis meshes of 64..1024 devices (one
+// worker per device) and a 4-D tensor, per reshard kind. Run:
+//   build/bin/plan_bench --benchmark_counters_tabular=true
+// Counters: transfers (all kinds) and network transfers in the plan.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "benchmark/benchmark.h"
+#include "common/base/logging.h"
+#include "common/sharding/reshard_plan.h"
+
+namespace meshserve {
+namespace {
+
+// (x, y, z) for each device count.
+Mesh BenchMesh(int64_t num_devices) {
+  std::vector<int64_t> sizes;
+  switch (num_devices) {
+    case 64: sizes = {4, 4, 4}; break;
+    case 128: sizes = {4, 4, 8}; break;
+    case 256: sizes = {4, 8, 8}; break;
+    case 512: sizes = {8, 8, 8}; break;
+    default: sizes = {8, 16, 8}; break;
+  }
+  return *Mesh::Create({{"x", sizes[0]}, {"y", sizes[1]}, {"z", sizes[2]}});
+}
+
+ReshardEndpoint BenchEndpoint(const Mesh& mesh, absl::string_view spec) {
+  ReshardEndpoint ep;
+  ep.sharding = *NamedSharding::Create(mesh, *ParsePartitionSpec(spec), 4);
+  ep.device_workers = OneWorkerPerDevice(mesh);
+  return ep;
+}
+
+const std::vector<int64_t> kShape = {4096, 4096, 256, 256};
+
+void RunPlan(benchmark::State& state, const ReshardEndpoint& src,
+             const ReshardEndpoint& dst, absl::string_view expected_pattern) {
+  int64_t transfers = 0;
+  int64_t network = 0;
+  for (auto _ : state) {
+    absl::StatusOr<ReshardPlan> plan =
+        ComputeReshardPlan(kShape, DType::kBFloat16, src, dst);
+    MS_CHECK(plan.ok());  // benchmark inputs are constants
+    transfers = static_cast<int64_t>(plan->transfers.size());
+    network = plan->NumNetworkTransfers();
+    if (plan->pattern != expected_pattern) {
+      state.SkipWithError(("unexpected pattern " + plan->pattern).c_str());
+    }
+    benchmark::DoNotOptimize(plan);
+  }
+  state.counters["devices"] = static_cast<double>(src.sharding.mesh().num_devices());
+  state.counters["transfers"] = static_cast<double>(transfers);
+  state.counters["network"] = static_cast<double>(network);
+}
+
+// Gather x and y back: each device gathers the x*y shards of its z slice.
+void BM_AllGather(benchmark::State& state) {
+  const Mesh mesh = BenchMesh(state.range(0));
+  RunPlan(state, BenchEndpoint(mesh, "P(('x', 'y'), 'z', None, None)"),
+          BenchEndpoint(mesh, "P(None, 'z', None, None)"), "all-gather");
+}
+
+// Full all-gather to replicated: devices^2 transfers, the output-bound worst case.
+void BM_AllGatherFull(benchmark::State& state) {
+  const Mesh mesh = BenchMesh(state.range(0));
+  RunPlan(state, BenchEndpoint(mesh, "P(('x', 'y', 'z'), None, None, None)"),
+          BenchEndpoint(mesh, "P()"), "all-gather");
+}
+
+// Move x from dim 0 to dim 3.
+void BM_AllToAll(benchmark::State& state) {
+  const Mesh mesh = BenchMesh(state.range(0));
+  RunPlan(state, BenchEndpoint(mesh, "P('x', 'y', 'z', None)"),
+          BenchEndpoint(mesh, "P(None, 'y', 'z', 'x')"), "all-to-all");
+}
+
+// Scale down: N devices on N workers -> N/2 devices on the first N/2 workers.
+void BM_CrossMeshHalve(benchmark::State& state) {
+  const Mesh src_mesh = BenchMesh(state.range(0));
+  const Mesh dst_mesh = BenchMesh(state.range(0) / 2);
+  RunPlan(state, BenchEndpoint(src_mesh, "P('x', 'y', 'z', None)"),
+          BenchEndpoint(dst_mesh, "P('x', 'y', 'z', None)"), "general point-to-point");
+}
+
+// Partial sums over z, scattered over z.
+void BM_ReduceScatter(benchmark::State& state) {
+  const Mesh mesh = BenchMesh(state.range(0));
+  RunPlan(state, BenchEndpoint(mesh, "P('x', 'y', None, None, unreduced={'z'})"),
+          BenchEndpoint(mesh, "P('x', 'y', 'z', None)"), "reduce-scatter");
+}
+
+// Partial sums over z, summed everywhere.
+void BM_AllReduce(benchmark::State& state) {
+  const Mesh mesh = BenchMesh(state.range(0));
+  RunPlan(state, BenchEndpoint(mesh, "P('x', 'y', None, None, unreduced={'z'})"),
+          BenchEndpoint(mesh, "P('x', 'y', None, None)"), "all-reduce");
+}
+
+#define MS_PLAN_BENCH(fn) \
+  BENCHMARK(fn)->Arg(64)->Arg(128)->Arg(256)->Arg(512)->Arg(1024)->Unit(benchmark::kMillisecond)
+
+MS_PLAN_BENCH(BM_AllGather);
+MS_PLAN_BENCH(BM_AllGatherFull);
+MS_PLAN_BENCH(BM_AllToAll);
+MS_PLAN_BENCH(BM_CrossMeshHalve);
+MS_PLAN_BENCH(BM_ReduceScatter);
+MS_PLAN_BENCH(BM_AllReduce);
+
+}  // namespace
+}  // namespace meshserve
+
+BENCHMARK_MAIN();
