@@ -1,0 +1,385 @@
+// `meshserve local`: a whole cluster on this machine, on loopback.
+//
+//   meshserve local --workers N --model_dir DIR [--port P] [--host H]
+//       [--log_dir D] [--ready_timeout_s S] [--then "COMMAND"] [--verbose]
+//
+// Starts `meshserve-coordinator --host H --port P --model_dir DIR
+// --min_workers N` and N `meshserve-worker --port 0 --coordinator H:P`
+// processes (both binaries from the directory of the running `meshserve`),
+// each with its output in D/<name>.log (not on our stdout, so that the only
+// line with "ready" on it is ours). It prints
+//
+//   meshserve local: worker 3 pid 12345
+//   meshserve local: ready: coordinator 127.0.0.1:8500, 8 workers, models ...
+//
+// once the coordinator reports every model servable, then waits. SIGINT or
+// SIGTERM stops every child (SIGTERM, then SIGKILL after 5 s). A worker that
+// dies is reported with the tail of its log and the cluster keeps serving
+// (the coordinator re-places its devices); a coordinator that dies stops
+// everything (exit 1). With --then, COMMAND runs under /bin/sh once ready
+// (MESHSERVE_TARGET=H:P in its environment), then the cluster stops and its
+// exit code is ours. Children get PR_SET_PDEATHSIG so that none outlives us.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "client/cli_args.h"
+#include "client/command.h"
+#include "client/inference_client.h"
+#include "common/base/status_util.h"
+
+namespace meshserve {
+namespace {
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+void OnStopSignal(int signal) { g_stop_signal = signal; }
+
+// One child process and the thread that drains its output into a log file.
+struct Child {
+  std::string name;  // "coordinator", "worker-3"
+  pid_t pid = -1;
+  bool exited = false;
+  int wait_status = 0;
+  std::thread reader;
+  absl::Mutex mu;
+  std::deque<std::string> tail ABSL_GUARDED_BY(mu);  // last lines
+  bool ready_line ABSL_GUARDED_BY(mu) = false;
+};
+
+std::string SelfDirectory() {
+  char buffer[4096];
+  ssize_t n = readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
+  if (n <= 0) return ".";
+  std::string path(buffer, n);
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+bool IsReadyLine(absl::string_view line) {
+  return absl::StrContains(line, "ready") && !absl::StrContains(line, "not ready");
+}
+
+// Reads `fd` to EOF, appending to `log_path` and keeping the last lines.
+void DrainOutput(Child* child, int fd, std::string log_path, bool verbose) {
+  FILE* log = std::fopen(log_path.c_str(), "a");
+  std::string partial;
+  char buffer[4096];
+  while (true) {
+    ssize_t n = read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    if (log != nullptr) {
+      std::fwrite(buffer, 1, n, log);
+      std::fflush(log);
+    }
+    partial.append(buffer, n);
+    size_t newline;
+    while ((newline = partial.find('\n')) != std::string::npos) {
+      std::string line = partial.substr(0, newline);
+      partial.erase(0, newline + 1);
+      if (verbose) std::fprintf(stderr, "[%s] %s\n", child->name.c_str(), line.c_str());
+      absl::MutexLock lock(&child->mu);
+      if (IsReadyLine(line)) child->ready_line = true;
+      child->tail.push_back(std::move(line));
+      if (child->tail.size() > 15) child->tail.pop_front();
+    }
+  }
+  if (log != nullptr) std::fclose(log);
+  close(fd);
+}
+
+// fork + exec `argv` with stdout/stderr into a pipe drained by a thread.
+absl::Status Spawn(Child* child, const std::vector<std::string>& argv,
+                   const std::string& log_dir, bool verbose) {
+  int fds[2];
+  if (pipe(fds) != 0) return Internal("pipe: ", std::strerror(errno));
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fds[0]);
+    close(fds[1]);
+    return Internal("fork: ", std::strerror(errno));
+  }
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(1);  // the parent died before prctl
+    dup2(fds[1], STDOUT_FILENO);
+    dup2(fds[1], STDERR_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    std::vector<char*> args;
+    for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    std::fprintf(stderr, "exec %s: %s\n", args[0], std::strerror(errno));
+    _exit(127);
+  }
+  close(fds[1]);
+  child->pid = pid;
+  child->reader = std::thread(DrainOutput, child, fds[0],
+                              absl::StrCat(log_dir, "/", child->name, ".log"), verbose);
+  return absl::OkStatus();
+}
+
+std::string DescribeExit(int wait_status) {
+  if (WIFEXITED(wait_status)) return absl::StrCat("exit code ", WEXITSTATUS(wait_status));
+  if (WIFSIGNALED(wait_status)) {
+    return absl::StrCat("killed by signal ", WTERMSIG(wait_status), " (",
+                        strsignal(WTERMSIG(wait_status)), ")");
+  }
+  return "stopped";
+}
+
+void ReportDeath(Child& child) {
+  std::fprintf(stderr, "meshserve local: %s (pid %d) exited unexpectedly: %s\n",
+               child.name.c_str(), child.pid, DescribeExit(child.wait_status).c_str());
+  absl::MutexLock lock(&child.mu);
+  for (const std::string& line : child.tail) {
+    std::fprintf(stderr, "  [%s] %s\n", child.name.c_str(), line.c_str());
+  }
+}
+
+// Reaps exited children; returns those that exited now.
+std::vector<Child*> ReapChildren(std::vector<std::unique_ptr<Child>>& children) {
+  std::vector<Child*> exited;
+  for (auto& child : children) {
+    if (child->exited || child->pid <= 0) continue;
+    int status = 0;
+    pid_t r = waitpid(child->pid, &status, WNOHANG);
+    if (r == child->pid) {
+      child->exited = true;
+      child->wait_status = status;
+      exited.push_back(child.get());
+    }
+  }
+  return exited;
+}
+
+// SIGTERM to every live child, SIGKILL to those alive after `grace`.
+void StopAll(std::vector<std::unique_ptr<Child>>& children, absl::Duration grace) {
+  // Workers first (they drain from the coordinator), then the coordinator.
+  for (auto it = children.rbegin(); it != children.rend(); ++it) {
+    if (!(*it)->exited && (*it)->pid > 0) kill((*it)->pid, SIGTERM);
+  }
+  absl::Time deadline = absl::Now() + grace;
+  while (absl::Now() < deadline) {
+    ReapChildren(children);
+    bool any_alive = false;
+    for (auto& child : children) any_alive |= !child->exited && child->pid > 0;
+    if (!any_alive) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  for (auto& child : children) {
+    if (!child->exited && child->pid > 0) {
+      std::fprintf(stderr, "meshserve local: %s (pid %d) ignored SIGTERM; killing it\n",
+                   child->name.c_str(), child->pid);
+      kill(child->pid, SIGKILL);
+      waitpid(child->pid, &child->wait_status, 0);
+      child->exited = true;
+    }
+  }
+  for (auto& child : children) {
+    if (child->reader.joinable()) child->reader.join();
+  }
+}
+
+// "models: a (ready), b (error: ...)" from the Status RPC, or "" on failure.
+std::string ModelSummary(InferenceClient& client) {
+  auto status = client.Status(absl::Now() + absl::Seconds(5));
+  if (!status.ok()) return "";
+  std::vector<std::string> models;
+  for (const auto& m : status->models()) {
+    models.push_back(absl::StrCat(m.name(), " (", m.state(), ")"));
+  }
+  return absl::StrCat(", models: ", absl::StrJoin(models, ", "));
+}
+
+int RunThen(const std::string& command, const std::string& target) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    setenv("MESHSERVE_TARGET", target.c_str(), 1);
+    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  if (pid < 0) return 1;
+  while (true) {
+    int status = 0;
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (g_stop_signal != 0) {
+      kill(pid, SIGTERM);
+      waitpid(pid, &status, 0);
+      return 128 + g_stop_signal;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+}
+
+constexpr char kLocalUsage[] =
+    "local --workers N --model_dir DIR [--port P] [--host 127.0.0.1] [--log_dir D] "
+    "[--ready_timeout_s S] [--then \"COMMAND\"] [--verbose]";
+
+int LocalUsageError(const absl::Status& status) {
+  std::fprintf(stderr, "meshserve local: %s\nusage: meshserve %s\n",
+               std::string(status.message()).c_str(), kLocalUsage);
+  return 2;
+}
+
+int RunLocal(int argc, char** argv) {
+  auto args = CliArgs::Parse(argc, argv,
+                             {{"workers", FlagDef::kValue, true},
+                              {"model_dir", FlagDef::kValue, true},
+                              {"port", FlagDef::kValue, false},
+                              {"host", FlagDef::kValue, false},
+                              {"log_dir", FlagDef::kValue, false},
+                              {"ready_timeout_s", FlagDef::kValue, false},
+                              {"then", FlagDef::kValue, false},
+                              {"verbose", FlagDef::kBool, false}});
+  if (!args.ok()) return LocalUsageError(args.status());
+  if (!args->positional().empty()) {
+    return LocalUsageError(InvalidArgument("unexpected argument '", args->positional()[0], "'"));
+  }
+  auto workers = args->GetInt("workers", 1, 1, 256);
+  if (!workers.ok()) return LocalUsageError(workers.status());
+  auto port = args->GetInt("port", 8500, 1, 65535);
+  if (!port.ok()) return LocalUsageError(port.status());
+  auto ready_timeout_s = args->GetInt("ready_timeout_s", 180, 1, 86400);
+  if (!ready_timeout_s.ok()) return LocalUsageError(ready_timeout_s.status());
+  std::string model_dir = args->Get("model_dir");
+  struct stat st;
+  if (stat(model_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return LocalUsageError(InvalidArgument("flag --model_dir: '", model_dir,
+                                           "' is not a directory"));
+  }
+  std::string host = args->Get("host", "127.0.0.1");
+  std::string target = absl::StrCat(host, ":", *port);
+  std::string bin_dir = SelfDirectory();
+  std::string coordinator_bin = bin_dir + "/meshserve-coordinator";
+  std::string worker_bin = bin_dir + "/meshserve-worker";
+  for (const std::string& bin : {coordinator_bin, worker_bin}) {
+    if (access(bin.c_str(), X_OK) != 0) {
+      std::fprintf(stderr, "meshserve local: %s not found (build it first)\n", bin.c_str());
+      return 1;
+    }
+  }
+  std::string log_dir = args->Get("log_dir");
+  if (log_dir.empty()) {
+    char templ[] = "/tmp/meshserve-local-XXXXXX";
+    if (mkdtemp(templ) == nullptr) {
+      std::fprintf(stderr, "meshserve local: mkdtemp: %s\n", std::strerror(errno));
+      return 1;
+    }
+    log_dir = templ;
+  } else {
+    mkdir(log_dir.c_str(), 0755);
+  }
+
+  struct sigaction action;
+  std::memset(&action, 0, sizeof(action));
+  action.sa_handler = OnStopSignal;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  bool verbose = args->Has("verbose");
+  std::vector<std::unique_ptr<Child>> children;
+  auto start = [&](std::string name, std::vector<std::string> child_argv) {
+    children.push_back(std::make_unique<Child>());
+    children.back()->name = std::move(name);
+    return Spawn(children.back().get(), child_argv, log_dir, verbose);
+  };
+  absl::Status started =
+      start("coordinator", {coordinator_bin, "--host", host, "--port", absl::StrCat(*port),
+                            "--model_dir", model_dir, "--min_workers",
+                            absl::StrCat(*workers)});
+  std::printf("meshserve local: coordinator %s pid %d, logs in %s\n", target.c_str(),
+              children.back()->pid, log_dir.c_str());
+  for (int64_t w = 0; started.ok() && w < *workers; ++w) {
+    started = start(absl::StrCat("worker-", w),
+                    {worker_bin, "--port", "0", "--coordinator", target});
+    std::printf("meshserve local: worker %lld pid %d\n", static_cast<long long>(w),
+                children.back()->pid);
+  }
+  std::fflush(stdout);
+  if (!started.ok()) {
+    std::fprintf(stderr, "meshserve local: %s\n", started.ToString().c_str());
+    StopAll(children, absl::Seconds(5));
+    return 1;
+  }
+
+  auto client = InferenceClient::Create(target);
+  absl::Time ready_deadline = absl::Now() + absl::Seconds(*ready_timeout_s);
+  bool ready = false;
+  int exit_code = 0;
+  while (g_stop_signal == 0) {
+    bool coordinator_died = false;
+    for (Child* child : ReapChildren(children)) {
+      ReportDeath(*child);
+      coordinator_died |= child == children.front().get();
+    }
+    if (coordinator_died) {
+      std::fprintf(stderr, "meshserve local: the coordinator died; stopping the cluster\n");
+      exit_code = 1;
+      break;
+    }
+    if (!ready) {
+      bool line_seen;
+      {
+        absl::MutexLock lock(&children.front()->mu);
+        line_seen = children.front()->ready_line;
+      }
+      if (line_seen && client.ok()) {
+        ready = true;
+        std::printf("meshserve local: ready: coordinator %s, %lld workers%s\n",
+                    target.c_str(), static_cast<long long>(*workers),
+                    ModelSummary(**client).c_str());
+        std::fflush(stdout);
+        if (args->Has("then")) {
+          exit_code = RunThen(args->Get("then"), target);
+          break;
+        }
+      } else if (absl::Now() > ready_deadline) {
+        std::fprintf(stderr,
+                     "meshserve local: not ready after %llds; stopping (logs in %s)\n",
+                     static_cast<long long>(*ready_timeout_s), log_dir.c_str());
+        exit_code = 1;
+        break;
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  if (g_stop_signal != 0) {
+    std::printf("meshserve local: signal %d: stopping\n", static_cast<int>(g_stop_signal));
+  }
+  StopAll(children, absl::Seconds(5));
+  std::printf("meshserve local: stopped\n");
+  std::fflush(stdout);
+  return exit_code;
+}
+
+}  // namespace
+}  // namespace meshserve
+
+MS_REGISTER_COMMAND("local", meshserve::kLocalUsage, meshserve::RunLocal);

@@ -1,0 +1,278 @@
+"""Helpers for meshserve's end-to-end tests: processes, files, references.
+
+Everything runs on loopback. Every process started here is registered and
+killed at exit (process group SIGTERM, then SIGKILL), even when a test fails.
+Every wait is bounded in count and time.
+"""
+import atexit
+import json
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import threading
+import time
+
+import numpy as np
+
+_PROCS = []
+
+
+def _cleanup():
+    for proc in _PROCS:
+        stop_process(proc, grace_s=5)
+
+
+atexit.register(_cleanup)
+
+
+def stop_process(proc, grace_s=10):
+    """SIGTERM to the process group, SIGKILL after grace_s."""
+    if proc.poll() is not None:
+        return proc.returncode
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    try:
+        return proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return proc.wait(timeout=10)
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LocalCluster:
+    """`meshserve local` in its own process group; stdout read by a thread."""
+
+    def __init__(self, bin_dir, workers, model_dir, log_dir, ready_timeout_s=180):
+        self.port = free_port()
+        self.target = "127.0.0.1:%d" % self.port
+        self.lines = []
+        self.err_lines = []
+        self.worker_pids = {}
+        self._lock = threading.Lock()
+        cmd = [os.path.join(bin_dir, "meshserve"), "local", "--workers", str(workers),
+               "--model_dir", model_dir, "--port", str(self.port), "--log_dir", log_dir,
+               "--ready_timeout_s", str(ready_timeout_s)]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, start_new_session=True)
+        _PROCS.append(self.proc)
+        threading.Thread(target=self._read, args=(self.proc.stdout, self.lines),
+                         daemon=True).start()
+        threading.Thread(target=self._read, args=(self.proc.stderr, self.err_lines),
+                         daemon=True).start()
+        self.log_dir = log_dir
+        deadline = time.time() + ready_timeout_s + 10
+        while time.time() < deadline:
+            with self._lock:
+                if any("ready" in l and "not ready" not in l for l in self.lines):
+                    break
+            if self.proc.poll() is not None:
+                raise RuntimeError("meshserve local exited (%s) before ready:\n%s\n%s\n%s" % (
+                    self.proc.returncode, "\n".join(self.lines), "\n".join(self.err_lines),
+                    self.logs_tail()))
+            time.sleep(0.1)
+        else:
+            raise RuntimeError("meshserve local not ready in %ss:\n%s\n%s" % (
+                ready_timeout_s, "\n".join(self.lines), self.logs_tail()))
+        with self._lock:
+            for line in self.lines:
+                m = re.search(r"worker (\d+) pid (\d+)", line)
+                if m:
+                    self.worker_pids[int(m.group(1))] = int(m.group(2))
+
+    def _read(self, stream, sink):
+        for line in stream:
+            with self._lock:
+                sink.append(line.rstrip("\n"))
+
+    def stderr_text(self):
+        with self._lock:
+            return "\n".join(self.err_lines)
+
+    def logs_tail(self, n=30):
+        out = []
+        if not os.path.isdir(self.log_dir):
+            return ""
+        for name in sorted(os.listdir(self.log_dir)):
+            with open(os.path.join(self.log_dir, name), errors="replace") as f:
+                lines = f.read().splitlines()[-n:]
+            out.append("--- %s\n%s" % (name, "\n".join(lines)))
+        return "\n".join(out)
+
+    def stop(self):
+        """SIGTERM to `meshserve local` only: it must stop its children."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            rc = stop_process(self.proc)
+        return rc
+
+
+def run(cmd, timeout=120, check=False):
+    """Runs a command; returns (returncode, stdout, stderr)."""
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError("command failed (%d): %s\nstdout:\n%s\nstderr:\n%s" % (
+            p.returncode, " ".join(cmd), p.stdout, p.stderr))
+    return p.returncode, p.stdout, p.stderr
+
+
+def write_safetensors(path, tensors):
+    """tensors: name -> np.ndarray (float32, or uint16 bfloat16 bits as ('BF16', arr))."""
+    header = {}
+    blobs = []
+    offset = 0
+    for name, value in tensors.items():
+        dtype = "F32"
+        if isinstance(value, tuple):
+            dtype, value = value
+        data = np.ascontiguousarray(value).tobytes()
+        header[name] = {"dtype": dtype, "shape": list(value.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for blob in blobs:
+            f.write(blob)
+
+
+def to_bf16_bits(x):
+    """float32 -> bfloat16 bits, round to nearest even (as JAX's astype)."""
+    bits = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    return rounded.astype(np.uint16)
+
+
+def from_bf16_bits(b):
+    return (b.astype(np.uint32) << 16).view(np.float32)
+
+
+# ---- references (float64 NumPy, written from the ops' definitions) ----
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def rms_norm(x, scale, eps):
+    # flax.nnx.RMSNorm: x * rsqrt(mean(x^2) + eps) * scale, over the last dim.
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * scale
+
+
+def softmax(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+# ---- the initializer generator, re-implemented from initializers.h ----
+
+_M64 = (1 << 64) - 1
+_G = 0x9E3779B97F4A7C15
+
+
+def _mix64_int(z):
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+def _mix64_np(z):
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def _fnv1a64(name):
+    h = 0xCBF29CE484222325
+    for b in name.encode():
+        h = ((h ^ b) * 0x100000001B3) & _M64
+    return h
+
+
+def init_bits(seed, name, n):
+    key = _mix64_int(_mix64_int((seed + _G) & _M64) ^ _fnv1a64(name))
+    i = np.arange(n, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        state = np.uint64(key) + (i + np.uint64(1)) * np.uint64(_G)
+    return _mix64_np(state)
+
+
+def fans(shape):
+    if len(shape) == 0:
+        return 1, 1
+    if len(shape) == 1:
+        return shape[0], shape[0]
+    receptive = int(np.prod(shape[:-2])) if len(shape) > 2 else 1
+    return shape[-2] * receptive, shape[-1] * receptive
+
+
+def init_param(seed, name, shape, kind, scale=1.0):
+    """zeros, ones, uniform, xavier_uniform (exact); others unsupported here."""
+    n = int(np.prod(shape))
+    if kind == "zeros":
+        return np.zeros(shape, np.float32)
+    if kind == "ones":
+        return np.ones(shape, np.float32)
+    u24 = (init_bits(seed, name, n) >> np.uint64(40)).astype(np.float64) * 2.0 ** -24
+    if kind == "uniform":
+        v = u24 * scale
+    elif kind == "xavier_uniform":
+        fan_in, fan_out = fans(shape)
+        v = (2.0 * u24 - 1.0) * np.sqrt(6.0 / (fan_in + fan_out))
+    else:
+        raise ValueError("init kind %s not re-implemented" % kind)
+    return v.astype(np.float32).reshape(shape)
+
+
+# ---- a minimal protobuf encoder for raw KServe requests ----
+
+def _varint(n):
+    out = bytearray()
+    n &= _M64
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def pb_bytes(field, data):
+    if isinstance(data, str):
+        data = data.encode()
+    return _varint((field << 3) | 2) + _varint(len(data)) + data
+
+
+def pb_packed_int64(field, values):
+    return pb_bytes(field, b"".join(_varint(v) for v in values))
+
+
+def infer_request(model, inputs, raw):
+    """ModelInferRequest bytes: inputs = [(name, datatype, shape)], raw = [bytes]."""
+    msg = pb_bytes(1, model)
+    for name, datatype, shape in inputs:
+        tensor = pb_bytes(1, name) + pb_bytes(2, datatype) + pb_packed_int64(3, shape)
+        msg += pb_bytes(5, tensor)
+    for r in raw:
+        msg += pb_bytes(7, r)
+    return msg
