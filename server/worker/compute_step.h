@@ -1,0 +1,48 @@
+// Runs one ComputeStep (program.proto) on local boxes through the tensor
+// kernels (common/tensor/kernels.h). Pure: the caller resolves the input
+// buffers and stores the result.
+//
+// Semantics per op, on the *local* tensors (each input's tensor is its box's
+// elements; dims below are local dims):
+//   dot_general  inputs (lhs, rhs); jax.lax.dot_general with the step's
+//                lhs/rhs contracting and batch dims.
+//   add, mul     inputs (a, b); numpy broadcasting of the local tensors.
+//   relu, gelu (tanh approximation), silu, tanh   input (x).
+//   rms_norm     inputs (x, scale); layer_norm inputs (x, scale, bias); over
+//                the last dim with `epsilon`.
+//   softmax      input (x); axis = perm[0] (default -1).
+//   reshape      input (x); the result has out_box's shape (same element count).
+//   transpose    input (x); out dim i = in dim perm[i].
+//   embed        inputs (ids, table); table is a box of [vocab, features]; ids
+//                outside the table box's vocab interval give zero rows.
+//   copy         input (x); the elements of out_box (which must lie inside x's
+//                box), converted to the output dtype.
+//   zeros        no input; a zero-filled out_box.
+// The output dtype is out_dtype; DTYPE_INVALID means the first input's dtype
+// (float32 for zeros). `partial` results are float32 whatever out_dtype says.
+// The result must have out_box's shape (reshape: the same element count).
+//
+// \error kInvalidArgument naming the op and the values: unknown op, wrong
+//   number of inputs, bad out_box/out_dtype, kernel shape errors, a result
+//   whose shape is not out_box's; kOutOfRange for copy's out_box outside x.
+//
+// Thread-safety: pure function (DotGeneral uses OpenBLAS threads).
+#ifndef MESHSERVE_SERVER_WORKER_COMPUTE_STEP_H_
+#define MESHSERVE_SERVER_WORKER_COMPUTE_STEP_H_
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/tensor/tensor.h"
+#include "server/worker/worker_ir.h"
+
+namespace meshserve {
+
+// True for the ops listed above.
+bool IsKnownComputeOp(absl::string_view op);
+
+absl::StatusOr<BoxTensor> RunComputeStep(const StepIr& step,
+                                         absl::Span<const BoxTensor* const> inputs);
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_SERVER_WORKER_COMPUTE_STEP_H_

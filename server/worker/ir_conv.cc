@@ -1,0 +1,116 @@
+#include "server/worker/ir_conv.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/checked_math.h"
+#include "common/base/status_macros.h"
+#include "common/base/status_util.h"
+
+namespace meshserve {
+
+std::string BoxIrToString(const BoxIr& box) {
+  std::vector<std::string> dims;
+  const size_t n = std::max(box.begin.size(), box.end.size());
+  for (size_t i = 0; i < n; ++i) {
+    dims.push_back(absl::StrCat(i < box.begin.size() ? absl::StrCat(box.begin[i]) : "?",
+                                ":", i < box.end.size() ? absl::StrCat(box.end[i]) : "?"));
+  }
+  return absl::StrCat("[", absl::StrJoin(dims, ", "), "]");
+}
+
+absl::StatusOr<Box> BoxFromIr(const BoxIr& box) {
+  if (box.begin.size() != box.end.size()) {
+    return InvalidArgument("box ", BoxIrToString(box), ": ", box.begin.size(),
+                           " begins but ", box.end.size(), " ends");
+  }
+  std::vector<Interval> dims(box.begin.size());
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (box.begin[i] < 0 || box.end[i] < box.begin[i]) {
+      return InvalidArgument("box ", BoxIrToString(box), ": dim ", i,
+                             " is not a valid half-open interval");
+    }
+    dims[i] = Interval{box.begin[i], box.end[i]};
+  }
+  return Box(std::move(dims));
+}
+
+BoxIr BoxToIr(const Box& box) {
+  BoxIr out;
+  for (const Interval& d : box.dims()) {
+    out.begin.push_back(d.begin);
+    out.end.push_back(d.end);
+  }
+  return out;
+}
+
+absl::StatusOr<DType> DTypeFromWire(int dtype) {
+  switch (dtype) {
+    case kWireFloat32: return DType::kFloat32;
+    case kWireBFloat16: return DType::kBFloat16;
+    case kWireInt32: return DType::kInt32;
+    case kWireInt64: return DType::kInt64;
+    case kWireFloat16: return DType::kFloat16;
+    case kWireFloat64: return DType::kFloat64;
+    case kWireInt8: return DType::kInt8;
+    case kWireUInt8: return DType::kUInt8;
+    case kWireBool: return DType::kBool;
+    default:
+      return InvalidArgument("dtype ", dtype,
+                             dtype == kWireInvalid ? " (DTYPE_INVALID)" : " (unknown)",
+                             " is not a tensor dtype");
+  }
+}
+
+int DTypeToWire(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return kWireFloat32;
+    case DType::kBFloat16: return kWireBFloat16;
+    case DType::kInt32: return kWireInt32;
+    case DType::kInt64: return kWireInt64;
+    case DType::kFloat16: return kWireFloat16;
+    case DType::kFloat64: return kWireFloat64;
+    case DType::kInt8: return kWireInt8;
+    case DType::kUInt8: return kWireUInt8;
+    case DType::kBool: return kWireBool;
+  }
+  return kWireInvalid;
+}
+
+absl::StatusOr<Mesh> MeshFromIr(const std::vector<MeshAxisIr>& axes) {
+  std::vector<MeshAxis> out;
+  for (const MeshAxisIr& axis : axes) {
+    MeshAxis a;
+    a.name = axis.name;
+    a.size = axis.size;
+    if (!axis.type.empty()) {
+      MS_ASSIGN_OR_RETURN(a.type, ParseAxisType(axis.type), "mesh axis '", axis.name, "'");
+    }
+    out.push_back(std::move(a));
+  }
+  return Mesh::Create(std::move(out));
+}
+
+absl::StatusOr<BoxTensor> BoxTensorFromSlice(const SliceIr& slice) {
+  MS_ASSIGN_OR_RETURN(Box box, BoxFromIr(slice.box), "slice '", slice.name, "'");
+  MS_ASSIGN_OR_RETURN(DType dtype, DTypeFromWire(slice.dtype), "slice '", slice.name, "'");
+  int64_t bytes = 0;
+  if (!CheckedMul(box.NumElements(), DTypeSize(dtype), &bytes)) {
+    return InvalidArgument("slice '", slice.name, "' box ", box.ToString(),
+                           ": byte size overflows");
+  }
+  if (bytes != static_cast<int64_t>(slice.data.size())) {
+    return InvalidArgument("slice '", slice.name, "' on device ", slice.device,
+                           ": byte length mismatch: box ", box.ToString(), " of ",
+                           DTypeName(dtype), " needs ", bytes, " bytes, got ",
+                           slice.data.size());
+  }
+  MS_ASSIGN_OR_RETURN(Tensor tensor, Tensor::FromBytes(dtype, box.shape(), slice.data),
+                      "slice '", slice.name, "'");
+  return BoxTensor::Wrap(std::move(box), std::move(tensor));
+}
+
+}  // namespace meshserve

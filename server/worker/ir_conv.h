@@ -1,0 +1,44 @@
+// Conversions between the worker IR (worker_ir.h: plain vectors and wire dtype
+// numbers) and the core types (Box, DType, Mesh, BoxTensor). Parsing validates
+// and names the offending value; encoding cannot fail.
+//
+// Thread-safety: pure functions.
+#ifndef MESHSERVE_SERVER_WORKER_IR_CONV_H_
+#define MESHSERVE_SERVER_WORKER_IR_CONV_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/base/dtype.h"
+#include "common/sharding/box.h"
+#include "common/sharding/mesh.h"
+#include "common/tensor/tensor.h"
+#include "server/worker/worker_ir.h"
+
+namespace meshserve {
+
+// "[0:4, 2:8]"-style text of a possibly malformed IR box (for messages).
+std::string BoxIrToString(const BoxIr& box);
+
+// \error kInvalidArgument when begin and end differ in length, or some
+//   end < begin or begin < 0 (naming the box).
+absl::StatusOr<Box> BoxFromIr(const BoxIr& box);
+BoxIr BoxToIr(const Box& box);
+
+// \error kInvalidArgument for kWireInvalid or an unknown number.
+absl::StatusOr<DType> DTypeFromWire(int dtype);
+int DTypeToWire(DType dtype);
+
+// Runs Mesh::Create; an empty axis type is Explicit.
+// \error kInvalidArgument from Mesh::Create or for an unknown axis type.
+absl::StatusOr<Mesh> MeshFromIr(const std::vector<MeshAxisIr>& axes);
+
+// The slice's bytes as a BoxTensor (one copy, into the aligned buffer).
+// \error kInvalidArgument for a bad box or dtype, or a byte length that is not
+//   box elements * dtype size (naming the slice and both counts).
+absl::StatusOr<BoxTensor> BoxTensorFromSlice(const SliceIr& slice);
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_SERVER_WORKER_IR_CONV_H_

@@ -1,0 +1,147 @@
+// WorkerEngine::LoadModel's work: parse the model, compute each hosted
+// device's param boxes, read or initialize them.
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/status_macros.h"
+#include "common/base/status_util.h"
+#include "common/model/model_file.h"
+#include "common/sharding/named_sharding.h"
+#include "common/sharding/shard_layout.h"
+#include "common/tensor/initializers.h"
+#include "common/tensor/safetensors.h"
+#include "server/worker/ir_conv.h"
+#include "server/worker/worker_engine_internal.h"
+
+namespace meshserve {
+
+std::string LoadedModel::DevicesString() const {
+  return absl::StrCat("[", absl::StrJoin(devices, ", "), "]");
+}
+
+namespace {
+
+// The mesh of the request must be the model's mesh with any -1 resolved.
+absl::Status CheckMeshMatchesModel(const ModelFile& model, const Mesh& mesh) {
+  bool ok = static_cast<int>(model.mesh_axes.size()) == mesh.num_axes();
+  for (int i = 0; ok && i < mesh.num_axes(); ++i) {
+    const auto& [name, size] = model.mesh_axes[i];
+    ok = name == mesh.axis(i).name && (size == -1 || size == mesh.axis(i).size);
+  }
+  if (ok) return absl::OkStatus();
+  std::vector<std::string> axes;
+  for (const auto& [name, size] : model.mesh_axes) axes.push_back(absl::StrCat(name, "=", size));
+  return InvalidArgument("mesh ", mesh.ToString(), " does not match the model's mesh {",
+                         absl::StrJoin(axes, ", "), "}");
+}
+
+// Validates devices/device_workers; returns the worker id of the hosted devices.
+absl::StatusOr<int64_t> CheckPlacement(const LoadModelIr& request, const Mesh& mesh,
+                                       int64_t worker_id) {
+  const int64_t n = mesh.num_devices();
+  if (static_cast<int64_t>(request.device_workers.size()) != n) {
+    return InvalidArgument("device_workers has ", request.device_workers.size(),
+                           " entries but mesh ", mesh.ToString(), " has ", n, " devices");
+  }
+  if (request.devices.empty()) return InvalidArgument("no devices to host");
+  absl::flat_hash_set<int64_t> seen;
+  int64_t owner = -1;
+  for (int64_t device : request.devices) {
+    if (device < 0 || device >= n) {
+      return OutOfRange("device ", device, " is outside mesh ", mesh.ToString(), " (",
+                        n, " devices)");
+    }
+    if (!seen.insert(device).second) return InvalidArgument("device ", device, " listed twice");
+    const int64_t w = request.device_workers[device];
+    if (owner == -1) owner = w;
+    if (w != owner) {
+      return InvalidArgument("hosted devices map to different workers (", owner, " and ", w,
+                             " for device ", device, ")");
+    }
+  }
+  if (worker_id >= 0 && owner != worker_id) {
+    return InvalidArgument("device_workers assigns the hosted devices to worker ", owner,
+                           " but this is worker ", worker_id);
+  }
+  return owner;
+}
+
+// The values of `box` of `param`: from the checkpoint when it has the param,
+// else initialized.
+absl::StatusOr<Tensor> MaterializeBox(const ModelFile& model, const ParamDef& param,
+                                      const SafetensorsFile* checkpoint, const Box& box) {
+  const SafetensorsFile::Entry* entry =
+      checkpoint != nullptr ? checkpoint->Find(param.name) : nullptr;
+  if (entry == nullptr) {
+    return InitializeBox(InitSpec::FromParam(param), model.seed, param.name, param.shape,
+                         box, param.dtype);
+  }
+  if (entry->shape != param.shape) {
+    return InvalidArgument("checkpoint ", checkpoint->path(), " has '", param.name,
+                           "' with shape ", ShapeToString(entry->shape),
+                           " but the model declares ", ShapeToString(param.shape));
+  }
+  return checkpoint->ReadBox(param.name, box, param.dtype);
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const LoadedModel>> BuildLoadedModel(
+    const LoadModelIr& request, int64_t worker_id) {
+  const std::string where =
+      absl::StrCat("model '", request.model, "' generation ", request.generation);
+  MS_ASSIGN_OR_RETURN(ModelFile model, ParseModelFile(request.model_json, request.model_dir),
+                      where);
+  if (model.name != request.model) {
+    return InvalidArgument(where, ": the model file is named '", model.name, "'");
+  }
+  MS_ASSIGN_OR_RETURN(Mesh mesh, MeshFromIr(request.mesh), where);
+  MS_RETURN_IF_ERROR(CheckMeshMatchesModel(model, mesh), where);
+  auto loaded = std::make_shared<LoadedModel>();
+  MS_ASSIGN_OR_RETURN(loaded->worker_id, CheckPlacement(request, mesh, worker_id), where);
+  loaded->model = request.model;
+  loaded->generation = request.generation;
+  loaded->mesh = mesh;
+  loaded->devices = request.devices;
+  std::sort(loaded->devices.begin(), loaded->devices.end());
+  loaded->device_workers = request.device_workers;
+
+  std::optional<SafetensorsFile> checkpoint;
+  if (!model.checkpoint.empty()) {
+    MS_ASSIGN_OR_RETURN(checkpoint, SafetensorsFile::Open(model.checkpoint), where);
+  }
+  for (int64_t device : loaded->devices) loaded->params[device];  // hosted, maybe no params
+  for (const ParamDef& param : model.params) {
+    MS_ASSIGN_OR_RETURN(
+        NamedSharding sharding,
+        NamedSharding::Create(mesh, param.sharding, static_cast<int>(param.shape.size())),
+        where, ": param '", param.name, "'");
+    absl::flat_hash_map<Box, std::shared_ptr<const BoxTensor>> by_box;
+    for (int64_t device : loaded->devices) {
+      MS_ASSIGN_OR_RETURN(Box box, CheckedShardBoxForDevice(param.shape, sharding, device),
+                          where, ": param '", param.name, "'");
+      std::shared_ptr<const BoxTensor>& shared = by_box[box];
+      if (shared == nullptr) {
+        MS_ASSIGN_OR_RETURN(
+            Tensor values,
+            MaterializeBox(model, param, checkpoint ? &*checkpoint : nullptr, box), where,
+            ": param '", param.name, "' box ", box.ToString());
+        MS_ASSIGN_OR_RETURN(BoxTensor tensor, BoxTensor::Wrap(box, std::move(values)));
+        loaded->param_bytes += tensor.tensor.NumBytes();
+        shared = std::make_shared<const BoxTensor>(std::move(tensor));
+      }
+      loaded->params[device][param.name] = shared;
+    }
+  }
+  return std::shared_ptr<const LoadedModel>(std::move(loaded));
+}
+
+}  // namespace meshserve

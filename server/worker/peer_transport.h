@@ -1,0 +1,64 @@
+// How a worker's SendSteps reach their peers.
+//
+// The ShardWorker core never talks to the network itself: a SendStep extracts
+// the box's bytes and hands one `OutgoingSlice` to its PeerTransport, which
+// delivers it to the destination worker's rendezvous (ShardWorker::DeliverChunk
+// / DeliverSlice on the receiving side) and then calls `done` exactly once,
+// with OK or with the reason the slice could not be delivered.
+//
+// Contract: `Send` never blocks on the network or on the peer (it queues the
+// work and returns), so a worker's step loop never waits for a send; `done` may
+// run on any thread (or inline, before Send returns, for an immediate failure).
+//
+// Implementations: InMemoryTransport (workers in one process, tests) and
+// GrpcPeerTransport (WorkerService.PushData streams of ~1 MiB DataChunks).
+//
+// Thread-safety: implementations must be thread-safe.
+#ifndef MESHSERVE_SERVER_WORKER_PEER_TRANSPORT_H_
+#define MESHSERVE_SERVER_WORKER_PEER_TRANSPORT_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace meshserve {
+
+struct OutgoingSlice {
+  std::string request_id;
+  std::string tag;
+  int64_t src_worker = -1;
+  int64_t dst_worker = -1;
+  int64_t dst_device = -1;
+  std::string bytes;  // raw row-major bytes of the sent box
+  absl::Time deadline = absl::InfiniteFuture();
+};
+
+class PeerTransport {
+ public:
+  using DoneCallback = std::function<void(absl::Status)>;
+
+  virtual ~PeerTransport() = default;
+
+  // Queues `slice` for its dst_worker. See the contract above.
+  // Errors reach `done`: kUnavailable for an unknown or unreachable peer (the
+  // message names the worker id and address), kDeadlineExceeded past the
+  // slice's deadline, or the receiver's rejection (e.g. kInvalidArgument).
+  virtual void Send(OutgoingSlice slice, DoneCallback done) = 0;
+
+  // Addresses of peers by worker id (from LoadModelRequest.worker_addresses).
+  // Entries are added or replaced; transports that need no address ignore it.
+  virtual void UpdatePeers(const std::map<int64_t, std::string>& addresses) {}
+
+  // Cancel on a peer (best effort, asynchronous): WorkerService.Cancel.
+  virtual void CancelOnPeer(int64_t worker, const std::string& request_id,
+                            const std::string& reason) {}
+};
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_SERVER_WORKER_PEER_TRANSPORT_H_

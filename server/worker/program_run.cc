@@ -1,0 +1,343 @@
+// One request's run of a program on this worker (WorkerEngine::Execute).
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/base/status_macros.h"
+#include "common/base/status_util.h"
+#include "common/tensor/copy_box.h"
+#include "server/worker/compute_step.h"
+#include "server/worker/ir_conv.h"
+#include "server/worker/worker_engine_internal.h"
+
+namespace meshserve {
+namespace {
+
+constexpr absl::string_view kParamPrefix = "param/";
+
+// Counts a request's sends in flight and keeps the first failure. Shared with
+// the transport's callbacks, which may outlive the run.
+class SendTracker {
+ public:
+  void Started() {
+    absl::MutexLock lock(&mu_);
+    ++outstanding_;
+  }
+  void Done(absl::Status status) {
+    absl::MutexLock lock(&mu_);
+    --outstanding_;
+    if (!status.ok() && first_error_.ok()) first_error_ = std::move(status);
+  }
+  absl::Status first_error() {
+    absl::MutexLock lock(&mu_);
+    return first_error_;
+  }
+  // Waits until no send is in flight or the deadline passes.
+  absl::Status Wait(absl::Time deadline) {
+    absl::MutexLock lock(&mu_);
+    auto all_done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return outstanding_ == 0 || !first_error_.ok();
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&all_done), deadline);
+    if (!first_error_.ok()) return first_error_;
+    if (outstanding_ > 0) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(outstanding_, " sends still in flight at the deadline"));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Mutex mu_;
+  int64_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status first_error_ ABSL_GUARDED_BY(mu_);
+};
+
+std::string StepName(const StepIr& step) {
+  switch (step.kind) {
+    case StepIr::Kind::kCompute:
+      return absl::StrCat("compute '", step.op, "' -> '", step.output, "'");
+    case StepIr::Kind::kSend:
+      return absl::StrCat("send '", step.buffer, "' tag '", step.tag, "' to worker ",
+                          step.dst_worker);
+    case StepIr::Kind::kRecv:
+      return absl::StrCat("recv '", step.buffer, "' tag '", step.tag, "' from worker ",
+                          step.src_worker);
+    case StepIr::Kind::kCopy:
+      return absl::StrCat("copy '", step.buffer, "' -> device ", step.dst_device, " '",
+                          step.dst, "'");
+    case StepIr::Kind::kFree:
+      return absl::StrCat("free '", step.buffer, "'");
+    case StepIr::Kind::kOutput:
+      return absl::StrCat("output '", step.output, "' from '", step.buffer, "'");
+    case StepIr::Kind::kNone:
+      break;
+  }
+  return "empty step";
+}
+
+class RequestRun {
+ public:
+  RequestRun(const ProgramIr& program, const LoadedModel& model,
+             absl::string_view request_id, absl::Time deadline, const RunContext& context)
+      : program_(program),
+        model_(model),
+        request_id_(request_id),
+        deadline_(deadline),
+        context_(context),
+        sends_(std::make_shared<SendTracker>()) {}
+
+  absl::Status AddInputs(std::vector<SliceIr> inputs);
+  absl::Status RunSteps();
+  absl::Status WaitForSends() { return sends_->Wait(deadline_); }
+  absl::Status SendError() { return sends_->first_error(); }
+  std::vector<SliceIr> TakeOutputs() { return std::move(outputs_); }
+
+ private:
+  using BufferKey = std::pair<int64_t, std::string>;
+
+  absl::Status CheckDevice(int64_t device) const;
+  absl::StatusOr<const BoxTensor*> Lookup(int64_t device, const std::string& name) const;
+  // The buffer (device, name), created zero-filled with box/dtype when absent.
+  absl::StatusOr<BoxTensor*> GetOrCreate(int64_t device, const std::string& name,
+                                         const BoxIr& box, int dtype);
+
+  absl::Status RunStep(const StepIr& step);
+  absl::Status RunCompute(const StepIr& step);
+  absl::Status RunSend(const StepIr& step);
+  absl::Status RunRecv(const StepIr& step);
+  absl::Status RunCopy(const StepIr& step);
+  absl::Status RunFree(const StepIr& step);
+  absl::Status RunOutput(const StepIr& step);
+
+  const ProgramIr& program_;
+  const LoadedModel& model_;
+  const std::string request_id_;
+  const absl::Time deadline_;
+  const RunContext& context_;
+  std::shared_ptr<SendTracker> sends_;
+  absl::flat_hash_map<BufferKey, BoxTensor> buffers_;
+  std::vector<SliceIr> outputs_;
+};
+
+absl::Status RequestRun::CheckDevice(int64_t device) const {
+  if (model_.HostsDevice(device)) return absl::OkStatus();
+  return InvalidArgument("device ", device, " is not hosted by this worker for model '",
+                         model_.model, "' generation ", model_.generation, " (hosted: ",
+                         model_.DevicesString(), ")");
+}
+
+absl::StatusOr<const BoxTensor*> RequestRun::Lookup(int64_t device,
+                                                    const std::string& name) const {
+  MS_RETURN_IF_ERROR(CheckDevice(device));
+  if (absl::StartsWith(name, kParamPrefix)) {
+    const auto& params = model_.params.at(device);
+    auto it = params.find(absl::string_view(name).substr(kParamPrefix.size()));
+    if (it == params.end()) {
+      return NotFound("unknown buffer '", name, "' on device ", device, ": model '",
+                      model_.model, "' has no param '", name.substr(kParamPrefix.size()),
+                      "'");
+    }
+    return it->second.get();
+  }
+  auto it = buffers_.find(BufferKey(device, name));
+  if (it == buffers_.end()) {
+    return NotFound("unknown buffer '", name, "' on device ", device);
+  }
+  return &it->second;
+}
+
+absl::StatusOr<BoxTensor*> RequestRun::GetOrCreate(int64_t device, const std::string& name,
+                                                   const BoxIr& box, int dtype) {
+  MS_RETURN_IF_ERROR(CheckDevice(device));
+  if (absl::StartsWith(name, kParamPrefix)) {
+    return InvalidArgument("buffer '", name, "' is a resident parameter (read-only)");
+  }
+  auto it = buffers_.find(BufferKey(device, name));
+  if (it != buffers_.end()) {
+    if (dtype != kWireInvalid) {
+      MS_ASSIGN_OR_RETURN(DType want, DTypeFromWire(dtype));
+      if (want != it->second.tensor.dtype()) {
+        return InvalidArgument("dtype mismatch: buffer '", name, "' on device ", device,
+                               " is ", DTypeName(it->second.tensor.dtype()),
+                               " but the step says ", DTypeName(want));
+      }
+    }
+    return &it->second;
+  }
+  MS_ASSIGN_OR_RETURN(Box buffer_box, BoxFromIr(box), "buffer '", name, "'");
+  if (dtype == kWireInvalid) {
+    return InvalidArgument("buffer '", name, "' on device ", device,
+                           " does not exist and the step gives no dtype to create it");
+  }
+  MS_ASSIGN_OR_RETURN(DType dt, DTypeFromWire(dtype), "buffer '", name, "'");
+  MS_ASSIGN_OR_RETURN(BoxTensor created, BoxTensor::Create(dt, buffer_box));
+  return &(buffers_[BufferKey(device, name)] = std::move(created));
+}
+
+absl::Status RequestRun::AddInputs(std::vector<SliceIr> inputs) {
+  for (SliceIr& slice : inputs) {
+    MS_RETURN_IF_ERROR(CheckDevice(slice.device), "input '", slice.name, "'");
+    MS_ASSIGN_OR_RETURN(BoxTensor tensor, BoxTensorFromSlice(slice), "input");
+    slice.data.clear();
+    slice.data.shrink_to_fit();
+    auto [it, inserted] =
+        buffers_.try_emplace(BufferKey(slice.device, absl::StrCat("in/", slice.name)));
+    if (!inserted) {
+      return InvalidArgument("input '", slice.name, "' given twice for device ",
+                             slice.device);
+    }
+    it->second = std::move(tensor);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RequestRun::RunCompute(const StepIr& step) {
+  std::vector<const BoxTensor*> inputs;
+  for (const std::string& name : step.inputs) {
+    MS_ASSIGN_OR_RETURN(const BoxTensor* input, Lookup(step.device, name));
+    inputs.push_back(input);
+  }
+  MS_RETURN_IF_ERROR(CheckDevice(step.device));
+  if (absl::StartsWith(step.output, kParamPrefix)) {
+    return InvalidArgument("buffer '", step.output, "' is a resident parameter (read-only)");
+  }
+  MS_ASSIGN_OR_RETURN(BoxTensor result, RunComputeStep(step, inputs));
+  buffers_[BufferKey(step.device, step.output)] = std::move(result);
+  return absl::OkStatus();
+}
+
+absl::Status RequestRun::RunSend(const StepIr& step) {
+  MS_ASSIGN_OR_RETURN(const BoxTensor* src, Lookup(step.device, step.buffer));
+  MS_ASSIGN_OR_RETURN(Box box, BoxFromIr(step.box));
+  OutgoingSlice slice;
+  MS_ASSIGN_OR_RETURN(slice.bytes, ExtractBox(*src, box));
+  const int64_t self = program_.worker >= 0 ? program_.worker : context_.worker_id;
+  if (step.dst_worker == self) {  // a local copy: no network
+    return context_.rendezvous->DeliverSlice(request_id_, step.tag, std::move(slice.bytes),
+                                             self);
+  }
+  if (context_.transport == nullptr) {
+    return Unavailable("no peer transport to reach worker ", step.dst_worker);
+  }
+  slice.request_id = request_id_;
+  slice.tag = step.tag;
+  slice.src_worker = self;
+  slice.dst_worker = step.dst_worker;
+  slice.dst_device = step.dst_device;
+  slice.deadline = deadline_;
+  sends_->Started();
+  // The callback may run after this run ended: it holds only shared state and
+  // the rendezvous (which outlives every transport callback).
+  std::shared_ptr<SendTracker> tracker = sends_;
+  Rendezvous* rendezvous = context_.rendezvous;
+  std::string request_id = request_id_, tag = step.tag;
+  const int64_t dst = step.dst_worker;
+  context_.transport->Send(
+      std::move(slice), [tracker, rendezvous, request_id, tag, dst](absl::Status status) {
+        if (!status.ok()) {
+          status = AnnotateStatus(std::move(status), "send of tag '", tag, "' to worker ",
+                                  dst);
+          // Fail this request's waiting receives at once.
+          rendezvous->Cancel(request_id, status.message());
+        }
+        tracker->Done(std::move(status));
+      });
+  return absl::OkStatus();
+}
+
+absl::Status RequestRun::RunRecv(const StepIr& step) {
+  MS_RETURN_IF_ERROR(CheckDevice(step.device));
+  MS_ASSIGN_OR_RETURN(Box box, BoxFromIr(step.box));
+  MS_ASSIGN_OR_RETURN(std::string bytes, context_.rendezvous->Receive(
+                                             request_id_, step.tag, step.src_worker,
+                                             deadline_));
+  MS_ASSIGN_OR_RETURN(BoxTensor * dst,
+                      GetOrCreate(step.device, step.buffer, step.buffer_box, step.dtype));
+  return InsertBox(dst, box, bytes, step.accumulate);
+}
+
+absl::Status RequestRun::RunCopy(const StepIr& step) {
+  MS_ASSIGN_OR_RETURN(const BoxTensor* src, Lookup(step.device, step.buffer));
+  MS_ASSIGN_OR_RETURN(Box box, BoxFromIr(step.box));
+  if (step.device == step.dst_device && step.buffer == step.dst) {
+    return InvalidArgument("copy from a buffer onto itself");
+  }
+  const int dtype = step.dtype != kWireInvalid ? step.dtype : DTypeToWire(src->tensor.dtype());
+  MS_ASSIGN_OR_RETURN(BoxTensor * dst,
+                      GetOrCreate(step.dst_device, step.dst, step.buffer_box, dtype));
+  if (dst->tensor.dtype() != src->tensor.dtype()) {
+    return InvalidArgument("dtype mismatch: copy from ", DTypeName(src->tensor.dtype()),
+                           " into ", DTypeName(dst->tensor.dtype()));
+  }
+  return CopyBox(*src, dst, box, step.accumulate);
+}
+
+absl::Status RequestRun::RunFree(const StepIr& step) {
+  MS_RETURN_IF_ERROR(CheckDevice(step.device));
+  if (buffers_.erase(BufferKey(step.device, step.buffer)) == 0) {
+    return NotFound("unknown buffer '", step.buffer, "' on device ", step.device);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RequestRun::RunOutput(const StepIr& step) {
+  MS_ASSIGN_OR_RETURN(const BoxTensor* src, Lookup(step.device, step.buffer));
+  MS_ASSIGN_OR_RETURN(Box box, BoxFromIr(step.box));
+  SliceIr out;
+  MS_ASSIGN_OR_RETURN(out.data, ExtractBox(*src, box));
+  out.name = step.output;
+  out.device = step.device;
+  out.box = BoxToIr(box);
+  out.dtype = DTypeToWire(src->tensor.dtype());
+  outputs_.push_back(std::move(out));
+  return absl::OkStatus();
+}
+
+absl::Status RequestRun::RunStep(const StepIr& step) {
+  switch (step.kind) {
+    case StepIr::Kind::kCompute: return RunCompute(step);
+    case StepIr::Kind::kSend: return RunSend(step);
+    case StepIr::Kind::kRecv: return RunRecv(step);
+    case StepIr::Kind::kCopy: return RunCopy(step);
+    case StepIr::Kind::kFree: return RunFree(step);
+    case StepIr::Kind::kOutput: return RunOutput(step);
+    case StepIr::Kind::kNone: break;
+  }
+  return InvalidArgument("step has no kind");
+}
+
+absl::Status RequestRun::RunSteps() {
+  for (size_t i = 0; i < program_.steps.size(); ++i) {
+    const StepIr& step = program_.steps[i];
+    MS_RETURN_IF_ERROR(RunStep(step), "step ", i, " (", StepName(step), ")");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<SliceIr>> RunProgram(const ProgramIr& program,
+                                                const LoadedModel& model,
+                                                absl::string_view request_id,
+                                                std::vector<SliceIr> inputs,
+                                                absl::Time deadline,
+                                                const RunContext& context) {
+  RequestRun run(program, model, request_id, deadline, context);
+  MS_RETURN_IF_ERROR(run.AddInputs(std::move(inputs)));
+  absl::Status steps = run.RunSteps();
+  if (!steps.ok()) {
+    // A failed send aborts the request's receives; report the cause.
+    absl::Status send = run.SendError();
+    return send.ok() ? steps : send;
+  }
+  MS_RETURN_IF_ERROR(run.WaitForSends());
+  return run.TakeOutputs();
+}
+
+}  // namespace meshserve

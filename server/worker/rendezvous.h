@@ -1,0 +1,128 @@
+// The receive side of the worker data plane: a rendezvous keyed by
+// (request id, tag).
+//
+// A peer's slice arrives as one or more chunks (DataChunk: total_bytes, offset,
+// data). The first chunk allocates the slice's buffer of total_bytes; every
+// chunk is copied once, in place, at its offset. Chunks of one slice must
+// arrive in order (one gRPC stream per slice keeps them in order), so a slice is
+// complete when the bytes received reach total_bytes. A RecvStep calls
+// `Receive`, which waits (until the request's deadline) for the slice to be
+// complete and takes its bytes out.
+//
+// Slices may arrive before the request starts on this worker (a peer ran
+// ahead); they are kept until the request starts and consumes them, or dropped
+// by `FinishRequest`, or garbage-collected after `orphan_ttl` when the request
+// never starts here. Chunks for a request that already finished or was
+// cancelled are dropped (OK is returned: the sender did nothing wrong).
+//
+// Errors (never a crash; each names the request, tag and values):
+//   total_bytes < 0 or > max_slice_bytes, offset != bytes received so far
+//   (out-of-order, duplicated or overlapping chunk), offset + size >
+//   total_bytes, total_bytes different from an earlier chunk's, a second slice
+//   under a tag already complete -> kInvalidArgument. The bad entry is poisoned:
+//   a Receive on it fails at once with the same error instead of timing out.
+//   Receive past the deadline -> kDeadlineExceeded; on a cancelled request ->
+//   the cancel status (kAborted naming the reason).
+//
+// Thread-safety: all methods are thread-safe (one absl::Mutex); Receive blocks
+// only its caller.
+#ifndef MESHSERVE_SERVER_WORKER_RENDEZVOUS_H_
+#define MESHSERVE_SERVER_WORKER_RENDEZVOUS_H_
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace meshserve {
+
+class Rendezvous {
+ public:
+  struct Options {
+    int64_t max_slice_bytes = int64_t{16} << 30;
+    // Slices of requests that never start here are dropped after this long.
+    absl::Duration orphan_ttl = absl::Minutes(5);
+    // How many finished/cancelled request ids are remembered (to drop late
+    // chunks and to fail an Execute that arrives after its Cancel).
+    int64_t max_remembered_requests = 65536;
+  };
+
+  Rendezvous() : Rendezvous(Options()) {}
+  explicit Rendezvous(Options options) : options_(options) {}
+  Rendezvous(const Rendezvous&) = delete;
+  Rendezvous& operator=(const Rendezvous&) = delete;
+
+  // Adds one chunk of the slice (request_id, tag). See the file comment.
+  absl::Status DeliverChunk(absl::string_view request_id, absl::string_view tag,
+                            int64_t total_bytes, int64_t offset,
+                            absl::string_view data, int64_t src_worker);
+  // A whole slice at once (no copy: the string is moved in).
+  absl::Status DeliverSlice(absl::string_view request_id, absl::string_view tag,
+                            std::string bytes, int64_t src_worker);
+
+  // Marks the request as running here.
+  // \error the cancel status when the request was cancelled before it started;
+  //   kAlreadyExists when it is already running or finished recently.
+  absl::Status StartRequest(absl::string_view request_id);
+
+  // Waits until the slice under `tag` is complete and returns its bytes
+  // (removing the entry). `src_worker` is only used in messages.
+  absl::StatusOr<std::string> Receive(absl::string_view request_id,
+                                      absl::string_view tag, int64_t src_worker,
+                                      absl::Time deadline);
+
+  // Fails the request's pending and future receives with kAborted naming
+  // `reason`; drops its slices. Works before, during and after the request.
+  void Cancel(absl::string_view request_id, absl::string_view reason);
+
+  // Drops the request's remaining slices; later chunks for it are dropped.
+  void FinishRequest(absl::string_view request_id);
+
+  // Number of slices held (complete or partial), for tests and status.
+  int64_t NumPendingSlices() const;
+
+ private:
+  struct Slice {
+    std::string bytes;
+    int64_t total_bytes = 0;
+    int64_t received = 0;
+    int64_t src_worker = -1;
+    absl::Status error;  // poisoned by a bad chunk
+    bool complete() const { return error.ok() && received == total_bytes; }
+  };
+  struct RequestSlices {
+    absl::flat_hash_map<std::string, Slice> slices;
+    absl::Time created;
+    bool running = false;
+  };
+
+  void RememberLocked(const std::string& request_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CollectOrphansLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The request's slices, created if needed; nullptr when the request is
+  // finished or cancelled (chunks for it are dropped).
+  RequestSlices* FindOrCreateLocked(absl::string_view request_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Options options_;
+  mutable absl::Mutex mu_;
+  absl::CondVar arrived_;  // signalled when a slice completes or is poisoned
+  absl::flat_hash_map<std::string, RequestSlices> requests_ ABSL_GUARDED_BY(mu_);
+  // Finished requests (value ok) and cancelled ones (value = cancel status).
+  absl::flat_hash_map<std::string, absl::Status> done_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> done_order_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_collect_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+};
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_SERVER_WORKER_RENDEZVOUS_H_

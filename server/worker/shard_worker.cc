@@ -1,0 +1,53 @@
+#include "server/worker/shard_worker.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "common/base/status_macros.h"
+#include "server/worker/worker_ir_proto.h"
+
+namespace meshserve {
+
+absl::Status ShardWorker::LoadModel(const LoadModelRequest& request,
+                                    LoadModelResponse* response) {
+  MS_ASSIGN_OR_RETURN(int64_t bytes, engine_.LoadModel(LoadModelToIr(request)));
+  response->set_param_bytes(bytes);
+  return absl::OkStatus();
+}
+
+absl::Status ShardWorker::UnloadModel(const UnloadModelRequest& request) {
+  return engine_.UnloadModel(request.model(), request.generation());
+}
+
+absl::Status ShardWorker::InstallProgram(const Program& program) {
+  return engine_.InstallProgram(ProgramToIr(program));
+}
+
+absl::Status ShardWorker::Execute(ExecuteRequest* request, ExecuteResponse* response) {
+  std::vector<SliceIr> inputs;
+  inputs.reserve(request->inputs_size());
+  for (TensorSlice& slice : *request->mutable_inputs()) inputs.push_back(SliceToIr(&slice));
+  MS_ASSIGN_OR_RETURN(std::vector<SliceIr> outputs,
+                      engine_.Execute(request->program_id(), request->request_id(),
+                                      std::move(inputs),
+                                      absl::Milliseconds(request->deadline_ms())));
+  for (SliceIr& out : outputs) SliceFromIr(&out, response->add_outputs());
+  return absl::OkStatus();
+}
+
+absl::Status ShardWorker::PushChunk(const DataChunk& chunk) {
+  return engine_.DeliverChunk(chunk.request_id(), chunk.tag(), chunk.total_bytes(),
+                              chunk.offset(), chunk.data(), chunk.src_worker());
+}
+
+void ShardWorker::Cancel(const CancelRequest& request) {
+  engine_.Cancel(request.request_id(), request.reason());
+}
+
+void ShardWorker::GetStatus(WorkerStatusResponse* response) const {
+  WorkerStatusToProto(engine_.Status(), response);
+}
+
+}  // namespace meshserve

@@ -1,0 +1,93 @@
+// ShardWorker: the worker's transport-free core with the wire messages of
+// proto/worker_service.proto and proto/program.proto as its API (the gRPC
+// service in worker_service.h is a thin shim over it). The work is done by
+// WorkerEngine (worker_engine.h) over a plain IR; see worker_ir.h for why.
+//
+// This header forward-declares the messages: include "proto/worker_service.pb.h"
+// to call it (not in the same file as common/sharding/box.h: see worker_ir.h).
+//
+// Program semantics (program.proto). A worker runs its step list in order.
+// Buffers are per (request, device, name): "param/<name>" is the resident
+// param box of the program's (model, generation) on that device (read-only),
+// "in/<name>" the request's input slice for that device, anything else a
+// temporary of the request. All boxes are in global coordinates.
+//   compute  runs a kernel on local buffers (see compute_step.h for each op)
+//            and creates/replaces the output buffer with out_box/out_dtype.
+//   send     extracts `box` of the buffer and hands it to the PeerTransport for
+//            (dst_worker, tag); it never blocks. dst_worker == this worker
+//            (Program.worker) delivers locally without the network.
+//   recv     waits (until the request's deadline) for the slice under `tag`
+//            and writes it into `box` of the buffer, created zero-filled with
+//            buffer_box/dtype when absent; accumulate adds (float32) instead.
+//   copy     copies (or accumulates) `box` from (src_device, src) into
+//            (dst_device, dst), creating dst with dst_box/dtype when absent.
+//   free     drops a temporary buffer.
+//   output   returns `box` of the buffer as output slice `output`.
+// Before Execute returns it waits for its sends to be delivered.
+//
+// Errors (every bad program, request or peer message returns a Status that
+// names the value; the worker never crashes on them):
+//   unknown program                          kNotFound
+//   model generation not loaded here         kFailedPrecondition
+//   unknown buffer / param                   kNotFound
+//   box outside the buffer                   kOutOfRange
+//   byte length or dtype mismatch, bad box, device not hosted, unknown op,
+//   kernel shape errors, writes to "param/"  kInvalidArgument
+//   receive past the deadline                kDeadlineExceeded
+//   request cancelled (Cancel, or one of its sends failed)
+//                                            kAborted / the send's error
+//   send to an unreachable peer              kUnavailable naming the worker
+// Error messages carry "worker W program 'P' request 'R': step I (kind ...)".
+//
+// Thread-safety: thread-safe; concurrent requests (different request ids) run
+// concurrently.
+#ifndef MESHSERVE_SERVER_WORKER_SHARD_WORKER_H_
+#define MESHSERVE_SERVER_WORKER_SHARD_WORKER_H_
+
+#include <memory>
+
+#include "absl/status/status.h"
+#include "server/worker/peer_transport.h"
+#include "server/worker/worker_engine.h"
+
+namespace meshserve {
+
+class LoadModelRequest;
+class LoadModelResponse;
+class UnloadModelRequest;
+class Program;
+class ExecuteRequest;
+class ExecuteResponse;
+class DataChunk;
+class CancelRequest;
+class WorkerStatusResponse;
+
+class ShardWorker {
+ public:
+  using Options = WorkerEngine::Options;
+
+  // `transport` as for WorkerEngine (not owned; may be null).
+  ShardWorker(Options options, PeerTransport* transport)
+      : engine_(std::move(options), transport) {}
+
+  absl::Status LoadModel(const LoadModelRequest& request, LoadModelResponse* response);
+  absl::Status UnloadModel(const UnloadModelRequest& request);
+  absl::Status InstallProgram(const Program& program);
+  // Moves the input bytes out of `*request`.
+  absl::Status Execute(ExecuteRequest* request, ExecuteResponse* response);
+  // One chunk of a peer's slice (WorkerService.PushData).
+  absl::Status PushChunk(const DataChunk& chunk);
+  void Cancel(const CancelRequest& request);
+  // Fills everything but `address` (which the service knows).
+  void GetStatus(WorkerStatusResponse* response) const;
+
+  WorkerEngine& engine() { return engine_; }
+  const WorkerEngine& engine() const { return engine_; }
+
+ private:
+  WorkerEngine engine_;
+};
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_SERVER_WORKER_SHARD_WORKER_H_

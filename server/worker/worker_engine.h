@@ -1,0 +1,142 @@
+// The worker's transport-free engine, over the IR of worker_ir.h. ShardWorker
+// (shard_worker.h) is its proto-facing twin; tests of the execution semantics
+// use this class directly.
+//
+// State:
+//   - resident models: (model, generation) -> per hosted device, the param
+//     boxes ("param/<name>"); devices of this worker holding an identical box
+//     share one buffer. Requests hold a reference, so unloading a model while a
+//     request runs on it frees its params when that request ends.
+//   - installed programs: program_id -> ProgramIr.
+//   - the rendezvous (rendezvous.h) where peers' slices arrive.
+//
+// LoadModel: parses the model JSON (common/model/model_file.h), builds the
+// mesh, and for each param and hosted device computes the device's box
+// (ShardBoxForDevice of the param's NamedSharding); reads it from the model's
+// checkpoint with SafetensorsFile::ReadBox (only that box's bytes) when the
+// checkpoint has the param, else InitializeBox with the model's seed. Loading
+// the same (model, generation) again replaces it.
+//
+// Execute: runs the program's steps in order for one request (see
+// shard_worker.h for the step semantics and error codes). Concurrent requests
+// (different request ids) run concurrently; each has its own buffers, keyed by
+// (device, name). Sends go through the PeerTransport and never block the step
+// loop; before returning, Execute waits (until the deadline) for its sends to
+// be delivered and fails with the first send error (kUnavailable naming the
+// peer). A send failure also aborts this request's pending receives at once.
+//
+// Thread-safety: all public methods are thread-safe. `mu_` guards the model and
+// program tables and counters; the heavy work (loading, executing) runs
+// without it, on shared_ptr snapshots.
+#ifndef MESHSERVE_SERVER_WORKER_WORKER_ENGINE_H_
+#define MESHSERVE_SERVER_WORKER_WORKER_ENGINE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/worker/peer_transport.h"
+#include "server/worker/rendezvous.h"
+#include "server/worker/worker_ir.h"
+
+namespace meshserve {
+
+// Defined in worker_engine_internal.h (it needs the core tensor types, which
+// this header must not include: see worker_ir.h).
+struct LoadedModel;
+
+class WorkerEngine {
+ public:
+  struct Options {
+    // This worker's id; -1 = learn it from the first LoadModel (the worker of
+    // its devices). Program.worker is used for sends.
+    int64_t worker_id = -1;
+    // Budget of a request whose ExecuteRequest has no deadline.
+    absl::Duration default_deadline = absl::Seconds(60);
+    Rendezvous::Options rendezvous;
+  };
+
+  // `transport` (not owned, may be null when no program sends to another
+  // worker) must outlive the engine; shut it down before destroying the
+  // engine so no delivery callback runs afterwards.
+  WorkerEngine(Options options, PeerTransport* transport);
+  ~WorkerEngine();
+  WorkerEngine(const WorkerEngine&) = delete;
+  WorkerEngine& operator=(const WorkerEngine&) = delete;
+
+  // Returns the bytes of param buffers now resident for this model generation.
+  // \error kInvalidArgument: bad JSON/model, mesh mismatch with the model file,
+  //   device outside the mesh or repeated, device_workers of the wrong length,
+  //   hosted devices mapped to different workers or to another worker id,
+  //   checkpoint shape mismatch; kNotFound / kDataLoss from the checkpoint.
+  absl::StatusOr<int64_t> LoadModel(const LoadModelIr& request);
+
+  // generation -1: every generation. Programs of the unloaded generations are
+  // dropped too. \error kNotFound when nothing matched.
+  absl::Status UnloadModel(absl::string_view model, int64_t generation);
+
+  // Validates the program's structure (step kinds, ops, boxes, dtypes, unique
+  // tags) and stores it (replacing one with the same id).
+  // \error kInvalidArgument naming the step index and value.
+  absl::Status InstallProgram(ProgramIr program);
+
+  // Runs program `program_id` for `request_id`; returns the output slices.
+  // timeout <= 0: Options::default_deadline.
+  absl::StatusOr<std::vector<SliceIr>> Execute(absl::string_view program_id,
+                                               absl::string_view request_id,
+                                               std::vector<SliceIr> inputs,
+                                               absl::Duration timeout);
+
+  // Receiving side of the data plane (see rendezvous.h).
+  absl::Status DeliverChunk(absl::string_view request_id, absl::string_view tag,
+                            int64_t total_bytes, int64_t offset,
+                            absl::string_view data, int64_t src_worker) {
+    return rendezvous_.DeliverChunk(request_id, tag, total_bytes, offset, data,
+                                    src_worker);
+  }
+  absl::Status DeliverSlice(absl::string_view request_id, absl::string_view tag,
+                            std::string bytes, int64_t src_worker) {
+    return rendezvous_.DeliverSlice(request_id, tag, std::move(bytes), src_worker);
+  }
+
+  // Aborts the request's pending and future receives here.
+  void Cancel(absl::string_view request_id, absl::string_view reason) {
+    rendezvous_.Cancel(request_id, reason);
+  }
+
+  WorkerStatusIr Status() const;
+
+  int64_t worker_id() const { return worker_id_.load(); }
+  void set_worker_id(int64_t id) { worker_id_.store(id); }
+  const Options& options() const { return options_; }
+  Rendezvous& rendezvous() { return rendezvous_; }
+
+ private:
+  using ModelKey = std::pair<std::string, int64_t>;
+
+  const Options options_;
+  PeerTransport* const transport_;
+  std::atomic<int64_t> worker_id_;
+  Rendezvous rendezvous_;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<ModelKey, std::shared_ptr<const LoadedModel>> models_
+      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::shared_ptr<const ProgramIr>> programs_
+      ABSL_GUARDED_BY(mu_);
+  int64_t requests_served_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_SERVER_WORKER_WORKER_ENGINE_H_
