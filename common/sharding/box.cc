@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/base/checked_math.h"
 #include "common/base/logging.h"
 #include "common/base/status_util.h"
 
@@ -42,8 +44,14 @@ std::vector<int64_t> Box::shape() const {
 }
 
 int64_t Box::NumElements() const {
+  // Saturates instead of overflowing (boxes parsed from text can be huge).
   int64_t n = 1;
-  for (const Interval& i : dims_) n *= i.size();
+  for (const Interval& i : dims_) {
+    if (i.size() == 0) return 0;
+  }
+  for (const Interval& i : dims_) {
+    if (!CheckedMul(n, i.size(), &n)) return std::numeric_limits<int64_t>::max();
+  }
   return n;
 }
 
@@ -111,6 +119,11 @@ absl::StatusOr<Box> ParseBox(absl::string_view text) {
       return InvalidArgument("invalid box \"", PrintableText(text),
                              "\": bad interval \"", PrintableText(part),
                              "\" (expected begin:end)");
+    }
+    if (interval.begin < 0) {
+      return InvalidArgument("invalid box \"", PrintableText(text),
+                             "\": interval \"", PrintableText(part),
+                             "\" has a negative begin");
     }
     if (interval.begin > interval.end) {
       return InvalidArgument("invalid box \"", PrintableText(text),

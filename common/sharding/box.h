@@ -57,7 +57,7 @@ class Box {
 
   // Per-dim sizes.
   std::vector<int64_t> shape() const;
-  int64_t NumElements() const;
+  int64_t NumElements() const;  // saturates at INT64_MAX
   bool IsEmpty() const;  // any dim empty (rank 0 is never empty)
   // True when `inner` lies inside this box (same rank; empty inner is contained).
   bool Contains(const Box& inner) const;
@@ -82,7 +82,8 @@ class Box {
 // Dim-wise intersection. Precondition (DCHECK): equal ranks.
 Box Intersect(const Box& a, const Box& b);
 
-// Parses the ToString() form. \error kInvalidArgument naming the text.
+// Parses the ToString() form. \error kInvalidArgument naming the text (also
+// for a negative begin or begin > end).
 absl::StatusOr<Box> ParseBox(absl::string_view text);
 
 }  // namespace meshserve

@@ -1,5 +1,6 @@
 #include "common/sharding/box.h"
 
+#include <limits>
 #include <vector>
 
 #include "absl/hash/hash_testing.h"
@@ -82,6 +83,18 @@ TEST(BoxTest, ParseRejectsMalformedText) {
   EXPECT_THAT(ParseBox("[5:4]"),
               StatusIs(absl::StatusCode::kInvalidArgument, "begin > end"));
   EXPECT_THAT(ParseBox("[0:4,]"), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(BoxTest, ParseRejectsNegativeBegin) {
+  EXPECT_THAT(ParseBox("[-1:4]"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "negative begin"));
+}
+
+TEST(BoxTest, NumElementsSaturatesInsteadOfOverflowing) {
+  const int64_t big = int64_t{1} << 40;
+  EXPECT_EQ(Box({{0, big}, {0, big}}).NumElements(),
+            std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(Box({{0, big}, {0, big}, {0, 0}}).NumElements(), 0);
 }
 
 TEST(BoxTest, LessIsLexicographic) {

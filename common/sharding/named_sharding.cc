@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/checked_math.h"
 #include "common/base/logging.h"
 #include "common/base/status_util.h"
 
@@ -207,6 +208,13 @@ absl::StatusOr<ArrayType> MakeArrayType(DType dtype, std::vector<int64_t> shape,
     if (shape[i] < 0) {
       return InvalidArgument("negative dimension ", shape[i], " at dim ", i,
                              " of shape ", PyShape(shape));
+    }
+  }
+  int64_t num_bytes = DTypeSize(dtype);
+  for (int64_t d : shape) {
+    if (!CheckedMul(num_bytes, d, &num_bytes)) {
+      return InvalidArgument("shape ", PyShape(shape), " of ", DTypeName(dtype),
+                             " overflows int64 bytes");
     }
   }
   auto sharding = NamedSharding::Create(mesh, std::move(spec),

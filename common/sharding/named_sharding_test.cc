@@ -199,6 +199,9 @@ TEST(MakeArrayTypeTest, RejectsInvalidInput) {
               StatusIs(absl::StatusCode::kInvalidArgument, "Length of sharding.spec"));
   EXPECT_THAT(MakeArrayType(DType::kFloat32, {-4}, M("mesh[x=2]"), S("P()")),
               StatusIs(absl::StatusCode::kInvalidArgument, "negative dimension -4"));
+  EXPECT_THAT(MakeArrayType(DType::kFloat32, {int64_t{1} << 40, int64_t{1} << 40},
+                            M("mesh[x=2]"), S("P()")),
+              StatusIs(absl::StatusCode::kInvalidArgument, "overflows"));
 }
 
 }  // namespace

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "common/base/checked_math.h"
 #include "common/base/logging.h"
 #include "common/base/status_util.h"
 
@@ -61,10 +60,15 @@ Layout MakeLayout(const NamedSharding& sharding) {
 }
 
 // [min(j*c, d), min((j+1)*c, d)) with c = ceil(d / K).
+// Written so that no intermediate overflows, whatever dim_size is.
 Interval ShardInterval(int64_t dim_size, int64_t num_shards, int64_t j) {
-  const int64_t chunk = CeilOfRatio(dim_size, num_shards);
-  return Interval{std::min(j * chunk, dim_size),
-                  std::min((j + 1) * chunk, dim_size)};
+  const int64_t chunk =
+      dim_size / num_shards + (dim_size % num_shards != 0 ? 1 : 0);
+  auto offset = [&](int64_t k) {
+    // min(k * chunk, dim_size); k * chunk <= dim_size when k <= dim_size / chunk.
+    return chunk == 0 || k > dim_size / chunk ? dim_size : k * chunk;
+  };
+  return Interval{offset(j), offset(j + 1)};
 }
 
 Box BoxFromLayout(absl::Span<const int64_t> shape, const Layout& layout,

@@ -1,6 +1,7 @@
 #include "common/sharding/shard_layout.h"
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -49,6 +50,15 @@ TEST(ShardLayoutTest, UnevenShardsUseCeilAndClamp) {
   std::vector<Box> tiny = ShardBoxesByDevice({1}, s);
   EXPECT_THAT(tiny, ElementsAre(Box({{0, 1}}), Box({{1, 1}}), Box({{1, 1}}),
                                 Box({{1, 1}})));
+}
+
+TEST(ShardLayoutTest, HugeDimsDoNotOverflow) {
+  NamedSharding s = Sharding("mesh[x=3]", "P('x')", 1);
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  std::vector<Box> boxes = ShardBoxesByDevice({max}, s);
+  const int64_t chunk = max / 3 + 1;
+  EXPECT_THAT(boxes, ElementsAre(Box({{0, chunk}}), Box({{chunk, 2 * chunk}}),
+                                 Box({{2 * chunk, max}})));
 }
 
 TEST(ShardLayoutTest, ShardBoxesByDeviceMatchesShardBoxForDevice) {
