@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -114,6 +115,13 @@ struct ArrayType {
   friend bool operator==(const ArrayType& a, const ArrayType& b) {
     return a.dtype == b.dtype && a.shape == b.shape && a.sharding == b.sharding &&
            a.varying == b.varying;
+  }
+  friend bool operator!=(const ArrayType& a, const ArrayType& b) {
+    return !(a == b);
+  }
+  template <typename H>
+  friend H AbslHashValue(H h, const ArrayType& t) {
+    return H::combine(std::move(h), t.dtype, t.shape, t.sharding, t.varying);
   }
   friend std::ostream& operator<<(std::ostream& os, const ArrayType& t) {
     return os << t.ToString();

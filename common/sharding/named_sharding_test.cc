@@ -192,6 +192,17 @@ TEST(ArrayTypeTest, NumElementsAndBytes) {
   EXPECT_EQ(t.rank(), 2);
 }
 
+TEST(ArrayTypeTest, HashIsCorrect) {
+  ArrayType varying = Type(DType::kInt32, {4, 2}, "mesh[x=2:Manual,y=2]", "P(None, 'y')");
+  varying.varying = {"x"};
+  EXPECT_TRUE(absl::VerifyTypeImplementsAbslHashCorrectly({
+      ArrayType(), Type(DType::kFloat32, {8, 2}, "mesh[x=2]", "P('x')"),
+      Type(DType::kBFloat16, {8, 2}, "mesh[x=2]", "P('x')"),
+      Type(DType::kFloat32, {8, 4}, "mesh[x=2]", "P('x')"),
+      Type(DType::kFloat32, {8, 2}, "mesh[x=2]", "P()"),
+      Type(DType::kInt32, {4, 2}, "mesh[x=2:Manual,y=2]", "P(None, 'y')"), varying}));
+}
+
 TEST(MakeArrayTypeTest, RejectsInvalidInput) {
   EXPECT_THAT(MakeArrayType(DType::kFloat32, {5, 2}, M("mesh[x=2]"), S("P('x')")),
               StatusIs(absl::StatusCode::kInvalidArgument, "does not evenly divide"));

@@ -6,7 +6,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "common/base/logging.h"
 #include "common/base/status_util.h"
 
@@ -159,14 +158,17 @@ std::vector<std::vector<int64_t>> ReplicaGroups(const NamedSharding& sharding) {
   std::sort(key_axes.begin(), key_axes.end());
   key_axes.erase(std::unique(key_axes.begin(), key_axes.end()), key_axes.end());
 
+  // The key (mixed radix over key_axes) is < num_devices, so a dense table works.
   std::vector<std::vector<int64_t>> groups;
-  absl::flat_hash_map<int64_t, size_t> group_of_key;
+  std::vector<int64_t> group_of_key(mesh.num_devices(), -1);
   for (int64_t device = 0; device < mesh.num_devices(); ++device) {
     int64_t key = 0;
     for (int a : key_axes) key = key * layout.axis_size[a] + layout.Coord(device, a);
-    auto [it, inserted] = group_of_key.try_emplace(key, groups.size());
-    if (inserted) groups.emplace_back();
-    groups[it->second].push_back(device);
+    if (group_of_key[key] < 0) {
+      group_of_key[key] = static_cast<int64_t>(groups.size());
+      groups.emplace_back();
+    }
+    groups[group_of_key[key]].push_back(device);
   }
   return groups;
 }
