@@ -1,0 +1,279 @@
+#include "common/tensor/npy.h"
+
+#include <cctype>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/checked_math.h"
+#include "common/base/status_macros.h"
+#include "common/base/status_util.h"
+
+namespace meshserve {
+namespace {
+
+constexpr char kMagic[] = "\x93NUMPY";
+constexpr size_t kMagicLen = 6;
+
+// The Python dict literal of a .npy header, restricted to what numpy writes:
+// string keys; values are strings, True/False, or tuples of ints.
+struct NpyHeader {
+  std::optional<std::string> descr;
+  std::optional<bool> fortran_order;
+  std::optional<std::vector<int64_t>> shape;
+};
+
+class HeaderParser {
+ public:
+  explicit HeaderParser(absl::string_view text) : text_(text) {}
+
+  absl::StatusOr<NpyHeader> Parse() {
+    NpyHeader h;
+    MS_RETURN_IF_ERROR(Expect('{'));
+    while (true) {
+      SkipSpace();
+      if (Peek() == '}') break;
+      MS_ASSIGN_OR_RETURN(std::string key, String());
+      MS_RETURN_IF_ERROR(Expect(':'));
+      SkipSpace();
+      if (key == "descr") {
+        MS_ASSIGN_OR_RETURN(h.descr, String());
+      } else if (key == "fortran_order") {
+        MS_ASSIGN_OR_RETURN(h.fortran_order, Bool());
+      } else if (key == "shape") {
+        MS_ASSIGN_OR_RETURN(h.shape, Tuple());
+      } else {
+        return Error(absl::StrCat("unknown key '", key, "'"));
+      }
+      SkipSpace();
+      if (Peek() == ',') {
+        ++pos_;
+        continue;
+      }
+      if (Peek() != '}') return Error("expected ',' or '}'");
+    }
+    ++pos_;
+    SkipSpace();
+    if (pos_ != text_.size()) return Error("trailing characters after the dict");
+    return h;
+  }
+
+ private:
+  char Peek() const { return pos_ < text_.size() ? text_[pos_] : '\0'; }
+  void SkipSpace() {
+    while (pos_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+  }
+  absl::Status Error(absl::string_view what) const {
+    return InvalidArgument("malformed header at offset ", pos_, ": ", what);
+  }
+  absl::Status Expect(char c) {
+    SkipSpace();
+    if (Peek() != c) return Error(absl::StrCat("expected '", std::string(1, c), "'"));
+    ++pos_;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> String() {
+    SkipSpace();
+    const char quote = Peek();
+    if (quote != '\'' && quote != '"') return Error("expected a string");
+    const size_t end = text_.find(quote, pos_ + 1);
+    if (end == absl::string_view::npos) return Error("unterminated string");
+    std::string s(text_.substr(pos_ + 1, end - pos_ - 1));
+    pos_ = end + 1;
+    return s;
+  }
+  absl::StatusOr<bool> Bool() {
+    if (text_.substr(pos_, 4) == "True") {
+      pos_ += 4;
+      return true;
+    }
+    if (text_.substr(pos_, 5) == "False") {
+      pos_ += 5;
+      return false;
+    }
+    return Error("expected True or False");
+  }
+  absl::StatusOr<std::vector<int64_t>> Tuple() {
+    MS_RETURN_IF_ERROR(Expect('('));
+    std::vector<int64_t> dims;
+    while (true) {
+      SkipSpace();
+      if (Peek() == ')') break;
+      if (!std::isdigit(static_cast<unsigned char>(Peek()))) return Error("expected a dim");
+      int64_t v = 0;
+      while (std::isdigit(static_cast<unsigned char>(Peek()))) {
+        if (!CheckedMul(v, 10, &v) || !CheckedAdd(v, Peek() - '0', &v)) {
+          return Error("dim too large");
+        }
+        ++pos_;
+      }
+      if (Peek() == 'L') ++pos_;  // Python 2 longs
+      dims.push_back(v);
+      SkipSpace();
+      if (Peek() == ',') {
+        ++pos_;
+      } else if (Peek() != ')') {
+        return Error("expected ',' or ')'");
+      }
+    }
+    ++pos_;
+    return dims;
+  }
+
+  absl::string_view text_;
+  size_t pos_ = 0;
+};
+
+absl::StatusOr<DType> DTypeFromDescr(absl::string_view descr) {
+  if (descr.size() >= 2) {
+    const char order = descr[0];
+    const absl::string_view kind = descr.substr(1);
+    if (order == '>' && kind != "i1" && kind != "u1" && kind != "b1") {
+      return InvalidArgument("big-endian descr '", descr,
+                             "' is not supported (save with dtype.newbyteorder('<'))");
+    }
+    if (order == '<' || order == '=' || order == '|' || order == '>') {
+      if (kind == "f4") return DType::kFloat32;
+      if (kind == "f8") return DType::kFloat64;
+      if (kind == "f2") return DType::kFloat16;
+      if (kind == "i4") return DType::kInt32;
+      if (kind == "i8") return DType::kInt64;
+      if (kind == "i1") return DType::kInt8;
+      if (kind == "u1") return DType::kUInt8;
+      if (kind == "b1") return DType::kBool;
+    }
+  }
+  return InvalidArgument("unsupported descr '", descr,
+                         "' (supported: <f4 <f8 <f2 <i4 <i8 |i1 |u1 |b1)");
+}
+
+absl::string_view DescrOf(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: case DType::kBFloat16: return "<f4";
+    case DType::kFloat64: return "<f8";
+    case DType::kFloat16: return "<f2";
+    case DType::kInt32: return "<i4";
+    case DType::kInt64: return "<i8";
+    case DType::kInt8: return "|i1";
+    case DType::kUInt8: return "|u1";
+    case DType::kBool: return "|b1";
+  }
+  return "<f4";
+}
+
+absl::StatusOr<Tensor> ParseNpyImpl(absl::string_view bytes) {
+  if (bytes.size() < 10 || bytes.substr(0, kMagicLen) != absl::string_view(kMagic, kMagicLen)) {
+    return InvalidArgument("not a .npy file (bad magic)");
+  }
+  const int major = static_cast<unsigned char>(bytes[6]);
+  size_t header_start, header_len;
+  if (major == 1) {
+    header_start = 10;
+    header_len = static_cast<unsigned char>(bytes[8]) |
+                 (static_cast<size_t>(static_cast<unsigned char>(bytes[9])) << 8);
+  } else if (major == 2 || major == 3) {
+    if (bytes.size() < 12) return absl::DataLossError("file ends inside the header length");
+    header_start = 12;
+    header_len = 0;
+    for (int i = 3; i >= 0; --i) header_len = (header_len << 8) | static_cast<unsigned char>(bytes[8 + i]);
+  } else {
+    return InvalidArgument("unsupported .npy format version ", major);
+  }
+  if (header_len > bytes.size() - header_start) {
+    return absl::DataLossError(absl::StrCat("header of ", header_len, " bytes but only ",
+                                            bytes.size() - header_start, " follow (truncated?)"));
+  }
+  MS_ASSIGN_OR_RETURN(NpyHeader h, HeaderParser(bytes.substr(header_start, header_len)).Parse());
+  if (!h.descr || !h.fortran_order || !h.shape) {
+    return InvalidArgument("header lacks descr, fortran_order or shape");
+  }
+  MS_ASSIGN_OR_RETURN(DType dtype, DTypeFromDescr(*h.descr));
+  if (*h.fortran_order) {
+    return InvalidArgument("fortran_order=True is not supported (save a C-order array: ",
+                           "np.ascontiguousarray)");
+  }
+  MS_ASSIGN_OR_RETURN(int64_t n, NumElementsOfShape(*h.shape));
+  int64_t need;
+  if (!CheckedMul(n, DTypeSize(dtype), &need)) {
+    return InvalidArgument("shape ", ShapeToString(*h.shape), " is too large");
+  }
+  const absl::string_view data = bytes.substr(header_start + header_len);
+  if (static_cast<int64_t>(data.size()) < need) {
+    return absl::DataLossError(absl::StrCat("shape ", ShapeToString(*h.shape), " of ", *h.descr,
+                                            " needs ", need, " data bytes, file has ",
+                                            data.size(), " (truncated?)"));
+  }
+  if (static_cast<int64_t>(data.size()) > need) {
+    return InvalidArgument("shape ", ShapeToString(*h.shape), " of ", *h.descr, " needs ", need,
+                           " data bytes, file has ", data.size());
+  }
+  return Tensor::FromBytes(dtype, *h.shape, data);
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> ParseNpy(absl::string_view bytes, absl::string_view name) {
+  absl::StatusOr<Tensor> t = ParseNpyImpl(bytes);
+  if (!t.ok()) return AnnotateStatus(t.status(), "npy '", name, "'");
+  return t;
+}
+
+std::string EncodeNpy(const Tensor& tensor) {
+  std::string shape;
+  if (tensor.rank() == 1) {
+    shape = absl::StrCat("(", tensor.dim(0), ",)");
+  } else {
+    shape = absl::StrCat("(", absl::StrJoin(tensor.shape(), ", "), ")");
+  }
+  std::string dict = absl::StrCat("{'descr': '", DescrOf(tensor.dtype()),
+                                  "', 'fortran_order': False, 'shape': ", shape, ", }");
+  // Version 1 unless the padded header needs more than 65535 bytes.
+  size_t prefix = 10;
+  size_t total = prefix + dict.size() + 1;
+  total = CeilOfRatio(static_cast<int64_t>(total), 64) * 64;
+  int major = 1;
+  if (total - prefix > 65535) {
+    major = 2;
+    prefix = 12;
+    total = CeilOfRatio(static_cast<int64_t>(prefix + dict.size() + 1), 64) * 64;
+  }
+  const size_t header_len = total - prefix;
+  dict.append(header_len - dict.size() - 1, ' ');
+  dict.push_back('\n');
+  std::string out(kMagic, kMagicLen);
+  out.push_back(static_cast<char>(major));
+  out.push_back(0);
+  for (size_t i = 0; i < prefix - 8; ++i) out.push_back(static_cast<char>((header_len >> (8 * i)) & 0xFF));
+  out += dict;
+  if (tensor.dtype() == DType::kBFloat16) {
+    const std::vector<float> widened = tensor.ToFloatVector();
+    out.append(reinterpret_cast<const char*>(widened.data()), widened.size() * sizeof(float));
+  } else {
+    out.append(tensor.bytes().data(), tensor.bytes().size());
+  }
+  return out;
+}
+
+absl::StatusOr<Tensor> ReadNpy(absl::string_view path) {
+  std::ifstream in(std::string(path), std::ios::binary);
+  if (!in) return NotFound("npy '", path, "': cannot open");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseNpy(ss.str(), path);
+}
+
+absl::Status WriteNpy(absl::string_view path, const Tensor& tensor) {
+  const std::string bytes = EncodeNpy(tensor);
+  std::ofstream out(std::string(path), std::ios::binary | std::ios::trunc);
+  if (!out) return Unavailable("npy '", path, "': cannot open for writing");
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  if (!out) return Unavailable("npy '", path, "': write failed");
+  return absl::OkStatus();
+}
+
+}  // namespace meshserve
