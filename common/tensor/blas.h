@@ -13,7 +13,9 @@
 // core type (MESHSERVE_BLAS_CORETYPE if the user set it, else from CPUID:
 // avx512f+avx512bw+avx512vl+avx512dq -> "SkylakeX", avx2+fma -> "Haswell",
 // else none), sets OPENBLAS_CORETYPE (unless none), sets MESHSERVE_BLAS_CHOSEN
-// to the choice ("default" for none) and execv("/proc/self/exe", argv). When
+// to the choice ("default" for none) and execv("/proc/self/exe", argv); no
+// re-exec is needed (and none happens) when OPENBLAS_CORETYPE already equals
+// the choice (case-insensitive) or the choice is "default". When
 // MESHSERVE_BLAS_CHOSEN is already set, it returns at once (so the re-exec'ed
 // process continues). If execv fails it logs a warning and returns: the
 // process keeps working with whatever kernel OpenBLAS picked.
