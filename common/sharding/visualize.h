@@ -8,12 +8,17 @@
 // its label plus padding and scaled to its chunk's share of the dim.
 //
 //   P('x', None) on (x=2, y=2), shape (8, 8):
-//   ┌───────────┐
-//   │           │
-//   │ CPU 0,1   │
-//   │           │
-//   ├───────────┤
-//   ...
+//   ┌───────────────────────┐
+//   │                       │
+//   │        CPU 0,1        │
+//   │                       │
+//   │                       │
+//   ├───────────────────────┤
+//   │                       │
+//   │        CPU 2,3        │
+//   │                       │
+//   │                       │
+//   └───────────────────────┘
 #ifndef MESHSERVE_COMMON_SHARDING_VISUALIZE_H_
 #define MESHSERVE_COMMON_SHARDING_VISUALIZE_H_
 

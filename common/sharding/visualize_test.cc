@@ -86,6 +86,25 @@ TEST(VisualizeShardingTest, ShardingWithReplicatedColumns) {
       IsOkAndHolds(want));
 }
 
+TEST(VisualizeShardingTest, HeaderExample) {
+  const std::string blank = "│                       │\n";
+  EXPECT_THAT(
+      VisualizeSharding({8, 8}, Sharding("mesh[x=2,y=2]", "P('x', None)", 2)),
+      IsOkAndHolds("┌───────────────────────┐\n" + blank +
+                   "│        CPU 0,1        │\n" + blank + blank +
+                   "├───────────────────────┤\n" + blank +
+                   "│        CPU 2,3        │\n" + blank + blank +
+                   "└───────────────────────┘\n"));
+}
+
+TEST(VisualizeShardingTest, UnevenTilesGetTheirOwnSizes) {
+  // Shape 5 over 4 shards: chunks of 2, 2, 1 and an empty one; every tile is at
+  // least min_width and the empty shard is still drawn.
+  ASSERT_OK_AND_ASSIGN(std::string text,
+                       VisualizeSharding({5}, Sharding("mesh[x=4]", "P('x')", 1)));
+  EXPECT_THAT(text, ::testing::HasSubstr("│ CPU 0 │ CPU 1 │ CPU 2 │ CPU 3 │"));
+}
+
 TEST(VisualizeShardingTest, WideArrayIsClampedToMaxWidth) {
   ASSERT_OK_AND_ASSIGN(
       std::string text,
