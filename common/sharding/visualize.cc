@@ -56,19 +56,9 @@ std::string PyShape(absl::Span<const int64_t> shape) {
                       shape.size() == 1 ? ",)" : ")");
 }
 
-}  // namespace
-
-absl::StatusOr<std::string> VisualizeSharding(absl::Span<const int64_t> shape,
-                                              const NamedSharding& sharding,
-                                              absl::string_view platform) {
-  VisualizeOptions options;
-  options.platform = std::string(platform);
-  return VisualizeSharding(shape, sharding, options);
-}
-
-absl::StatusOr<std::string> VisualizeSharding(absl::Span<const int64_t> shape,
-                                              const NamedSharding& sharding,
-                                              const VisualizeOptions& options) {
+absl::Status ValidateInput(absl::Span<const int64_t> shape,
+                           const NamedSharding& sharding,
+                           const VisualizeOptions& options) {
   const int rank = static_cast<int>(shape.size());
   if (rank < 1 || rank > 2) {
     return InvalidArgument(
@@ -97,54 +87,72 @@ absl::StatusOr<std::string> VisualizeSharding(absl::Span<const int64_t> shape,
                            " min_width=", options.min_width,
                            " max_width=", options.max_width);
   }
+  return absl::OkStatus();
+}
+
+// Python's divmod(a, 2) quotient (floors for negative a).
+int FloorHalf(int a) { return a >= 0 ? a / 2 : (a - 1) / 2; }
+
+// Sets the paddings of `tile` for a target `width` x `height`, as JAX does:
+// centred label, negative paddings clamped to 0.
+void PadTile(int width, int height, Tile* tile) {
+  const int h_slack = width - static_cast<int>(tile->label.size()) - 2;
+  const int left = FloorHalf(h_slack);
+  const int v_slack = height - 2;
+  const int top = FloorHalf(v_slack);
+  tile->left = std::max(left, 0);
+  tile->right = std::max(h_slack - left, 0);  // left + remainder
+  tile->top = std::max(top, 0);
+  tile->bottom = std::max(v_slack - top, 0);
+}
+
+// One tile per (row, col) shard, in row-major order, labelled and padded.
+std::vector<Tile> BuildTiles(absl::Span<const int64_t> shape,
+                             const NamedSharding& sharding,
+                             const VisualizeOptions& options, int64_t num_cols) {
+  const int rank = static_cast<int>(shape.size());
   const int64_t num_rows = rank == 2 ? sharding.NumShardsAlongDim(0) : 1;
-  const int64_t num_cols = sharding.NumShardsAlongDim(rank - 1);
   const int base_height = static_cast<int>(10 * options.scale);
   const double aspect =
       static_cast<double>(rank == 2 ? shape[1] : 1) / static_cast<double>(shape[0]);
-  const int64_t base_width = static_cast<int64_t>(base_height * aspect);
+  const auto base_width = static_cast<int64_t>(base_height * aspect);
 
   std::vector<Tile> tiles(num_rows * num_cols);
+  std::vector<Box> extents(tiles.size());
   const std::vector<Box> boxes = ShardBoxesByDevice(shape, sharding);
   for (int64_t device = 0; device < sharding.mesh().num_devices(); ++device) {
     const int64_t row = rank == 2 ? ShardIndexAlongDim(sharding, device, 0) : 0;
     const int64_t col = ShardIndexAlongDim(sharding, device, rank - 1);
-    Tile& tile = tiles[row * num_cols + col];
-    tile.devices.push_back(device);
-    if (tile.devices.size() > 1) continue;
-    const Box& box = boxes[device];
+    tiles[row * num_cols + col].devices.push_back(device);
+    extents[row * num_cols + col] = boxes[device];
+  }
+  for (size_t t = 0; t < tiles.size(); ++t) {
+    Tile& tile = tiles[t];
+    const Box& box = extents[t];
+    tile.label = absl::StrCat(options.platform, " ", absl::StrJoin(tile.devices, ","));
     const double width_fraction = static_cast<double>(box[rank - 1].size()) /
                                   static_cast<double>(shape[rank - 1]);
     double width = width_fraction * static_cast<double>(base_width) * 2.5;
     width = std::min<double>(std::max<double>(width, options.min_width),
                              options.max_width);
+    int height = 1;
     if (rank == 2) {
-      const double h = static_cast<double>(box[0].size()) /
-                       static_cast<double>(shape[0]) * base_height;
-      tile.height = static_cast<int>(h);
+      height = static_cast<int>(static_cast<double>(box[0].size()) /
+                                static_cast<double>(shape[0]) * base_height);
     }
-    tile.left = static_cast<int>(width);  // width for now; padding below
+    PadTile(static_cast<int>(width), height, &tile);
   }
+  return tiles;
+}
+
+// Columns take their widest tile, rows their tallest.
+std::string Render(const std::vector<Tile>& tiles, int64_t num_rows,
+                   int64_t num_cols) {
   std::vector<int> col_widths(num_cols, 0);
   std::vector<int> row_heights(num_rows, 0);
   for (int64_t i = 0; i < num_rows; ++i) {
     for (int64_t j = 0; j < num_cols; ++j) {
-      Tile& tile = tiles[i * num_cols + j];
-      tile.label = absl::StrCat(options.platform, " ",
-                                absl::StrJoin(tile.devices, ","));
-      const int width = tile.left;
-      const int label = static_cast<int>(tile.label.size());
-      // Python divmod floors; clamp negatives to 0 afterwards, as JAX does.
-      const int h_slack = width - label - 2;
-      const int left = h_slack >= 0 ? h_slack / 2 : (h_slack - 1) / 2;
-      const int right = left + (h_slack - 2 * left);
-      const int v_slack = tile.height - 2;
-      const int top = v_slack >= 0 ? v_slack / 2 : (v_slack - 1) / 2;
-      const int bottom = top + (v_slack - 2 * top);
-      tile.left = std::max(left, 0);
-      tile.right = std::max(right, 0);
-      tile.top = std::max(top, 0);
-      tile.bottom = std::max(bottom, 0);
+      const Tile& tile = tiles[i * num_cols + j];
       col_widths[j] = std::max(col_widths[j], tile.content_width());
       row_heights[i] = std::max(row_heights[i], tile.content_height());
     }
@@ -163,6 +171,28 @@ absl::StatusOr<std::string> VisualizeSharding(absl::Span<const int64_t> shape,
   }
   out += Rule(col_widths, "└", "┴", "┘");
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> VisualizeSharding(absl::Span<const int64_t> shape,
+                                              const NamedSharding& sharding,
+                                              absl::string_view platform) {
+  VisualizeOptions options;
+  options.platform = std::string(platform);
+  return VisualizeSharding(shape, sharding, options);
+}
+
+absl::StatusOr<std::string> VisualizeSharding(absl::Span<const int64_t> shape,
+                                              const NamedSharding& sharding,
+                                              const VisualizeOptions& options) {
+  absl::Status valid = ValidateInput(shape, sharding, options);
+  if (!valid.ok()) return valid;
+  const int rank = static_cast<int>(shape.size());
+  const int64_t num_rows = rank == 2 ? sharding.NumShardsAlongDim(0) : 1;
+  const int64_t num_cols = sharding.NumShardsAlongDim(rank - 1);
+  std::vector<Tile> tiles = BuildTiles(shape, sharding, options, num_cols);
+  return Render(tiles, num_rows, num_cols);
 }
 
 }  // namespace meshserve
