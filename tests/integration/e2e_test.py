@@ -198,12 +198,19 @@ def make_model_dir(root, rng):
         ({"x": xt}, {"y": "P(None, None, 'model')"}, {"y": "float32[4,16,64@model]"}),
     ])
 
-    # The initialised examples as shipped (lecun_normal: no exact reference
-    # here; checked for equality across meshes).
-    for name, shape in (("transformer", (2, 16, 64)), ("swiglu", (2, 4, 2048))):
-        shutil.copy(os.path.join(EXAMPLES, name + ".json"), d)
-        xe = rng.standard_normal(shape).astype(np.float32)
-        cases[name] = (None, [({"x": xe}, {}, {})])
+    # The initialised examples as shipped. The transformer's reference uses
+    # the initializers re-implemented in mslib (lecun_normal's erfinv differs
+    # from the C++ polynomial by ~2e-7 relative, well inside RTOL); swiglu's
+    # 3 x 16M params are too many for a Python erfinv, so it is checked for
+    # equality across meshes only.
+    shutil.copy(os.path.join(EXAMPLES, "transformer.json"), d)
+    tr_init = mslib.init_params(load_example("transformer"))
+    xe = rng.standard_normal((2, 16, 64)).astype(np.float32)
+    cases["transformer"] = (lambda inp, p=tr_init: {"y": transformer_ref(p, inp["x"])},
+                            [({"x": xe}, {}, {"y": "float32[2@fsdp,16,64]"})])
+    shutil.copy(os.path.join(EXAMPLES, "swiglu.json"), d)
+    xe = rng.standard_normal((2, 4, 2048)).astype(np.float32)
+    cases["swiglu"] = (None, [({"x": xe}, {}, {"y": "float32[2@fsdp,4,2048@model]"})])
     return d, cases
 
 
