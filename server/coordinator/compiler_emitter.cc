@@ -1,0 +1,226 @@
+// ProgramEmitter (compiler_emitter.h): turns planner transfers into steps.
+#include "server/coordinator/compiler_emitter.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
+#include "common/sharding/shard_layout.h"
+
+namespace meshserve {
+
+Box Placed::BoxFor(int64_t device) const {
+  return ShardBoxForDevice(shape, sharding, device);
+}
+
+int WireDType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return 1;
+    case DType::kBFloat16: return 2;
+    case DType::kInt32: return 3;
+    case DType::kInt64: return 4;
+    case DType::kFloat16: return 5;
+    case DType::kFloat64: return 6;
+    case DType::kInt8: return 7;
+    case DType::kUInt8: return 8;
+    case DType::kBool: return 9;
+  }
+  return 0;
+}
+
+IrBox ToIrBox(const Box& box) {
+  IrBox out;
+  for (const Interval& i : box.dims()) {
+    out.begin.push_back(i.begin);
+    out.end.push_back(i.end);
+  }
+  return out;
+}
+
+Box FromIrBox(const IrBox& box) {
+  std::vector<Interval> dims;
+  for (size_t i = 0; i < box.begin.size(); ++i) dims.push_back({box.begin[i], box.end[i]});
+  return Box(std::move(dims));
+}
+
+NamedSharding ShardingOf(const Mesh& mesh, int rank, std::vector<PartitionSpec::Entry> entries,
+                         std::vector<std::string> unreduced) {
+  entries.resize(std::max<size_t>(entries.size(), rank));
+  return NamedSharding::UncheckedCreate(mesh,
+                                        PartitionSpec(std::move(entries), std::move(unreduced)));
+}
+
+NamedSharding Reduced(const NamedSharding& s) {
+  return NamedSharding::UncheckedCreate(s.mesh(), PartitionSpec(s.spec().entries()));
+}
+
+ProgramEmitter::ProgramEmitter(Mesh mesh, std::vector<int64_t> device_workers,
+                               std::string program_id)
+    : mesh_(std::move(mesh)),
+      device_workers_(std::move(device_workers)),
+      program_id_(std::move(program_id)) {
+  for (int64_t w : device_workers_) {
+    IrProgram& p = programs_[w];
+    p.program_id = program_id_;
+    p.worker = w;
+  }
+}
+
+std::string ProgramEmitter::NewBuffer(absl::string_view hint) {
+  std::string name = absl::StrCat("t", next_buffer_++, "/", hint);
+  temporaries_.push_back(name);
+  return name;
+}
+
+std::string ProgramEmitter::NewTag() { return absl::StrCat(program_id_, "/", next_tag_++); }
+
+IrStep& ProgramEmitter::Append(int64_t worker, IrStep::Kind kind, int64_t device) {
+  IrStep& s = programs_[worker].steps.emplace_back();
+  s.kind = kind;
+  s.device = device;
+  return s;
+}
+
+absl::StatusOr<ProgramEmitter::Cost> ProgramEmitter::PlanCost(const Placed& src,
+                                                              const NamedSharding& dst) const {
+  Cost cost;
+  if (src.sharding == dst) return cost;
+  ReshardEndpoint from{src.sharding, device_workers_};
+  ReshardEndpoint to{dst, device_workers_};
+  MS_ASSIGN_OR_RETURN(ReshardPlan plan, ComputeReshardPlan(src.shape, src.dtype, from, to));
+  cost.network_bytes = plan.bytes_moved;
+  for (const Transfer& t : plan.transfers) {
+    bool crosses = IsNetworkTransfer(t.kind) ||
+                   (t.kind == TransferKind::kLocalCopy && t.src_device != t.dst_device);
+    if (crosses) cost.device_bytes += t.box.NumElements() * DTypeSize(src.dtype);
+  }
+  return cost;
+}
+
+absl::StatusOr<Placed> ProgramEmitter::Reshard(const Placed& src, const NamedSharding& dst,
+                                               DType dst_dtype, absl::string_view value,
+                                               absl::string_view purpose,
+                                               LayerPlanInfo* info) {
+  if (src.sharding == dst) return src;
+  ReshardEndpoint from{src.sharding, device_workers_};
+  ReshardEndpoint to{dst, device_workers_};
+  MS_ASSIGN_OR_RETURN(ReshardPlan plan, ComputeReshardPlan(src.shape, src.dtype, from, to),
+                      "resharding '", value, "' from ", src.sharding.spec().ToString(), " to ",
+                      dst.spec().ToString());
+  Placed out;
+  out.buffer = NewBuffer(value);
+  out.shape = src.shape;
+  out.sharding = dst;
+  out.dtype = dst.spec().unreduced().empty() ? dst_dtype : DType::kFloat32;
+  for (const Transfer& t : plan.transfers) EmitTransfer(t, src, out);
+  if (info != nullptr) {
+    CollectiveInfo c;
+    c.value = std::string(value);
+    c.purpose = std::string(purpose);
+    c.pattern = plan.pattern;
+    c.from = src.sharding.spec().ToString();
+    c.to = dst.spec().ToString();
+    c.bytes = plan.bytes_moved;
+    info->bytes_moved += c.bytes;
+    info->collectives.push_back(std::move(c));
+  }
+  return out;
+}
+
+void ProgramEmitter::EmitTransfer(const Transfer& t, const Placed& src, const Placed& dst) {
+  const Box dst_box = dst.BoxFor(t.dst_device);
+  const int dst_dtype = WireDType(dst.dtype);
+  auto local_copy = [&](const std::string& from, int64_t from_device, bool accumulate,
+                        const std::string& to, int64_t to_device, const Box& to_box, int dtype) {
+    IrStep& s = Append(WorkerOf(from_device), IrStep::Kind::kCopy, from_device);
+    s.buffer = from;
+    s.dst = to;
+    s.dst_device = to_device;
+    s.box = ToIrBox(t.box);
+    s.accumulate = accumulate;
+    s.buffer_box = ToIrBox(to_box);
+    s.dtype = dtype;
+  };
+  switch (t.kind) {
+    case TransferKind::kLocalForward:
+      local_copy(dst.buffer, t.src_device, false, dst.buffer, t.dst_device, dst_box, dst_dtype);
+      return;
+    case TransferKind::kLocalCopy:
+      local_copy(src.buffer, t.src_device, false, dst.buffer, t.dst_device, dst_box, dst_dtype);
+      for (int64_t a : t.src_addends) {
+        local_copy(src.buffer, a, true, dst.buffer, t.dst_device, dst_box, dst_dtype);
+      }
+      return;
+    case TransferKind::kCopy:
+    case TransferKind::kReduce: {
+      std::string payload = src.buffer;
+      if (!t.src_addends.empty()) {
+        // Pre-add the sender's partial sums into one temporary box.
+        payload = NewBuffer("presum");
+        int wire = WireDType(src.dtype);
+        local_copy(src.buffer, t.src_device, false, payload, t.src_device, t.box, wire);
+        for (int64_t a : t.src_addends) {
+          local_copy(src.buffer, a, true, payload, t.src_device, t.box, wire);
+        }
+      }
+      std::string tag = NewTag();
+      IrStep& send = Append(t.src_worker, IrStep::Kind::kSend, t.src_device);
+      send.buffer = payload;
+      send.box = ToIrBox(t.box);
+      send.dst_worker = t.dst_worker;
+      send.dst_device = t.dst_device;
+      send.tag = tag;
+      IrStep& recv = Append(t.dst_worker, IrStep::Kind::kRecv, t.dst_device);
+      recv.buffer = dst.buffer;
+      recv.box = ToIrBox(t.box);
+      recv.tag = tag;
+      recv.accumulate = t.kind == TransferKind::kReduce;
+      recv.buffer_box = ToIrBox(dst_box);
+      recv.dtype = dst_dtype;
+      recv.src_worker = t.src_worker;
+      return;
+    }
+  }
+}
+
+void ProgramEmitter::ComputeEverywhere(const Placed& out,
+                                       const std::function<IrStep(int64_t)>& make) {
+  for (int64_t d = 0; d < num_devices(); ++d) {
+    Box box = out.BoxFor(d);
+    if (box.IsEmpty()) continue;
+    IrStep step = make(d);
+    step.kind = IrStep::Kind::kCompute;
+    step.device = d;
+    step.output = out.buffer;
+    step.out_box = ToIrBox(box);
+    step.out_dtype = WireDType(out.dtype);
+    step.partial = out.partial();
+    programs_[WorkerOf(d)].steps.push_back(std::move(step));
+  }
+}
+
+void ProgramEmitter::AddOutput(int64_t device, const std::string& buffer, const Box& box,
+                               const std::string& output) {
+  IrStep& s = Append(WorkerOf(device), IrStep::Kind::kOutput, device);
+  s.buffer = buffer;
+  s.box = ToIrBox(box);
+  s.output = output;
+}
+
+void ProgramEmitter::Free(const std::string& buffer) {
+  for (int64_t d = 0; d < num_devices(); ++d) {
+    IrStep& s = Append(WorkerOf(d), IrStep::Kind::kFree, d);
+    s.buffer = buffer;
+  }
+}
+
+void ProgramEmitter::FreeTemporaries(const std::vector<std::string>& keep) {
+  for (const std::string& t : temporaries_) {
+    if (std::find(keep.begin(), keep.end(), t) == keep.end()) Free(t);
+  }
+  temporaries_.clear();
+}
+
+}  // namespace meshserve
