@@ -240,13 +240,15 @@ absl::Status RequestRun::RunSend(const StepIr& step) {
   const int64_t dst = step.dst_worker;
   context_.transport->Send(
       std::move(slice), [tracker, rendezvous, request_id, tag, dst](absl::Status status) {
-        if (!status.ok()) {
-          status = AnnotateStatus(std::move(status), "send of tag '", tag, "' to worker ",
-                                  dst);
-          // Fail this request's waiting receives at once.
-          rendezvous->Cancel(request_id, status.message());
+        if (status.ok()) {
+          tracker->Done(std::move(status));
+          return;
         }
-        tracker->Done(std::move(status));
+        status = AnnotateStatus(std::move(status), "send of tag '", tag, "' to worker ", dst);
+        // Record the cause first, then fail this request's waiting receives
+        // at once (RunProgram reports the recorded send error).
+        tracker->Done(status);
+        rendezvous->Cancel(request_id, status.message());
       });
   return absl::OkStatus();
 }

@@ -1,0 +1,106 @@
+#include "server/worker/membership_client.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
+#include "common/rpc/channel.h"
+#include "common/rpc/grpc_status.h"
+#include "grpcpp/client_context.h"
+
+namespace meshserve {
+
+absl::StatusOr<std::unique_ptr<MembershipClient>> MembershipClient::Create(
+    Options options, std::function<void(int64_t)> on_registered) {
+  MS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                      CreateChannel(options.coordinator), "--coordinator");
+  return std::unique_ptr<MembershipClient>(new MembershipClient(
+      std::move(options), MembershipService::NewStub(channel), std::move(on_registered)));
+}
+
+MembershipClient::MembershipClient(Options options,
+                                   std::unique_ptr<MembershipService::Stub> stub,
+                                   std::function<void(int64_t)> on_registered)
+    : options_(std::move(options)),
+      stub_(std::move(stub)),
+      on_registered_(std::move(on_registered)),
+      interval_(options_.heartbeat_interval) {}
+
+MembershipClient::~MembershipClient() {
+  if (thread_.joinable()) Stop(false);
+}
+
+void MembershipClient::Start() { thread_ = std::thread([this]() { Loop(); }); }
+
+void MembershipClient::Stop(bool draining) {
+  if (!stop_.HasBeenNotified()) stop_.Notify();
+  if (thread_.joinable()) thread_.join();
+  if (draining && worker_id() >= 0) {
+    bool known = false;
+    absl::Status status = Heartbeat(/*draining=*/true, &known);
+    if (!status.ok()) MS_LOG(WARNING) << "draining heartbeat failed: " << status;
+  }
+}
+
+absl::Status MembershipClient::Register() {
+  grpc::ClientContext context;
+  SetDeadline(&context, absl::Seconds(2));
+  RegisterRequest request;
+  request.set_address(options_.address);
+  request.set_cores(options_.cores);
+  request.set_memory_bytes(options_.memory_bytes);
+  request.set_previous_worker_id(worker_id());
+  RegisterResponse response;
+  MS_RETURN_IF_ERROR(FromGrpcStatus(stub_->Register(&context, request, &response)));
+  worker_id_.store(response.worker_id());
+  if (response.heartbeat_interval_ms() > 0) {
+    interval_ = absl::Milliseconds(response.heartbeat_interval_ms());
+  }
+  if (on_registered_) on_registered_(response.worker_id());
+  return absl::OkStatus();
+}
+
+absl::Status MembershipClient::Heartbeat(bool draining, bool* known) {
+  grpc::ClientContext context;
+  SetDeadline(&context, absl::Seconds(1));
+  HeartbeatRequest request;
+  request.set_worker_id(worker_id());
+  request.set_draining(draining);
+  HeartbeatResponse response;
+  MS_RETURN_IF_ERROR(FromGrpcStatus(stub_->Heartbeat(&context, request, &response)));
+  *known = response.known();
+  return absl::OkStatus();
+}
+
+void MembershipClient::Loop() {
+  absl::Duration backoff = absl::Milliseconds(100);
+  bool registered = false;
+  int64_t failures = 0;
+  while (!stop_.HasBeenNotified()) {
+    if (!registered) {
+      absl::Status status = Register();
+      if (status.ok()) {
+        registered = true;
+        backoff = absl::Milliseconds(100);
+        continue;
+      }
+      if (++failures % 20 == 1) {
+        MS_LOG(INFO) << "waiting for coordinator " << options_.coordinator << ": " << status;
+      }
+      stop_.WaitForNotificationWithTimeout(backoff);
+      backoff = std::min(backoff * 2, absl::Seconds(2));
+      continue;
+    }
+    stop_.WaitForNotificationWithTimeout(interval_);
+    if (stop_.HasBeenNotified()) break;
+    bool known = true;
+    absl::Status status = Heartbeat(false, &known);
+    if (status.ok() && !known) {
+      MS_LOG(INFO) << "coordinator forgot worker " << worker_id() << ": re-registering";
+      registered = false;
+    }
+  }
+}
+
+}  // namespace meshserve

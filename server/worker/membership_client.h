@@ -1,0 +1,70 @@
+// Keeps a worker registered with the coordinator (MembershipService in
+// proto/cluster_service.proto): Register, retried with backoff (100 ms doubling
+// to 2 s) until the coordinator answers; then Heartbeat every
+// heartbeat_interval (the coordinator's RegisterResponse value when it gives
+// one, else 500 ms). A heartbeat answered with known=false re-registers with
+// the previous worker id; failed heartbeats are retried at the same pace (the
+// coordinator may be restarting). `on_registered` runs after every successful
+// registration with the worker id. Stop(draining=true) sends one draining
+// heartbeat (bounded by a 1 s deadline) and stops the thread.
+//
+// Thread-safety: Start/Stop from one thread; worker_id() from any.
+#ifndef MESHSERVE_SERVER_WORKER_MEMBERSHIP_CLIENT_H_
+#define MESHSERVE_SERVER_WORKER_MEMBERSHIP_CLIENT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "proto/cluster_service.grpc.pb.h"
+
+namespace meshserve {
+
+class MembershipClient {
+ public:
+  struct Options {
+    std::string coordinator;  // host:port
+    std::string address;      // this worker's advertised address
+    int cores = 1;
+    int64_t memory_bytes = 0;
+    absl::Duration heartbeat_interval = absl::Milliseconds(500);
+  };
+
+  // \error kInvalidArgument for a bad coordinator target.
+  static absl::StatusOr<std::unique_ptr<MembershipClient>> Create(
+      Options options, std::function<void(int64_t worker_id)> on_registered);
+  ~MembershipClient();
+
+  void Start();
+  void Stop(bool draining);
+  int64_t worker_id() const { return worker_id_.load(); }
+
+ private:
+  MembershipClient(Options options, std::unique_ptr<MembershipService::Stub> stub,
+                   std::function<void(int64_t)> on_registered);
+  void Loop();
+  // One Register attempt.
+  absl::Status Register();
+  // One heartbeat; sets *known.
+  absl::Status Heartbeat(bool draining, bool* known);
+
+  const Options options_;
+  std::unique_ptr<MembershipService::Stub> stub_;
+  std::function<void(int64_t)> on_registered_;
+  std::atomic<int64_t> worker_id_{-1};
+  absl::Duration interval_;
+  absl::Notification stop_;
+  std::thread thread_;
+};
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_SERVER_WORKER_MEMBERSHIP_CLIENT_H_

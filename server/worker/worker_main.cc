@@ -1,0 +1,139 @@
+// meshserve-worker: one shard worker process.
+//
+//   meshserve-worker --port 0 --coordinator 127.0.0.1:7000
+//
+// Order: BLAS kernel choice (may re-exec), flags, serve WorkerService, register
+// with the coordinator and heartbeat; prints
+//   meshserve-worker ready id=<id> address=<addr> blas=<core>
+// on stdout once registered (id=-1 without --coordinator). SIGTERM/SIGINT: a
+// draining heartbeat, then a clean exit within ~2 s.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/base/logging.h"
+#include "common/tensor/blas.h"
+#include "server/worker/grpc_peer_transport.h"
+#include "server/worker/membership_client.h"
+#include "server/worker/shard_worker.h"
+#include "server/worker/thread_pool.h"
+#include "server/worker/worker_service.h"
+
+ABSL_FLAG(int, port, 0, "Port to serve WorkerService on (0 = pick a free port).");
+ABSL_FLAG(std::string, host, "127.0.0.1", "Address to bind (0.0.0.0 in containers).");
+ABSL_FLAG(std::string, advertise, "",
+          "Address peers and the coordinator use to reach this worker (default host:port; "
+          "the hostname when host is 0.0.0.0).");
+ABSL_FLAG(std::string, coordinator, "", "Coordinator HOST:PORT to register with.");
+ABSL_FLAG(int, cores, 0, "Cores this worker may use (0 = all of the machine's).");
+ABSL_FLAG(int, threads, 0, "OpenBLAS threads (0 = cores / 2, at least 1).");
+
+namespace meshserve {
+namespace {
+
+std::string AdvertisedAddress(const std::string& host, int port) {
+  if (!absl::GetFlag(FLAGS_advertise).empty()) return absl::GetFlag(FLAGS_advertise);
+  std::string h = host;
+  if (h == "0.0.0.0" || h == "::" || h.empty()) {
+    char name[256] = {0};
+    h = gethostname(name, sizeof(name) - 1) == 0 ? name : "127.0.0.1";
+  }
+  return absl::StrCat(h, ":", port);
+}
+
+int Run() {
+  const int machine_cores = std::max(1u, std::thread::hardware_concurrency());
+  const int cores = absl::GetFlag(FLAGS_cores) > 0 ? absl::GetFlag(FLAGS_cores) : machine_cores;
+  const int threads =
+      absl::GetFlag(FLAGS_threads) > 0 ? absl::GetFlag(FLAGS_threads) : std::max(1, cores / 2);
+  SetBlasThreads(threads);
+
+  // SIGTERM/SIGINT are taken by sigwait below: block them before any thread
+  // starts so every thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  GrpcPeerTransport transport;
+  ShardWorker worker(ShardWorker::Options(), &transport);
+  ThreadPool pool;
+  WorkerServiceImpl service(&worker, &pool);
+  const std::string host = absl::GetFlag(FLAGS_host);
+  absl::StatusOr<WorkerServer> server = StartWorkerServer(&service, host, absl::GetFlag(FLAGS_port));
+  if (!server.ok()) {
+    std::cerr << "meshserve-worker: " << server.status() << "\n";
+    return 1;
+  }
+  const std::string address = AdvertisedAddress(host, server->port);
+  service.set_address(address);
+  const std::string blas = BlasCoreName();
+
+  absl::Mutex print_mu;
+  bool printed = false;
+  auto announce = [&](int64_t id) {
+    worker.engine().set_worker_id(id);
+    absl::MutexLock lock(&print_mu);
+    if (printed) return;
+    printed = true;
+    std::cout << "meshserve-worker ready id=" << id << " address=" << address
+              << " blas=" << blas << std::endl;
+  };
+  std::unique_ptr<MembershipClient> membership;
+  if (!absl::GetFlag(FLAGS_coordinator).empty()) {
+    MembershipClient::Options options;
+    options.coordinator = absl::GetFlag(FLAGS_coordinator);
+    options.address = address;
+    options.cores = cores;
+    options.memory_bytes =
+        static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+    absl::StatusOr<std::unique_ptr<MembershipClient>> client =
+        MembershipClient::Create(options, announce);
+    if (!client.ok()) {
+      std::cerr << "meshserve-worker: " << client.status() << "\n";
+      return 2;
+    }
+    membership = *std::move(client);
+    membership->Start();
+  } else {
+    announce(-1);
+  }
+  MS_LOG(INFO) << "serving on " << host << ":" << server->port << " (advertised " << address
+               << "), blas=" << blas << " threads=" << threads;
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  MS_LOG(INFO) << "signal " << signal_number << ": draining and exiting";
+  if (membership != nullptr) membership->Stop(/*draining=*/true);
+  server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(800));
+  // Skip destructors: the pool may still hold an Execute waiting on a receive
+  // until its deadline; everything that matters is shut down.
+  std::fflush(stdout);
+  std::_Exit(0);
+}
+
+}  // namespace
+}  // namespace meshserve
+
+int main(int argc, char** argv) {
+  meshserve::EnsureBlasCoreTypeOrReexec(argc, argv);
+  if (absl::Status s = meshserve::EnsureWorkingBlasOrReexec(argc, argv); !s.ok()) {
+    std::cerr << "meshserve-worker: no working BLAS kernel: " << s << "\n";
+    return 1;
+  }
+  absl::ParseCommandLine(argc, argv);
+  return meshserve::Run();
+}

@@ -1,0 +1,139 @@
+#include "server/worker/worker_service.h"
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/status_util.h"
+#include "common/rpc/channel.h"
+#include "common/rpc/grpc_status.h"
+#include "grpcpp/server_builder.h"
+#include "grpcpp/security/server_credentials.h"
+
+namespace meshserve {
+namespace {
+
+// Runs `work` on the pool and finishes the call with its status.
+template <typename Work>
+grpc::ServerUnaryReactor* RunOnPool(grpc::CallbackServerContext* context, ThreadPool* pool,
+                                    Work work) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  pool->Schedule([reactor, work = std::move(work)]() mutable {
+    reactor->Finish(ToGrpcStatus(work()));
+  });
+  return reactor;
+}
+
+// Receives one PushData stream, chunk by chunk, straight into the rendezvous.
+class PushDataReactor final : public grpc::ServerReadReactor<DataChunk> {
+ public:
+  PushDataReactor(ShardWorker* worker, PushAck* ack) : worker_(worker), ack_(ack) {
+    StartRead(&chunk_);
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the client finished writing (or the stream broke)
+      ack_->set_chunks(chunks_);
+      Finish(grpc::Status::OK);
+      return;
+    }
+    absl::Status status = worker_->PushChunk(chunk_);
+    if (!status.ok()) {
+      Finish(ToGrpcStatus(status));
+      return;
+    }
+    ++chunks_;
+    StartRead(&chunk_);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  ShardWorker* const worker_;
+  PushAck* const ack_;
+  DataChunk chunk_;
+  int64_t chunks_ = 0;
+};
+
+}  // namespace
+
+void WorkerServiceImpl::set_address(std::string address) {
+  absl::MutexLock lock(&mu_);
+  address_ = std::move(address);
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::LoadModel(grpc::CallbackServerContext* context,
+                                                       const LoadModelRequest* request,
+                                                       LoadModelResponse* response) {
+  return RunOnPool(context, pool_, [this, request, response]() {
+    return worker_->LoadModel(*request, response);
+  });
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::UnloadModel(grpc::CallbackServerContext* context,
+                                                         const UnloadModelRequest* request,
+                                                         UnloadModelResponse* response) {
+  return RunOnPool(context, pool_, [this, request]() { return worker_->UnloadModel(*request); });
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::InstallProgram(
+    grpc::CallbackServerContext* context, const InstallProgramRequest* request,
+    InstallProgramResponse* response) {
+  return RunOnPool(context, pool_,
+                   [this, request]() { return worker_->InstallProgram(request->program()); });
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::Execute(grpc::CallbackServerContext* context,
+                                                     const ExecuteRequest* request,
+                                                     ExecuteResponse* response) {
+  return RunOnPool(context, pool_, [this, request, response]() {
+    // The request message belongs to this call and is not otherwise used:
+    // the core moves the input bytes out of it instead of copying them.
+    return worker_->Execute(const_cast<ExecuteRequest*>(request), response);
+  });
+}
+
+grpc::ServerReadReactor<DataChunk>* WorkerServiceImpl::PushData(
+    grpc::CallbackServerContext* context, PushAck* response) {
+  return new PushDataReactor(worker_, response);
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::Cancel(grpc::CallbackServerContext* context,
+                                                    const CancelRequest* request,
+                                                    CancelResponse* response) {
+  worker_->Cancel(*request);  // non-blocking: wakes the request's receives
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::Status(grpc::CallbackServerContext* context,
+                                                    const WorkerStatusRequest* request,
+                                                    WorkerStatusResponse* response) {
+  worker_->GetStatus(response);
+  {
+    absl::MutexLock lock(&mu_);
+    response->set_address(address_);
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+absl::StatusOr<WorkerServer> StartWorkerServer(WorkerServiceImpl* service,
+                                               absl::string_view host, int port) {
+  WorkerServer out;
+  const std::string address = absl::StrCat(
+      absl::StrContains(host, ":") ? absl::StrCat("[", host, "]") : std::string(host), ":",
+      port);
+  grpc::ServerBuilder builder;
+  ConfigureServerBuilder(&builder);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &out.port);
+  builder.RegisterService(service);
+  out.server = builder.BuildAndStart();
+  if (out.server == nullptr || out.port == 0) {
+    return Unavailable("cannot listen on ", address);
+  }
+  return out;
+}
+
+}  // namespace meshserve

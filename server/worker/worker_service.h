@@ -1,0 +1,76 @@
+// WorkerService (proto/worker_service.proto) over gRPC's callback API: thin
+// shims over ShardWorker. Each handler takes the request, runs the core on the
+// worker's ThreadPool (reactors never block: Execute waits on receives and runs
+// GEMMs), converts the Status with ToGrpcStatus (common/rpc) and finishes.
+// PushData is a read reactor that hands each DataChunk to the rendezvous as it
+// arrives (one copy, in place) and acknowledges the count at the end; a bad
+// chunk ends the stream with the receiver's error.
+//
+// StartWorkerServer binds host:port (port 0 picks a free one) with message
+// size limits raised (ConfigureServerBuilder: 1 GiB) and returns the server
+// and the bound port.
+//
+// Thread-safety: thread-safe.
+#ifndef MESHSERVE_SERVER_WORKER_WORKER_SERVICE_H_
+#define MESHSERVE_SERVER_WORKER_WORKER_SERVICE_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "grpcpp/server.h"
+#include "proto/worker_service.grpc.pb.h"
+#include "server/worker/shard_worker.h"
+#include "server/worker/thread_pool.h"
+
+namespace meshserve {
+
+class WorkerServiceImpl final : public WorkerService::CallbackService {
+ public:
+  // `worker` and `pool` are not owned and must outlive the service.
+  WorkerServiceImpl(ShardWorker* worker, ThreadPool* pool) : worker_(worker), pool_(pool) {}
+
+  // The address reported by Status (what peers use).
+  void set_address(std::string address);
+
+  grpc::ServerUnaryReactor* LoadModel(grpc::CallbackServerContext* context,
+                                      const LoadModelRequest* request,
+                                      LoadModelResponse* response) override;
+  grpc::ServerUnaryReactor* UnloadModel(grpc::CallbackServerContext* context,
+                                        const UnloadModelRequest* request,
+                                        UnloadModelResponse* response) override;
+  grpc::ServerUnaryReactor* InstallProgram(grpc::CallbackServerContext* context,
+                                           const InstallProgramRequest* request,
+                                           InstallProgramResponse* response) override;
+  grpc::ServerUnaryReactor* Execute(grpc::CallbackServerContext* context,
+                                    const ExecuteRequest* request,
+                                    ExecuteResponse* response) override;
+  grpc::ServerReadReactor<DataChunk>* PushData(grpc::CallbackServerContext* context,
+                                               PushAck* response) override;
+  grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* context,
+                                   const CancelRequest* request,
+                                   CancelResponse* response) override;
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* context,
+                                   const WorkerStatusRequest* request,
+                                   WorkerStatusResponse* response) override;
+
+ private:
+  ShardWorker* const worker_;
+  ThreadPool* const pool_;
+  absl::Mutex mu_;
+  std::string address_ ABSL_GUARDED_BY(mu_);
+};
+
+struct WorkerServer {
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+};
+
+// \error kUnavailable naming host:port when it cannot be bound.
+absl::StatusOr<WorkerServer> StartWorkerServer(WorkerServiceImpl* service,
+                                               absl::string_view host, int port);
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_SERVER_WORKER_WORKER_SERVICE_H_

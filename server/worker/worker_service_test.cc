@@ -1,0 +1,419 @@
+// Two WorkerServices on loopback ports in one process, talking over real gRPC
+// (GrpcPeerTransport): a >4 MiB cross-worker transfer (chunked), a 2-worker
+// dot_general with a reduce-scatter checked against a naive loop, a receive
+// that never gets its data, bad peer chunks, and Status.
+//
+// This file includes the generated messages, so it must not include
+// common/sharding/box.h (see worker_ir.h): references are plain loops, and the
+// checkpoint is written byte by byte.
+#include "server/worker/worker_service.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "gmock/gmock.h"
+#include "grpcpp/client_context.h"
+#include "gtest/gtest.h"
+#include "common/rpc/channel.h"
+#include "common/rpc/grpc_status.h"
+#include "server/worker/grpc_peer_transport.h"
+#include "server/worker/shard_worker.h"
+#include "server/worker/thread_pool.h"
+#include "tests/testing/status_matchers.h"
+
+namespace meshserve {
+namespace {
+
+using ::meshserve::testing::IsOk;
+using ::meshserve::testing::StatusIs;
+
+constexpr int64_t kM = 4, kK = 8, kN = 6;
+
+// Writes a one-tensor float32 safetensors file by hand (8-byte LE header
+// length, JSON header, raw bytes).
+void WriteSafetensorsByHand(const std::string& path, const std::string& name,
+                            std::vector<int64_t> shape, const std::vector<float>& values) {
+  std::string header = absl::StrCat(R"({")", name, R"(":{"dtype":"F32","shape":[)");
+  for (size_t i = 0; i < shape.size(); ++i) absl::StrAppend(&header, i ? "," : "", shape[i]);
+  absl::StrAppend(&header, R"(],"data_offsets":[0,)", values.size() * 4, "]}}");
+  std::ofstream out(path, std::ios::binary);
+  uint64_t n = header.size();
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out.write(header.data(), header.size());
+  out.write(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+}
+
+std::string ModelJson(const std::string& checkpoint) {
+  return absl::StrReplaceAll(
+      R"({'name': 'mm', 'mesh': {'x': 2}, 'dtype': 'float32', 'seed': 1, 'checkpoint': 'CKPT',
+  'inputs': {'x': {'shape': [-1, 8], 'sharding': [null, 'x']}},
+  'params': {'w': {'shape': [8, 6], 'sharding': ['x', null], 'init': 'zeros'}},
+  'layers': [{'name': 'y', 'op': 'linear', 'input': 'x', 'kernel': 'w',
+              'out_sharding': ['x', null]}],
+  'outputs': ['y']})",
+      {{"'", "\""}, {"CKPT", checkpoint}});
+}
+
+void SetBox(std::vector<std::pair<int64_t, int64_t>> dims, meshserve::TensorSlice* slice) {
+  for (auto [b, e] : dims) {
+    slice->mutable_box()->add_begin(b);
+    slice->mutable_box()->add_end(e);
+  }
+}
+template <typename M>
+void SetBoxOf(std::vector<std::pair<int64_t, int64_t>> dims, M* box) {
+  for (auto [b, e] : dims) {
+    box->add_begin(b);
+    box->add_end(e);
+  }
+}
+
+std::vector<float> Values(int64_t n, float scale) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = scale * static_cast<float>((i * 29) % 13 - 6);
+  return v;
+}
+
+struct Node {
+  std::unique_ptr<GrpcPeerTransport> transport;
+  std::unique_ptr<ShardWorker> worker;
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<WorkerServiceImpl> service;
+  WorkerServer server;
+  std::string address;
+  std::unique_ptr<WorkerService::Stub> stub;
+};
+
+class WorkerServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (int i = 0; i < 2; ++i) {
+      Node& n = nodes_[i];
+      n.transport = std::make_unique<GrpcPeerTransport>();
+      ShardWorker::Options options;
+      options.worker_id = i;
+      options.default_deadline = absl::Seconds(20);
+      n.worker = std::make_unique<ShardWorker>(options, n.transport.get());
+      n.pool = std::make_unique<ThreadPool>();
+      n.service = std::make_unique<WorkerServiceImpl>(n.worker.get(), n.pool.get());
+      ASSERT_OK_AND_ASSIGN(n.server, StartWorkerServer(n.service.get(), "127.0.0.1", 0));
+      n.address = absl::StrCat("127.0.0.1:", n.server.port);
+      n.service->set_address(n.address);
+      ASSERT_OK_AND_ASSIGN(auto channel, CreateChannel(n.address));
+      n.stub = WorkerService::NewStub(channel);
+    }
+    ckpt_ = ::testing::TempDir() + "/worker_service_test_w.safetensors";
+    w_ = Values(kK * kN, 0.5f);
+    WriteSafetensorsByHand(ckpt_, "w", {kK, kN}, w_);
+    for (int i = 0; i < 2; ++i) {
+      LoadModelRequest load;
+      load.set_model("mm");
+      load.set_generation(1);
+      load.set_model_json(ModelJson(ckpt_));
+      auto* axis = load.mutable_mesh()->add_axes();
+      axis->set_name("x");
+      axis->set_size(2);
+      load.add_devices(i);
+      load.add_device_workers(0);
+      load.add_device_workers(1);
+      (*load.mutable_worker_addresses())[0] = nodes_[0].address;
+      (*load.mutable_worker_addresses())[1] = nodes_[1].address;
+      grpc::ClientContext context;
+      LoadModelResponse response;
+      ASSERT_OK(FromGrpcStatus(nodes_[i].stub->LoadModel(&context, load, &response)));
+      EXPECT_EQ(response.param_bytes(), kK / 2 * kN * 4);
+    }
+  }
+  void TearDown() override {
+    for (Node& n : nodes_) {
+      if (n.server.server) n.server.server->Shutdown();
+    }
+    std::remove(ckpt_.c_str());
+  }
+
+  absl::Status Install(int worker, const Program& program) {
+    InstallProgramRequest request;
+    *request.mutable_program() = program;
+    grpc::ClientContext context;
+    InstallProgramResponse response;
+    return FromGrpcStatus(nodes_[worker].stub->InstallProgram(&context, request, &response));
+  }
+
+  // Executes `requests[w]` on both workers concurrently over gRPC.
+  void ExecuteBoth(ExecuteRequest requests[2], absl::Status statuses[2],
+                   ExecuteResponse responses[2]) {
+    std::vector<std::thread> threads;
+    for (int w = 0; w < 2; ++w) {
+      threads.emplace_back([&, w]() {
+        grpc::ClientContext context;
+        SetDeadline(&context, absl::Seconds(30));
+        statuses[w] = FromGrpcStatus(nodes_[w].stub->Execute(&context, requests[w], &responses[w]));
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+
+  Node nodes_[2];
+  std::string ckpt_;
+  std::vector<float> w_;
+};
+
+Step* AddStep(Program* p) { return p->add_steps(); }
+
+TEST_F(WorkerServiceTest, LargeCrossWorkerTransferIsChunkedAndExact) {
+  constexpr int64_t kRows = 1280, kCols = 1024;  // 5 MiB of float32
+  Program p0, p1;
+  p0.set_program_id("big");
+  p0.set_model("mm");
+  p0.set_generation(1);
+  p0.set_worker(0);
+  auto* send = AddStep(&p0)->mutable_send();
+  send->set_buffer("in/big");
+  SetBoxOf({{0, kRows}, {0, kCols}}, send->mutable_box());
+  send->set_dst_worker(1);
+  send->set_dst_device(1);
+  send->set_tag("big/0->1");
+  send->set_device(0);
+  p1 = p0;
+  p1.set_worker(1);
+  p1.clear_steps();
+  auto* recv = AddStep(&p1)->mutable_recv();
+  recv->set_buffer("got");
+  SetBoxOf({{0, kRows}, {0, kCols}}, recv->mutable_box());
+  SetBoxOf({{0, kRows}, {0, kCols}}, recv->mutable_buffer_box());
+  recv->set_tag("big/0->1");
+  recv->set_dtype(FLOAT32);
+  recv->set_src_worker(0);
+  recv->set_device(1);
+  auto* out = AddStep(&p1)->mutable_output();
+  out->set_buffer("got");
+  SetBoxOf({{0, kRows}, {0, kCols}}, out->mutable_box());
+  out->set_output("big");
+  out->set_device(1);
+  ASSERT_OK(Install(0, p0));
+  ASSERT_OK(Install(1, p1));
+
+  std::vector<float> big = Values(kRows * kCols, 0.25f);
+  for (size_t i = 0; i < big.size(); i += 4099) big[i] = static_cast<float>(i);
+  ExecuteRequest requests[2];
+  for (int w = 0; w < 2; ++w) {
+    requests[w].set_program_id("big");
+    requests[w].set_request_id("big-1");
+  }
+  TensorSlice* in = requests[0].add_inputs();
+  in->set_name("big");
+  in->set_device(0);
+  SetBox({{0, kRows}, {0, kCols}}, in);
+  in->set_dtype(FLOAT32);
+  in->set_data(big.data(), big.size() * 4);
+  absl::Status statuses[2];
+  ExecuteResponse responses[2];
+  ExecuteBoth(requests, statuses, responses);
+  ASSERT_OK(statuses[0]);
+  ASSERT_OK(statuses[1]);
+  ASSERT_EQ(responses[1].outputs_size(), 1);
+  const std::string& got = responses[1].outputs(0).data();
+  ASSERT_EQ(got.size(), big.size() * 4);
+  EXPECT_EQ(std::memcmp(got.data(), big.data(), got.size()), 0);
+  EXPECT_EQ(nodes_[0].transport->chunks_sent(), 5);  // 5 MiB in 1 MiB chunks
+}
+
+// Worker d: partial = x_d @ w_d (contracting dim split), reduce-scatter rows.
+Program MatmulProgram(int64_t worker) {
+  const int64_t other = 1 - worker, half = kM / 2;
+  Program p;
+  p.set_program_id("mm");
+  p.set_model("mm");
+  p.set_generation(1);
+  p.set_worker(worker);
+  auto* dot = AddStep(&p)->mutable_compute();
+  dot->set_op("dot_general");
+  dot->add_inputs("in/x");
+  dot->add_inputs("param/w");
+  dot->set_output("partial");
+  SetBoxOf({{0, kM}, {0, kN}}, dot->mutable_out_box());
+  dot->set_out_dtype(FLOAT32);
+  dot->add_lhs_contracting(1);
+  dot->add_rhs_contracting(0);
+  dot->set_partial(true);
+  dot->set_device(worker);
+  auto* send = AddStep(&p)->mutable_send();
+  send->set_buffer("partial");
+  SetBoxOf({{other * half, (other + 1) * half}, {0, kN}}, send->mutable_box());
+  send->set_dst_worker(other);
+  send->set_dst_device(other);
+  send->set_tag(absl::StrCat("rs/", worker, "->", other));
+  send->set_device(worker);
+  auto* recv = AddStep(&p)->mutable_recv();
+  recv->set_buffer("partial");
+  SetBoxOf({{worker * half, (worker + 1) * half}, {0, kN}}, recv->mutable_box());
+  recv->set_tag(absl::StrCat("rs/", other, "->", worker));
+  recv->set_accumulate(true);
+  recv->set_src_worker(other);
+  recv->set_device(worker);
+  auto* out = AddStep(&p)->mutable_output();
+  out->set_buffer("partial");
+  SetBoxOf({{worker * half, (worker + 1) * half}, {0, kN}}, out->mutable_box());
+  out->set_output("y");
+  out->set_device(worker);
+  return p;
+}
+
+TEST_F(WorkerServiceTest, TwoWorkerDotGeneralOverGrpcMatchesNaive) {
+  ASSERT_OK(Install(0, MatmulProgram(0)));
+  ASSERT_OK(Install(1, MatmulProgram(1)));
+  const std::vector<float> x = Values(kM * kK, 1.0f);
+  for (int round = 0; round < 3; ++round) {
+    ExecuteRequest requests[2];
+    for (int w = 0; w < 2; ++w) {
+      requests[w].set_program_id("mm");
+      requests[w].set_request_id(absl::StrCat("mm-", round));
+      TensorSlice* in = requests[w].add_inputs();
+      in->set_name("x");
+      in->set_device(w);
+      SetBox({{0, kM}, {w * kK / 2, (w + 1) * kK / 2}}, in);
+      in->set_dtype(FLOAT32);
+      std::vector<float> part;
+      for (int64_t m = 0; m < kM; ++m) {
+        for (int64_t k = w * kK / 2; k < (w + 1) * kK / 2; ++k) part.push_back(x[m * kK + k]);
+      }
+      in->set_data(part.data(), part.size() * 4);
+    }
+    absl::Status statuses[2];
+    ExecuteResponse responses[2];
+    ExecuteBoth(requests, statuses, responses);
+    ASSERT_OK(statuses[0]);
+    ASSERT_OK(statuses[1]);
+    for (int w = 0; w < 2; ++w) {
+      ASSERT_EQ(responses[w].outputs_size(), 1);
+      const TensorSlice& y = responses[w].outputs(0);
+      EXPECT_EQ(y.name(), "y");
+      ASSERT_EQ(y.data().size(), kM / 2 * kN * 4u);
+      std::vector<float> rows(kM / 2 * kN);
+      std::memcpy(rows.data(), y.data().data(), y.data().size());
+      for (int64_t r = 0; r < kM / 2; ++r) {
+        const int64_t m = y.box().begin(0) + r;
+        for (int64_t n = 0; n < kN; ++n) {
+          double want = 0;
+          for (int64_t k = 0; k < kK; ++k) want += double{x[m * kK + k]} * w_[k * kN + n];
+          EXPECT_NEAR(rows[r * kN + n], want, 1e-4 * (1 + std::abs(want))) << m << "," << n;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(WorkerServiceTest, ReceiveWithoutSenderFailsThenNextRequestIsServed) {
+  Program p;
+  p.set_program_id("wait");
+  p.set_model("mm");
+  p.set_generation(1);
+  p.set_worker(1);
+  auto* recv = AddStep(&p)->mutable_recv();
+  recv->set_buffer("never");
+  SetBoxOf({{0, 4}}, recv->mutable_box());
+  SetBoxOf({{0, 4}}, recv->mutable_buffer_box());
+  recv->set_tag("never");
+  recv->set_dtype(FLOAT32);
+  recv->set_src_worker(0);
+  recv->set_device(1);
+  ASSERT_OK(Install(1, p));
+  ExecuteRequest request;
+  request.set_program_id("wait");
+  request.set_request_id("w1");
+  request.set_deadline_ms(300);
+  grpc::ClientContext context;
+  ExecuteResponse response;
+  absl::Status status = FromGrpcStatus(nodes_[1].stub->Execute(&context, request, &response));
+  EXPECT_TRUE(status.code() == absl::StatusCode::kDeadlineExceeded ||
+              status.code() == absl::StatusCode::kUnavailable)
+      << status;
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kDeadlineExceeded, "tag 'never'"));
+  // The worker keeps serving.
+  ASSERT_OK(Install(0, MatmulProgram(0)));
+  ASSERT_OK(Install(1, MatmulProgram(1)));
+  ExecuteRequest requests[2];
+  for (int w = 0; w < 2; ++w) {
+    requests[w].set_program_id("mm");
+    requests[w].set_request_id("after");
+    TensorSlice* in = requests[w].add_inputs();
+    in->set_name("x");
+    in->set_device(w);
+    SetBox({{0, kM}, {w * kK / 2, (w + 1) * kK / 2}}, in);
+    in->set_dtype(FLOAT32);
+    in->set_data(std::string(kM * kK / 2 * 4, '\0'));
+  }
+  absl::Status statuses[2];
+  ExecuteResponse responses[2];
+  ExecuteBoth(requests, statuses, responses);
+  EXPECT_OK(statuses[0]);
+  EXPECT_OK(statuses[1]);
+}
+
+TEST_F(WorkerServiceTest, SendToADeadPeerIsUnavailable) {
+  // Worker 0 sends to worker 1, whose server is down.
+  nodes_[1].server.server->Shutdown();
+  nodes_[1].server.server.reset();
+  ASSERT_OK(Install(0, MatmulProgram(0)));
+  ExecuteRequest request;
+  request.set_program_id("mm");
+  request.set_request_id("dead");
+  request.set_deadline_ms(3000);
+  TensorSlice* in = request.add_inputs();
+  in->set_name("x");
+  in->set_device(0);
+  SetBox({{0, kM}, {0, kK / 2}}, in);
+  in->set_dtype(FLOAT32);
+  in->set_data(std::string(kM * kK / 2 * 4, '\0'));
+  grpc::ClientContext context;
+  ExecuteResponse response;
+  EXPECT_THAT(FromGrpcStatus(nodes_[0].stub->Execute(&context, request, &response)),
+              StatusIs(absl::StatusCode::kUnavailable, "worker 1"));
+}
+
+TEST_F(WorkerServiceTest, BadChunksAreRejectedWithInvalidArgument) {
+  grpc::ClientContext context;
+  PushAck ack;
+  auto writer = nodes_[0].stub->PushData(&context, &ack);
+  DataChunk chunk;
+  chunk.set_request_id("r");
+  chunk.set_tag("t");
+  chunk.set_total_bytes(4);
+  chunk.set_offset(2);  // out of order
+  chunk.set_data("ab");
+  writer->Write(chunk);
+  writer->WritesDone();
+  EXPECT_THAT(FromGrpcStatus(writer->Finish()),
+              StatusIs(absl::StatusCode::kInvalidArgument, "offset 2"));
+}
+
+TEST_F(WorkerServiceTest, UnknownProgramAndStatus) {
+  grpc::ClientContext context;
+  ExecuteRequest request;
+  request.set_program_id("nope");
+  request.set_request_id("r");
+  ExecuteResponse response;
+  EXPECT_THAT(FromGrpcStatus(nodes_[0].stub->Execute(&context, request, &response)),
+              StatusIs(absl::StatusCode::kNotFound, "nope"));
+  grpc::ClientContext status_context;
+  WorkerStatusResponse status;
+  ASSERT_OK(FromGrpcStatus(
+      nodes_[0].stub->Status(&status_context, WorkerStatusRequest(), &status)));
+  EXPECT_EQ(status.worker_id(), 0);
+  EXPECT_EQ(status.address(), nodes_[0].address);
+  EXPECT_FALSE(status.blas_core().empty());
+  ASSERT_EQ(status.models_size(), 1);
+  EXPECT_EQ(status.models(0).model(), "mm");
+  EXPECT_EQ(status.models(0).param_bytes(), kK / 2 * kN * 4);
+}
+
+}  // namespace
+}  // namespace meshserve
