@@ -143,6 +143,12 @@ TEST(MeshTest, WithAxisTypesChangesOnlyNamedAxes) {
   EXPECT_NE(auto_y, mesh);
 }
 
+TEST(MeshAxisTest, HashIsCorrect) {
+  EXPECT_TRUE(absl::VerifyTypeImplementsAbslHashCorrectly(
+      {MeshAxis{"x", 2}, MeshAxis{"x", 4}, MeshAxis{"y", 2},
+       MeshAxis{"x", 2, AxisType::kManual}}));
+}
+
 TEST(MeshTest, HashIsCorrect) {
   EXPECT_TRUE(absl::VerifyTypeImplementsAbslHashCorrectly({
       Mesh(), MakeMesh({{"x", 2}}), MakeMesh({{"x", 4}}),

@@ -51,7 +51,8 @@ std::vector<Box> ShardBoxesByDevice(absl::Span<const int64_t> shape,
 // Unreduced axes split groups (their devices hold different partial sums).
 std::vector<std::vector<int64_t>> ReplicaGroups(const NamedSharding& sharding);
 
-// Devices whose box overlaps `box` (ascending).
+// Devices whose box overlaps `box` in at least one element (ascending). Empty
+// for an empty `box` or when shape, sharding and box ranks differ.
 std::vector<int64_t> DevicesOverlappingBox(absl::Span<const int64_t> shape,
                                            const NamedSharding& sharding,
                                            const Box& box);
