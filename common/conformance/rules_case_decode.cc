@@ -22,7 +22,7 @@ absl::StatusOr<int64_t> AsInt(const Json& v, absl::string_view what) {
   }
   if (v.is_number_float()) {
     double d = v.get<double>();
-    if (d == static_cast<double>(static_cast<int64_t>(d)) && d > -1e15 && d < 1e15) {
+    if (d > -1e15 && d < 1e15 && d == static_cast<double>(static_cast<int64_t>(d))) {
       return static_cast<int64_t>(d);
     }
   }

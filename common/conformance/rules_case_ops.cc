@@ -141,6 +141,18 @@ absl::StatusOr<int64_t> IntAny(const Json& p, std::initializer_list<const char*>
   return GetInt(p, k, "params");
 }
 
+// Axis names given as one string or a list of strings (first present key).
+absl::StatusOr<std::optional<std::vector<std::string>>> OptAxisNames(
+    const Json& p, std::initializer_list<const char*> keys) {
+  const char* k = FirstKey(p, keys);
+  if (k == nullptr) return std::optional<std::vector<std::string>>();
+  if (p[k].is_string()) {
+    return std::optional<std::vector<std::string>>(
+        std::vector<std::string>{p[k].get<std::string>()});
+  }
+  return GetOptStringList(p, k, "params");
+}
+
 std::optional<ArrayType> OptInput(Inputs in, size_t i) {
   return i < in.size() ? std::optional<ArrayType>(in[i]) : std::nullopt;
 }
@@ -187,7 +199,7 @@ absl::StatusOr<ArrayType> RunOp(absl::string_view op, const Json& p, Inputs in,
   if (name == "auto_axes") {
     MS_ASSIGN_OR_RETURN(std::string inner, GetString(p, "inner_op", "params"));
     if (inner == "auto_axes") return InvalidArgument("params.inner_op cannot be auto_axes itself");
-    MS_ASSIGN_OR_RETURN(auto axes, GetOptStringList(p, "axes", "params"));
+    MS_ASSIGN_OR_RETURN(auto axes, OptAxisNames(p, {"axes"}));
     return AutoAxesRule(in, out, axes, [&](Inputs args) -> absl::StatusOr<ArrayType> {
       return RunOp(inner, p, args, std::nullopt);
     });
@@ -200,11 +212,7 @@ absl::StatusOr<ArrayType> RunOp(absl::string_view op, const Json& p, Inputs in,
   if (name == "shard_map_body_type") {
     MS_RETURN_IF_ERROR(WantInputs(op, in, 1));
     MS_RETURN_IF_ERROR(NoOutSharding(op, out));
-    const char* k = FirstKey(p, {"manual_axes", "axis_names"});
-    std::optional<std::vector<std::string>> manual;
-    if (k != nullptr) {
-      MS_ASSIGN_OR_RETURN(manual, GetOptStringList(p, k, "params"));
-    }
+    MS_ASSIGN_OR_RETURN(auto manual, OptAxisNames(p, {"manual_axes", "axis_names", "axes"}));
     return ShardMapBodyTypeRule(in[0], manual);
   }
   if (name == "linear") {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/checked_math.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/sharding/rules/rule_util.h"
@@ -105,8 +106,10 @@ absl::StatusOr<std::vector<ArrayType>> SplitRule(const ArrayType& operand,
   MS_ASSIGN_OR_RETURN(int a, rules::CanonicalizeDim(axis, operand.rank(), "split axis"));
   int64_t total = 0;
   for (int64_t s : sizes) {
-    if (s < 0) return InvalidArgument("split sizes must be non-negative, got ", rules::ShapeRepr(sizes));
-    total += s;
+    if (s < 0 || !CheckedAdd(total, s, &total)) {
+      return InvalidArgument("split sizes must be non-negative and not overflow, got ",
+                             rules::ShapeRepr(sizes));
+    }
   }
   if (total != operand.shape[a]) {
     return InvalidArgument("Sum of sizes ", total, " must be equal to dimension ",
@@ -167,8 +170,13 @@ absl::StatusOr<ArrayType> PadRule(const ArrayType& operand,
       return InvalidArgument("interior padding in padding_config must be nonnegative, got ",
                              interior, " at dim ", d);
     }
-    int64_t n = operand.shape[d];
-    out[d] = lo + hi + n + std::max<int64_t>(0, n - 1) * interior;
+    int64_t n = operand.shape[d], grown = 0, sum = 0;
+    if (!CheckedMul(std::max<int64_t>(0, n - 1), interior, &grown) ||
+        !CheckedAdd(grown, n, &sum) || !CheckedAdd(sum, lo, &sum) || !CheckedAdd(sum, hi, &sum)) {
+      return InvalidArgument("padding_config ", lo, ", ", hi, ", ", interior, " at dim ", d,
+                             " overflows the dimension size");
+    }
+    out[d] = sum;
     if (out[d] < 0) {
       return InvalidArgument("Dimension size after padding is not at least 0, got result "
                              "size ", out[d], " at dim ", d);
@@ -188,8 +196,10 @@ absl::StatusOr<ArrayType> TileRule(const ArrayType& operand, const std::vector<i
   r.insert(r.end(), reps.begin(), reps.end());
   Shape shape(rank);
   for (int d = 0; d < rank; ++d) {
-    if (r[d] < 0) return InvalidArgument("tile reps must be non-negative, got ", rules::ShapeRepr(reps));
-    shape[d] = a_shape[d] * r[d];
+    if (r[d] < 0 || !CheckedMul(a_shape[d], r[d], &shape[d])) {
+      return InvalidArgument("tile reps must be non-negative and not overflow, got ",
+                             rules::ShapeRepr(reps));
+    }
   }
   const ArrayType* ptrs[] = {&operand};
   MS_ASSIGN_OR_RETURN(Mesh mesh, rules::CommonMesh("tile", ptrs));

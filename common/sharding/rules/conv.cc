@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/checked_math.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/sharding/rules/rule_util.h"
@@ -58,12 +59,21 @@ absl::StatusOr<Shape> ConvOutShape(const ArrayType& lhs, const ArrayType& rhs,
                              "entry per spatial dim (", n_spatial, "), got ", v->size());
     }
     for (int64_t x : *v) {
-      if (x < 1) return InvalidArgument("conv_general_dilated: strides and dilations must be >= 1, got ", x);
+      if (x < 1 || x > (int64_t{1} << 30)) {
+        return InvalidArgument("conv_general_dilated: strides and dilations must be in "
+                               "[1, 2^30], got ", x);
+      }
     }
   }
   if (!p.explicit_padding.empty() && p.explicit_padding.size() != n_spatial) {
     return InvalidArgument("conv_general_dilated: padding must have one (low, high) pair per "
                            "spatial dim (", n_spatial, "), got ", p.explicit_padding.size());
+  }
+  for (const auto& [lo, hi] : p.explicit_padding) {
+    if (lo < -(int64_t{1} << 40) || lo > (int64_t{1} << 40) || hi < -(int64_t{1} << 40) ||
+        hi > (int64_t{1} << 40)) {
+      return InvalidArgument("conv_general_dilated: padding (", lo, ", ", hi, ") is out of range");
+    }
   }
   if (p.feature_group_count < 1 || p.batch_group_count < 1) {
     return InvalidArgument("conv_general_dilated: group counts must be >= 1");
@@ -84,9 +94,15 @@ absl::StatusOr<Shape> ConvOutShape(const ArrayType& lhs, const ArrayType& rhs,
   out[op[1]] = rhs.shape[rp[0]];
   for (size_t k = 0; k < n_spatial; ++k) {
     const int64_t in = lhs.shape[lp[2 + k]];
-    const int64_t in_d = in == 0 ? 0 : (in - 1) * At(p.lhs_dilation, k) + 1;
     const int64_t win = rhs.shape[rp[2 + k]];
-    const int64_t win_d = win == 0 ? 0 : (win - 1) * At(p.rhs_dilation, k) + 1;
+    int64_t in_d = 0, win_d = 0;
+    if ((in > 0 && !CheckedMul(in - 1, At(p.lhs_dilation, k), &in_d)) ||
+        (win > 0 && !CheckedMul(win - 1, At(p.rhs_dilation, k), &win_d)) ||
+        in_d > (int64_t{1} << 50) || win_d > (int64_t{1} << 50)) {
+      return InvalidArgument("conv_general_dilated: dilated sizes overflow at spatial dim ", k);
+    }
+    if (in > 0) ++in_d;
+    if (win > 0) ++win_d;
     const int64_t stride = At(p.window_strides, k);
     int64_t lo = 0, hi = 0;
     if (!p.explicit_padding.empty()) {

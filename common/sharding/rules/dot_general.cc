@@ -181,7 +181,9 @@ absl::StatusOr<ArrayType> DotGeneralRule(const ArrayType& lhs, const ArrayType& 
     return InvalidArgument(
         "dot_general requires lhs batch dimensions and rhs batch dimensions to have the "
         "same sharding, got ", rules::EntriesTupleRepr(lhs_batch_spec), " and ",
-        rules::EntriesTupleRepr(rhs_batch_spec), ".");
+        rules::EntriesTupleRepr(rhs_batch_spec),
+        ". (Newer JAX: dot_general requires lhs batch dimensions and rhs batch dimensions "
+        "to have the consistent sharding.)");
   }
   for (size_t i = 0; i < lhs_contracting_spec.size(); ++i) {
     if (!lhs_contracting_spec[i].empty() && !rhs_contracting_spec[i].empty()) {
@@ -190,7 +192,11 @@ absl::StatusOr<ArrayType> DotGeneralRule(const ArrayType& lhs, const ArrayType& 
           "be sharded. Please specify the output sharding via the `out_sharding` "
           "parameter. Got lhs_contracting_spec=",
           rules::EntriesTupleRepr(lhs_contracting_spec),
-          " and rhs_contracting_spec=", rules::EntriesTupleRepr(rhs_contracting_spec));
+          " and rhs_contracting_spec=", rules::EntriesTupleRepr(rhs_contracting_spec),
+          lhs_contracting_spec[i] == rhs_contracting_spec[i]
+              ? ""
+              : " (dot_general requires contracting dimensions to have consistent "
+                "sharding)");
     }
   }
   MS_RETURN_IF_ERROR(

@@ -161,6 +161,12 @@ absl::StatusOr<ArrayType> EinsumRule(absl::string_view equation, const ArrayType
   }
   std::optional<PartitionSpec> dot_out;
   if (out_sharding.has_value()) {
+    // canonicalize_sharding runs at the jnp.einsum API with its name.
+    const ArrayType* ptrs[] = {&lhs, &rhs};
+    MS_ASSIGN_OR_RETURN(Mesh mesh, rules::CommonMesh("einsum", ptrs));
+    MS_RETURN_IF_ERROR(rules::ParseOutSharding("einsum", mesh, *out_sharding,
+                                               static_cast<int>(eq.out.size()))
+                           .status());
     if (out_sharding->size() > static_cast<int>(eq.out.size())) {
       return InvalidArgument("Length of sharding.spec (", out_sharding->size(),
                              ") must be equal to aval's ndim (", eq.out.size(),

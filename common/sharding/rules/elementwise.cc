@@ -145,8 +145,9 @@ absl::StatusOr<ArrayType> SelectRule(const ArrayType& pred, const ArrayType& on_
   if (!rules::RulesActive(mesh)) return rules::UnshardedResult(dtype, shape, mesh, ptrs);
   // jnp.where broadcasts every operand to `shape` (broadcast_to keeps the
   // entries of existing dims; scalars become fully unsharded arrays).
-  const Entries& t = lifted[1].entries;
-  const Entries& f = lifted[2].entries;
+  // Scalar cases (jnp.where(x > 0, x, 0)) take the other case's sharding.
+  const Entries& t = on_true.rank() == 0 ? lifted[2].entries : lifted[1].entries;
+  const Entries& f = on_false.rank() == 0 ? lifted[1].entries : lifted[2].entries;
   if (t != f) {
     return InvalidArgument("select cases must have the same shardings, got [",
                            rules::EntriesTupleRepr(t), ", ", rules::EntriesTupleRepr(f),

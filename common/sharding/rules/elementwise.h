@@ -17,7 +17,8 @@
 // Binary ops take no out_sharding (use reshard or auto_axes).
 //
 // select(pred, on_true, on_false) (as jnp.where: operands are first broadcast
-// to the common shape, new dims unsharded): the cases must have identical
+// to the common shape, new dims unsharded; a scalar case takes the other
+// case's sharding, as in jnp.where(x > 0, x, 0)): the cases must have identical
 // shardings ("select cases must have the same shardings, got [...]"); pred must
 // be scalar or have the cases' sharding ("select `which` must be scalar or have
 // the same sharding as cases").

@@ -45,6 +45,9 @@ absl::StatusOr<ArrayType> ReduceRule(absl::string_view op_name, const ArrayType&
     }
   }
   const ArrayType* ptrs[] = {&operand};
+  // argmax/argmin return int32 indices.
+  const DType dtype =
+      (op_name == "argmax" || op_name == "argmin") ? DType::kInt32 : operand.dtype;
   MS_ASSIGN_OR_RETURN(Mesh mesh, rules::CommonMesh(op_name, ptrs));
   std::optional<PartitionSpec> parsed;
   if (out_sharding.has_value()) {
@@ -52,7 +55,7 @@ absl::StatusOr<ArrayType> ReduceRule(absl::string_view op_name, const ArrayType&
                                                         static_cast<int>(shape.size())));
   }
   if (!rules::RulesActive(mesh)) {
-    return rules::UnshardedResult(operand.dtype, std::move(shape), mesh, ptrs);
+    return rules::UnshardedResult(dtype, std::move(shape), mesh, ptrs);
   }
   if (parsed.has_value()) {
     absl::flat_hash_set<std::string> allowed;
@@ -65,10 +68,10 @@ absl::StatusOr<ArrayType> ReduceRule(absl::string_view op_name, const ArrayType&
             "} and operand spec of reduced dims=", rules::EntriesTupleRepr(reduced_spec));
       }
     }
-    return rules::FinishResult(op_name, ptrs, operand.dtype, std::move(shape), mesh,
+    return rules::FinishResult(op_name, ptrs, dtype, std::move(shape), mesh,
                                parsed->entries(), parsed->unreduced());
   }
-  return rules::FinishResult(op_name, ptrs, operand.dtype, std::move(shape), mesh,
+  return rules::FinishResult(op_name, ptrs, dtype, std::move(shape), mesh,
                              std::move(out));
 }
 

@@ -4,6 +4,7 @@
 #include <variant>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/checked_math.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/sharding/rules/rule_util.h"
@@ -111,8 +112,9 @@ absl::StatusOr<ArrayType> ReshapeRule(const ArrayType& operand,
       return InvalidArgument("reshape new_sizes must all be non-negative, got ",
                              SizesRepr(new_sizes));
     }
-    total *= s;
-    if (total > (int64_t{1} << 62)) return InvalidArgument("reshape new_sizes too large");
+    if (!CheckedMul(total, s, &total) || total > (int64_t{1} << 62)) {
+      return InvalidArgument("reshape new_sizes ", SizesRepr(new_sizes), " are too large");
+    }
   }
   if (total != operand.NumElements()) {
     return InvalidArgument("reshape total size must be unchanged, got new_sizes ",
@@ -169,9 +171,14 @@ absl::StatusOr<ArrayType> ReshapeRule(const ArrayType& operand,
     return finish(std::move(result));
   }
 
+  // Newer JAX words the two-splits/two-merges case separately; keep both
+  // phrases so either reading finds its words.
+  auto more_than_one = [&](absl::string_view what) {
+    return InvalidArgument(what, " on more than 1 axis is not supported. ", error.message());
+  };
   bool unsupported = false;
   std::optional<std::vector<Piece>> split = SplitOnOneAxis(operand.shape, new_sizes, &unsupported);
-  if (unsupported) return error;
+  if (unsupported) return more_than_one("Splitting");
   if (split.has_value()) {
     Entries result;
     for (size_t d = 0; d < split->size(); ++d) {
@@ -195,7 +202,7 @@ absl::StatusOr<ArrayType> ReshapeRule(const ArrayType& operand,
   std::optional<std::vector<Piece>> merge;
   if (new_sizes.size() < operand.shape.size()) {
     merge = SplitOnOneAxis(new_sizes, operand.shape, &unsupported);
-    if (unsupported) return error;
+    if (unsupported) return more_than_one("Merging");
   }
   if (!merge.has_value()) return error;
   Entries result;

@@ -125,12 +125,11 @@ absl::StatusOr<ArrayType> ShardMapBodyTypeRule(
   }
   MS_ASSIGN_OR_RETURN(ArrayType out, MakeArrayType(operand.dtype, std::move(shape), body_mesh,
                                                    PartitionSpec(std::move(entries))));
-  const ArrayType* ptrs[] = {&operand};
+  // Varying axes in mesh order, without repeats.
   ArrayType with_varying = operand;
-  with_varying.varying = varying;
+  with_varying.varying = std::move(varying);
   const ArrayType* vptrs[] = {&with_varying};
   out.varying = rules::UnionVarying(mesh, vptrs);
-  (void)ptrs;
   return out;
 }
 

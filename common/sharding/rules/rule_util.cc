@@ -6,6 +6,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/checked_math.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 
@@ -153,6 +154,7 @@ std::vector<std::string> UnionVarying(const Mesh& mesh,
 
 absl::StatusOr<ArrayType> UnshardedResult(DType dtype, Shape shape, const Mesh& mesh,
                                           absl::Span<const ArrayType* const> operands) {
+  MS_RETURN_IF_ERROR(CheckResultShape("result", shape));
   std::vector<std::string> varying = UnionVarying(mesh, operands);
   MS_ASSIGN_OR_RETURN(ArrayType out, MakeArrayType(dtype, std::move(shape), mesh, PartitionSpec()));
   out.varying = std::move(varying);
@@ -164,6 +166,7 @@ absl::StatusOr<ArrayType> FinishResult(absl::string_view prim,
                                        DType dtype, Shape shape, const Mesh& mesh,
                                        Entries entries,
                                        std::vector<std::string> unreduced) {
+  MS_RETURN_IF_ERROR(CheckResultShape(prim, shape));
   entries.resize(shape.size());
   absl::flat_hash_set<std::string> seen;
   bool duplicate = false;
@@ -261,6 +264,17 @@ absl::StatusOr<Entries> VaryingOutShapeEntries(absl::string_view name, const Mes
     }
   }
   return in;
+}
+
+absl::Status CheckResultShape(absl::string_view prim, absl::Span<const int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || !CheckedMul(n, d, &n) || n > (int64_t{1} << 62)) {
+      return InvalidArgument(prim, ": result shape ", ShapeRepr(shape),
+                             " is invalid or too large");
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int> CanonicalizeDim(int64_t dim, int rank, absl::string_view what) {

@@ -117,6 +117,10 @@ absl::StatusOr<Entries> VaryingOutShapeEntries(absl::string_view name, const Mes
                                                const ArrayType& operand,
                                                absl::Span<const int64_t> out_shape);
 
+// Every result shape passes this: dims >= 0 and at most 2^62 elements.
+// \error kInvalidArgument naming the shape.
+absl::Status CheckResultShape(absl::string_view prim, absl::Span<const int64_t> shape);
+
 // Canonicalises a possibly negative dim index into [0, rank).
 // \error kInvalidArgument "<what> <dim> is out of bounds for array of rank R".
 absl::StatusOr<int> CanonicalizeDim(int64_t dim, int rank, absl::string_view what);

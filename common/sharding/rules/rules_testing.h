@@ -1,0 +1,69 @@
+// Test helpers for the rule tests: fixtures that read like JAX code.
+//   Mesh mesh = TestMesh("mesh[x=2,y=2]");
+//   ArrayType x = Arr(mesh, {8, 2}, "P('x', None)");
+//   EXPECT_THAT(DotGeneralRule(x, w, Matmul(), std::nullopt), HasType("float32[8@x,8]"));
+// Header-only; used by *_test.cc in this folder.
+#ifndef MESHSERVE_COMMON_SHARDING_RULES_RULES_TESTING_H_
+#define MESHSERVE_COMMON_SHARDING_RULES_RULES_TESTING_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "common/base/dtype.h"
+#include "common/base/logging.h"
+#include "common/sharding/mesh.h"
+#include "common/sharding/named_sharding.h"
+#include "common/sharding/partition_spec.h"
+#include "common/sharding/rules/dot_general.h"
+#include "common/sharding/rules/rule_util.h"
+#include "gmock/gmock.h"
+
+namespace meshserve {
+namespace rules_testing {
+
+inline Mesh TestMesh(absl::string_view text) {
+  absl::StatusOr<Mesh> mesh = ParseMesh(text);
+  MS_CHECK(mesh.ok());  // test fixture text is trusted
+  return *mesh;
+}
+
+inline PartitionSpec Spec(absl::string_view text) {
+  absl::StatusOr<PartitionSpec> spec = ParsePartitionSpec(text);
+  MS_CHECK(spec.ok());  // test fixture text is trusted
+  return *spec;
+}
+
+// jax.device_put(np.zeros(shape, dtype), NamedSharding(mesh, spec)), typed.
+inline ArrayType Arr(const Mesh& mesh, std::vector<int64_t> shape, absl::string_view spec,
+                     DType dtype = DType::kFloat32) {
+  absl::StatusOr<ArrayType> t = MakeArrayType(dtype, std::move(shape), mesh, Spec(spec));
+  MS_CHECK(t.ok());  // test fixture values are trusted
+  return *t;
+}
+
+// x @ y for rank-2 operands.
+inline DotDimensionNumbers Matmul() { return DotDimensionNumbers{{1}, {0}, {}, {}}; }
+
+inline std::string TypeStr(const ArrayType& t) {
+  return rules::TypeString(t.dtype, t.shape, t.sharding.mesh(), rules::ExplicitEntries(t),
+                           t.spec().unreduced(), t.varying, /*short_dtype=*/false);
+}
+
+// Matches an OK StatusOr<ArrayType> whose JAX type string equals `expected`.
+MATCHER_P(HasType, expected, "is OK with type " + std::string(expected)) {
+  if (!arg.ok()) {
+    *result_listener << "status " << arg.status();
+    return false;
+  }
+  std::string got = TypeStr(*arg);
+  *result_listener << "type " << got;
+  return got == std::string(expected);
+}
+
+}  // namespace rules_testing
+}  // namespace meshserve
+
+#endif  // MESHSERVE_COMMON_SHARDING_RULES_RULES_TESTING_H_
