@@ -508,6 +508,88 @@ def run_worker_kill(c, cli, bin_dir, root, model_dir, cases):
         cluster.stop()
 
 
+FAKE_COORDINATOR = """#!/bin/sh
+echo "fake coordinator $*"
+sleep 0.3
+echo "fake coordinator: every model servable, ready"
+if [ -n "$FAKE_COORDINATOR_EXIT_AFTER" ]; then sleep "$FAKE_COORDINATOR_EXIT_AFTER"; exit 3; fi
+exec sleep 600
+"""
+FAKE_WORKER = """#!/bin/sh
+echo "meshserve-worker ready (fake) $*"
+exec sleep 600
+"""
+
+
+def run_launcher(c, bin_dir, root):
+    """`meshserve local` itself, with fake coordinator/worker scripts beside a
+    copy of the meshserve binary (no teammate binaries needed)."""
+    print("== meshserve local with fake children", flush=True)
+    fake_bin = os.path.join(root, "fakebin")
+    os.makedirs(fake_bin)
+    shutil.copy(os.path.join(bin_dir, "meshserve"), fake_bin)
+    for name, text in (("meshserve-coordinator", FAKE_COORDINATOR),
+                       ("meshserve-worker", FAKE_WORKER)):
+        path = os.path.join(fake_bin, name)
+        with open(path, "w") as f:
+            f.write(text)
+        os.chmod(path, 0o755)
+    models = os.path.join(root, "fake-models")
+    os.makedirs(models, exist_ok=True)
+    cluster = mslib.LocalCluster(fake_bin, 3, models, os.path.join(root, "logs-fake"), 30)
+    try:
+        ready_lines = [l for l in cluster.lines if "ready" in l]
+        c.check(len(ready_lines) == 1 and l_startswith(ready_lines, "meshserve local: ready"),
+                "launcher: exactly one 'ready' line on stdout (children's go to logs)",
+                "\n".join(cluster.lines))
+        c.check(sorted(cluster.worker_pids) == [0, 1, 2], "launcher: prints 3 worker pids",
+                "\n".join(cluster.lines))
+        log = os.path.join(root, "logs-fake", "coordinator.log")
+        text = open(log).read() if os.path.exists(log) else ""
+        c.check("--min_workers 3" in text and "--model_dir " + models in text,
+                "launcher: coordinator gets --port/--model_dir/--min_workers", text)
+        victim = cluster.worker_pids[1]
+        os.kill(victim, 9)
+        deadline = time.time() + 5
+        while time.time() < deadline and "exited unexpectedly" not in cluster.stderr_text():
+            time.sleep(0.1)
+        c.check(re.search(r"worker-1 \(pid %d\) exited unexpectedly: killed by signal 9" % victim,
+                          cluster.stderr_text()) is not None,
+                "launcher: a killed worker is reported", cluster.stderr_text())
+        c.check(cluster.proc.poll() is None, "launcher: keeps running after a worker dies")
+        cluster.proc.send_signal(2)  # SIGINT, as Ctrl-C
+        rc = cluster.proc.wait(timeout=20)
+        c.check(rc == 0, "launcher: SIGINT stops it with exit 0", "rc=%s" % rc)
+    finally:
+        cluster.stop()
+    c.check(wait_gone(list(cluster.worker_pids.values())),
+            "launcher: every child is gone after SIGINT")
+    port = mslib.free_port()
+    rc, out, err = mslib.run([os.path.join(fake_bin, "meshserve"), "local", "--workers", "2",
+                              "--model_dir", models, "--port", str(port), "--then",
+                              'test "$MESHSERVE_TARGET" = 127.0.0.1:%d && exit 7' % port],
+                             timeout=60)
+    c.check(rc == 7, "launcher: --then runs with MESHSERVE_TARGET and passes its exit code",
+            "rc=%d\n%s\n%s" % (rc, out, err))
+    env = dict(os.environ, FAKE_COORDINATOR_EXIT_AFTER="1")
+    p = subprocess.run([os.path.join(fake_bin, "meshserve"), "local", "--workers", "2",
+                        "--model_dir", models, "--port", str(mslib.free_port())],
+                       capture_output=True, text=True, timeout=60, env=env)
+    c.check(p.returncode == 1 and "coordinator (pid" in p.stderr and "exited unexpectedly" in p.stderr,
+            "launcher: a dead coordinator stops everything (exit 1, reported)",
+            "rc=%d\n%s\n%s" % (p.returncode, p.stdout, p.stderr))
+    rc, out, err = mslib.run([os.path.join(fake_bin, "meshserve"), "local", "--workers", "0",
+                              "--model_dir", models])
+    c.check(rc == 2 and "--workers" in err, "launcher: --workers 0 is a usage error naming it", err)
+    rc, out, err = mslib.run([os.path.join(fake_bin, "meshserve"), "local", "--workers", "1",
+                              "--model_dir", os.path.join(root, "nope")])
+    c.check(rc == 2 and "--model_dir" in err, "launcher: missing --model_dir dir is a usage error", err)
+
+
+def l_startswith(lines, prefix):
+    return all(l.startswith(prefix) for l in lines)
+
+
 WORKER_COUNTS = [1, 2, 4, 8]
 
 
@@ -517,14 +599,18 @@ def main():
     ap.add_argument("--bin_dir", default=os.path.join(ROOT, "build", "bin"))
     ap.add_argument("--workers", default="1,2,4,8")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir")
-    ap.add_argument("--only", default="", help="comma list: meshes,bad,badmodels,kill")
+    ap.add_argument("--only", default="", help="comma list: launcher,meshes,bad,badmodels,kill")
     args = ap.parse_args()
     WORKER_COUNTS = [int(w) for w in args.workers.split(",")]
-    for b in ("meshserve", "meshserve-coordinator", "meshserve-worker"):
+    only = set(args.only.split(",")) if args.only else {
+        "launcher", "meshes", "bad", "badmodels", "kill"}
+    needed = ["meshserve"]
+    if only - {"launcher"}:
+        needed += ["meshserve-coordinator", "meshserve-worker"]
+    for b in needed:
         if not os.access(os.path.join(args.bin_dir, b), os.X_OK):
             print("SKIP: %s/%s not built" % (args.bin_dir, b))
             return 77
-    only = set(args.only.split(",")) if args.only else {"meshes", "bad", "badmodels", "kill"}
     root = tempfile.mkdtemp(prefix="meshserve-e2e-")
     c = Checker()
     rng = np.random.default_rng(0)
@@ -533,6 +619,8 @@ def main():
         model_dir, cases = make_model_dir(root, rng)
         cli = Cli(args.bin_dir, root)
         stages = []
+        if "launcher" in only:
+            stages.append(("launcher", lambda: run_launcher(c, args.bin_dir, root)))
         if "meshes" in only:
             results = {}
             for w in WORKER_COUNTS:
