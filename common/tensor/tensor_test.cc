@@ -179,7 +179,9 @@ TEST(BFloat16Test, ArrayFormsMatchScalar) {
   BFloat16ToFloat(dst.data(), back.data(), static_cast<int64_t>(src.size()));
   for (size_t i = 0; i < src.size(); ++i) {
     EXPECT_EQ(dst[i], FloatToBFloat16(src[i])) << i;
-    if (!std::isnan(back[i])) EXPECT_EQ(Bits(back[i]), static_cast<uint32_t>(dst[i]) << 16);
+    if (!std::isnan(back[i])) {
+      EXPECT_EQ(Bits(back[i]), static_cast<uint32_t>(dst[i]) << 16);
+    }
   }
 }
 
