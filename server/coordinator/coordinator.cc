@@ -1,0 +1,358 @@
+// Coordinator: creation, model repository, membership and the control loop.
+// Requests are in coordinator_infer.cc.
+#include "server/coordinator/coordinator.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
+#include "common/base/status_util.h"
+#include "server/coordinator/wire_convert.h"
+
+namespace meshserve {
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
+    CoordinatorOptions options, WorkerClientFactory client_factory,
+    std::unique_ptr<ProgramBuilder> builder) {
+  if (!client_factory) return InvalidArgument("Coordinator: no worker client factory");
+  if (builder == nullptr) return InvalidArgument("Coordinator: no program builder");
+  if (options.min_workers < 1) {
+    return InvalidArgument("min_workers must be >= 1, got ", options.min_workers);
+  }
+  if (options.heartbeat_interval <= absl::ZeroDuration()) {
+    return InvalidArgument("heartbeat interval must be positive, got ",
+                           absl::FormatDuration(options.heartbeat_interval));
+  }
+  std::error_code ec;
+  if (!std::filesystem::is_directory(options.model_dir, ec)) {
+    return NotFound("model_dir '", options.model_dir, "' is not a directory");
+  }
+  std::unique_ptr<Coordinator> c(
+      new Coordinator(std::move(options), std::move(client_factory), std::move(builder)));
+  c->LoadModelDir();
+  if (c->options_.run_control_thread) {
+    c->control_thread_ = std::thread([raw = c.get()] { raw->ControlLoop(); });
+  }
+  return c;
+}
+
+Coordinator::Coordinator(CoordinatorOptions options, WorkerClientFactory factory,
+                         std::unique_ptr<ProgramBuilder> builder)
+    : options_(std::move(options)),
+      client_factory_(std::move(factory)),
+      builder_(std::move(builder)),
+      registry_(options_.heartbeat_interval, options_.missed_beats) {}
+
+Coordinator::~Coordinator() {
+  stop_.Notify();
+  if (control_thread_.joinable()) control_thread_.join();
+}
+
+void Coordinator::LoadModelDir() {
+  std::vector<std::filesystem::path> files;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(options_.model_dir, ec)) {
+    if (entry.path().extension() == ".json") files.push_back(entry.path());
+  }
+  std::sort(files.begin(), files.end());
+  absl::MutexLock lock(&mu_);
+  for (const auto& path : files) {
+    ModelEntry entry;
+    entry.file = path.string();
+    std::string name = path.stem().string();
+    absl::StatusOr<ModelFile> model = LoadModelFile(entry.file);
+    if (model.ok()) {
+      if (!model->name.empty()) name = model->name;
+      entry.error = builder_->ValidateModel(*model);
+      entry.model = std::make_shared<const ModelFile>(*std::move(model));
+    } else {
+      entry.error = model.status();
+    }
+    if (models_.count(name)) {
+      entry.error = InvalidArgument("model name '", name, "' in ", entry.file,
+                                    " is also used by ", models_[name].file);
+      name = path.filename().string();
+    }
+    if (entry.error.ok()) {
+      MS_LOG(INFO) << "model '" << name << "' loaded from " << entry.file;
+    } else {
+      MS_LOG(WARNING) << "model file " << entry.file << " not servable: " << entry.error;
+    }
+    models_[name] = std::move(entry);
+  }
+}
+
+absl::StatusOr<int64_t> Coordinator::RegisterWorker(const std::string& address,
+                                                    int32_t cores, int64_t memory_bytes,
+                                                    int64_t previous_worker_id) {
+  MS_ASSIGN_OR_RETURN(int64_t id, registry_.Register(address, cores, memory_bytes,
+                                                     previous_worker_id, absl::Now()));
+  absl::MutexLock lock(&clients_mu_);
+  auto it = clients_.find(id);
+  if (it != clients_.end() && it->second.first != address) clients_.erase(it);
+  return id;
+}
+
+bool Coordinator::Heartbeat(int64_t worker_id, bool draining) {
+  return registry_.Heartbeat(worker_id, draining, absl::Now());
+}
+
+absl::StatusOr<std::shared_ptr<WorkerClient>> Coordinator::Client(
+    int64_t worker_id, const std::string& address) {
+  absl::MutexLock lock(&clients_mu_);
+  auto it = clients_.find(worker_id);
+  if (it != clients_.end() && it->second.first == address) return it->second.second;
+  MS_ASSIGN_OR_RETURN(std::shared_ptr<WorkerClient> client,
+                      client_factory_(worker_id, address), "worker ", worker_id);
+  clients_[worker_id] = {address, client};
+  return client;
+}
+
+void Coordinator::ControlLoop() {
+  const absl::Duration period = options_.heartbeat_interval / 2;
+  while (!stop_.WaitForNotificationWithTimeout(period)) Tick();
+}
+
+void Coordinator::Tick() {
+  absl::MutexLock control(&control_mu_);
+  registry_.ExpireDead(absl::Now());
+  ProbeSuspects();
+  PlaceModels();
+  UnloadRetired();
+}
+
+void Coordinator::ProbeSuspects() {
+  for (int64_t id : registry_.SuspectWorkers()) {
+    absl::StatusOr<WorkerInfo> info = registry_.Get(id);
+    if (!info.ok()) continue;
+    absl::StatusOr<std::shared_ptr<WorkerClient>> client = Client(id, info->address);
+    absl::Status probe = client.ok() ? (*client)->Status(options_.control_timeout).status()
+                                     : client.status();
+    if (probe.ok()) {
+      registry_.ClearSuspect(id);
+    } else {
+      MS_LOG(WARNING) << "suspect worker " << id << " failed its probe: " << probe;
+      registry_.MarkDead(id);
+    }
+  }
+}
+
+// Loads `placement` on each of its workers in parallel.
+absl::Status Coordinator::LoadPlacement(const ModelFile& model, const Placement& placement) {
+  std::vector<int64_t> ids = placement.WorkerIds();
+  std::vector<absl::Status> results(ids.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    threads.emplace_back([&, i] {
+      const int64_t id = ids[i];
+      LoadModelCall call;
+      call.model = placement.model;
+      call.generation = placement.generation;
+      call.model_json = model.json_text;
+      call.model_dir = model.model_dir;
+      call.mesh = MeshToWire(placement.mesh);
+      call.devices = placement.devices_by_worker.at(id);
+      call.device_workers = placement.device_workers;
+      call.worker_addresses = placement.worker_addresses;
+      absl::StatusOr<std::shared_ptr<WorkerClient>> client =
+          Client(id, placement.worker_addresses.at(id));
+      results[i] = client.ok()
+                       ? (*client)->LoadModel(call, options_.load_timeout).status()
+                       : client.status();
+      results[i] = AnnotateStatus(results[i], "LoadModel on worker ", id);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (results[i].ok()) continue;
+    if (absl::IsUnavailable(results[i]) || absl::IsDeadlineExceeded(results[i])) {
+      registry_.MarkSuspect(ids[i]);
+    }
+    for (int64_t id : ids) {  // best effort: free what did load
+      auto client = Client(id, placement.worker_addresses.at(id));
+      if (client.ok()) {
+        (*client)->UnloadModel(placement.model, placement.generation,
+                               options_.control_timeout).IgnoreError();
+      }
+    }
+    return results[i];
+  }
+  return absl::OkStatus();
+}
+
+void Coordinator::PlaceModels() {
+  std::vector<WorkerInfo> live = registry_.PlaceableWorkers();
+  if (static_cast<int>(live.size()) < options_.min_workers) return;
+  std::vector<std::pair<std::string, std::shared_ptr<const ModelFile>>> todo;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = absl::Now();
+    for (auto& [name, entry] : models_) {
+      if (!entry.error.ok() || entry.model == nullptr) continue;
+      if (now < entry.next_attempt) continue;
+      todo.push_back({name, entry.model});
+    }
+  }
+  for (const auto& [name, model] : todo) PlaceModel(name, *model, live);
+}
+
+void Coordinator::PlaceModel(const std::string& name, const ModelFile& model,
+                             const std::vector<WorkerInfo>& live) {
+  std::vector<PlacementWorker> workers;
+  for (const WorkerInfo& w : live) workers.push_back({w.worker_id, w.address});
+  absl::StatusOr<Placement> next = ComputePlacement(model, workers, 0);
+  {
+    absl::MutexLock lock(&mu_);
+    ModelEntry& entry = models_[name];
+    if (!next.ok()) {
+      entry.placement_error = next.status();
+      entry.next_attempt = absl::Now() + options_.placement_retry_backoff;
+      return;
+    }
+    bool restarted = false;  // a worker re-registered since the placement loaded
+    for (const WorkerInfo& w : live) {
+      if (next->devices_by_worker.count(w.worker_id) && w.registered_at > entry.placed_at) {
+        restarted = true;
+      }
+    }
+    if (entry.placement != nullptr && entry.placement->SameLayoutAs(*next) && !restarted) {
+      return;
+    }
+    next->generation = next_generation_++;
+  }
+  MS_LOG(INFO) << "placing model '" << name << "': " << next->ToString();
+  absl::Status loaded = LoadPlacement(model, *next);
+  absl::MutexLock lock(&mu_);
+  ModelEntry& entry = models_[name];
+  if (!loaded.ok()) {
+    MS_LOG(WARNING) << "placing model '" << name << "' failed: " << loaded;
+    entry.placement_error = loaded;
+    entry.next_attempt = absl::Now() + options_.placement_retry_backoff;
+    return;
+  }
+  if (entry.placement != nullptr) retired_.push_back(entry.placement);
+  entry.placement = std::make_shared<const Placement>(*std::move(next));
+  entry.placed_at = absl::Now();
+  entry.placement_error = absl::OkStatus();
+  MS_LOG(INFO) << "model '" << name << "' now serves generation "
+               << entry.placement->generation;
+}
+
+void Coordinator::UnloadRetired() {
+  std::vector<std::shared_ptr<const Placement>> done;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = retired_.begin();
+    while (it != retired_.end()) {
+      if (it->use_count() == 1) {
+        done.push_back(std::move(*it));
+        it = retired_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const auto& placement : done) {
+    for (const auto& [id, address] : placement->worker_addresses) {
+      if (!registry_.IsAlive(id)) continue;
+      auto client = Client(id, address);
+      if (!client.ok()) continue;
+      absl::Status s = (*client)->UnloadModel(placement->model, placement->generation,
+                                              options_.control_timeout);
+      if (!s.ok()) MS_LOG(WARNING) << "unload on worker " << id << ": " << s;
+    }
+    const std::string prefix = absl::StrCat(placement->model, "|", placement->generation, "|");
+    absl::MutexLock lock(&cache_mu_);
+    for (auto it = cache_.begin(); it != cache_.end();) {
+      it = it->first.rfind(prefix, 0) == 0 ? cache_.erase(it) : std::next(it);
+    }
+  }
+}
+
+std::shared_ptr<const Placement> Coordinator::CurrentPlacement(
+    const std::string& model) const {
+  absl::MutexLock lock(&mu_);
+  auto it = models_.find(model);
+  return it == models_.end() ? nullptr : it->second.placement;
+}
+
+bool Coordinator::IsReady() const {
+  if (static_cast<int>(registry_.PlaceableWorkers().size()) < options_.min_workers) {
+    return false;
+  }
+  absl::MutexLock lock(&mu_);
+  for (const auto& [name, entry] : models_) {
+    if (entry.error.ok() && entry.placement == nullptr) return false;
+  }
+  return true;
+}
+
+std::vector<ModelStatus> Coordinator::ModelStatuses() const {
+  const int live = static_cast<int>(registry_.PlaceableWorkers().size());
+  std::vector<ModelStatus> out;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [name, entry] : models_) {
+    ModelStatus s;
+    s.name = name;
+    s.file = entry.file;
+    s.error = entry.error;
+    s.model = entry.model;
+    s.placement = entry.placement;
+    if (!entry.error.ok()) {
+      s.state = absl::StrCat("error: ", entry.error.message());
+    } else if (entry.placement != nullptr) {
+      s.ready = true;
+      s.state = "ready";
+      s.mesh = entry.placement->mesh.ToString();
+      s.generation = entry.placement->generation;
+    } else if (!entry.placement_error.ok()) {
+      s.state = absl::StrCat("placement failed: ", entry.placement_error.message());
+    } else {
+      s.state = absl::StrCat("waiting for workers (", live, "/", options_.min_workers, ")");
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+absl::StatusOr<ModelStatus> Coordinator::GetModelStatus(const std::string& name) const {
+  for (ModelStatus& s : ModelStatuses()) {
+    if (s.name == name) return std::move(s);
+  }
+  return NotFound("model '", name, "' not found");
+}
+
+std::vector<WorkerView> Coordinator::Workers() {
+  std::vector<WorkerView> views;
+  for (const WorkerInfo& info : registry_.AllWorkers()) {
+    WorkerView v;
+    v.info = info;
+    views.push_back(std::move(v));
+  }
+  std::vector<std::thread> threads;
+  for (WorkerView& v : views) {
+    if (!v.info.alive) continue;
+    threads.emplace_back([this, &v] {
+      auto client = Client(v.info.worker_id, v.info.address);
+      v.status = client.ok() ? (*client)->Status(options_.control_timeout) : client.status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const ModelStatus& m : ModelStatuses()) {
+    if (m.placement == nullptr) continue;
+    for (WorkerView& v : views) {
+      auto it = m.placement->devices_by_worker.find(v.info.worker_id);
+      if (it == m.placement->devices_by_worker.end()) continue;
+      WorkerView::Hosted h{m.name, m.placement->generation, it->second, {}};
+      for (int64_t d : it->second) h.coords.push_back(DeviceCoordsString(m.placement->mesh, d));
+      v.placements.push_back(std::move(h));
+    }
+  }
+  return views;
+}
+
+}  // namespace meshserve

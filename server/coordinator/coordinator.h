@@ -1,0 +1,233 @@
+// The coordinator's transport-free core: model repository, membership,
+// placement with generations, the compiled-program cache, and request
+// execution over abstract WorkerClients (../shared/design/architecture.md).
+//
+// Models. Create() loads every *.json file of options.model_dir. Each model
+// stands alone: a malformed file or a model JAX would reject (ProgramBuilder::
+// ValidateModel) is kept with its error (Status lists it; Infer answers
+// FAILED_PRECONDITION with that error) and the others are served.
+//
+// Membership and placement. Workers Register and Heartbeat (worker_registry.h).
+// The control loop (Tick(), run every heartbeat_interval/2 by a thread owned
+// here) expires dead workers, probes suspects, and whenever the set of live,
+// non-draining workers differs from a model's placement computes a new
+// placement (placement.h) with a new generation, loads it on every worker
+// (LoadModel, in parallel), and only then switches the model to it. A request
+// pins the placement it started on (shared_ptr), so requests in flight finish
+// on the old generation and no answer mixes generations; a retired placement
+// is unloaded (UnloadModel) once no request holds it.
+//
+// Requests. Infer validates the request against the model (names, dtypes,
+// shapes, byte lengths, out_sharding specs), finds or compiles the program for
+// (model, input shapes, out_shardings, generation) (installed on its workers
+// once), cuts each input into the slices the plan asks for (one Execute per
+// worker carrying all of its slices), runs Execute on all workers in parallel
+// and assembles each output from one replica per box. A worker failing with
+// UNAVAILABLE or DEADLINE_EXCEEDED fails the attempt with UNAVAILABLE naming
+// the worker; the other workers get Cancel, the worker is marked suspect (the
+// control loop probes it and marks it dead when the probe fails), and the
+// request is retried once if the model moves to a new generation within
+// options.retry_wait.
+//
+// Thread-safety: all public methods are thread-safe. Locks, in acquisition
+// order: control_mu_ (one control step at a time) -> mu_ (models, placements)
+// -> cache_mu_ (program cache) -> clients_mu_ (worker clients). No lock is
+// held during an RPC except control_mu_ (only the control loop takes it) and
+// a cache entry's own mutex while its program is compiled and installed.
+#ifndef MESHSERVE_SERVER_COORDINATOR_COORDINATOR_H_
+#define MESHSERVE_SERVER_COORDINATOR_COORDINATOR_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "common/base/dtype.h"
+#include "common/model/model_file.h"
+#include "server/coordinator/placement.h"
+#include "server/coordinator/program_builder.h"
+#include "server/coordinator/worker_client.h"
+#include "server/coordinator/worker_registry.h"
+
+namespace meshserve {
+
+struct CoordinatorOptions {
+  std::string model_dir;
+  int min_workers = 1;  // placement waits for this many live workers
+  absl::Duration heartbeat_interval = absl::Milliseconds(500);
+  int missed_beats = 3;
+  absl::Duration load_timeout = absl::Seconds(300);
+  absl::Duration install_timeout = absl::Seconds(30);
+  absl::Duration execute_timeout = absl::Seconds(120);  // default per request
+  absl::Duration control_timeout = absl::Seconds(2);    // probes, cancel, unload
+  absl::Duration retry_wait = absl::Seconds(4);
+  absl::Duration placement_retry_backoff = absl::Seconds(1);
+  bool run_control_thread = true;  // tests may call Tick() themselves
+};
+
+struct InferInput {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  std::string data;  // raw little-endian, row-major
+};
+
+struct InferRequest {
+  std::string model;
+  std::string id;
+  std::vector<InferInput> inputs;
+  std::vector<std::string> requested_outputs;  // empty: all
+  std::map<std::string, std::string> out_shardings;  // output -> JAX spec text
+  absl::Duration timeout = absl::ZeroDuration();     // <= 0: options default
+};
+
+struct InferOutput {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  std::string data;
+  std::string type_str;
+};
+
+struct InferResponse {
+  std::string model;
+  std::string id;
+  int64_t generation = 0;
+  std::vector<InferOutput> outputs;
+};
+
+struct ModelStatus {
+  std::string name;
+  std::string file;
+  std::string state;  // "ready", "waiting for workers (1/2)", "error: ..."
+  bool ready = false;
+  absl::Status error;  // the load error of a model that cannot be served
+  std::string mesh;
+  int64_t generation = 0;
+  std::shared_ptr<const ModelFile> model;  // null when the file did not parse
+  std::shared_ptr<const Placement> placement;
+};
+
+struct WorkerView {
+  WorkerInfo info;
+  absl::StatusOr<WorkerStatusResult> status = absl::UnknownError("not asked");
+  struct Hosted {
+    std::string model;
+    int64_t generation = 0;
+    std::vector<int64_t> devices;
+    std::vector<std::string> coords;
+  };
+  std::vector<Hosted> placements;
+};
+
+class Coordinator {
+ public:
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(
+      CoordinatorOptions options, WorkerClientFactory client_factory,
+      std::unique_ptr<ProgramBuilder> builder);
+  ~Coordinator();
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // Membership (MembershipService).
+  absl::StatusOr<int64_t> RegisterWorker(const std::string& address, int32_t cores,
+                                         int64_t memory_bytes, int64_t previous_worker_id);
+  bool Heartbeat(int64_t worker_id, bool draining);
+
+  // One control step: expire dead workers, probe suspects, place models whose
+  // workers changed, unload retired generations no request holds.
+  void Tick();
+
+  absl::StatusOr<InferResponse> Infer(const InferRequest& request);
+
+  // Every model that loaded is placed (and at least min_workers are live).
+  bool IsReady() const;
+  std::vector<ModelStatus> ModelStatuses() const;
+  // \error kNotFound for an unknown model.
+  absl::StatusOr<ModelStatus> GetModelStatus(const std::string& name) const;
+  // \error kNotFound (unknown model), kFailedPrecondition (model with an
+  // error), kUnavailable (not placed yet).
+  absl::StatusOr<DescribeResult> Describe(const std::string& model,
+                                          const InputShapes& input_shapes);
+  // Registry view plus each live worker's Status RPC (asked in parallel).
+  std::vector<WorkerView> Workers();
+
+  const CoordinatorOptions& options() const { return options_; }
+  WorkerRegistry& registry() { return registry_; }
+
+ private:
+  struct ModelEntry {
+    std::string file;
+    std::shared_ptr<const ModelFile> model;  // null when parsing failed
+    absl::Status error;                      // not servable when non-OK
+    std::shared_ptr<const Placement> placement;
+    absl::Time placed_at = absl::InfinitePast();
+    absl::Status placement_error;
+    absl::Time next_attempt = absl::InfinitePast();
+  };
+  struct CacheEntry {
+    absl::Mutex mu;
+    bool done ABSL_GUARDED_BY(mu) = false;
+    absl::Status status ABSL_GUARDED_BY(mu);
+    std::shared_ptr<const CompiledPlan> plan ABSL_GUARDED_BY(mu);
+  };
+  struct Validated;
+
+  Coordinator(CoordinatorOptions options, WorkerClientFactory factory,
+              std::unique_ptr<ProgramBuilder> builder);
+  void LoadModelDir();
+  void ControlLoop();
+  void ProbeSuspects();
+  void PlaceModels() ABSL_EXCLUSIVE_LOCKS_REQUIRED(control_mu_);
+  void PlaceModel(const std::string& name, const ModelFile& model,
+                  const std::vector<WorkerInfo>& live)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(control_mu_);
+  absl::Status LoadPlacement(const ModelFile& model, const Placement& placement);
+  void UnloadRetired() ABSL_EXCLUSIVE_LOCKS_REQUIRED(control_mu_);
+  absl::StatusOr<std::shared_ptr<WorkerClient>> Client(int64_t worker_id,
+                                                       const std::string& address);
+  absl::StatusOr<Validated> Validate(const InferRequest& request) const;
+  absl::StatusOr<std::shared_ptr<const CompiledPlan>> GetOrCompile(
+      const Validated& v, const std::shared_ptr<const Placement>& placement);
+  absl::Status Install(const CompiledPlan& plan, const Placement& placement);
+  absl::StatusOr<InferResponse> RunOnce(const Validated& v, const InferRequest& request,
+                                        const Placement& placement,
+                                        const CompiledPlan& plan, int64_t* failed_worker);
+  std::shared_ptr<const Placement> CurrentPlacement(const std::string& model) const;
+  std::string NextRequestId(const std::string& client_id);
+
+  const CoordinatorOptions options_;
+  const WorkerClientFactory client_factory_;
+  const std::unique_ptr<ProgramBuilder> builder_;
+  WorkerRegistry registry_;
+
+  absl::Mutex control_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  mutable absl::Mutex mu_ ABSL_ACQUIRED_BEFORE(cache_mu_);
+  std::map<std::string, ModelEntry> models_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<const Placement>> retired_ ABSL_GUARDED_BY(mu_);
+  int64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
+
+  absl::Mutex cache_mu_ ABSL_ACQUIRED_BEFORE(clients_mu_);
+  std::map<std::string, std::shared_ptr<CacheEntry>> cache_ ABSL_GUARDED_BY(cache_mu_);
+
+  absl::Mutex clients_mu_;
+  std::map<int64_t, std::pair<std::string, std::shared_ptr<WorkerClient>>> clients_
+      ABSL_GUARDED_BY(clients_mu_);
+
+  std::atomic<int64_t> next_request_ = 0;
+  absl::Notification stop_;
+  std::thread control_thread_;
+};
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_SERVER_COORDINATOR_COORDINATOR_H_

@@ -1,0 +1,78 @@
+#include "server/coordinator/placement.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/status_util.h"
+
+namespace meshserve {
+
+std::vector<int64_t> Placement::WorkerIds() const {
+  std::vector<int64_t> ids;
+  for (const auto& [id, devices] : devices_by_worker) ids.push_back(id);
+  return ids;
+}
+
+bool Placement::SameLayoutAs(const Placement& other) const {
+  return mesh == other.mesh && device_workers == other.device_workers &&
+         worker_addresses == other.worker_addresses;
+}
+
+std::string Placement::ToString() const {
+  std::vector<std::string> parts;
+  for (const auto& [id, devices] : devices_by_worker) {
+    std::string range = devices.size() == 1
+                            ? absl::StrCat(devices.front())
+                            : absl::StrCat(devices.front(), "-", devices.back());
+    parts.push_back(absl::StrCat(id, ": devices ", range));
+  }
+  return absl::StrCat("gen ", generation, " ", mesh.ToString(), " workers {",
+                      absl::StrJoin(parts, ", "), "}");
+}
+
+absl::StatusOr<Placement> ComputePlacement(const ModelFile& model,
+                                           const std::vector<PlacementWorker>& workers,
+                                           int64_t generation) {
+  if (workers.empty()) {
+    return FailedPrecondition("model '", model.name, "': no live workers to place on");
+  }
+  absl::StatusOr<Mesh> mesh = absl::InvalidArgumentError("unset");
+  absl::Status first_error;
+  for (int64_t n = static_cast<int64_t>(workers.size()); n >= 1; --n) {
+    mesh = ResolveMesh(model, n);
+    if (mesh.ok()) break;
+    if (first_error.ok()) first_error = mesh.status();
+  }
+  if (!mesh.ok()) {
+    return AnnotateStatus(first_error, "model '", model.name, "': placing on ",
+                          workers.size(), " workers");
+  }
+  Placement placement;
+  placement.model = model.name;
+  placement.generation = generation;
+  placement.mesh = *std::move(mesh);
+  const int64_t num_devices = placement.mesh.num_devices();
+  const int64_t num_used =
+      std::min<int64_t>(static_cast<int64_t>(workers.size()), num_devices);
+  placement.device_workers.resize(num_devices);
+  for (int64_t d = 0; d < num_devices; ++d) {
+    const PlacementWorker& w = workers[d * num_used / num_devices];
+    placement.device_workers[d] = w.worker_id;
+    placement.devices_by_worker[w.worker_id].push_back(d);
+    placement.worker_addresses[w.worker_id] = w.address;
+  }
+  return placement;
+}
+
+std::string DeviceCoordsString(const Mesh& mesh, int64_t device) {
+  absl::StatusOr<std::vector<int64_t>> coords = mesh.CoordsOfDevice(device);
+  if (!coords.ok()) return "";
+  std::vector<std::string> parts;
+  for (int i = 0; i < mesh.num_axes(); ++i) {
+    parts.push_back(absl::StrCat(mesh.axis(i).name, "=", (*coords)[i]));
+  }
+  return absl::StrJoin(parts, ",");
+}
+
+}  // namespace meshserve

@@ -1,0 +1,58 @@
+// Placement: which worker hosts each device of a model's mesh.
+//
+// The mesh is ResolveMesh(model, n) for the largest n <= num workers that
+// resolves (an axis given as -1 takes the rest; with a fixed mesh n does not
+// matter). With W = min(num workers, num devices) workers used, devices are
+// dealt in contiguous blocks in worker-id order:
+//     worker index of device d = floor(d * W / D)
+// e.g. mesh[data=8] on workers {0,1}: devices 0-3 on worker 0, 4-7 on worker 1.
+// Contiguous blocks keep the minor mesh axis (usually 'model', the one with
+// the most traffic) inside a worker when D/W is a multiple of its size.
+//
+// Thread-safety: plain values and pure functions.
+#ifndef MESHSERVE_SERVER_COORDINATOR_PLACEMENT_H_
+#define MESHSERVE_SERVER_COORDINATOR_PLACEMENT_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/model/model_file.h"
+#include "common/sharding/mesh.h"
+
+namespace meshserve {
+
+struct PlacementWorker {
+  int64_t worker_id = -1;
+  std::string address;
+};
+
+struct Placement {
+  std::string model;
+  int64_t generation = 0;
+  Mesh mesh;
+  std::vector<int64_t> device_workers;                 // worker id per device
+  std::map<int64_t, std::string> worker_addresses;     // used workers only
+  std::map<int64_t, std::vector<int64_t>> devices_by_worker;
+
+  std::vector<int64_t> WorkerIds() const;
+  // Same mesh, same device -> worker map and addresses (generation ignored).
+  bool SameLayoutAs(const Placement& other) const;
+  // "gen 3 mesh[data=8] workers {0: devices 0-3, 1: devices 4-7}"
+  std::string ToString() const;
+};
+
+// \error kFailedPrecondition when `workers` is empty; kInvalidArgument when no
+//   worker count <= workers.size() resolves the model's mesh.
+absl::StatusOr<Placement> ComputePlacement(const ModelFile& model,
+                                           const std::vector<PlacementWorker>& workers,
+                                           int64_t generation);
+
+// "fsdp=0,model=1" for `device` of `mesh` (empty for an out-of-range device).
+std::string DeviceCoordsString(const Mesh& mesh, int64_t device);
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_SERVER_COORDINATOR_PLACEMENT_H_

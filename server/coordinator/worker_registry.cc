@@ -1,0 +1,153 @@
+#include "server/coordinator/worker_registry.h"
+
+#include <algorithm>
+
+#include "common/base/logging.h"
+#include "common/base/status_util.h"
+
+namespace meshserve {
+
+absl::StatusOr<int64_t> WorkerRegistry::Register(absl::string_view address,
+                                                 int32_t cores,
+                                                 int64_t memory_bytes,
+                                                 int64_t previous_worker_id,
+                                                 absl::Time now) {
+  if (address.empty()) {
+    return InvalidArgument("Register: empty worker address");
+  }
+  absl::MutexLock lock(&mu_);
+  int64_t id = -1;
+  if (previous_worker_id >= 0) {
+    auto it = workers_.find(previous_worker_id);
+    if (it != workers_.end() && it->second.address == address) id = it->first;
+  }
+  if (id < 0) {
+    for (const auto& [wid, info] : workers_) {
+      if (info.address == address) id = wid;
+    }
+  }
+  if (id < 0 && previous_worker_id >= 0 && !workers_.count(previous_worker_id)) {
+    id = previous_worker_id;  // a coordinator restart: adopt the worker's id
+  }
+  if (id < 0) id = next_id_;
+  next_id_ = std::max(next_id_, id + 1);
+  WorkerInfo& info = workers_[id];
+  const bool was_placeable = info.worker_id >= 0 && info.alive && !info.draining;
+  const bool changed_address = info.address != address;
+  info.worker_id = id;
+  info.address = std::string(address);
+  info.cores = cores;
+  info.memory_bytes = memory_bytes;
+  info.alive = true;
+  info.draining = false;
+  info.suspect = false;
+  info.last_heartbeat = now;
+  info.registered_at = now;
+  if (!was_placeable || changed_address) BumpEpochLocked();
+  MS_LOG(INFO) << "worker " << id << " registered from " << address;
+  return id;
+}
+
+bool WorkerRegistry::Heartbeat(int64_t worker_id, bool draining, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return false;
+  WorkerInfo& info = it->second;
+  const bool was_placeable = info.alive && !info.draining;
+  info.last_heartbeat = now;
+  info.alive = true;
+  info.suspect = false;
+  info.draining = draining;
+  if (was_placeable != (info.alive && !info.draining)) BumpEpochLocked();
+  return true;
+}
+
+std::vector<int64_t> WorkerRegistry::ExpireDead(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  std::vector<int64_t> dead;
+  const absl::Duration limit = heartbeat_interval_ * missed_beats_;
+  for (auto& [id, info] : workers_) {
+    if (info.alive && now - info.last_heartbeat > limit) {
+      info.alive = false;
+      dead.push_back(id);
+      MS_LOG(WARNING) << "worker " << id << " (" << info.address << ") missed "
+                      << missed_beats_ << " heartbeats: dead";
+    }
+  }
+  if (!dead.empty()) BumpEpochLocked();
+  return dead;
+}
+
+void WorkerRegistry::MarkSuspect(int64_t worker_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it != workers_.end() && it->second.alive) it->second.suspect = true;
+}
+
+void WorkerRegistry::ClearSuspect(int64_t worker_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it != workers_.end()) it->second.suspect = false;
+}
+
+void WorkerRegistry::MarkDead(int64_t worker_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end() || !it->second.alive) return;
+  it->second.alive = false;
+  it->second.suspect = false;
+  MS_LOG(WARNING) << "worker " << worker_id << " (" << it->second.address
+                  << ") marked dead";
+  BumpEpochLocked();
+}
+
+std::vector<WorkerInfo> WorkerRegistry::PlaceableWorkers() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<WorkerInfo> out;
+  for (const auto& [id, info] : workers_) {
+    if (info.alive && !info.draining) out.push_back(info);
+  }
+  return out;
+}
+
+std::vector<WorkerInfo> WorkerRegistry::AllWorkers() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<WorkerInfo> out;
+  for (const auto& [id, info] : workers_) out.push_back(info);
+  return out;
+}
+
+std::vector<int64_t> WorkerRegistry::SuspectWorkers() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<int64_t> out;
+  for (const auto& [id, info] : workers_) {
+    if (info.alive && info.suspect) out.push_back(id);
+  }
+  return out;
+}
+
+bool WorkerRegistry::IsAlive(int64_t worker_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  return it != workers_.end() && it->second.alive;
+}
+
+bool WorkerRegistry::IsSuspect(int64_t worker_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  return it != workers_.end() && it->second.suspect;
+}
+
+absl::StatusOr<WorkerInfo> WorkerRegistry::Get(int64_t worker_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(worker_id);
+  if (it == workers_.end()) return NotFound("unknown worker id ", worker_id);
+  return it->second;
+}
+
+int64_t WorkerRegistry::epoch() const {
+  absl::MutexLock lock(&mu_);
+  return epoch_;
+}
+
+}  // namespace meshserve

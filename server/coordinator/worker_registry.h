@@ -1,0 +1,94 @@
+// Membership: the workers that registered with the coordinator, their
+// addresses, health and draining flags.
+//
+// A worker registers (address, cores, memory, previous id) and gets an id; a
+// worker re-registering with its previous id (or from the same address) keeps
+// it. Heartbeats arrive every `heartbeat_interval`; a worker whose last beat
+// is older than `missed_beats * heartbeat_interval` is dead. A worker can also
+// be marked dead at once (e.g. after a failed probe) and comes back to life
+// when it heartbeats or registers again. A draining worker stays alive (it may
+// finish requests) but gets no new devices.
+//
+// Every change to the set of live, non-draining workers bumps `epoch()`, so
+// the coordinator's control loop knows when to compute new placements.
+//
+// Time is passed in explicitly (tests drive it; the coordinator passes
+// absl::Now()).
+//
+// Thread-safety: thread-safe; every method takes the internal mutex.
+#ifndef MESHSERVE_SERVER_COORDINATOR_WORKER_REGISTRY_H_
+#define MESHSERVE_SERVER_COORDINATOR_WORKER_REGISTRY_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace meshserve {
+
+struct WorkerInfo {
+  int64_t worker_id = -1;
+  std::string address;
+  int32_t cores = 0;
+  int64_t memory_bytes = 0;
+  bool alive = true;
+  bool draining = false;
+  bool suspect = false;  // a request saw it fail; the control loop probes it
+  absl::Time last_heartbeat = absl::InfinitePast();
+  absl::Time registered_at = absl::InfinitePast();
+};
+
+class WorkerRegistry {
+ public:
+  WorkerRegistry(absl::Duration heartbeat_interval, int missed_beats)
+      : heartbeat_interval_(heartbeat_interval), missed_beats_(missed_beats) {}
+
+  // Returns the worker id. previous_worker_id < 0 means new; a known previous
+  // id (or an address already registered) keeps its id.
+  // \error kInvalidArgument for an empty address.
+  absl::StatusOr<int64_t> Register(absl::string_view address, int32_t cores,
+                                   int64_t memory_bytes, int64_t previous_worker_id,
+                                   absl::Time now);
+
+  // False when the id is unknown (the worker must re-register).
+  bool Heartbeat(int64_t worker_id, bool draining, absl::Time now);
+
+  // Marks workers whose last beat is too old as dead; returns their ids.
+  std::vector<int64_t> ExpireDead(absl::Time now);
+
+  // Marks a worker suspect (a request saw it fail) / dead (a probe failed).
+  void MarkSuspect(int64_t worker_id);
+  void MarkDead(int64_t worker_id);
+  void ClearSuspect(int64_t worker_id);
+
+  // Live, non-draining workers, by id ascending (placement candidates).
+  std::vector<WorkerInfo> PlaceableWorkers() const;
+  std::vector<WorkerInfo> AllWorkers() const;
+  std::vector<int64_t> SuspectWorkers() const;
+  bool IsAlive(int64_t worker_id) const;
+  bool IsSuspect(int64_t worker_id) const;
+  absl::StatusOr<WorkerInfo> Get(int64_t worker_id) const;
+
+  int64_t epoch() const;
+  absl::Duration heartbeat_interval() const { return heartbeat_interval_; }
+
+ private:
+  void BumpEpochLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ++epoch_; }
+
+  const absl::Duration heartbeat_interval_;
+  const int missed_beats_;
+  mutable absl::Mutex mu_;
+  std::map<int64_t, WorkerInfo> workers_ ABSL_GUARDED_BY(mu_);
+  int64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_SERVER_COORDINATOR_WORKER_REGISTRY_H_
