@@ -103,6 +103,7 @@ absl::Status GrpcPeerTransport::Push(const OutgoingSlice& slice) {
   chunk.set_dst_device(slice.dst_device);
   chunk.set_total_bytes(total);
   chunk.set_src_worker(slice.src_worker);
+  chunk.set_dtype(static_cast<decltype(chunk.dtype())>(slice.dtype));
   do {
     const int64_t n = std::min(chunk_bytes, total - offset);
     chunk.set_offset(offset);

@@ -47,7 +47,7 @@ void InMemoryTransport::Send(OutgoingSlice slice, DoneCallback done) {
   }
   if (chunk_bytes_ <= 0) {
     done(engine->DeliverSlice(slice.request_id, slice.tag, std::move(slice.bytes),
-                              slice.src_worker));
+                              slice.src_worker, slice.dtype));
     return;
   }
   const int64_t total = static_cast<int64_t>(slice.bytes.size());
@@ -56,7 +56,7 @@ void InMemoryTransport::Send(OutgoingSlice slice, DoneCallback done) {
     const int64_t n = std::min(chunk_bytes_, total - offset);
     absl::Status status = engine->DeliverChunk(
         slice.request_id, slice.tag, total, offset,
-        absl::string_view(slice.bytes).substr(offset, n), slice.src_worker);
+        absl::string_view(slice.bytes).substr(offset, n), slice.src_worker, slice.dtype);
     if (!status.ok()) {
       done(std::move(status));
       return;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -121,7 +122,8 @@ class RequestRun {
   const absl::Time deadline_;
   const RunContext& context_;
   std::shared_ptr<SendTracker> sends_;
-  absl::flat_hash_map<BufferKey, BoxTensor> buffers_;
+  // node_hash_map: pointers to buffers stay valid while others are created.
+  absl::node_hash_map<BufferKey, BoxTensor> buffers_;
   std::vector<SliceIr> outputs_;
 };
 
@@ -218,9 +220,10 @@ absl::Status RequestRun::RunSend(const StepIr& step) {
   OutgoingSlice slice;
   MS_ASSIGN_OR_RETURN(slice.bytes, ExtractBox(*src, box));
   const int64_t self = program_.worker >= 0 ? program_.worker : context_.worker_id;
+  slice.dtype = DTypeToWire(src->tensor.dtype());
   if (step.dst_worker == self) {  // a local copy: no network
     return context_.rendezvous->DeliverSlice(request_id_, step.tag, std::move(slice.bytes),
-                                             self);
+                                             self, slice.dtype);
   }
   if (context_.transport == nullptr) {
     return Unavailable("no peer transport to reach worker ", step.dst_worker);
@@ -256,12 +259,22 @@ absl::Status RequestRun::RunSend(const StepIr& step) {
 absl::Status RequestRun::RunRecv(const StepIr& step) {
   MS_RETURN_IF_ERROR(CheckDevice(step.device));
   MS_ASSIGN_OR_RETURN(Box box, BoxFromIr(step.box));
-  MS_ASSIGN_OR_RETURN(std::string bytes, context_.rendezvous->Receive(
-                                             request_id_, step.tag, step.src_worker,
-                                             deadline_));
+  MS_ASSIGN_OR_RETURN(Rendezvous::Received received,
+                      context_.rendezvous->Receive(request_id_, step.tag, step.src_worker,
+                                                   deadline_));
   MS_ASSIGN_OR_RETURN(BoxTensor * dst,
                       GetOrCreate(step.device, step.buffer, step.buffer_box, step.dtype));
-  return InsertBox(dst, box, bytes, step.accumulate);
+  if (received.dtype != kWireInvalid) {
+    MS_ASSIGN_OR_RETURN(DType sent, DTypeFromWire(received.dtype), "the sender's dtype");
+    if (sent != dst->tensor.dtype()) {
+      // E.g. a float32 partial sum reduced into a bfloat16 buffer.
+      MS_ASSIGN_OR_RETURN(Tensor t, Tensor::FromBytes(sent, box.shape(), received.bytes),
+                          "slice from worker ", step.src_worker);
+      MS_ASSIGN_OR_RETURN(t, ConvertDType(t, dst->tensor.dtype()));
+      return InsertBox(dst, box, t.bytes(), step.accumulate);
+    }
+  }
+  return InsertBox(dst, box, received.bytes, step.accumulate);
 }
 
 absl::Status RequestRun::RunCopy(const StepIr& step) {
@@ -274,17 +287,20 @@ absl::Status RequestRun::RunCopy(const StepIr& step) {
   MS_ASSIGN_OR_RETURN(BoxTensor * dst,
                       GetOrCreate(step.dst_device, step.dst, step.buffer_box, dtype));
   if (dst->tensor.dtype() != src->tensor.dtype()) {
-    return InvalidArgument("dtype mismatch: copy from ", DTypeName(src->tensor.dtype()),
-                           " into ", DTypeName(dst->tensor.dtype()));
+    // Converted once per element (e.g. float32 partials into bfloat16).
+    MS_ASSIGN_OR_RETURN(std::string bytes, ExtractBox(*src, box));
+    MS_ASSIGN_OR_RETURN(Tensor t, Tensor::FromBytes(src->tensor.dtype(), box.shape(), bytes));
+    MS_ASSIGN_OR_RETURN(t, ConvertDType(t, dst->tensor.dtype()));
+    return InsertBox(dst, box, t.bytes(), step.accumulate);
   }
   return CopyBox(*src, dst, box, step.accumulate);
 }
 
 absl::Status RequestRun::RunFree(const StepIr& step) {
   MS_RETURN_IF_ERROR(CheckDevice(step.device));
-  if (buffers_.erase(BufferKey(step.device, step.buffer)) == 0) {
-    return NotFound("unknown buffer '", step.buffer, "' on device ", step.device);
-  }
+  // Freeing a buffer that does not exist on this device is a no-op: the
+  // compiler frees a value on every device, and some never held a box.
+  buffers_.erase(BufferKey(step.device, step.buffer));
   return absl::OkStatus();
 }
 

@@ -52,7 +52,7 @@ Rendezvous::RequestSlices* Rendezvous::FindOrCreateLocked(
 absl::Status Rendezvous::DeliverChunk(absl::string_view request_id,
                                       absl::string_view tag, int64_t total_bytes,
                                       int64_t offset, absl::string_view data,
-                                      int64_t src_worker) {
+                                      int64_t src_worker, int dtype) {
   const int64_t size = static_cast<int64_t>(data.size());
   if (total_bytes < 0 || total_bytes > options_.max_slice_bytes) {
     return InvalidArgument(SliceName(request_id, tag), " from worker ", src_worker,
@@ -67,6 +67,7 @@ absl::Status Rendezvous::DeliverChunk(absl::string_view request_id,
   if (inserted) {
     slice.total_bytes = total_bytes;
     slice.src_worker = src_worker;
+    slice.dtype = dtype;
     slice.bytes.resize(total_bytes);
   }
   if (!slice.error.ok()) return slice.error;
@@ -102,7 +103,7 @@ absl::Status Rendezvous::DeliverChunk(absl::string_view request_id,
 
 absl::Status Rendezvous::DeliverSlice(absl::string_view request_id,
                                       absl::string_view tag, std::string bytes,
-                                      int64_t src_worker) {
+                                      int64_t src_worker, int dtype) {
   const int64_t total = static_cast<int64_t>(bytes.size());
   if (total > options_.max_slice_bytes) {
     return InvalidArgument(SliceName(request_id, tag), " from worker ", src_worker,
@@ -127,6 +128,7 @@ absl::Status Rendezvous::DeliverSlice(absl::string_view request_id,
   slice.total_bytes = total;
   slice.received = total;
   slice.src_worker = src_worker;
+  slice.dtype = dtype;
   arrived_.SignalAll();
   return absl::OkStatus();
 }
@@ -148,10 +150,10 @@ absl::Status Rendezvous::StartRequest(absl::string_view request_id) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> Rendezvous::Receive(absl::string_view request_id,
-                                                absl::string_view tag,
-                                                int64_t src_worker,
-                                                absl::Time deadline) {
+absl::StatusOr<Rendezvous::Received> Rendezvous::Receive(absl::string_view request_id,
+                                                         absl::string_view tag,
+                                                         int64_t src_worker,
+                                                         absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   while (true) {
     auto done = done_.find(request_id);
@@ -169,9 +171,9 @@ absl::StatusOr<std::string> Rendezvous::Receive(absl::string_view request_id,
         return error;
       }
       if (it->second.complete()) {
-        std::string bytes = std::move(it->second.bytes);
+        Received received{std::move(it->second.bytes), it->second.dtype};
         request->slices.erase(it);
-        return bytes;
+        return received;
       }
     }
     if (arrived_.WaitWithDeadline(&mu_, deadline) && absl::Now() >= deadline) {

@@ -62,12 +62,19 @@ class Rendezvous {
   Rendezvous& operator=(const Rendezvous&) = delete;
 
   // Adds one chunk of the slice (request_id, tag). See the file comment.
+  // `dtype` is the sender's element type (worker_ir.h WireDType numbers;
+  // 0 = unknown), passed through to Receive.
   absl::Status DeliverChunk(absl::string_view request_id, absl::string_view tag,
                             int64_t total_bytes, int64_t offset,
-                            absl::string_view data, int64_t src_worker);
+                            absl::string_view data, int64_t src_worker, int dtype = 0);
   // A whole slice at once (no copy: the string is moved in).
   absl::Status DeliverSlice(absl::string_view request_id, absl::string_view tag,
-                            std::string bytes, int64_t src_worker);
+                            std::string bytes, int64_t src_worker, int dtype = 0);
+
+  struct Received {
+    std::string bytes;
+    int dtype = 0;  // as delivered
+  };
 
   // Marks the request as running here.
   // \error the cancel status when the request was cancelled before it started;
@@ -76,9 +83,9 @@ class Rendezvous {
 
   // Waits until the slice under `tag` is complete and returns its bytes
   // (removing the entry). `src_worker` is only used in messages.
-  absl::StatusOr<std::string> Receive(absl::string_view request_id,
-                                      absl::string_view tag, int64_t src_worker,
-                                      absl::Time deadline);
+  absl::StatusOr<Received> Receive(absl::string_view request_id,
+                                   absl::string_view tag, int64_t src_worker,
+                                   absl::Time deadline);
 
   // Fails the request's pending and future receives with kAborted naming
   // `reason`; drops its slices. Works before, during and after the request.
@@ -96,6 +103,7 @@ class Rendezvous {
     int64_t total_bytes = 0;
     int64_t received = 0;
     int64_t src_worker = -1;
+    int dtype = 0;
     absl::Status error;  // poisoned by a bad chunk
     bool complete() const { return error.ok() && received == total_bytes; }
   };

@@ -17,12 +17,14 @@ using ::meshserve::testing::StatusIs;
 
 absl::Time Soon() { return absl::Now() + absl::Seconds(5); }
 
+MATCHER_P(Bytes, bytes, "holds the bytes") { return arg.bytes == bytes; }
+
 TEST(RendezvousTest, ChunksAreAssembledInOrder) {
   Rendezvous r;
   ASSERT_OK(r.StartRequest("q"));
   EXPECT_OK(r.DeliverChunk("q", "t", 6, 0, "abc", 1));
   EXPECT_OK(r.DeliverChunk("q", "t", 6, 3, "def", 1));
-  EXPECT_THAT(r.Receive("q", "t", 1, Soon()), IsOkAndHolds(std::string("abcdef")));
+  EXPECT_THAT(r.Receive("q", "t", 1, Soon()), IsOkAndHolds(Bytes(std::string("abcdef"))));
   EXPECT_EQ(r.NumPendingSlices(), 0);
 }
 
@@ -33,15 +35,23 @@ TEST(RendezvousTest, ReceiveWaitsForALaterDelivery) {
     absl::SleepFor(absl::Milliseconds(50));
     EXPECT_OK(r.DeliverSlice("q", "t", "xyz", 2));
   });
-  EXPECT_THAT(r.Receive("q", "t", 2, Soon()), IsOkAndHolds(std::string("xyz")));
+  EXPECT_THAT(r.Receive("q", "t", 2, Soon()), IsOkAndHolds(Bytes(std::string("xyz"))));
   sender.join();
+}
+
+TEST(RendezvousTest, TheSendersDTypeIsPassedThrough) {
+  Rendezvous r;
+  EXPECT_OK(r.DeliverChunk("q", "t", 2, 0, "ab", 1, /*dtype=*/2));
+  absl::StatusOr<Rendezvous::Received> got = r.Receive("q", "t", 1, Soon());
+  ASSERT_OK(got.status());
+  EXPECT_EQ(got->dtype, 2);
 }
 
 TEST(RendezvousTest, SlicesArrivingBeforeTheRequestStartsAreKept) {
   Rendezvous r;
   EXPECT_OK(r.DeliverSlice("q", "t", "early", 2));
   ASSERT_OK(r.StartRequest("q"));
-  EXPECT_THAT(r.Receive("q", "t", 2, Soon()), IsOkAndHolds(std::string("early")));
+  EXPECT_THAT(r.Receive("q", "t", 2, Soon()), IsOkAndHolds(Bytes(std::string("early"))));
 }
 
 TEST(RendezvousTest, BadChunksAreRejectedAndPoisonTheSlice) {

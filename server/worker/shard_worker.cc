@@ -39,7 +39,8 @@ absl::Status ShardWorker::Execute(ExecuteRequest* request, ExecuteResponse* resp
 
 absl::Status ShardWorker::PushChunk(const DataChunk& chunk) {
   return engine_.DeliverChunk(chunk.request_id(), chunk.tag(), chunk.total_bytes(),
-                              chunk.offset(), chunk.data(), chunk.src_worker());
+                              chunk.offset(), chunk.data(), chunk.src_worker(),
+                              static_cast<int>(chunk.dtype()));
 }
 
 void ShardWorker::Cancel(const CancelRequest& request) {

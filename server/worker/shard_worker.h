@@ -19,9 +19,12 @@
 //   recv     waits (until the request's deadline) for the slice under `tag`
 //            and writes it into `box` of the buffer, created zero-filled with
 //            buffer_box/dtype when absent; accumulate adds (float32) instead.
+//            The bytes arrive in the sender's dtype (DataChunk.dtype) and are
+//            converted when the buffer has another one.
 //   copy     copies (or accumulates) `box` from (src_device, src) into
-//            (dst_device, dst), creating dst with dst_box/dtype when absent.
-//   free     drops a temporary buffer.
+//            (dst_device, dst), creating dst with dst_box/dtype when absent;
+//            converts when the dtypes differ.
+//   free     drops a temporary buffer (a no-op when the device has none).
 //   output   returns `box` of the buffer as output slice `output`.
 // Before Execute returns it waits for its sends to be delivered.
 //

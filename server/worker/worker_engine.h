@@ -100,13 +100,14 @@ class WorkerEngine {
   // Receiving side of the data plane (see rendezvous.h).
   absl::Status DeliverChunk(absl::string_view request_id, absl::string_view tag,
                             int64_t total_bytes, int64_t offset,
-                            absl::string_view data, int64_t src_worker) {
+                            absl::string_view data, int64_t src_worker,
+                            int dtype = 0) {
     return rendezvous_.DeliverChunk(request_id, tag, total_bytes, offset, data,
-                                    src_worker);
+                                    src_worker, dtype);
   }
   absl::Status DeliverSlice(absl::string_view request_id, absl::string_view tag,
-                            std::string bytes, int64_t src_worker) {
-    return rendezvous_.DeliverSlice(request_id, tag, std::move(bytes), src_worker);
+                            std::string bytes, int64_t src_worker, int dtype = 0) {
+    return rendezvous_.DeliverSlice(request_id, tag, std::move(bytes), src_worker, dtype);
   }
 
   // Aborts the request's pending and future receives here.

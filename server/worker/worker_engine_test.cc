@@ -514,6 +514,52 @@ TEST_F(EngineErrorTest, SendWithoutTransportIsUnavailable) {
               StatusIs(absl::StatusCode::kUnavailable, "worker 3"));
 }
 
+TEST_F(EngineErrorTest, RecvAndCopyConvertBetweenDTypesAndFreeOfAbsentBufferIsANoOp) {
+  ProgramIr p;
+  p.program_id = "convert";
+  p.model = "mm";
+  p.generation = 1;
+  p.worker = 0;
+  const BoxIr rows = B({{0, 4}, {0, kN}});
+  // float32 param -> (send to self) -> bfloat16 buffer -> (copy) -> float32.
+  p.steps.push_back(Send(0, "param/w", rows, 0, 0, "t"));
+  p.steps.push_back(Recv(0, "h", rows, "t", false, rows, kWireBFloat16, 0));
+  StepIr copy;
+  copy.kind = StepIr::Kind::kCopy;
+  copy.device = 0;
+  copy.buffer = "h";
+  copy.box = rows;
+  copy.dst = "f";
+  copy.dst_device = 0;
+  copy.buffer_box = rows;
+  copy.dtype = kWireFloat32;
+  p.steps.push_back(copy);
+  StepIr free;
+  free.kind = StepIr::Kind::kFree;
+  free.device = 0;
+  free.buffer = "never-created";
+  p.steps.push_back(free);
+  p.steps.push_back(Output(0, "h", rows, "h"));
+  p.steps.push_back(Output(0, "f", rows, "f"));
+  ASSERT_OK(engine_.InstallProgram(p));
+  ASSERT_OK_AND_ASSIGN(std::vector<SliceIr> out,
+                       engine_.Execute("convert", "cv", {}, absl::Seconds(5)));
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].dtype, kWireBFloat16);
+  EXPECT_EQ(out[0].data.size(), 4u * kN * 2);
+  EXPECT_EQ(out[1].dtype, kWireFloat32);
+  InitSpec normal;
+  normal.kind = InitKind::kNormal;
+  ASSERT_OK_AND_ASSIGN(Tensor w, InitializeBox(normal, 7, "w", {kK, kN},
+                                               Box({Interval{0, 4}, Interval{0, kN}}),
+                                               DType::kFloat32));
+  ASSERT_OK_AND_ASSIGN(Tensor bf, ConvertDType(w, DType::kBFloat16));
+  ASSERT_OK_AND_ASSIGN(Tensor back, ConvertDType(bf, DType::kFloat32));
+  EXPECT_EQ(out[0].data, std::string(bf.bytes()));
+  EXPECT_EQ(Floats(out[1].data), back.ToFloatVector());
+  EXPECT_NE(Floats(out[1].data), w.ToFloatVector());  // really rounded
+}
+
 TEST(WorkerEngineTest, FailedSendFailsTheSenderAndTheReceiverTimesOut) {
   TwoWorkers cluster(0, absl::Milliseconds(300));
   ASSERT_OK(cluster.LoadAndInstall());
