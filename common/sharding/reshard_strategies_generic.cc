@@ -263,8 +263,12 @@ ReshardPlan GenericPlanner::Run() {
       const std::vector<SrcHolder>& holders = src_holders_[js];
       for (const DstGroup& group : dst_groups_[jd]) {
         if (pass == 0) {
+          // Reduced sources: exactly one transfer per destination device
+          // (local copy, receive, or forward); partial sums add the senders.
           bound += static_cast<int64_t>(group.devices.size()) +
-                   std::min<int64_t>(p_.num_partials, holders.size());
+                   (p_.num_partials == 1
+                        ? 0
+                        : std::min<int64_t>(p_.num_partials, holders.size()));
         } else {
           PlanUnit(box, num_elements, holders, group);
         }
