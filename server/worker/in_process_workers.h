@@ -53,10 +53,8 @@ class InProcessWorkers {
   absl::StatusOr<int64_t> LoadModel(const LoadModelRequest& request);
 
   // Installs each program on worker program.worker().
+  // (A std::vector<Program> or a braced list converts to the span.)
   absl::Status InstallPrograms(absl::Span<const Program> programs);
-  absl::Status InstallPrograms(const std::vector<Program>& programs) {
-    return InstallPrograms(absl::MakeConstSpan(programs));
-  }
 
   // Runs Execute on the given workers concurrently (one thread each; workers
   // absent from the map are not run). Returns every response by worker id, or
