@@ -211,7 +211,7 @@ absl::StatusOr<Tensor> InitializeBox(const InitSpec& spec, int64_t seed,
                                      DType dtype) {
   MS_RETURN_IF_ERROR(ValidateInit(spec, full_shape, box, dtype), "initializing '", param_name,
                      "'");
-  MS_ASSIGN_OR_RETURN(Tensor out, Tensor::Create(dtype, box.shape()));
+  MS_ASSIGN_OR_RETURN(Tensor out, Tensor::CreateUninitialized(dtype, box.shape()));
   if (out.NumElements() == 0) return out;
   Sampler sampler{spec.kind, InitKey(seed, param_name)};
   const auto [fan_in, fan_out] = InitFans(full_shape);

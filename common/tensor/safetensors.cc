@@ -241,7 +241,7 @@ absl::StatusOr<Tensor> SafetensorsFile::ReadBox(absl::string_view name, const Bo
   if (!box.IsEmpty() && !Box::FromShape(e->shape).Contains(box)) {
     return OutOfRange(where, ": box ", box.ToString(), " is not inside the tensor");
   }
-  MS_ASSIGN_OR_RETURN(Tensor raw, Tensor::Create(e->dtype, box.shape()));
+  MS_ASSIGN_OR_RETURN(Tensor raw, Tensor::CreateUninitialized(e->dtype, box.shape()));
   if (raw.NumElements() > 0) {
     // Contiguous runs: merge inner dims the box covers entirely.
     const int rank = box.rank();

@@ -1,7 +1,9 @@
 #include "common/tensor/tensor.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <utility>
 
@@ -39,15 +41,27 @@ std::vector<int64_t> RowMajorStrides(absl::Span<const int64_t> shape) {
 
 void Tensor::FreeDeleter::operator()(char* p) const { std::free(p); }
 
-void Tensor::Allocate() {
+bool Tensor::TryAllocate(bool zero) {
   // aligned_alloc needs a size that is a multiple of the alignment; allocate
   // at least one line so data() is never null for a zero-size tensor.
-  const size_t size = static_cast<size_t>(
-      CeilOfRatio(std::max<int64_t>(num_bytes_, 1), kTensorAlignment) * kTensorAlignment);
+  const int64_t lines = CeilOfRatio(std::max<int64_t>(num_bytes_, 1), kTensorAlignment);
+  if (lines > std::numeric_limits<int64_t>::max() / static_cast<int64_t>(kTensorAlignment)) {
+    return false;
+  }
+  const size_t size = static_cast<size_t>(lines) * kTensorAlignment;
   char* p = static_cast<char*>(std::aligned_alloc(kTensorAlignment, size));
-  if (p == nullptr) throw std::bad_alloc();
-  std::memset(p, 0, size);
+  if (p == nullptr) return false;
+  if (zero) {
+    std::memset(p, 0, size);
+  } else if (size > static_cast<size_t>(num_bytes_)) {
+    std::memset(p + num_bytes_, 0, size - static_cast<size_t>(num_bytes_));  // padding only
+  }
   buffer_.reset(p);
+  return true;
+}
+
+void Tensor::Allocate(bool zero) {
+  if (!TryAllocate(zero)) throw std::bad_alloc();
 }
 
 Tensor::Tensor(const Tensor& other)
@@ -56,7 +70,7 @@ Tensor::Tensor(const Tensor& other)
       num_elements_(other.num_elements_),
       num_bytes_(other.num_bytes_) {
   if (other.buffer_ != nullptr) {
-    Allocate();
+    Allocate(/*zero=*/false);
     std::memcpy(buffer_.get(), other.buffer_.get(), static_cast<size_t>(num_bytes_));
   }
 }
@@ -93,14 +107,30 @@ Tensor& Tensor::operator=(Tensor&& other) noexcept {
   return *this;
 }
 
-absl::StatusOr<Tensor> Tensor::Create(DType dtype, absl::Span<const int64_t> shape) {
+absl::StatusOr<Tensor> Tensor::CreateUninitialized(DType dtype,
+                                                   absl::Span<const int64_t> shape) {
   MS_ASSIGN_OR_RETURN(int64_t n, NumElementsOfShape(shape));
   int64_t bytes;
   if (!CheckedMul(n, DTypeSize(dtype), &bytes)) {
     return InvalidArgument("tensor ", DTypeShortName(dtype), ShapeToString(shape),
                            " is too large");
   }
-  return Zeros(dtype, shape);
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_.assign(shape.begin(), shape.end());
+  t.num_elements_ = n;
+  t.num_bytes_ = bytes;
+  if (!t.TryAllocate(/*zero=*/false)) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", bytes, " bytes for tensor ",
+                                                     DTypeShortName(dtype), ShapeToString(shape)));
+  }
+  return t;
+}
+
+absl::StatusOr<Tensor> Tensor::Create(DType dtype, absl::Span<const int64_t> shape) {
+  MS_ASSIGN_OR_RETURN(Tensor t, CreateUninitialized(dtype, shape));
+  std::memset(t.buffer_.get(), 0, static_cast<size_t>(t.num_bytes_));
+  return t;
 }
 
 Tensor Tensor::Zeros(DType dtype, absl::Span<const int64_t> shape) {
@@ -119,7 +149,7 @@ Tensor Tensor::Zeros(DType dtype, absl::Span<const int64_t> shape) {
 
 absl::StatusOr<Tensor> Tensor::FromBytes(DType dtype, absl::Span<const int64_t> shape,
                                          absl::string_view bytes) {
-  MS_ASSIGN_OR_RETURN(Tensor t, Create(dtype, shape));
+  MS_ASSIGN_OR_RETURN(Tensor t, CreateUninitialized(dtype, shape));
   if (static_cast<int64_t>(bytes.size()) != t.num_bytes_) {
     return InvalidArgument("tensor ", DTypeShortName(dtype), ShapeToString(shape),
                            " needs ", t.num_bytes_, " bytes, got ", bytes.size());

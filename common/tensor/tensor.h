@@ -62,8 +62,13 @@ class Tensor {
   ~Tensor() = default;
 
   // A zero-filled tensor. \error kInvalidArgument for a negative dim or a byte
-  // size that overflows int64.
+  // size that overflows int64; kResourceExhausted when the memory cannot be
+  // allocated (never throws for a size that came from input).
   static absl::StatusOr<Tensor> Create(DType dtype, absl::Span<const int64_t> shape);
+  // Create without the zero fill, for callers that write every byte (reads,
+  // chunk assembly). The contents are unspecified until written.
+  static absl::StatusOr<Tensor> CreateUninitialized(DType dtype,
+                                                    absl::Span<const int64_t> shape);
   // Unchecked twin of Create. Precondition (DCHECK): dims >= 0, no overflow.
   static Tensor Zeros(DType dtype, absl::Span<const int64_t> shape);
   // Copies `bytes` (raw little-endian, row-major).
@@ -129,7 +134,13 @@ class Tensor {
   struct FreeDeleter {
     void operator()(char* p) const;
   };
-  void Allocate();  // zero-filled buffer of num_bytes_
+  // A buffer of num_bytes_ (rounded up to the alignment), zero-filled when
+  // `zero` (callers that overwrite every byte pass false). Returns false when
+  // the allocation fails.
+  bool TryAllocate(bool zero);
+  // TryAllocate or throw std::bad_alloc (for unchecked, internal sizes).
+  void Allocate(bool zero = true);
+
 
   DType dtype_ = DType::kFloat32;
   std::vector<int64_t> shape_;

@@ -50,6 +50,11 @@ TEST(TensorTest, CreateRejectsOverflow) {
               StatusIs(absl::StatusCode::kInvalidArgument, "too large"));
 }
 
+TEST(TensorTest, HugeAllocationIsResourceExhausted) {
+  EXPECT_THAT(Tensor::Create(DType::kFloat32, {int64_t{1} << 60}),
+              StatusIs(absl::StatusCode::kResourceExhausted, "f32[1152921504606846976]"));
+}
+
 TEST(TensorTest, ZeroSizeAndRankZero) {
   ASSERT_OK_AND_ASSIGN(Tensor empty, Tensor::Create(DType::kBFloat16, {0, 7}));
   EXPECT_EQ(empty.NumElements(), 0);
