@@ -222,6 +222,18 @@ TEST(MinimumCoverTest, FindsTheOptimumWhereGreedyFails) {
   EXPECT_THAT(cover, ::testing::UnorderedElementsAre(1, 2));
 }
 
+TEST(MinimumCoverTest, DisjointMasksAreAllNeeded) {
+  std::vector<uint64_t> masks;
+  for (int g = 0; g < 64; ++g) masks.push_back(uint64_t{1} << g);
+  masks.push_back(0);
+  EXPECT_EQ(reshard_internal::MinimumCover(~uint64_t{0} << 1, masks).size(), 63u);
+}
+
+TEST(MinimumCoverTest, IgnoresBitsOutsideTheTarget) {
+  EXPECT_THAT(reshard_internal::MinimumCover(0b0110, {0b0011, 0b1100}),
+              ::testing::ElementsAre(0, 1));
+}
+
 TEST(MinimumCoverTest, EmptyTargetNeedsNothing) {
   EXPECT_TRUE(reshard_internal::MinimumCover(0, {0b1}).empty());
 }

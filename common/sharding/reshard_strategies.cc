@@ -164,6 +164,20 @@ std::vector<int> MinimumCover(uint64_t target, absl::Span<const uint64_t> masks)
   for (int i = 0; i < static_cast<int>(masks.size()); ++i) {
     if ((masks[i] & target) == target) return {i};
   }
+  // Fast path: pairwise disjoint masks (every worker holds its own partials,
+  // the usual layout) -> every mask touching the target is needed.
+  uint64_t seen = 0;
+  bool disjoint = true;
+  for (uint64_t m : masks) {
+    disjoint &= (seen & m & target) == 0;
+    seen |= m & target;
+  }
+  if (disjoint) {
+    for (int i = 0; i < static_cast<int>(masks.size()); ++i) {
+      if ((masks[i] & target) != 0) chosen.push_back(i);
+    }
+    return chosen;
+  }
   for (int limit = 2; limit <= 64; ++limit) {
     chosen.clear();
     if (SearchCover(target, masks, limit, chosen)) return chosen;
