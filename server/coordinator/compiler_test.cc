@@ -47,7 +47,17 @@ void CheckCase(const Case& c, int num_workers, InterpreterStats* stats_out = nul
   }
   std::map<std::string, Tensor> inputs;
   uint64_t seed = 1;
-  for (const auto& [name, shape] : c.shapes) inputs[name] = RandomTensor(shape, seed++);
+  for (const auto& [name, shape] : c.shapes) {
+    if (m.FindInput(name)->dtype == DType::kInt32) {
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      std::vector<int32_t> ids(n);
+      for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>((i * 7 + 3) % 32);
+      inputs[name] = *Tensor::FromInt32(shape, ids);
+    } else {
+      inputs[name] = RandomTensor(shape, seed++);
+    }
+  }
   std::map<std::string, Tensor> params = RandomParams(m);
   InterpreterStats stats;
   auto got = RunCompiledModel(cm, tm, inputs, params, &stats);
@@ -102,6 +112,10 @@ TEST_P(CompilerNumbersTest, TransformerBlockWithRequestOutSharding) {
   CheckCase({"block", TransformerBlock(), {{"x", {2, 4, 16}}},
              {{"out", Spec("P(None, 'model', 'data')")}}},
             GetParam());
+}
+
+TEST_P(CompilerNumbersTest, EmbedNormsTransposeReshardEinsum) {
+  CheckCase({"misc", MiscOps(), {{"ids", {4, 4}}}, {}}, GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(Workers, CompilerNumbersTest, ::testing::Values(1, 2, 4, 8));

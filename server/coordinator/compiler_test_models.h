@@ -93,6 +93,29 @@ inline std::string TransformerBlock() {
     'outputs': ['out']})");
 }
 
+// The remaining ops: embed with a vocabulary-sharded table (partial sums),
+// layer_norm, gelu, transpose, reshard, tanh, an einsum with a one-sided
+// sharded contraction, relu.
+inline std::string MiscOps() {
+  return Json(R"({'name': 'misc', 'mesh': {'data': 2, 'model': 4},
+    'inputs': {'ids': {'shape': [-1, 4], 'sharding': ['data'], 'dtype': 'int32'}},
+    'params': {
+      'table': {'shape': [32, 16], 'sharding': ['model', null]},
+      'ln.scale': {'shape': [16]}, 'ln.bias': {'shape': [16]},
+      'w': {'shape': [16, 8], 'sharding': [null, 'model']}},
+    'layers': [
+      {'name': 'e', 'op': 'embed', 'input': 'ids', 'table': 'table',
+       'out_sharding': ['data', null, null]},
+      {'name': 'n', 'op': 'layer_norm', 'input': 'e', 'scale': 'ln.scale', 'bias': 'ln.bias'},
+      {'name': 'g', 'op': 'gelu', 'input': 'n'},
+      {'name': 't', 'op': 'transpose', 'input': 'g', 'perm': [0, 2, 1]},
+      {'name': 'r', 'op': 'reshard', 'input': 't', 'out_sharding': [null, 'model', null]},
+      {'name': 'u', 'op': 'tanh', 'input': 'r'},
+      {'name': 'z', 'op': 'einsum', 'equation': 'bdt,df->btf', 'inputs': ['u', 'w']},
+      {'name': 'out', 'op': 'relu', 'input': 'z'}],
+    'outputs': ['out', 'r']})");
+}
+
 // Deterministic values in [-1, 1).
 inline Tensor RandomTensor(const std::vector<int64_t>& shape, uint64_t seed) {
   int64_t n = 1;
