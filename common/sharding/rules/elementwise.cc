@@ -124,7 +124,24 @@ absl::StatusOr<ArrayType> ElementwiseRule(absl::string_view op_name,
   MS_ASSIGN_OR_RETURN(Shape shape, BroadcastShapes(op_name, lifted));
   if (!rules::RulesActive(mesh)) return rules::UnshardedResult(dtype, shape, mesh, ptrs);
   MS_ASSIGN_OR_RETURN(Entries entries, BroadcastEntries(op_name, lifted));
-  return rules::FinishResult(op_name, ptrs, dtype, std::move(shape), mesh, std::move(entries));
+  // Unreduced operands (e.g. x + x on a partial sum): all non-scalar operands
+  // must agree, and the result stays unreduced over the same axes.
+  std::vector<std::string> unreduced;
+  bool first = true;
+  for (const ArrayType& t : operands) {
+    if (t.rank() == 0) continue;
+    std::vector<std::string> u = t.spec().unreduced();
+    std::sort(u.begin(), u.end());
+    if (!first && u != unreduced) {
+      return InvalidArgument(op_name, " got operands with different unreduced axes: ",
+                             rules::ShortTypeString(operands[0]), " and ",
+                             rules::ShortTypeString(t));
+    }
+    unreduced = std::move(u);
+    first = false;
+  }
+  return rules::FinishResult(op_name, ptrs, dtype, std::move(shape), mesh, std::move(entries),
+                             std::move(unreduced));
 }
 
 absl::StatusOr<ArrayType> SelectRule(const ArrayType& pred, const ArrayType& on_true,

@@ -72,6 +72,14 @@ TEST(ElementwiseRuleTest, ShapesMustBroadcast) {
               StatusIs(kInvalid, "add got incompatible shapes for broadcasting: (8, 2), (4, 2)."));
 }
 
+TEST(ElementwiseRuleTest, UnreducedOperandsStayUnreduced) {  // test_in_and_out_unreduced
+  Mesh mesh = TestMesh("mesh[x=2,y=2]");
+  ArrayType u = Arr(mesh, {8, 8}, "P('x', None, unreduced={'y'})");
+  EXPECT_THAT(Binary("add", u, u), HasType("float32[8@x,8]{U:y}"));
+  EXPECT_THAT(Binary("add", u, Arr(mesh, {8, 8}, "P('x', None)")),
+              StatusIs(kInvalid, "different unreduced axes"));
+}
+
 TEST(SelectRuleTest, CasesMustMatch) {
   Mesh mesh = TestMesh("mesh[x=2,y=2]");
   ArrayType pred = Arr(mesh, {8, 2}, "P('x', 'y')", DType::kBool);
