@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/coordinator/compiler_interpreter.h"
@@ -93,6 +94,17 @@ TEST_P(CompilerNumbersTest, SwigluWithUnreducedResult) {
   CheckCase({"swiglu", Swiglu(16, 32, "{'spec': ['fsdp'], 'unreduced': ['model']}"),
              {{"x", {4, 2, 16}}}, {}},
             GetParam());
+}
+
+// y {U:model} + y {U:model}: partial sums added locally, reduced at the end.
+TEST_P(CompilerNumbersTest, AddOfUnreducedPartialSums) {
+  std::string json = absl::StrReplaceAll(
+      Swiglu(16, 32, "{'spec': ['fsdp'], 'unreduced': ['model']}"),
+      {{"}],\n    \"outputs\": [\"y\"]",
+        "}, {\"name\": \"y2\", \"op\": \"add\", \"inputs\": [\"y\", \"y\"]}],\n"
+        "    \"outputs\": [\"y2\"]"}});
+  ASSERT_NE(json.find("y2"), std::string::npos);
+  CheckCase({"swiglu+add", json, {{"x", {4, 2, 16}}}, {}}, GetParam());
 }
 
 TEST_P(CompilerNumbersTest, SwigluWithRequestOutShardings) {

@@ -48,14 +48,18 @@ absl::StatusOr<Placed> ComputeThenPlace(const LayerContext& ctx, const NamedShar
                                                   "operand", ctx.info));
     step.inputs.push_back(placed.buffer);
   }
-  Placed out{em.NewBuffer(ctx.layer->name), ctx.result.shape, compute, ctx.result.dtype};
+  Placed out{em.NewBuffer(ctx.layer->name), ctx.result.shape, compute,
+             compute.spec().unreduced().empty() ? ctx.result.dtype : DType::kFloat32};
   em.ComputeEverywhere(out, [&](int64_t) { return step; });
   return em.Reshard(out, ctx.result.sharding, ctx.result.dtype, ctx.layer->name, "result",
                     ctx.info);
 }
 
 absl::StatusOr<Placed> Elementwise(const LayerContext& ctx) {
-  MS_RETURN_IF_ERROR(RequireReducedResult(ctx));
+  // add is linear: partial sums over the same unreduced axes add locally
+  // (the result stays unreduced). Other ops need reduced operands.
+  const std::vector<std::string>& unreduced = ctx.result.spec().unreduced();
+  if (ctx.layer->op != "add") MS_RETURN_IF_ERROR(RequireReducedResult(ctx));
   const int rank = ctx.result.rank();
   std::vector<std::pair<int, NamedSharding>> layouts;
   for (int k = 0; k < 2; ++k) {
@@ -67,7 +71,7 @@ absl::StatusOr<Placed> Elementwise(const LayerContext& ctx) {
       bool broadcast = in.shape[j] == 1 && ctx.result.shape[rd] != 1;
       e.push_back(broadcast ? PartitionSpec::Entry{} : ctx.result.spec().entry(rd));
     }
-    layouts.emplace_back(k, ShardingOf(ctx.emitter->mesh(), r, e));
+    layouts.emplace_back(k, ShardingOf(ctx.emitter->mesh(), r, e, unreduced));
   }
   return ComputeThenPlace(ctx, ctx.result.sharding, layouts, Op(ctx.layer->op, {}),
                           "elementwise in the result's layout");
