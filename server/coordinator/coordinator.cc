@@ -186,7 +186,10 @@ absl::Status Coordinator::LoadPlacement(const ModelFile& model, const Placement&
 
 void Coordinator::PlaceModels() {
   std::vector<WorkerInfo> live = registry_.PlaceableWorkers();
-  if (static_cast<int>(live.size()) < options_.min_workers) return;
+  if (live.empty()) return;
+  // min_workers gates a model's first placement; once placed, it follows
+  // membership (a lost worker must not leave it on a dead placement).
+  const bool enough = static_cast<int>(live.size()) >= options_.min_workers;
   std::vector<std::pair<std::string, std::shared_ptr<const ModelFile>>> todo;
   {
     absl::MutexLock lock(&mu_);
@@ -194,6 +197,7 @@ void Coordinator::PlaceModels() {
     for (auto& [name, entry] : models_) {
       if (!entry.error.ok() || entry.model == nullptr) continue;
       if (now < entry.next_attempt) continue;
+      if (!enough && entry.placement == nullptr) continue;
       todo.push_back({name, entry.model});
     }
   }
@@ -281,12 +285,13 @@ std::shared_ptr<const Placement> Coordinator::CurrentPlacement(
 }
 
 bool Coordinator::IsReady() const {
-  if (static_cast<int>(registry_.PlaceableWorkers().size()) < options_.min_workers) {
-    return false;
-  }
   absl::MutexLock lock(&mu_);
   for (const auto& [name, entry] : models_) {
-    if (entry.error.ok() && entry.placement == nullptr) return false;
+    if (!entry.error.ok()) continue;
+    if (entry.placement == nullptr) return false;
+    for (const auto& [id, address] : entry.placement->worker_addresses) {
+      if (!registry_.IsAlive(id)) return false;
+    }
   }
   return true;
 }

@@ -62,7 +62,7 @@ namespace meshserve {
 
 struct CoordinatorOptions {
   std::string model_dir;
-  int min_workers = 1;  // placement waits for this many live workers
+  int min_workers = 1;  // a model's first placement waits for this many live workers
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   int missed_beats = 3;
   absl::Duration load_timeout = absl::Seconds(300);
@@ -149,7 +149,7 @@ class Coordinator {
 
   absl::StatusOr<InferResponse> Infer(const InferRequest& request);
 
-  // Every model that loaded is placed (and at least min_workers are live).
+  // Every model that loaded is placed, on live workers only.
   bool IsReady() const;
   std::vector<ModelStatus> ModelStatuses() const;
   // \error kNotFound for an unknown model.
