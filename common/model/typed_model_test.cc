@@ -104,6 +104,29 @@ TEST(TypedModelTest, ValidateModelWithAMinusOneAxis) {
   EXPECT_OK(ValidateModel(m));
 }
 
+TEST(TypedModelTest, AutoAxesResultIsTheOutSharding) {
+  ASSERT_OK_AND_ASSIGN(
+      TypedModel tm, TypeSwiglu(R"(, 'out_sharding': [null, null, 'fsdp'], 'auto_axes': true)"));
+  EXPECT_EQ(tm.TypeOf("y").ToString(), "float32[8,16,2048@fsdp]");
+}
+
+TEST(TypedModelTest, ShardedBiasBroadcastIsJaxsError) {
+  std::string text = absl::StrReplaceAll(R"({'name': 'lin', 'mesh': {'data': 8},
+    'inputs': {'x': {'shape': [-1, 32], 'sharding': ['data']}},
+    'params': {'k': {'shape': [32, 64], 'sharding': [null, 'data']},
+               'b': {'shape': [64], 'sharding': ['data']}},
+    'layers': [{'name': 'y', 'op': 'linear', 'input': 'x', 'kernel': 'k', 'bias': 'b',
+                'out_sharding': ['data']}],
+    'outputs': ['y']})",
+                                         {{"'", "\""}});
+  ASSERT_OK_AND_ASSIGN(ModelFile m, ParseModelFile(text, ""));
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, ResolveMesh(m, 8));
+  EXPECT_THAT(TypeModel(m, mesh, {{"x", {16, 32}}}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "layer 'y': add operation with inputs: f32[16@data,64], f32[64@data] "
+                       "produces an illegally sharded result"));
+}
+
 TEST(TypedModelTest, AttentionPiecesTypeWithTheRules) {
   std::string text = absl::StrReplaceAll(R"({
   'name': 'attn', 'mesh': {'data': 2, 'model': 2},
