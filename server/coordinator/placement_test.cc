@@ -1,0 +1,107 @@
+#include "server/coordinator/placement.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/coordinator/worker_registry.h"
+#include "tests/testing/status_matchers.h"
+
+namespace meshserve {
+namespace {
+
+using ::meshserve::testing::StatusIs;
+using ::testing::ElementsAre;
+
+ModelFile Model(std::vector<std::pair<std::string, int64_t>> axes) {
+  ModelFile m;
+  m.name = "m";
+  m.mesh_axes = std::move(axes);
+  return m;
+}
+
+std::vector<PlacementWorker> Workers(int n) {
+  std::vector<PlacementWorker> w;
+  for (int i = 0; i < n; ++i) w.push_back({10 + i, "h:" + std::to_string(i)});
+  return w;
+}
+
+TEST(PlacementTest, MinusOneAxisTakesTheRest) {
+  ASSERT_OK_AND_ASSIGN(Placement p,
+                       ComputePlacement(Model({{"data", -1}, {"model", 2}}), Workers(8), 5));
+  EXPECT_EQ(p.mesh.ToString(), "mesh[data=4,model=2]");
+  EXPECT_EQ(p.generation, 5);
+  EXPECT_THAT(p.device_workers, ElementsAre(10, 11, 12, 13, 14, 15, 16, 17));
+}
+
+TEST(PlacementTest, FixedMeshOnFewerWorkersUsesContiguousBlocks) {
+  ASSERT_OK_AND_ASSIGN(Placement p,
+                       ComputePlacement(Model({{"fsdp", 2}, {"model", 4}}), Workers(3), 1));
+  EXPECT_THAT(p.device_workers, ElementsAre(10, 10, 10, 11, 11, 11, 12, 12));
+  EXPECT_THAT(p.devices_by_worker.at(12), ElementsAre(6, 7));
+  EXPECT_EQ(DeviceCoordsString(p.mesh, 6), "fsdp=1,model=2");
+}
+
+TEST(PlacementTest, MoreWorkersThanDevicesLeavesSomeIdle) {
+  ASSERT_OK_AND_ASSIGN(Placement p, ComputePlacement(Model({{"data", 2}}), Workers(5), 1));
+  EXPECT_THAT(p.device_workers, ElementsAre(10, 11));
+  EXPECT_EQ(p.worker_addresses.size(), 2u);
+}
+
+TEST(PlacementTest, MinusOneFallsBackToAWorkerCountThatDivides) {
+  // model=2 fixed, data=-1: 3 workers cannot hold data*2 devices one each, so
+  // the mesh is sized for 2 workers.
+  ASSERT_OK_AND_ASSIGN(Placement p,
+                       ComputePlacement(Model({{"data", -1}, {"model", 2}}), Workers(3), 1));
+  EXPECT_EQ(p.mesh.ToString(), "mesh[data=1,model=2]");
+}
+
+TEST(PlacementTest, NoWorkersIsFailedPrecondition) {
+  EXPECT_THAT(ComputePlacement(Model({{"data", 2}}), {}, 1),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+TEST(PlacementTest, SameLayoutIgnoresGeneration) {
+  ASSERT_OK_AND_ASSIGN(Placement a, ComputePlacement(Model({{"data", -1}}), Workers(2), 1));
+  ASSERT_OK_AND_ASSIGN(Placement b, ComputePlacement(Model({{"data", -1}}), Workers(2), 2));
+  ASSERT_OK_AND_ASSIGN(Placement c, ComputePlacement(Model({{"data", -1}}), Workers(3), 3));
+  EXPECT_TRUE(a.SameLayoutAs(b));
+  EXPECT_FALSE(a.SameLayoutAs(c));
+}
+
+TEST(WorkerRegistryTest, RegisterKeepsIdsAndExpiresSilentWorkers) {
+  WorkerRegistry r(absl::Milliseconds(100), 3);
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  ASSERT_OK_AND_ASSIGN(int64_t a, r.Register("h:1", 1, 0, -1, t0));
+  ASSERT_OK_AND_ASSIGN(int64_t b, r.Register("h:2", 1, 0, -1, t0));
+  EXPECT_NE(a, b);
+  ASSERT_OK_AND_ASSIGN(int64_t again, r.Register("h:1", 1, 0, a, t0));
+  EXPECT_EQ(again, a);
+  EXPECT_THAT(r.Register("", 1, 0, -1, t0), StatusIs(absl::StatusCode::kInvalidArgument));
+  const int64_t epoch = r.epoch();
+  EXPECT_TRUE(r.Heartbeat(a, false, t0 + absl::Milliseconds(250)));
+  EXPECT_TRUE(r.ExpireDead(t0 + absl::Milliseconds(299)).empty());
+  EXPECT_THAT(r.ExpireDead(t0 + absl::Milliseconds(301)), ElementsAre(b));
+  EXPECT_GT(r.epoch(), epoch);
+  EXPECT_FALSE(r.IsAlive(b));
+  EXPECT_EQ(r.PlaceableWorkers().size(), 1u);
+  EXPECT_FALSE(r.Heartbeat(99, false, t0));
+  // A coordinator restart: an unknown previous id is adopted.
+  ASSERT_OK_AND_ASSIGN(int64_t adopted, r.Register("h:9", 1, 0, 42, t0));
+  EXPECT_EQ(adopted, 42);
+}
+
+TEST(WorkerRegistryTest, DrainingAndSuspects) {
+  WorkerRegistry r(absl::Milliseconds(100), 3);
+  const absl::Time t0 = absl::Now();
+  ASSERT_OK_AND_ASSIGN(int64_t a, r.Register("h:1", 1, 0, -1, t0));
+  r.Heartbeat(a, /*draining=*/true, t0);
+  EXPECT_TRUE(r.PlaceableWorkers().empty());
+  EXPECT_TRUE(r.IsAlive(a));
+  r.MarkSuspect(a);
+  EXPECT_THAT(r.SuspectWorkers(), ElementsAre(a));
+  r.MarkDead(a);
+  EXPECT_FALSE(r.IsAlive(a));
+  EXPECT_TRUE(r.SuspectWorkers().empty());
+}
+
+}  // namespace
+}  // namespace meshserve
