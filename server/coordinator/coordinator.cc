@@ -234,6 +234,15 @@ void Coordinator::PlaceModel(const std::string& name, const ModelFile& model,
   ModelEntry& entry = models_[name];
   if (!loaded.ok()) {
     MS_LOG(WARNING) << "placing model '" << name << "' failed: " << loaded;
+    const bool worker_trouble = absl::IsUnavailable(loaded) ||
+                                absl::IsDeadlineExceeded(loaded) ||
+                                absl::IsCancelled(loaded) || absl::IsAborted(loaded);
+    if (!worker_trouble) {
+      // The model itself cannot load (missing or corrupt checkpoint, ...): it
+      // is reported like a bad file and does not hold readiness back.
+      entry.error = loaded;
+      return;
+    }
     entry.placement_error = loaded;
     entry.next_attempt = absl::Now() + options_.placement_retry_backoff;
     return;

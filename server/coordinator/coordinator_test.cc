@@ -169,6 +169,22 @@ TEST_F(CoordinatorTest, BadModelFilesAreReportedAndOthersServed) {
   EXPECT_THAT(coordinator_->Infer(r), StatusIs(absl::StatusCode::kNotFound, "'nope'"));
 }
 
+TEST_F(CoordinatorTest, ModelThatFailsToLoadOnWorkersIsAnErrorNotABlocker) {
+  StartCoordinator();
+  cluster_.Worker(0)->FailLoad("ident", absl::DataLossError("ident.safetensors: truncated"));
+  AddWorker(0);
+  coordinator_->Tick();
+  EXPECT_TRUE(coordinator_->IsReady());
+  ASSERT_OK_AND_ASSIGN(ModelStatus ident, coordinator_->GetModelStatus("ident"));
+  EXPECT_THAT(ident.state, HasSubstr("truncated"));
+  InferRequest r;
+  r.model = "ident";
+  r.inputs.push_back({"x", DType::kFloat32, {2, 4}, FloatBytes(Iota(8))});
+  EXPECT_THAT(coordinator_->Infer(r),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "truncated"));
+  EXPECT_OK(coordinator_->Infer(FixedRequest()).status());
+}
+
 TEST_F(CoordinatorTest, InferBeforePlacementIsUnavailable) {
   StartCoordinator();
   EXPECT_THAT(coordinator_->Infer(FixedRequest()),

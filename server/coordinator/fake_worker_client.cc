@@ -131,6 +131,8 @@ absl::StatusOr<int64_t> FakeWorkerClient::LoadModel(const LoadModelCall& call,
                                                     absl::Duration) {
   absl::MutexLock lock(&mu_);
   MS_RETURN_IF_ERROR(CheckUp());
+  auto failure = load_failures_.find(call.model);
+  if (failure != load_failures_.end()) return failure->second;
   for (int64_t d : call.devices) {
     if (d < 0 || d >= static_cast<int64_t>(call.device_workers.size()) ||
         call.device_workers[d] != worker_id_) {
@@ -244,6 +246,10 @@ void FakeWorkerClient::SetDown(bool down) {
 void FakeWorkerClient::FailExecute(absl::Status status) {
   absl::MutexLock lock(&mu_);
   execute_failure_ = std::move(status);
+}
+void FakeWorkerClient::FailLoad(const std::string& model, absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  load_failures_[model] = std::move(status);
 }
 void FakeWorkerClient::SetExecuteDelay(absl::Duration delay) {
   absl::MutexLock lock(&mu_);

@@ -68,6 +68,8 @@ class FakeWorkerClient : public WorkerClient {
   void SetDown(bool down);
   void FailExecute(absl::Status status);
   void SetExecuteDelay(absl::Duration delay);
+  // LoadModel of `model` fails with `status` (e.g. a corrupt checkpoint).
+  void FailLoad(const std::string& model, absl::Status status);
 
   int execute_calls() const;
   int install_calls() const;
@@ -85,6 +87,7 @@ class FakeWorkerClient : public WorkerClient {
   bool down_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status execute_failure_ ABSL_GUARDED_BY(mu_);
   absl::Duration execute_delay_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
+  std::map<std::string, absl::Status> load_failures_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<std::string, int64_t>, std::vector<int64_t>> loaded_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<std::string, int64_t>> unloaded_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> programs_ ABSL_GUARDED_BY(mu_);
