@@ -6,7 +6,7 @@
 // the previous worker id; failed heartbeats are retried at the same pace (the
 // coordinator may be restarting). `on_registered` runs after every successful
 // registration with the worker id. Stop(draining=true) sends one draining
-// heartbeat (bounded by a 1 s deadline) and stops the thread.
+// heartbeat (bounded by a 400 ms deadline) and stops the thread.
 //
 // Thread-safety: Start/Stop from one thread; worker_id() from any.
 #ifndef MESHSERVE_SERVER_WORKER_MEMBERSHIP_CLIENT_H_

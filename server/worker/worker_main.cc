@@ -118,7 +118,7 @@ int Run() {
   sigwait(&signals, &signal_number);
   MS_LOG(INFO) << "signal " << signal_number << ": draining and exiting";
   if (membership != nullptr) membership->Stop(/*draining=*/true);
-  server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(800));
+  server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
   // Skip destructors: the pool may still hold an Execute waiting on a receive
   // until its deadline; everything that matters is shut down.
   std::fflush(stdout);
