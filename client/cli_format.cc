@@ -117,14 +117,25 @@ const absl::StatusOr<DescribeResponse>& OutputTypeResolver::Described() {
 }
 
 OutputType OutputTypeResolver::Resolve(const InferOutput& output) {
-  const HostTensor& tensor = output.tensor;
-  auto type_param = output.parameters.find("type_str");
-  if (type_param != output.parameters.end()) {
-    OutputType out{type_param->second, ""};
+  OutputType derived = Derive(output.tensor);
+  // The server's own type ("type_str", or meshserve's "type") wins; the
+  // derived grid is kept only when it draws that same type.
+  for (const char* key : {"type_str", "type"}) {
+    auto it = output.parameters.find(key);
+    if (it == output.parameters.end() || it->second.empty()) continue;
+    OutputType out{it->second, ""};
     auto vis = output.parameters.find("visualization");
-    if (vis != output.parameters.end()) out.visualization = vis->second;
+    if (vis != output.parameters.end()) {
+      out.visualization = vis->second;
+    } else if (derived.type_str == it->second) {
+      out.visualization = derived.visualization;
+    }
     return out;
   }
+  return derived;
+}
+
+OutputType OutputTypeResolver::Derive(const HostTensor& tensor) {
   const absl::StatusOr<DescribeResponse>& described = Described();
   if (!described.ok()) {
     return {absl::StrCat(PlainType(tensor.dtype, tensor.shape), " (sharding unknown: ",

@@ -50,8 +50,8 @@ absl::StatusOr<OutputType> TypeFromSpec(DType dtype, const std::vector<int64_t>&
                                         absl::string_view mesh_text,
                                         absl::string_view spec_text);
 
-// Finds each output's type: the server's "type_str"/"visualization" output
-// parameters when it sends them; else, for an output with a per-request
+// Finds each output's type: the server's "type_str" (or "type") and
+// "visualization" output parameters when it sends them; else, for an output with a per-request
 // out_sharding, TypeFromSpec on the model's mesh; else the value of that name
 // in Describe(model, input_shapes). Describe is called at most once.
 class OutputTypeResolver {
@@ -72,6 +72,8 @@ class OutputTypeResolver {
 
  private:
   const absl::StatusOr<DescribeResponse>& Described();
+  // The type from Describe / TypeFromSpec alone.
+  OutputType Derive(const HostTensor& tensor);
 
   InferenceClient& client_;
   std::string model_;

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <random>
 #include <string>
@@ -174,6 +175,14 @@ int RunInfer(int argc, char** argv) {
   if (!result.ok()) return Fail("infer", result.status());
 
   std::string output_dir = args->Get("output_dir");
+  if (!output_dir.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(output_dir, error);
+    if (error) {
+      return Fail("infer", Unavailable("--output_dir '", output_dir,
+                                       "' cannot be created: ", error.message()));
+    }
+  }
   std::map<std::string, std::vector<int64_t>> input_shapes;
   for (const HostTensor& input : inputs) input_shapes[input.name] = input.shape;
   OutputTypeResolver types(**client, model, input_shapes, *out_shardings, deadline);
