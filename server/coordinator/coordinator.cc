@@ -70,7 +70,7 @@ void Coordinator::LoadModelDir() {
       entry.error = builder_->ValidateModel(*model);
       entry.model = std::make_shared<const ModelFile>(*std::move(model));
     } else {
-      entry.error = model.status();
+      entry.error = AnnotateStatus(model.status(), entry.file);
     }
     if (models_.count(name)) {
       entry.error = InvalidArgument("model name '", name, "' in ", entry.file,

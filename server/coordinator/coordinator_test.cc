@@ -328,12 +328,12 @@ TEST_F(CoordinatorTest, WorkerJoinMakesNewGenerationAndUnloadsOld) {
 }
 
 TEST_F(CoordinatorTest, DeadWorkerIsReplacedAfterMissedHeartbeats) {
-  StartCoordinator(/*control_thread=*/false, absl::Milliseconds(40));
+  StartCoordinator(/*control_thread=*/false, absl::Milliseconds(100));
   const int64_t w0 = AddWorker(0), w1 = AddWorker(1);
   coordinator_->Tick();
   const int64_t g1 = Generation("fixed");
   KeepBeating({w0});  // w1 goes silent
-  absl::SleepFor(absl::Milliseconds(200));
+  absl::SleepFor(absl::Milliseconds(500));
   coordinator_->Tick();
   EXPECT_FALSE(coordinator_->registry().IsAlive(w1));
   const int64_t g2 = Generation("fixed");
