@@ -61,8 +61,10 @@ int main(int argc, char** argv) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   std::cout << "meshserve-coordinator listening on " << (*server)->address() << std::endl;
+  // Model states go to stderr: an error text could contain "ready"
+  // ("already ...") and launchers grep stdout for it.
   for (const meshserve::ModelStatus& m : (*coordinator)->ModelStatuses()) {
-    std::cout << "model " << m.name << ": " << m.state << std::endl;
+    std::cerr << "model " << m.name << ": " << m.state << std::endl;
   }
   bool announced = false;
   while (!g_stop) {
