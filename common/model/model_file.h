@@ -34,7 +34,7 @@ struct ParamDef {
   DType dtype = DType::kFloat32;  // the param's own, else the model's
   InitKind init = InitKind::kZeros;
   double stddev = 1.0;  // kNormal
-  double scale = 1.0;   // kUniform: U[-scale, scale)... see initializers.h
+  double scale = 1.0;   // kUniform: U[0, scale), as jax.nn.initializers.uniform
 };
 
 struct InputDef {
