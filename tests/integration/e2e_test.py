@@ -477,8 +477,12 @@ def make_bad_model_dir(root):
 def run_bad_models(c, cli, bin_dir, root):
     print("== bad model files (2 workers)", flush=True)
     d = make_bad_model_dir(root)
-    cluster = mslib.LocalCluster(bin_dir, 2, d, os.path.join(root, "logs-bad-models"))
+    cluster = mslib.LocalCluster(bin_dir, 2, d, os.path.join(root, "logs-bad-models"),
+                                 ready_timeout_s=60, require_ready=False)
     try:
+        # "ready" = every loadable model placed; the bad files must not block it.
+        c.check(cluster.ready, "bad model dir: the cluster still reports ready",
+                "\n".join(cluster.lines) + "\n" + cluster.logs_tail(5))
         rc, out, err, _ = cli.infer(cluster.target, "linear", {"x": np.ones((16, 32), np.float32)})
         c.check(rc == 0, "bad model dir: the good model is served", err)
         rc, out, err = mslib.run([cli.bin, "status", "--target", cluster.target])

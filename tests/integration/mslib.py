@@ -55,7 +55,8 @@ def free_port():
 class LocalCluster:
     """`meshserve local` in its own process group; stdout read by a thread."""
 
-    def __init__(self, bin_dir, workers, model_dir, log_dir, ready_timeout_s=180):
+    def __init__(self, bin_dir, workers, model_dir, log_dir, ready_timeout_s=180,
+                 require_ready=True):
         self.port = free_port()
         self.target = "127.0.0.1:%d" % self.port
         self.lines = []
@@ -64,7 +65,8 @@ class LocalCluster:
         self._lock = threading.Lock()
         cmd = [os.path.join(bin_dir, "meshserve"), "local", "--workers", str(workers),
                "--model_dir", model_dir, "--port", str(self.port), "--log_dir", log_dir,
-               "--ready_timeout_s", str(ready_timeout_s)]
+               # Not requiring ready: the launcher must keep serving anyway.
+               "--ready_timeout_s", str(ready_timeout_s if require_ready else 3600)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, start_new_session=True)
         _PROCS.append(self.proc)
@@ -84,8 +86,10 @@ class LocalCluster:
                     self.logs_tail()))
             time.sleep(0.1)
         else:
-            raise RuntimeError("meshserve local not ready in %ss:\n%s\n%s" % (
-                ready_timeout_s, "\n".join(self.lines), self.logs_tail()))
+            if require_ready:
+                raise RuntimeError("meshserve local not ready in %ss:\n%s\n%s" % (
+                    ready_timeout_s, "\n".join(self.lines), self.logs_tail()))
+        self.ready = any("ready" in l and "not ready" not in l for l in self.lines)
         with self._lock:
             for line in self.lines:
                 m = re.search(r"worker (\d+) pid (\d+)", line)
