@@ -515,7 +515,8 @@ def run_worker_kill(c, cli, bin_dir, root, model_dir, cases):
         result = {}
 
         def background():
-            result["r"] = cli.infer(cluster.target, "swiglu", {"x": big}, timeout=300)
+            result["r"] = cli.infer(cluster.target, "swiglu", {"x": big}, timeout=300,
+                                    extra=("--timeout_s", "60"))
         thread = threading.Thread(target=background)
         thread.start()
         time.sleep(min(0.5, took / 3))
@@ -523,9 +524,10 @@ def run_worker_kill(c, cli, bin_dir, root, model_dir, cases):
         os.kill(victim, 9)
         thread.join(timeout=300)
         rc, out, err, _ = result.get("r", (-1, "", "no result", {}))
+        code = re.search(r"meshserve infer: ([A-Z_]+):", err)
         c.check(rc == 0 or "UNAVAILABLE" in err,
                 "kill: the request in flight fails with UNAVAILABLE or is retried "
-                "(rc=%d %s)" % (rc, "retried" if rc == 0 else "UNAVAILABLE"), err)
+                "(got %s)" % ("OK (retried)" if rc == 0 else code.group(1) if code else rc), err)
         # The next requests are served (placement moves off the dead worker).
         ref_fn, requests = cases["linear"]
         inputs = requests[0][0]
