@@ -28,6 +28,14 @@ def _cleanup():
 atexit.register(_cleanup)
 
 
+def _on_signal(signum, frame):
+    # SIGTERM/SIGINT (e.g. a CTest or `timeout` stop): run the atexit cleanup.
+    raise SystemExit(128 + signum)
+
+
+signal.signal(signal.SIGTERM, _on_signal)
+
+
 def stop_process(proc, grace_s=10):
     """SIGTERM to the process group, SIGKILL after grace_s."""
     if proc.poll() is not None:
