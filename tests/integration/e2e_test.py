@@ -608,14 +608,16 @@ def run_launcher(c, bin_dir, root):
             "launcher: every child is gone after SIGINT")
     port = mslib.free_port()
     rc, out, err = mslib.run([os.path.join(fake_bin, "meshserve"), "local", "--workers", "2",
-                              "--model_dir", models, "--port", str(port), "--then",
+                              "--model_dir", models, "--port", str(port),
+                              "--log_dir", os.path.join(root, "logs-then"), "--then",
                               'test "$MESHSERVE_TARGET" = 127.0.0.1:%d && exit 7' % port],
                              timeout=60)
     c.check(rc == 7, "launcher: --then runs with MESHSERVE_TARGET and passes its exit code",
             "rc=%d\n%s\n%s" % (rc, out, err))
     env = dict(os.environ, FAKE_COORDINATOR_EXIT_AFTER="1")
     p = subprocess.run([os.path.join(fake_bin, "meshserve"), "local", "--workers", "2",
-                        "--model_dir", models, "--port", str(mslib.free_port())],
+                        "--model_dir", models, "--port", str(mslib.free_port()),
+                        "--log_dir", os.path.join(root, "logs-dead-coordinator")],
                        capture_output=True, text=True, timeout=60, env=env)
     c.check(p.returncode == 1 and "coordinator (pid" in p.stderr and "exited unexpectedly" in p.stderr,
             "launcher: a dead coordinator stops everything (exit 1, reported)",
