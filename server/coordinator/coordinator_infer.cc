@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "common/base/checked_math.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
@@ -322,6 +323,28 @@ absl::StatusOr<InferResponse> Coordinator::RunOnce(const Validated& v,
   for (const auto& [id, call] : calls) ids.push_back(id);
   std::vector<absl::StatusOr<ExecuteResult>> results(ids.size(),
                                                      absl::UnknownError("not run"));
+  // The first worker whose Execute fails cancels the request on every other
+  // worker at once, so peers blocked on a receive from it return now instead of
+  // at the deadline.
+  absl::Mutex cancel_mu;
+  int first_failed = -1;  // guarded by cancel_mu
+  auto cancel_others = [&](size_t failed) {
+    {
+      absl::MutexLock lock(&cancel_mu);
+      if (first_failed >= 0) return;
+      first_failed = static_cast<int>(failed);
+    }
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (i == failed) continue;
+      auto addr = placement.worker_addresses.find(ids[i]);
+      if (addr == placement.worker_addresses.end()) continue;
+      auto client = Client(ids[i], addr->second);
+      if (client.ok()) {
+        (*client)->Cancel(request_id, absl::StrCat("worker ", ids[failed], " failed"),
+                          options_.control_timeout).IgnoreError();
+      }
+    }
+  };
   std::vector<std::thread> threads;
   for (size_t i = 0; i < ids.size(); ++i) {
     threads.emplace_back([&, i] {
@@ -331,34 +354,18 @@ absl::StatusOr<InferResponse> Coordinator::RunOnce(const Validated& v,
               ? Internal("worker ", ids[i], " outside the placement")
               : Client(ids[i], addr->second);
       results[i] = client.ok() ? (*client)->Execute(calls.at(ids[i]), timeout) : client.status();
+      if (!results[i].ok()) cancel_others(i);
     });
   }
   for (auto& t : threads) t.join();
-  // The first failure, preferring one that names an unreachable worker.
-  int bad = -1;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (results[i].ok()) continue;
-    if (bad < 0 || (IsWorkerFailure(results[i].status()) &&
-                    !IsWorkerFailure(results[bad].status()))) {
-      bad = static_cast<int>(i);
-    }
-  }
+  // The first failure is the cause; the others mostly report the cancellation
+  // it caused.
+  // (Every thread has joined: first_failed is no longer written.)
+  const int bad = first_failed;
   if (bad >= 0) {
     const absl::Status s = results[bad].status();
     const int64_t worker = ids[bad];
     *failed_worker = worker;
-    std::vector<std::thread> cancels;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      if (static_cast<int>(i) == bad) continue;
-      cancels.emplace_back([&, i] {
-        auto client = Client(ids[i], placement.worker_addresses.at(ids[i]));
-        if (client.ok()) {
-          (*client)->Cancel(request_id, absl::StrCat("worker ", worker, " failed"),
-                            options_.control_timeout).IgnoreError();
-        }
-      });
-    }
-    for (auto& t : cancels) t.join();
     const std::string where = absl::StrCat("worker ", worker, " (",
                                            placement.worker_addresses.at(worker),
                                            ") failed request ", request_id);
