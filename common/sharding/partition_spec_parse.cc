@@ -63,15 +63,19 @@ class Lexer {
     }
     if (c == '\'' || c == '"') {
       size_t end = pos_ + 1;
-      while (end < text_.size() && text_[end] != c && text_[end] != '\\' &&
-             text_[end] != '\n') {
+      // Names never contain a quote of either kind, so that ToString's
+      // single-quoted form always parses back (found by the fuzzer).
+      while (end < text_.size() && text_[end] != '\'' && text_[end] != '"' &&
+             text_[end] != '\\' && text_[end] != '\n') {
         ++end;
       }
       if (end >= text_.size() || text_[end] != c) {
         tok.kind = TokenKind::kBad;
-        tok.text = end < text_.size() && text_[end] == '\\'
+        tok.text = end >= text_.size() || text_[end] == '\n'
+                       ? "unterminated string"
+                   : text_[end] == '\\'
                        ? "escape sequences are not supported in axis names"
-                       : "unterminated string";
+                       : "quote characters are not allowed in axis names";
         pos_ = text_.size();
         return tok;
       }

@@ -11,6 +11,7 @@
 namespace meshserve {
 namespace {
 
+using ::meshserve::testing::IsOk;
 using ::meshserve::testing::IsOkAndHolds;
 using ::meshserve::testing::StatusIs;
 using ::testing::ElementsAre;
@@ -158,6 +159,13 @@ TEST(ParsePartitionSpecTest, RejectsBadStringsAndHeads) {
               StatusIs(absl::StatusCode::kInvalidArgument, "unterminated string"));
   EXPECT_THAT(ParsePartitionSpec("P('x\\'y')"),
               StatusIs(absl::StatusCode::kInvalidArgument, "escape"));
+  // Found by partition_spec_fuzz: a quote of the other kind inside a name
+  // would print as P('y'') and not parse back.
+  EXPECT_THAT(ParsePartitionSpec("P(\"y'\")"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "quote characters"));
+  EXPECT_THAT(ParsePartitionSpec("P('a\"b')"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "quote characters"));
+  EXPECT_THAT(ParsePartitionSpec("P(\"x\", 'y')"), IsOk());
   EXPECT_THAT(ParsePartitionSpec("Q('x')"),
               StatusIs(absl::StatusCode::kInvalidArgument, "'Q'"));
   EXPECT_THAT(ParsePartitionSpec(""),
