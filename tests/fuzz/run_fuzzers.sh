@@ -5,6 +5,8 @@
 # finds a crash.
 #
 #   tests/fuzz/run_fuzzers.sh 60
+# MESHSERVE_FUZZ_SEED (default 1) fixes libFuzzer's seed so a CI run can be
+# reproduced; a crash input found once belongs in tests/fuzz/regressions/.
 set -u -o pipefail
 SECONDS_EACH="${1:-60}"
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -44,6 +46,13 @@ for i, c in enumerate(cases):
 open(os.path.join(out, "rules_case", "all.json"), "w").write(json.dumps(cases))
 PY
 fi
+# Inputs that once crashed a target are kept in tests/fuzz/regressions/ and
+# replayed first, every run.
+for d in partition_spec rules_case; do
+  if compgen -G "${ROOT}/tests/fuzz/regressions/${d}/*" >/dev/null; then
+    cp "${ROOT}/tests/fuzz/regressions/${d}/"* "${CORPUS}/${d}/"
+  fi
+done
 printf "P('x', unreduced={'y'})" >"${CORPUS}/partition_spec/unreduced.txt"
 printf "PartitionSpec(('a', 'b'), None)" >"${CORPUS}/partition_spec/tuple.txt"
 
@@ -53,7 +62,7 @@ for target in partition_spec_fuzz rules_case_fuzz; do
   echo "== ${target}: ${SECONDS_EACH}s on $(ls "${dir}" | wc -l) seeds"
   mkdir -p "${BUILD}/artifacts/${target}"
   if ! "${BUILD}/fuzz/${target}" -max_total_time="${SECONDS_EACH}" -max_len=4096 \
-      -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+      -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 -seed="${MESHSERVE_FUZZ_SEED:-1}" \
       -artifact_prefix="${BUILD}/artifacts/${target}/" "${dir}" \
       >"${BUILD}/${target}.log" 2>&1; then
     echo "FAIL ${target}: see ${BUILD}/${target}.log and ${BUILD}/artifacts/${target}/"
