@@ -224,8 +224,9 @@ std::string TypeString(DType dtype, absl::Span<const int64_t> shape, const Mesh&
 }
 
 std::string ShortTypeString(const ArrayType& type) {
-  return TypeString(type.dtype, type.shape, type.sharding.mesh(), ExplicitEntries(type),
-                    type.spec().unreduced(), type.varying, /*short_dtype=*/true);
+  // A validated type prints itself; TypeString above is only for specs that
+  // cannot be an ArrayType (the illegal results named in errors).
+  return type.ToString(/*short_dtype=*/true);
 }
 
 std::string EntryRepr(const Entry& entry) {
