@@ -30,10 +30,10 @@ Interval Intersect(const Interval& a, const Interval& b) {
 }
 
 Box Box::FromShape(absl::Span<const int64_t> shape) {
-  std::vector<Interval> dims;
-  dims.reserve(shape.size());
-  for (int64_t d : shape) dims.push_back(Interval{0, d});
-  return Box(std::move(dims));
+  Box box;
+  box.dims_.reserve(shape.size());
+  for (int64_t d : shape) box.dims_.push_back(Interval{0, d});
+  return box;
 }
 
 std::vector<int64_t> Box::shape() const {
@@ -94,10 +94,11 @@ bool operator<(const Box& a, const Box& b) {
 Box Intersect(const Box& a, const Box& b) {
   MS_DCHECK(a.rank() == b.rank());  // invariant: callers compare like with like
   const int rank = std::min(a.rank(), b.rank());
-  std::vector<Interval> dims;
+  Box out;
+  Box::Dims& dims = out.mutable_dims();
   dims.reserve(rank);
   for (int d = 0; d < rank; ++d) dims.push_back(Intersect(a[d], b[d]));
-  return Box(std::move(dims));
+  return out;
 }
 
 absl::StatusOr<Box> ParseBox(absl::string_view text) {

@@ -7,15 +7,20 @@
 //   Box::FromShape({4, 8}) == [0,4)x[0,8);  NumElements == 32
 //
 // Text form (round-trips through ParseBox): "[0:4, 2:8]"; rank 0 is "[]".
+//
+// Boxes of rank <= 4 keep their intervals inline (no heap allocation): plans
+// hold one Box per transfer, and a full all-gather has about a million.
 #ifndef MESHSERVE_COMMON_SHARDING_BOX_H_
 #define MESHSERVE_COMMON_SHARDING_BOX_H_
 
 #include <cstdint>
+#include <initializer_list>
 #include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -45,14 +50,18 @@ Interval Intersect(const Interval& a, const Interval& b);
 
 class Box {
  public:
+  using Dims = absl::InlinedVector<Interval, 4>;
+
   Box() = default;  // rank 0
-  explicit Box(std::vector<Interval> dims) : dims_(std::move(dims)) {}
+  explicit Box(absl::Span<const Interval> dims) : dims_(dims.begin(), dims.end()) {}
+  explicit Box(const std::vector<Interval>& dims) : dims_(dims.begin(), dims.end()) {}
+  explicit Box(std::initializer_list<Interval> dims) : dims_(dims) {}
   // [0, shape[i]) per dim.
   static Box FromShape(absl::Span<const int64_t> shape);
 
   int rank() const { return static_cast<int>(dims_.size()); }
-  const std::vector<Interval>& dims() const { return dims_; }
-  std::vector<Interval>& mutable_dims() { return dims_; }
+  absl::Span<const Interval> dims() const { return dims_; }
+  Dims& mutable_dims() { return dims_; }
   const Interval& operator[](int dim) const { return dims_[dim]; }
   Interval& operator[](int dim) { return dims_[dim]; }
 
@@ -70,14 +79,14 @@ class Box {
   friend bool operator<(const Box& a, const Box& b);  // lexicographic, for sorting
   template <typename H>
   friend H AbslHashValue(H h, const Box& b) {
-    return H::combine(std::move(h), b.dims_);
+    return H::combine(std::move(h), absl::MakeConstSpan(b.dims_));
   }
   friend std::ostream& operator<<(std::ostream& os, const Box& b) {
     return os << b.ToString();
   }
 
  private:
-  std::vector<Interval> dims_;
+  Dims dims_;
 };
 
 // Dim-wise intersection. Precondition (DCHECK): equal ranks.
