@@ -1,7 +1,8 @@
 // Plan time of ComputeReshardPlan on 3-axis meshes of 64..1024 devices (one
 // worker per device) and a 4-D tensor, per reshard kind. Run:
 //   build/bin/plan_bench --benchmark_counters_tabular=true
-// Counters: transfers (all kinds) and network transfers in the plan.
+// Counters: transfers (all kinds) and network transfers in the plan, and the
+// TransferGroups that hold them (transfers differing only in destination).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -42,12 +43,14 @@ void RunPlan(benchmark::State& state, const ReshardEndpoint& src,
              const ReshardEndpoint& dst, absl::string_view expected_pattern) {
   int64_t transfers = 0;
   int64_t network = 0;
+  int64_t groups = 0;
   for (auto _ : state) {
     absl::StatusOr<ReshardPlan> plan =
         ComputeReshardPlan(kShape, DType::kBFloat16, src, dst);
     MS_CHECK(plan.ok());  // benchmark inputs are constants
-    transfers = static_cast<int64_t>(plan->transfers.size());
+    transfers = plan->NumTransfers();
     network = plan->NumNetworkTransfers();
+    groups = static_cast<int64_t>(plan->groups.size());
     if (plan->pattern != expected_pattern) {
       state.SkipWithError(("unexpected pattern " + plan->pattern).c_str());
     }
@@ -56,6 +59,7 @@ void RunPlan(benchmark::State& state, const ReshardEndpoint& src,
   state.counters["devices"] = static_cast<double>(src.sharding.mesh().num_devices());
   state.counters["transfers"] = static_cast<double>(transfers);
   state.counters["network"] = static_cast<double>(network);
+  state.counters["groups"] = static_cast<double>(groups);
 }
 
 // Gather x and y back: each device gathers the x*y shards of its z slice.

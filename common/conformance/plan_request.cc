@@ -189,7 +189,7 @@ absl::StatusOr<ReshardPlan> PlanForRequest(const PlanRequest& request) {
 Json PlanToJson(const ReshardPlan& plan, DType dtype) {
   Json transfers = Json::array();
   int64_t local = 0;
-  for (const Transfer& t : plan.transfers) {
+  for (const Transfer& t : plan.Transfers()) {
     if (!IsNetworkTransfer(t.kind)) {
       ++local;
       continue;
@@ -218,7 +218,7 @@ std::string PlanToTable(const ReshardPlan& plan, DType dtype, int max_rows) {
                                     "kind", "box", "bytes");
   int64_t rows = 0;
   int64_t local = 0;
-  for (const Transfer& t : plan.transfers) {
+  for (const Transfer& t : plan.Transfers()) {
     if (!IsNetworkTransfer(t.kind)) {
       ++local;
       continue;

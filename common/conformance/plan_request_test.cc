@@ -51,7 +51,7 @@ TEST(PlanRequestTest, EncodesNetworkTransfersOnly) {
   EXPECT_EQ(j["bytes_moved"], plan.lower_bound_bytes);
   EXPECT_EQ(j["local_transfers"].get<int64_t>() +
                 static_cast<int64_t>(j["transfers"].size()),
-            static_cast<int64_t>(plan.transfers.size()));
+            plan.NumTransfers());
   for (const auto& t : j["transfers"]) EXPECT_NE(t["src"], t["dst"]);
 }
 

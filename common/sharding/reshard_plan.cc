@@ -48,10 +48,44 @@ std::string Transfer::ToString() const {
   return out;
 }
 
+void ReshardPlan::AddTransfer(TransferKind kind, int64_t src_device,
+                              int64_t src_worker, int64_t dst_device, const Box& box,
+                              absl::Span<const int64_t> src_addends) {
+  const int64_t end = NumTransfers();
+  group_dst_devices.push_back(static_cast<int32_t>(dst_device));
+  if (!groups.empty()) {
+    TransferGroup& last = groups.back();
+    if (last.dst_end == end && last.kind == kind && last.src_device == src_device &&
+        last.src_worker == src_worker && last.box == box &&
+        absl::MakeConstSpan(last.src_addends) == src_addends) {
+      last.dst_end = end + 1;
+      return;
+    }
+  }
+  groups.push_back(TransferGroup{kind, src_device, src_worker, box,
+                                 {src_addends.begin(), src_addends.end()}, end,
+                                 end + 1});
+}
+
 int64_t ReshardPlan::NumNetworkTransfers() const {
   int64_t n = 0;
-  for (const Transfer& t : transfers) n += IsNetworkTransfer(t.kind) ? 1 : 0;
+  for (const TransferGroup& g : groups) n += IsNetworkTransfer(g.kind) ? g.size() : 0;
   return n;
+}
+
+Transfer ReshardPlan::GroupTransfer(const TransferGroup& g, int64_t i) const {
+  const int64_t d = group_dst_devices[g.dst_begin + i];
+  return Transfer{g.kind, g.src_device, g.src_worker, d, dst_workers[d], g.box,
+                  g.src_addends};
+}
+
+std::vector<Transfer> ReshardPlan::Transfers() const {
+  std::vector<Transfer> out;
+  out.reserve(group_dst_devices.size());
+  for (const TransferGroup& g : groups) {
+    for (int64_t i = 0; i < g.size(); ++i) out.push_back(GroupTransfer(g, i));
+  }
+  return out;
 }
 
 absl::StatusOr<ReshardPlan> ComputeReshardPlan(absl::Span<const int64_t> shape,

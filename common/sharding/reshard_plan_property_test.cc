@@ -282,7 +282,7 @@ void CheckRequest(const Request& r, DType dtype) {
   // Execute. Count network messages per (dst worker, need mask, element).
   std::map<std::tuple<int64_t, uint64_t, int64_t>, int> received;
   int64_t bytes = 0;
-  for (const Transfer& t : plan.transfers) {
+  for (const Transfer& t : plan.Transfers()) {
     SCOPED_TRACE(t.ToString());
     ASSERT_FALSE(t.box.IsEmpty());
     ASSERT_TRUE(t.dst_device >= 0 && t.dst_device < num_dst);

@@ -30,7 +30,7 @@ ReshardEndpoint Endpoint(absl::string_view mesh_text, absl::string_view spec_tex
 
 int64_t CountKind(const ReshardPlan& plan, TransferKind kind) {
   int64_t n = 0;
-  for (const Transfer& t : plan.transfers) n += t.kind == kind ? 1 : 0;
+  for (const Transfer& t : plan.Transfers()) n += t.kind == kind ? 1 : 0;
   return n;
 }
 
@@ -42,8 +42,8 @@ TEST(ReshardPlanTest, IdenticalLayoutsAreNoOp) {
   EXPECT_EQ(plan.strategy, "PlanNoOp");
   EXPECT_EQ(plan.bytes_moved, 0);
   EXPECT_EQ(plan.lower_bound_bytes, 0);
-  ASSERT_EQ(plan.transfers.size(), 4u);
-  for (const Transfer& t : plan.transfers) {
+  ASSERT_EQ(plan.NumTransfers(), 4);
+  for (const Transfer& t : plan.Transfers()) {
     EXPECT_EQ(t.kind, TransferKind::kLocalCopy);
     EXPECT_EQ(t.src_device, t.dst_device);
     EXPECT_EQ(t.box.NumElements(), 4);
@@ -58,8 +58,8 @@ TEST(ReshardPlanTest, ReplicatedToShardedIsLocalSlice) {
   EXPECT_EQ(plan.pattern, "local slice");
   EXPECT_EQ(plan.strategy, "PlanSliceLocal");
   EXPECT_EQ(plan.bytes_moved, 0);
-  ASSERT_EQ(plan.transfers.size(), 4u);
-  EXPECT_EQ(plan.transfers[3].box.ToString(), Box({{6, 8}}).ToString());
+  ASSERT_EQ(plan.NumTransfers(), 4);
+  EXPECT_EQ(plan.Transfers()[3].box.ToString(), Box({{6, 8}}).ToString());
 }
 
 TEST(ReshardPlanTest, AllGather) {
@@ -120,7 +120,7 @@ TEST(ReshardPlanTest, SenderPreAddsThePartialsItHolds) {
   // Each worker receives one pre-added message of 8 elements.
   EXPECT_EQ(plan.bytes_moved, 2 * 8 * 4);
   EXPECT_EQ(plan.lower_bound_bytes, plan.bytes_moved);
-  for (const Transfer& t : plan.transfers) {
+  for (const Transfer& t : plan.Transfers()) {
     if (t.kind == TransferKind::kReduce) EXPECT_EQ(t.src_addends.size(), 1u);
   }
 }
@@ -156,7 +156,7 @@ TEST(ReshardPlanTest, SeveralDevicesPerWorkerReceiveOnce) {
   EXPECT_EQ(plan.bytes_moved, 2 * 4 * 4);
   EXPECT_EQ(plan.NumNetworkTransfers(), 4);
   EXPECT_EQ(CountKind(plan, TransferKind::kLocalForward), 4);
-  for (const Transfer& t : plan.transfers) {
+  for (const Transfer& t : plan.Transfers()) {
     if (!IsNetworkTransfer(t.kind)) EXPECT_EQ(t.src_worker, t.dst_worker);
   }
 }
@@ -168,7 +168,7 @@ TEST(ReshardPlanTest, ReplicasShareTheLoad) {
   ASSERT_OK_AND_ASSIGN(ReshardPlan plan,
                        ComputeReshardPlan({8}, DType::kFloat32, src, dst));
   std::set<int64_t> senders;
-  for (const Transfer& t : plan.transfers) senders.insert(t.src_worker);
+  for (const Transfer& t : plan.Transfers()) senders.insert(t.src_worker);
   EXPECT_EQ(senders.size(), 4u);
   EXPECT_EQ(plan.bytes_moved, 8 * 4);
 }
@@ -211,8 +211,53 @@ TEST(ReshardPlanTest, ZeroSizeDimMovesNothing) {
   ReshardEndpoint dst = Endpoint("mesh[x=2]", "P(None, 'x')", 2);
   ASSERT_OK_AND_ASSIGN(ReshardPlan plan,
                        ComputeReshardPlan({4, 0}, DType::kFloat32, src, dst));
-  EXPECT_TRUE(plan.transfers.empty());
+  EXPECT_EQ(plan.NumTransfers(), 0);
   EXPECT_EQ(plan.bytes_moved, 0);
+}
+
+TEST(ReshardPlanTest, AddTransferGroupsConsecutiveTransfersToOneSource) {
+  ReshardPlan plan;
+  plan.dst_workers = {10, 11, 12, 13};
+  const Box a({{0, 2}});
+  const Box b({{2, 4}});
+  plan.AddTransfer(TransferKind::kCopy, 0, 10, 1, a);
+  plan.AddTransfer(TransferKind::kCopy, 0, 10, 2, a);
+  plan.AddTransfer(TransferKind::kCopy, 0, 10, 3, a);
+  plan.AddTransfer(TransferKind::kCopy, 0, 10, 3, b);        // another box
+  plan.AddTransfer(TransferKind::kReduce, 0, 10, 2, b);      // another kind
+  plan.AddTransfer(TransferKind::kReduce, 0, 10, 3, b, {1});  // addends differ
+  plan.AddTransfer(TransferKind::kReduce, 1, 11, 0, b, {1});  // source differs
+  ASSERT_EQ(plan.groups.size(), 5u);
+  EXPECT_EQ(plan.groups[0].size(), 3);
+  EXPECT_EQ(plan.NumTransfers(), 7);
+  EXPECT_EQ(plan.NumNetworkTransfers(), 7);
+  const std::vector<Transfer> transfers = plan.Transfers();
+  ASSERT_EQ(transfers.size(), 7u);
+  EXPECT_EQ(transfers[1], (Transfer{TransferKind::kCopy, 0, 10, 2, 12, a, {}}));
+  EXPECT_EQ(transfers[3], (Transfer{TransferKind::kCopy, 0, 10, 3, 13, b, {}}));
+  EXPECT_EQ(transfers[5], (Transfer{TransferKind::kReduce, 0, 10, 3, 13, b, {1}}));
+  EXPECT_EQ(transfers[6], (Transfer{TransferKind::kReduce, 1, 11, 0, 10, b, {1}}));
+}
+
+TEST(ReshardPlanTest, FullAllGatherIsOneGroupPerShardAndSide) {
+  // Device d's shard goes to every other device: 8 * 7 network transfers, but
+  // per shard only the copies before and after the holder's local copy.
+  ReshardEndpoint src = Endpoint("mesh[x=2,y=4]", "P(('x', 'y'), None)", 2);
+  ReshardEndpoint dst = Endpoint("mesh[x=2,y=4]", "P()", 2);
+  ASSERT_OK_AND_ASSIGN(ReshardPlan plan,
+                       ComputeReshardPlan({16, 4}, DType::kFloat32, src, dst));
+  EXPECT_EQ(plan.pattern, "all-gather");
+  EXPECT_EQ(plan.NumTransfers(), 64);
+  EXPECT_EQ(plan.NumNetworkTransfers(), 56);
+  EXPECT_LE(plan.groups.size(), 8u * 3);
+  std::set<std::pair<int64_t, int64_t>> edges;
+  for (const Transfer& t : plan.Transfers()) {
+    EXPECT_EQ(t.box, Box({{2 * t.src_device, 2 * t.src_device + 2}, {0, 4}}));
+    EXPECT_EQ(t.kind, t.src_device == t.dst_device ? TransferKind::kLocalCopy
+                                                   : TransferKind::kCopy);
+    edges.insert({t.src_device, t.dst_device});
+  }
+  EXPECT_EQ(edges.size(), 64u);
 }
 
 TEST(MinimumCoverTest, FindsTheOptimumWhereGreedyFails) {

@@ -1,6 +1,7 @@
 #include "common/sharding/reshard_strategies.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -28,6 +29,10 @@ absl::Status CheckWorkers(absl::string_view side, const ReshardEndpoint& ep) {
                            WorkersToString(ep.device_workers), " has ",
                            ep.device_workers.size(), " entries but ",
                            ep.sharding.mesh().ToString(), " has ", n, " devices");
+  }
+  if (n > std::numeric_limits<int32_t>::max()) {  // plans store device ids as int32
+    return InvalidArgument(side, " ", ep.sharding.mesh().ToString(), " has ", n,
+                           " devices; plans support at most 2^31 - 1");
   }
   return absl::OkStatus();
 }
@@ -118,14 +123,13 @@ ReshardPlan LocalPlan(const ReshardProblem& p, absl::string_view strategy,
   ReshardPlan plan;
   plan.strategy = std::string(strategy);
   plan.pattern = std::string(pattern);
+  plan.dst_workers = p.dst->device_workers;
   const int64_t n = p.dst->sharding.mesh().num_devices();
-  plan.transfers.reserve(n);
+  plan.group_dst_devices.reserve(n);
   for (int64_t d = 0; d < n; ++d) {
-    Box box = p.dst_grid.ShardBox(p.dst_grid.device_shard()[d]);
+    const Box box = p.dst_grid.ShardBox(p.dst_grid.device_shard()[d]);
     if (box.IsEmpty()) continue;
-    const int64_t w = p.dst->device_workers[d];
-    plan.transfers.push_back(
-        Transfer{TransferKind::kLocalCopy, d, w, d, w, std::move(box), {}});
+    plan.AddTransfer(TransferKind::kLocalCopy, d, p.dst->device_workers[d], d, box);
   }
   return plan;
 }

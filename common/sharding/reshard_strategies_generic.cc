@@ -52,7 +52,7 @@ class GenericPlanner {
   std::vector<int> ChooseSenders(uint64_t missing, int self,
                                  const std::vector<SrcHolder>& holders);
   void Emit(TransferKind kind, const SrcHolder& from, uint64_t bits,
-            int64_t dst_device, int dst_worker, const Box& box);
+            int64_t dst_device, const Box& box);
 
   const ReshardProblem& p_;
   int64_t dtype_size_ = 0;
@@ -155,24 +155,24 @@ std::vector<int> GenericPlanner::ChooseSenders(uint64_t missing, int self,
 }
 
 void GenericPlanner::Emit(TransferKind kind, const SrcHolder& from, uint64_t bits,
-                          int64_t dst_device, int dst_worker, const Box& box) {
-  Transfer t;
-  t.kind = kind;
-  t.src_worker = worker_ids_[from.worker];
-  t.dst_device = dst_device;
-  t.dst_worker = worker_ids_[dst_worker];
-  t.box = box;
-  bool first = true;
+                          int64_t dst_device, const Box& box) {
+  if (from.partial_device.size() == 1) {  // a reduced source: no addends
+    plan_.AddTransfer(kind, from.partial_device[0].second, worker_ids_[from.worker],
+                      dst_device, box);
+    return;
+  }
+  int64_t src_device = -1;
+  absl::InlinedVector<int64_t, 4> addends;
   for (const auto& [g, device] : from.partial_device) {
     if ((bits >> g & 1) == 0) continue;
-    if (first) {
-      t.src_device = device;
-      first = false;
+    if (src_device < 0) {
+      src_device = device;
     } else {
-      t.src_addends.push_back(device);
+      addends.push_back(device);
     }
   }
-  plan_.transfers.push_back(std::move(t));
+  plan_.AddTransfer(kind, src_device, worker_ids_[from.worker], dst_device, box,
+                    addends);
 }
 
 void GenericPlanner::PlanUnit(const Box& box, int64_t num_elements,
@@ -190,14 +190,14 @@ void GenericPlanner::PlanUnit(const Box& box, int64_t num_elements,
   if (missing == 0) {
     // Everything is local: each device slices (and pre-adds) on its own.
     for (int64_t d : group.devices) {
-      Emit(TransferKind::kLocalCopy, *mine, held, d, self, box);
+      Emit(TransferKind::kLocalCopy, *mine, held, d, box);
     }
     return;
   }
   const int64_t d0 = group.devices[0];
   bool written = false;
   if (held != 0) {
-    Emit(TransferKind::kLocalCopy, *mine, held, d0, self, box);
+    Emit(TransferKind::kLocalCopy, *mine, held, d0, box);
     written = true;
   }
   uint64_t remaining = missing;
@@ -217,7 +217,7 @@ void GenericPlanner::PlanUnit(const Box& box, int64_t num_elements,
     const uint64_t bits = holders[h].mask & remaining;
     remaining &= ~bits;
     Emit(written ? TransferKind::kReduce : TransferKind::kCopy, holders[h], bits, d0,
-         self, box);
+         box);
     written = true;
     sent_bytes_[holders[h].worker] += unit_bytes;
     plan_.bytes_moved += unit_bytes;
@@ -225,14 +225,14 @@ void GenericPlanner::PlanUnit(const Box& box, int64_t num_elements,
   }
   MS_DCHECK(remaining == 0);  // the cover covers
   for (size_t k = 1; k < group.devices.size(); ++k) {
-    plan_.transfers.push_back(Transfer{TransferKind::kLocalForward, d0,
-                                       worker_ids_[self], group.devices[k],
-                                       worker_ids_[self], box, {}});
+    plan_.AddTransfer(TransferKind::kLocalForward, d0, worker_ids_[self],
+                      group.devices[k], box);
   }
 }
 
 ReshardPlan GenericPlanner::Run() {
   dtype_size_ = DTypeSize(p_.dtype);
+  plan_.dst_workers = p_.dst->device_workers;
   IndexSources();
   IndexDestinations();
   sent_bytes_.assign(worker_ids_.size(), 0);
@@ -243,8 +243,8 @@ ReshardPlan GenericPlanner::Run() {
     if (overlaps[i].empty()) return std::move(plan_);  // a zero-size dim
   }
   // Two passes of an odometer over the product of the per-dim overlap lists:
-  // the first bounds the number of transfers (so the big vector is allocated
-  // once), the second plans.
+  // the first bounds the number of transfers (so the destination list is
+  // allocated once), the second plans.
   for (int pass = 0; pass < 2; ++pass) {
     int64_t bound = 0;
     std::vector<size_t> pos(rank, 0);
@@ -277,7 +277,7 @@ ReshardPlan GenericPlanner::Run() {
       while (i >= 0 && ++pos[i] == overlaps[i].size()) pos[i--] = 0;
       if (i < 0) break;
     }
-    if (pass == 0) plan_.transfers.reserve(bound);
+    if (pass == 0) plan_.group_dst_devices.reserve(bound);
   }
   return std::move(plan_);
 }

@@ -91,7 +91,7 @@ absl::StatusOr<ProgramEmitter::Cost> ProgramEmitter::PlanCost(const Placed& src,
   ReshardEndpoint to{dst, device_workers_};
   MS_ASSIGN_OR_RETURN(ReshardPlan plan, ComputeReshardPlan(src.shape, src.dtype, from, to));
   cost.network_bytes = plan.bytes_moved;
-  for (const Transfer& t : plan.transfers) {
+  for (const Transfer& t : plan.Transfers()) {
     bool crosses = IsNetworkTransfer(t.kind) ||
                    (t.kind == TransferKind::kLocalCopy && t.src_device != t.dst_device);
     if (crosses) cost.device_bytes += t.box.NumElements() * DTypeSize(src.dtype);
@@ -114,7 +114,7 @@ absl::StatusOr<Placed> ProgramEmitter::Reshard(const Placed& src, const NamedSha
   out.shape = src.shape;
   out.sharding = dst;
   out.dtype = dst.spec().unreduced().empty() ? dst_dtype : DType::kFloat32;
-  for (const Transfer& t : plan.transfers) EmitTransfer(t, src, out);
+  for (const Transfer& t : plan.Transfers()) EmitTransfer(t, src, out);
   if (info != nullptr) {
     CollectiveInfo c;
     c.value = std::string(value);
