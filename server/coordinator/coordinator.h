@@ -26,8 +26,9 @@
 // UNAVAILABLE or DEADLINE_EXCEEDED fails the attempt with UNAVAILABLE naming
 // the worker; the other workers get Cancel, the worker is marked suspect (the
 // control loop probes it and marks it dead when the probe fails), and the
-// request is retried once if the model moves to a new generation within
-// options.retry_wait.
+// request is retried once (inference is idempotent): on the new generation if
+// the model moves within options.retry_wait, or on the same one if the probe
+// finds the worker alive (a transient failure). The retry's error is final.
 //
 // Thread-safety: all public methods are thread-safe. Locks, in acquisition
 // order: control_mu_ (one control step at a time) -> mu_ (models, placements)

@@ -246,24 +246,27 @@ absl::StatusOr<InferResponse> Coordinator::Infer(const InferRequest& request) {
       return response;
     }
     last = response.status();
-    // A worker failed: retry once if the model moves to a new generation soon
-    // (the control loop probes the suspect and re-places without it).
+    // A worker failed. Inference is idempotent, so retry once: on the new
+    // generation if the model moves soon (the control loop probes the suspect
+    // and re-places without it), or on the same one if the probe finds the
+    // worker alive (a transient failure, e.g. a worker that joined in this
+    // generation and timed out dialling a peer). Give up when the worker is
+    // still suspect and nothing moved within retry_wait.
     const int64_t old_generation = placement->generation;
     const absl::Time give_up = absl::Now() + options_.retry_wait;
     bool moved = false;
-    while (absl::Now() < give_up && !moved) {
+    bool alive = false;
+    while (absl::Now() < give_up && !moved && !alive) {
       absl::SleepFor(absl::Milliseconds(20));
       std::shared_ptr<const Placement> now = CurrentPlacement(request.model);
       moved = now != nullptr && now->generation != old_generation;
-      // The probe found the worker alive: no new generation is coming.
-      if (!moved && failed_worker >= 0 && registry_.IsAlive(failed_worker) &&
-          !registry_.IsSuspect(failed_worker)) {
-        break;
-      }
+      alive = failed_worker >= 0 && registry_.IsAlive(failed_worker) &&
+              !registry_.IsSuspect(failed_worker);
     }
-    if (!moved) return last;
-    MS_LOG(INFO) << "retrying request on model '" << request.model
-                 << "' after worker " << failed_worker << " failed: " << last;
+    if (!moved && !alive) return last;
+    MS_LOG(INFO) << "retrying request on model '" << request.model << "' ("
+                 << (moved ? "new generation" : "worker alive") << ") after worker "
+                 << failed_worker << " failed: " << last;
   }
   return last;
 }

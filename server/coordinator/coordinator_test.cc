@@ -399,7 +399,10 @@ TEST_F(CoordinatorTest, FailingWorkerFailsRequestCancelsOthersThenServes) {
   EXPECT_THAT(failed, StatusIs(absl::StatusCode::kUnavailable,
                                absl::StrCat("worker ", w1, " (127.0.0.1:9001)")));
   EXPECT_THAT(failed.status().message(), HasSubstr("connection reset"));
-  EXPECT_EQ(cluster_.Worker(w0)->cancelled().size(), 1u);
+  // The worker answers its probe, so the request was tried once more on the
+  // same generation; each attempt cancelled the other worker's part.
+  EXPECT_EQ(cluster_.Worker(w1)->execute_calls(), 2);
+  EXPECT_EQ(cluster_.Worker(w0)->cancelled().size(), 2u);
   cluster_.Worker(w1)->FailExecute(absl::OkStatus());
   EXPECT_OK(coordinator_->Infer(FixedRequest()).status());
   // A worker error that is not a lost worker keeps its code and names it.
@@ -407,6 +410,22 @@ TEST_F(CoordinatorTest, FailingWorkerFailsRequestCancelsOthersThenServes) {
   EXPECT_THAT(coordinator_->Infer(FixedRequest()),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        absl::StrCat("worker ", w1)));
+}
+
+TEST_F(CoordinatorTest, TransientWorkerFailureIsRetriedOnSameGeneration) {
+  // A worker that joined the generation timed out dialling a peer once.
+  StartCoordinator(/*control_thread=*/true, absl::Milliseconds(50));
+  const int64_t w0 = AddWorker(0), w1 = AddWorker(1);
+  KeepBeating({w0, w1});
+  absl::SleepFor(absl::Milliseconds(100));
+  const int64_t g1 = Generation("fixed");
+  cluster_.Worker(w1)->FailExecute(
+      absl::UnavailableError("connect to peer 127.0.0.1:9000 timed out"), /*times=*/1);
+  ASSERT_OK_AND_ASSIGN(InferResponse response, coordinator_->Infer(FixedRequest()));
+  EXPECT_EQ(response.generation, g1);
+  EXPECT_EQ(response.outputs[0].data, FixedRequest().inputs[0].data);
+  EXPECT_EQ(cluster_.Worker(w1)->execute_calls(), 2);
+  EXPECT_TRUE(coordinator_->registry().IsAlive(w1));
 }
 
 TEST_F(CoordinatorTest, DeadWorkerMidRequestIsRetriedOnNewGeneration) {

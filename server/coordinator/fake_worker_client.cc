@@ -176,7 +176,13 @@ absl::StatusOr<ExecuteResult> FakeWorkerClient::Execute(const ExecuteCall& call,
     absl::MutexLock lock(&mu_);
     MS_RETURN_IF_ERROR(CheckUp());
     ++execute_calls_;
-    MS_RETURN_IF_ERROR(execute_failure_);
+    if (!execute_failure_.ok()) {
+      absl::Status failure = execute_failure_;
+      if (execute_failures_left_ > 0 && --execute_failures_left_ == 0) {
+        execute_failure_ = absl::OkStatus();
+      }
+      return failure;
+    }
     delay = execute_delay_;
     max_running_ = std::max(max_running_, ++running_);
   }
@@ -243,9 +249,10 @@ void FakeWorkerClient::SetDown(bool down) {
   absl::MutexLock lock(&mu_);
   down_ = down;
 }
-void FakeWorkerClient::FailExecute(absl::Status status) {
+void FakeWorkerClient::FailExecute(absl::Status status, int times) {
   absl::MutexLock lock(&mu_);
-  execute_failure_ = std::move(status);
+  execute_failure_ = times == 0 ? absl::OkStatus() : std::move(status);
+  execute_failures_left_ = times;
 }
 void FakeWorkerClient::FailLoad(const std::string& model, absl::Status status) {
   absl::MutexLock lock(&mu_);

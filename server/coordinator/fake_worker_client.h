@@ -64,9 +64,10 @@ class FakeWorkerClient : public WorkerClient {
   absl::StatusOr<WorkerStatusResult> Status(absl::Duration timeout) override;
 
   // Failure injection: `down` makes every call UNAVAILABLE (a dead process);
-  // FailExecute makes Execute return `status` (OK clears it).
+  // FailExecute makes the next `times` Executes (every one when negative)
+  // return `status` (OK clears it).
   void SetDown(bool down);
-  void FailExecute(absl::Status status);
+  void FailExecute(absl::Status status, int times = -1);
   void SetExecuteDelay(absl::Duration delay);
   // LoadModel of `model` fails with `status` (e.g. a corrupt checkpoint).
   void FailLoad(const std::string& model, absl::Status status);
@@ -86,6 +87,7 @@ class FakeWorkerClient : public WorkerClient {
   mutable absl::Mutex mu_;
   bool down_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status execute_failure_ ABSL_GUARDED_BY(mu_);
+  int execute_failures_left_ ABSL_GUARDED_BY(mu_) = -1;  // negative: no limit
   absl::Duration execute_delay_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
   std::map<std::string, absl::Status> load_failures_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<std::string, int64_t>, std::vector<int64_t>> loaded_ ABSL_GUARDED_BY(mu_);
