@@ -4,9 +4,32 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/model/typed_model.h"
 
 namespace meshserve {
+namespace {
+
+// The model's mesh for n devices, if the model types on it: every parameter
+// and layer shards evenly. Request-set (-1) input dims are given the mesh's
+// device count, which every sharding divides.
+absl::StatusOr<Mesh> MeshThatTypes(const ModelFile& model, int64_t n) {
+  MS_ASSIGN_OR_RETURN(Mesh mesh, ResolveMesh(model, n));
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const InputDef& in : model.inputs) {
+    std::vector<int64_t> shape = in.shape;
+    for (int64_t& d : shape) {
+      if (d == -1) d = mesh.num_devices();
+    }
+    shapes[in.name] = std::move(shape);
+  }
+  MS_RETURN_IF_ERROR(TypeModel(model, mesh, shapes).status(), "model '", model.name,
+                     "' on ", mesh.ToString());
+  return mesh;
+}
+
+}  // namespace
 
 std::vector<int64_t> Placement::WorkerIds() const {
   std::vector<int64_t> ids;
@@ -40,7 +63,7 @@ absl::StatusOr<Placement> ComputePlacement(const ModelFile& model,
   absl::StatusOr<Mesh> mesh = absl::InvalidArgumentError("unset");
   absl::Status first_error;
   for (int64_t n = static_cast<int64_t>(workers.size()); n >= 1; --n) {
-    mesh = ResolveMesh(model, n);
+    mesh = MeshThatTypes(model, n);
     if (mesh.ok()) break;
     if (first_error.ok()) first_error = mesh.status();
   }

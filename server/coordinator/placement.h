@@ -44,8 +44,12 @@ struct Placement {
   std::string ToString() const;
 };
 
-// \error kFailedPrecondition when `workers` is empty; kInvalidArgument when no
-//   worker count <= workers.size() resolves the model's mesh.
+// The mesh uses the most workers (at most workers.size(), one device each for
+// a -1 axis) on which the model types: a -1 axis that would not divide a
+// sharded parameter (3 workers, a [32, 32] kernel sharded over it) falls back
+// to fewer workers, leaving some idle, rather than a mesh that cannot serve.
+// \error kFailedPrecondition when `workers` is empty; kInvalidArgument (the
+//   error for workers.size()) when no worker count resolves and types.
 absl::StatusOr<Placement> ComputePlacement(const ModelFile& model,
                                            const std::vector<PlacementWorker>& workers,
                                            int64_t generation);

@@ -54,6 +54,32 @@ TEST(PlacementTest, MinusOneFallsBackToAWorkerCountThatDivides) {
   EXPECT_EQ(p.mesh.ToString(), "mesh[data=1,model=2]");
 }
 
+// The seed's Linear with data=-1: its kernel [32, 32] is sharded over data.
+ModelFile ScaledLinear() {
+  absl::StatusOr<ModelFile> m = ParseModelFile(R"({
+    "name": "linear_scaled", "mesh": {"data": -1}, "dtype": "float32", "seed": 0,
+    "inputs": {"x": {"shape": [-1, 32], "sharding": ["data"]}},
+    "params": {"kernel": {"shape": [32, 32], "sharding": [null, "data"],
+                          "init": "xavier_uniform"}},
+    "layers": [{"name": "y", "op": "linear", "input": "x", "kernel": "kernel",
+                "out_sharding": ["data"]}],
+    "outputs": ["y"]})",
+                                               "linear_scaled.json");
+  EXPECT_TRUE(m.ok()) << m.status();
+  return *m;
+}
+
+TEST(PlacementTest, MinusOneAxisSkipsWorkerCountsTheModelDoesNotShardOver) {
+  // 3 does not divide the kernel's 32 columns: 2 of the 3 workers serve.
+  ASSERT_OK_AND_ASSIGN(Placement p3, ComputePlacement(ScaledLinear(), Workers(3), 1));
+  EXPECT_EQ(p3.mesh.ToString(), "mesh[data=2]");
+  EXPECT_THAT(p3.device_workers, ElementsAre(10, 11));
+  ASSERT_OK_AND_ASSIGN(Placement p4, ComputePlacement(ScaledLinear(), Workers(4), 1));
+  EXPECT_EQ(p4.mesh.ToString(), "mesh[data=4]");
+  ASSERT_OK_AND_ASSIGN(Placement p7, ComputePlacement(ScaledLinear(), Workers(7), 1));
+  EXPECT_EQ(p7.mesh.ToString(), "mesh[data=4]");
+}
+
 TEST(PlacementTest, NoWorkersIsFailedPrecondition) {
   EXPECT_THAT(ComputePlacement(Model({{"data", 2}}), {}, 1),
               StatusIs(absl::StatusCode::kFailedPrecondition));
