@@ -1,6 +1,7 @@
 // The compiler: a typed model (common/model/typed_model.h) + a placement ->
-// one program per worker (compiler_ir.h, serialized as proto/program.proto's
-// meshserve.Program), the input slicing
+// one program per worker (the program IR of common/program/program_ir.h,
+// shared with the worker; serialized as proto/program.proto's meshserve.Program
+// by common/program/program_proto.h), the input slicing
 // and the output gathering of a request, and a per-layer description.
 //
 // Semantics are JAX's: every value's type (sharding) is fixed by TypeModel.
@@ -32,8 +33,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/model/typed_model.h"
+#include "common/program/program_ir.h"
 #include "common/sharding/box.h"
-#include "server/coordinator/compiler_ir.h"
 
 namespace meshserve {
 
@@ -72,7 +73,7 @@ struct LayerPlanInfo {
 };
 
 struct CompiledModel {
-  std::map<int64_t, IrProgram> programs;  // by worker id; SerializeProgram -> bytes
+  std::map<int64_t, ProgramIr> programs;  // by worker id; SerializeProgram -> bytes
   std::vector<CompilerInputSlice> input_slices;
   std::vector<CompilerOutputPiece> output_pieces;
   std::vector<LayerPlanInfo> layers;  // in model order (+ one "outputs" entry if needed)

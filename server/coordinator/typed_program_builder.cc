@@ -6,6 +6,7 @@
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/model/typed_model.h"
+#include "common/program/program_proto.h"
 #include "common/sharding/visualize.h"
 #include "server/coordinator/compiler.h"
 
