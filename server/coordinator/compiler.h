@@ -34,23 +34,9 @@
 #include "absl/strings/string_view.h"
 #include "common/model/typed_model.h"
 #include "common/program/program_ir.h"
-#include "common/sharding/box.h"
+#include "server/coordinator/request_routing.h"
 
 namespace meshserve {
-
-struct CompilerInputSlice {
-  std::string input;
-  int64_t worker = -1;
-  int64_t device = -1;
-  Box box;
-};
-
-struct CompilerOutputPiece {
-  std::string output;
-  int64_t worker = -1;
-  int64_t device = -1;
-  Box box;
-};
 
 // One layout change of one layer: which value, why, and what it costs.
 struct CollectiveInfo {
@@ -74,8 +60,8 @@ struct LayerPlanInfo {
 
 struct CompiledModel {
   std::map<int64_t, ProgramIr> programs;  // by worker id; SerializeProgram -> bytes
-  std::vector<CompilerInputSlice> input_slices;
-  std::vector<CompilerOutputPiece> output_pieces;
+  std::vector<InputSlice> input_slices;
+  std::vector<OutputPiece> output_pieces;
   std::vector<LayerPlanInfo> layers;  // in model order (+ one "outputs" entry if needed)
   int64_t bytes_moved = 0;            // per request, all layers
   std::string ToString() const;       // the per-layer description

@@ -38,7 +38,7 @@ class Interpreter {
 
   absl::Status Load(const std::map<std::string, Tensor>& inputs,
                     const std::map<std::string, Tensor>& params) {
-    for (const CompilerInputSlice& s : compiled_.input_slices) {
+    for (const InputSlice& s : compiled_.input_slices) {
       auto it = inputs.find(s.input);
       if (it == inputs.end()) return InvalidArgument("missing input '", s.input, "'");
       BufferKey key(s.device, "in/" + s.input);

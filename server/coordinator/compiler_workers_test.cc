@@ -55,7 +55,7 @@ void CheckOnWorkers(const std::string& file, const std::map<std::string, std::ve
                                        Box::FromShape(p.shape), p.dtype));
   }
   std::vector<SliceIr> slices;
-  for (const CompilerInputSlice& s : cm.input_slices) {
+  for (const InputSlice& s : cm.input_slices) {
     const Tensor& full = inputs.at(s.input);
     ASSERT_OK_AND_ASSIGN(BoxTensor whole, BoxTensor::Wrap(Box::FromShape(full.shape()), full));
     ASSERT_OK_AND_ASSIGN(std::string data, ExtractBox(whole, s.box));

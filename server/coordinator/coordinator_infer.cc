@@ -290,7 +290,7 @@ absl::StatusOr<std::map<int64_t, ExecuteCall>> BuildCalls(
                         "input '", name, "'");
     full[name] = BoxTensor{Box::FromShape(in->shape), std::move(t)};
   }
-  for (const PlanInputSlice& s : plan.input_slices) {
+  for (const InputSlice& s : plan.input_slices) {
     auto it = full.find(s.input);
     if (it == full.end()) return Internal("plan slices unknown input '", s.input, "'");
     SliceIr slice;
@@ -390,7 +390,7 @@ absl::StatusOr<InferResponse> Coordinator::RunOnce(const Validated& v,
     MS_ASSIGN_OR_RETURN(Tensor t, Tensor::Create(out.dtype, out.shape), "output '",
                         out.name, "'");
     BoxTensor assembled{Box::FromShape(out.shape), std::move(t)};
-    for (const PlanOutputPiece& piece : plan.output_pieces) {
+    for (const OutputPiece& piece : plan.output_pieces) {
       if (piece.output != out.name) continue;
       const BoxIr want = BoxToIr(piece.box);
       const SliceIr* found = nullptr;

@@ -81,7 +81,7 @@ void CheckOnWorkers(const std::string& json_without_checkpoint,
     }
   }
   std::vector<std::vector<SliceIr>> slices(num_workers);
-  for (const CompilerInputSlice& s : cm.input_slices) {
+  for (const InputSlice& s : cm.input_slices) {
     const Tensor& full = inputs.at(s.input);
     ASSERT_OK_AND_ASSIGN(BoxTensor whole, BoxTensor::Wrap(Box::FromShape(full.shape()), full));
     SliceIr slice;
