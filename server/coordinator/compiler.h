@@ -1,6 +1,7 @@
 // The compiler: a typed model (common/model/typed_model.h) + a placement ->
-// one program per worker (compiler_ir.h, serialized as proto/program.proto's
-// meshserve.Program), the input slicing
+// one program per worker (the program IR of common/program/program_ir.h,
+// shared with the worker; serialized as proto/program.proto's meshserve.Program
+// by common/program/program_proto.h), the input slicing
 // and the output gathering of a request, and a per-layer description.
 //
 // Semantics are JAX's: every value's type (sharding) is fixed by TypeModel.
@@ -32,24 +33,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/model/typed_model.h"
-#include "common/sharding/box.h"
-#include "server/coordinator/compiler_ir.h"
+#include "common/program/program_ir.h"
+#include "server/coordinator/request_routing.h"
 
 namespace meshserve {
-
-struct CompilerInputSlice {
-  std::string input;
-  int64_t worker = -1;
-  int64_t device = -1;
-  Box box;
-};
-
-struct CompilerOutputPiece {
-  std::string output;
-  int64_t worker = -1;
-  int64_t device = -1;
-  Box box;
-};
 
 // One layout change of one layer: which value, why, and what it costs.
 struct CollectiveInfo {
@@ -72,9 +59,9 @@ struct LayerPlanInfo {
 };
 
 struct CompiledModel {
-  std::map<int64_t, IrProgram> programs;  // by worker id; SerializeProgram -> bytes
-  std::vector<CompilerInputSlice> input_slices;
-  std::vector<CompilerOutputPiece> output_pieces;
+  std::map<int64_t, ProgramIr> programs;  // by worker id; SerializeProgram -> bytes
+  std::vector<InputSlice> input_slices;
+  std::vector<OutputPiece> output_pieces;
   std::vector<LayerPlanInfo> layers;  // in model order (+ one "outputs" entry if needed)
   int64_t bytes_moved = 0;            // per request, all layers
   std::string ToString() const;       // the per-layer description

@@ -15,36 +15,6 @@ Box Placed::BoxFor(int64_t device) const {
   return ShardBoxForDevice(shape, sharding, device);
 }
 
-int WireDType(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32: return 1;
-    case DType::kBFloat16: return 2;
-    case DType::kInt32: return 3;
-    case DType::kInt64: return 4;
-    case DType::kFloat16: return 5;
-    case DType::kFloat64: return 6;
-    case DType::kInt8: return 7;
-    case DType::kUInt8: return 8;
-    case DType::kBool: return 9;
-  }
-  return 0;
-}
-
-IrBox ToIrBox(const Box& box) {
-  IrBox out;
-  for (const Interval& i : box.dims()) {
-    out.begin.push_back(i.begin);
-    out.end.push_back(i.end);
-  }
-  return out;
-}
-
-Box FromIrBox(const IrBox& box) {
-  std::vector<Interval> dims;
-  for (size_t i = 0; i < box.begin.size(); ++i) dims.push_back({box.begin[i], box.end[i]});
-  return Box(std::move(dims));
-}
-
 NamedSharding ShardingOf(const Mesh& mesh, int rank, std::vector<PartitionSpec::Entry> entries,
                          std::vector<std::string> unreduced) {
   entries.resize(std::max<size_t>(entries.size(), rank));
@@ -62,7 +32,7 @@ ProgramEmitter::ProgramEmitter(Mesh mesh, std::vector<int64_t> device_workers,
       device_workers_(std::move(device_workers)),
       program_id_(std::move(program_id)) {
   for (int64_t w : device_workers_) {
-    IrProgram& p = programs_[w];
+    ProgramIr& p = programs_[w];
     p.program_id = program_id_;
     p.worker = w;
   }
@@ -76,8 +46,8 @@ std::string ProgramEmitter::NewBuffer(absl::string_view hint) {
 
 std::string ProgramEmitter::NewTag() { return absl::StrCat(program_id_, "/", next_tag_++); }
 
-IrStep& ProgramEmitter::Append(int64_t worker, IrStep::Kind kind, int64_t device) {
-  IrStep& s = programs_[worker].steps.emplace_back();
+StepIr& ProgramEmitter::Append(int64_t worker, StepIr::Kind kind, int64_t device) {
+  StepIr& s = programs_[worker].steps.emplace_back();
   s.kind = kind;
   s.device = device;
   return s;
@@ -131,16 +101,16 @@ absl::StatusOr<Placed> ProgramEmitter::Reshard(const Placed& src, const NamedSha
 
 void ProgramEmitter::EmitTransfer(const Transfer& t, const Placed& src, const Placed& dst) {
   const Box dst_box = dst.BoxFor(t.dst_device);
-  const int dst_dtype = WireDType(dst.dtype);
+  const int dst_dtype = DTypeToWire(dst.dtype);
   auto local_copy = [&](const std::string& from, int64_t from_device, bool accumulate,
                         const std::string& to, int64_t to_device, const Box& to_box, int dtype) {
-    IrStep& s = Append(WorkerOf(from_device), IrStep::Kind::kCopy, from_device);
+    StepIr& s = Append(WorkerOf(from_device), StepIr::Kind::kCopy, from_device);
     s.buffer = from;
     s.dst = to;
     s.dst_device = to_device;
-    s.box = ToIrBox(t.box);
+    s.box = BoxToIr(t.box);
     s.accumulate = accumulate;
-    s.buffer_box = ToIrBox(to_box);
+    s.buffer_box = BoxToIr(to_box);
     s.dtype = dtype;
   };
   switch (t.kind) {
@@ -159,25 +129,25 @@ void ProgramEmitter::EmitTransfer(const Transfer& t, const Placed& src, const Pl
       if (!t.src_addends.empty()) {
         // Pre-add the sender's partial sums into one temporary box.
         payload = NewBuffer("presum");
-        int wire = WireDType(src.dtype);
+        int wire = DTypeToWire(src.dtype);
         local_copy(src.buffer, t.src_device, false, payload, t.src_device, t.box, wire);
         for (int64_t a : t.src_addends) {
           local_copy(src.buffer, a, true, payload, t.src_device, t.box, wire);
         }
       }
       std::string tag = NewTag();
-      IrStep& send = Append(t.src_worker, IrStep::Kind::kSend, t.src_device);
+      StepIr& send = Append(t.src_worker, StepIr::Kind::kSend, t.src_device);
       send.buffer = payload;
-      send.box = ToIrBox(t.box);
+      send.box = BoxToIr(t.box);
       send.dst_worker = t.dst_worker;
       send.dst_device = t.dst_device;
       send.tag = tag;
-      IrStep& recv = Append(t.dst_worker, IrStep::Kind::kRecv, t.dst_device);
+      StepIr& recv = Append(t.dst_worker, StepIr::Kind::kRecv, t.dst_device);
       recv.buffer = dst.buffer;
-      recv.box = ToIrBox(t.box);
+      recv.box = BoxToIr(t.box);
       recv.tag = tag;
       recv.accumulate = t.kind == TransferKind::kReduce;
-      recv.buffer_box = ToIrBox(dst_box);
+      recv.buffer_box = BoxToIr(dst_box);
       recv.dtype = dst_dtype;
       recv.src_worker = t.src_worker;
       return;
@@ -186,16 +156,16 @@ void ProgramEmitter::EmitTransfer(const Transfer& t, const Placed& src, const Pl
 }
 
 void ProgramEmitter::ComputeEverywhere(const Placed& out,
-                                       const std::function<IrStep(int64_t)>& make) {
+                                       const std::function<StepIr(int64_t)>& make) {
   for (int64_t d = 0; d < num_devices(); ++d) {
     Box box = out.BoxFor(d);
     if (box.IsEmpty()) continue;
-    IrStep step = make(d);
-    step.kind = IrStep::Kind::kCompute;
+    StepIr step = make(d);
+    step.kind = StepIr::Kind::kCompute;
     step.device = d;
     step.output = out.buffer;
-    step.out_box = ToIrBox(box);
-    step.out_dtype = WireDType(out.dtype);
+    step.out_box = BoxToIr(box);
+    step.out_dtype = DTypeToWire(out.dtype);
     step.partial = out.partial();
     programs_[WorkerOf(d)].steps.push_back(std::move(step));
   }
@@ -203,15 +173,15 @@ void ProgramEmitter::ComputeEverywhere(const Placed& out,
 
 void ProgramEmitter::AddOutput(int64_t device, const std::string& buffer, const Box& box,
                                const std::string& output) {
-  IrStep& s = Append(WorkerOf(device), IrStep::Kind::kOutput, device);
+  StepIr& s = Append(WorkerOf(device), StepIr::Kind::kOutput, device);
   s.buffer = buffer;
-  s.box = ToIrBox(box);
+  s.box = BoxToIr(box);
   s.output = output;
 }
 
 void ProgramEmitter::Free(const std::string& buffer) {
   for (int64_t d = 0; d < num_devices(); ++d) {
-    IrStep& s = Append(WorkerOf(d), IrStep::Kind::kFree, d);
+    StepIr& s = Append(WorkerOf(d), StepIr::Kind::kFree, d);
     s.buffer = buffer;
   }
 }

@@ -18,11 +18,12 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/base/dtype.h"
+#include "common/program/ir_conv.h"
+#include "common/program/program_ir.h"
 #include "common/sharding/box.h"
 #include "common/sharding/named_sharding.h"
 #include "common/sharding/reshard_plan.h"
 #include "server/coordinator/compiler.h"
-#include "server/coordinator/compiler_ir.h"
 
 namespace meshserve {
 
@@ -35,11 +36,6 @@ struct Placed {
   bool partial() const { return !sharding.spec().unreduced().empty(); }
   Box BoxFor(int64_t device) const;
 };
-
-// tensor.proto's DType number of `dtype`.
-int WireDType(DType dtype);
-IrBox ToIrBox(const Box& box);
-Box FromIrBox(const IrBox& box);
 
 // The sharding with `entries` (padded to `rank`) and `unreduced` (mesh order).
 NamedSharding ShardingOf(const Mesh& mesh, int rank, std::vector<PartitionSpec::Entry> entries,
@@ -77,7 +73,7 @@ class ProgramEmitter {
   // For every device with a non-empty box of `out`: `make(device)` returns a
   // compute step (op, inputs and op fields); output, out_box, out_dtype,
   // partial and device are filled here.
-  void ComputeEverywhere(const Placed& out, const std::function<IrStep(int64_t)>& make);
+  void ComputeEverywhere(const Placed& out, const std::function<StepIr(int64_t)>& make);
   void AddOutput(int64_t device, const std::string& buffer, const Box& box,
                  const std::string& output);
   // Frees `buffer` on every device.
@@ -85,10 +81,10 @@ class ProgramEmitter {
   // Frees the temporaries created since the last call, except those in `keep`.
   void FreeTemporaries(const std::vector<std::string>& keep);
 
-  std::map<int64_t, IrProgram> TakePrograms() { return std::move(programs_); }
+  std::map<int64_t, ProgramIr> TakePrograms() { return std::move(programs_); }
 
  private:
-  IrStep& Append(int64_t worker, IrStep::Kind kind, int64_t device);
+  StepIr& Append(int64_t worker, StepIr::Kind kind, int64_t device);
   void EmitTransfer(const Transfer& t, const Placed& src, const Placed& dst);
 
   Mesh mesh_;
@@ -97,7 +93,7 @@ class ProgramEmitter {
   int64_t next_buffer_ = 0;
   int64_t next_tag_ = 0;
   std::vector<std::string> temporaries_;
-  std::map<int64_t, IrProgram> programs_;
+  std::map<int64_t, ProgramIr> programs_;
 };
 
 }  // namespace meshserve

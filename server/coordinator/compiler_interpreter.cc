@@ -38,7 +38,7 @@ class Interpreter {
 
   absl::Status Load(const std::map<std::string, Tensor>& inputs,
                     const std::map<std::string, Tensor>& params) {
-    for (const CompilerInputSlice& s : compiled_.input_slices) {
+    for (const InputSlice& s : compiled_.input_slices) {
       auto it = inputs.find(s.input);
       if (it == inputs.end()) return InvalidArgument("missing input '", s.input, "'");
       BufferKey key(s.device, "in/" + s.input);
@@ -117,22 +117,22 @@ class Interpreter {
   }
 
   absl::StatusOr<BoxTensor*> GetOrCreate(int64_t device, const std::string& name,
-                                         const IrBox& box, int dtype) {
+                                         const BoxIr& box, int dtype) {
     auto it = buffers_.find({device, name});
     if (it != buffers_.end()) return &it->second;
     MS_ASSIGN_OR_RETURN(DType dt, FromWire(dtype));
-    MS_ASSIGN_OR_RETURN(BoxTensor t, BoxTensor::Create(dt, FromIrBox(box)));
+    MS_ASSIGN_OR_RETURN(BoxTensor t, BoxTensor::Create(dt, UncheckedBoxFromIr(box)));
     return &(buffers_[{device, name}] = std::move(t));
   }
 
-  absl::StatusOr<bool> RunStep(int64_t worker, const IrStep& s) {
+  absl::StatusOr<bool> RunStep(int64_t worker, const StepIr& s) {
     switch (s.kind) {
-      case IrStep::Kind::kCompute:
+      case StepIr::Kind::kCompute:
         MS_RETURN_IF_ERROR(Compute(s), "compute ", s.op, " -> ", s.output);
         return true;
-      case IrStep::Kind::kSend: {
+      case StepIr::Kind::kSend: {
         MS_ASSIGN_OR_RETURN(const BoxTensor* src, Get(s.device, s.buffer));
-        MS_ASSIGN_OR_RETURN(std::string bytes, ExtractBox(*src, FromIrBox(s.box)));
+        MS_ASSIGN_OR_RETURN(std::string bytes, ExtractBox(*src, UncheckedBoxFromIr(s.box)));
         if (mailbox_.count(s.tag) || used_tags_.count(s.tag)) {
           return Internal("tag ", s.tag, " used twice");
         }
@@ -141,31 +141,31 @@ class Interpreter {
         mailbox_[s.tag] = std::move(bytes);
         return true;
       }
-      case IrStep::Kind::kRecv: {
+      case StepIr::Kind::kRecv: {
         auto it = mailbox_.find(s.tag);
         if (it == mailbox_.end()) return false;
         MS_ASSIGN_OR_RETURN(BoxTensor * dst, GetOrCreate(s.device, s.buffer, s.buffer_box, s.dtype));
-        MS_RETURN_IF_ERROR(InsertBox(dst, FromIrBox(s.box), it->second, s.accumulate),
+        MS_RETURN_IF_ERROR(InsertBox(dst, UncheckedBoxFromIr(s.box), it->second, s.accumulate),
                            "recv ", s.tag);
         mailbox_.erase(it);
         return true;
       }
-      case IrStep::Kind::kCopy: {
+      case StepIr::Kind::kCopy: {
         MS_ASSIGN_OR_RETURN(const BoxTensor* src, Get(s.device, s.buffer));
         BoxTensor src_copy = *src;  // GetOrCreate may rehash
         MS_ASSIGN_OR_RETURN(BoxTensor * dst, GetOrCreate(s.dst_device, s.dst, s.buffer_box, s.dtype));
         if (src_copy.tensor.dtype() != dst->tensor.dtype()) {
           MS_ASSIGN_OR_RETURN(src_copy.tensor, ConvertDType(src_copy.tensor, dst->tensor.dtype()));
         }
-        MS_RETURN_IF_ERROR(CopyBox(src_copy, dst, FromIrBox(s.box), s.accumulate), "copy");
+        MS_RETURN_IF_ERROR(CopyBox(src_copy, dst, UncheckedBoxFromIr(s.box), s.accumulate), "copy");
         return true;
       }
-      case IrStep::Kind::kFree:
+      case StepIr::Kind::kFree:
         buffers_.erase({s.device, s.buffer});
         return true;
-      case IrStep::Kind::kOutput: {
+      case StepIr::Kind::kOutput: {
         MS_ASSIGN_OR_RETURN(const BoxTensor* src, Get(s.device, s.buffer));
-        MS_ASSIGN_OR_RETURN(std::string bytes, ExtractBox(*src, FromIrBox(s.box)));
+        MS_ASSIGN_OR_RETURN(std::string bytes, ExtractBox(*src, UncheckedBoxFromIr(s.box)));
         const ArrayType& t = typed_.TypeOf(s.output);
         auto it = outputs_.find(s.output);
         if (it == outputs_.end()) {
@@ -173,15 +173,17 @@ class Interpreter {
                                                                 Box::FromShape(t.shape)));
           it = outputs_.emplace(s.output, std::move(full)).first;
         }
-        MS_RETURN_IF_ERROR(InsertBox(&it->second, FromIrBox(s.box), bytes, false));
-        covered_[s.output] += FromIrBox(s.box).NumElements();
+        MS_RETURN_IF_ERROR(InsertBox(&it->second, UncheckedBoxFromIr(s.box), bytes, false));
+        covered_[s.output] += UncheckedBoxFromIr(s.box).NumElements();
         return true;
       }
+      case StepIr::Kind::kNone:
+        break;
     }
     return Internal("unknown step kind");
   }
 
-  absl::Status Compute(const IrStep& s) {
+  absl::Status Compute(const StepIr& s) {
     std::vector<const BoxTensor*> in;
     for (const std::string& name : s.inputs) {
       MS_ASSIGN_OR_RETURN(const BoxTensor* t, Get(s.device, name));
@@ -189,7 +191,7 @@ class Interpreter {
     }
     MS_ASSIGN_OR_RETURN(DType out_dtype, FromWire(s.out_dtype));
     if (s.partial) out_dtype = DType::kFloat32;
-    Box out_box = FromIrBox(s.out_box);
+    Box out_box = UncheckedBoxFromIr(s.out_box);
     auto need = [&](size_t n) -> absl::Status {
       if (in.size() != n) return InvalidArgument(s.op, " needs ", n, " inputs");
       return absl::OkStatus();

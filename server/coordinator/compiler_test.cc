@@ -12,6 +12,7 @@
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/program/program_proto.h"
 #include "server/coordinator/compiler_interpreter.h"
 #include "server/coordinator/compiler_test_models.h"
 #include "tests/testing/status_matchers.h"
@@ -167,13 +168,13 @@ TEST(CompilerTest, TagsAreUniqueAndTemporariesAreFreed) {
   std::map<std::string, int> sends, recvs;
   std::map<std::pair<int64_t, std::string>, bool> live;
   for (const auto& [w, p] : cm.programs) {
-    for (const IrStep& s : p.steps) {
-      if (s.kind == IrStep::Kind::kSend) ++sends[s.tag];
-      if (s.kind == IrStep::Kind::kRecv) ++recvs[s.tag];
-      if (s.kind == IrStep::Kind::kCompute) live[{s.device, s.output}] = true;
-      if (s.kind == IrStep::Kind::kRecv) live[{s.device, s.buffer}] = true;
-      if (s.kind == IrStep::Kind::kCopy) live[{s.dst_device, s.dst}] = true;
-      if (s.kind == IrStep::Kind::kFree) live.erase({s.device, s.buffer});
+    for (const StepIr& s : p.steps) {
+      if (s.kind == StepIr::Kind::kSend) ++sends[s.tag];
+      if (s.kind == StepIr::Kind::kRecv) ++recvs[s.tag];
+      if (s.kind == StepIr::Kind::kCompute) live[{s.device, s.output}] = true;
+      if (s.kind == StepIr::Kind::kRecv) live[{s.device, s.buffer}] = true;
+      if (s.kind == StepIr::Kind::kCopy) live[{s.dst_device, s.dst}] = true;
+      if (s.kind == StepIr::Kind::kFree) live.erase({s.device, s.buffer});
     }
   }
   EXPECT_FALSE(sends.empty());

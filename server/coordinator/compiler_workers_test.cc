@@ -54,15 +54,19 @@ void CheckOnWorkers(const std::string& file, const std::map<std::string, std::ve
                          InitializeBox(InitSpec::FromParam(p), m.seed, p.name, p.shape,
                                        Box::FromShape(p.shape), p.dtype));
   }
-  std::vector<IrSlice> slices;
-  for (const CompilerInputSlice& s : cm.input_slices) {
+  std::vector<SliceIr> slices;
+  for (const InputSlice& s : cm.input_slices) {
     const Tensor& full = inputs.at(s.input);
     ASSERT_OK_AND_ASSIGN(BoxTensor whole, BoxTensor::Wrap(Box::FromShape(full.shape()), full));
     ASSERT_OK_AND_ASSIGN(std::string data, ExtractBox(whole, s.box));
-    slices.push_back({s.input, s.device, ToIrBox(s.box), WireDType(full.dtype()), data});
+    slices.push_back({s.input, s.device, BoxToIr(s.box), DTypeToWire(full.dtype()), data});
   }
-  IrModelLoad load{m.name, json, 1, {}, device_workers};
-  for (const MeshAxis& a : mesh.axes()) load.mesh_axes.emplace_back(a.name, a.size);
+  LoadModelIr load;
+  load.model = m.name;
+  load.model_json = json;
+  load.generation = 1;
+  for (const MeshAxis& a : mesh.axes()) load.mesh.push_back(MeshAxisIr{a.name, a.size, ""});
+  load.device_workers = device_workers;
   auto outs = RunOnInProcessWorkers(num_workers, load, cm.programs, slices);
   ASSERT_TRUE(outs.ok()) << outs.status() << "\n" << cm.ToString();
   ASSERT_OK_AND_ASSIGN(auto want, Reference(m, inputs, params));
@@ -70,10 +74,10 @@ void CheckOnWorkers(const std::string& file, const std::map<std::string, std::ve
     const ArrayType& t = tm.TypeOf(o);
     ASSERT_OK_AND_ASSIGN(BoxTensor got, BoxTensor::Create(DType::kFloat32, Box::FromShape(t.shape)));
     int64_t covered = 0;
-    for (const IrSlice& s : *outs) {
+    for (const SliceIr& s : *outs) {
       if (s.name != o) continue;
-      ASSERT_OK(InsertBox(&got, FromIrBox(s.box), s.data, false));
-      covered += FromIrBox(s.box).NumElements();
+      ASSERT_OK(InsertBox(&got, UncheckedBoxFromIr(s.box), s.data, false));
+      covered += UncheckedBoxFromIr(s.box).NumElements();
     }
     EXPECT_EQ(covered, t.NumElements()) << o;
     EXPECT_LT(MaxAbsDiff(got.tensor, want.at(o)), 1e-3) << o << "\n" << cm.ToString();

@@ -11,7 +11,7 @@
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
-#include "server/coordinator/wire_convert.h"
+#include "common/program/ir_conv.h"
 
 namespace meshserve {
 
@@ -149,12 +149,12 @@ absl::Status Coordinator::LoadPlacement(const ModelFile& model, const Placement&
   for (size_t i = 0; i < ids.size(); ++i) {
     threads.emplace_back([&, i] {
       const int64_t id = ids[i];
-      LoadModelCall call;
+      LoadModelIr call;
       call.model = placement.model;
       call.generation = placement.generation;
       call.model_json = model.json_text;
       call.model_dir = model.model_dir;
-      call.mesh = MeshToWire(placement.mesh);
+      call.mesh = MeshToIr(placement.mesh);
       call.devices = placement.devices_by_worker.at(id);
       call.device_workers = placement.device_workers;
       call.worker_addresses = placement.worker_addresses;

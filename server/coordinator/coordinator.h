@@ -120,7 +120,7 @@ struct ModelStatus {
 
 struct WorkerView {
   WorkerInfo info;
-  absl::StatusOr<WorkerStatusResult> status = absl::UnknownError("not asked");
+  absl::StatusOr<WorkerStatusIr> status = absl::UnknownError("not asked");
   struct Hosted {
     std::string model;
     int64_t generation = 0;

@@ -12,10 +12,10 @@
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/program/ir_conv.h"
 #include "common/tensor/copy_box.h"
 #include "common/tensor/tensor.h"
 #include "server/coordinator/coordinator.h"
-#include "server/coordinator/wire_convert.h"
 
 namespace meshserve {
 
@@ -290,14 +290,14 @@ absl::StatusOr<std::map<int64_t, ExecuteCall>> BuildCalls(
                         "input '", name, "'");
     full[name] = BoxTensor{Box::FromShape(in->shape), std::move(t)};
   }
-  for (const PlanInputSlice& s : plan.input_slices) {
+  for (const InputSlice& s : plan.input_slices) {
     auto it = full.find(s.input);
     if (it == full.end()) return Internal("plan slices unknown input '", s.input, "'");
-    WireSlice slice;
+    SliceIr slice;
     slice.name = s.input;
     slice.device = s.device;
-    slice.box = BoxToWire(s.box);
-    slice.dtype = DTypeToWireNumber(it->second.tensor.dtype());
+    slice.box = BoxToIr(s.box);
+    slice.dtype = DTypeToWire(it->second.tensor.dtype());
     MS_ASSIGN_OR_RETURN(slice.data, ExtractBox(it->second, s.box), "input '", s.input,
                         "' box ", s.box.ToString());
     auto call = calls.find(s.worker);
@@ -390,13 +390,13 @@ absl::StatusOr<InferResponse> Coordinator::RunOnce(const Validated& v,
     MS_ASSIGN_OR_RETURN(Tensor t, Tensor::Create(out.dtype, out.shape), "output '",
                         out.name, "'");
     BoxTensor assembled{Box::FromShape(out.shape), std::move(t)};
-    for (const PlanOutputPiece& piece : plan.output_pieces) {
+    for (const OutputPiece& piece : plan.output_pieces) {
       if (piece.output != out.name) continue;
-      const WireBox want = BoxToWire(piece.box);
-      const WireSlice* found = nullptr;
+      const BoxIr want = BoxToIr(piece.box);
+      const SliceIr* found = nullptr;
       auto it = by_worker.find(piece.worker);
       if (it != by_worker.end()) {
-        for (const WireSlice& s : it->second->outputs) {
+        for (const SliceIr& s : it->second->outputs) {
           if (s.name == out.name && s.device == piece.device && s.box == want) found = &s;
         }
       }
@@ -404,7 +404,7 @@ absl::StatusOr<InferResponse> Coordinator::RunOnce(const Validated& v,
         return Internal("worker ", piece.worker, " did not return output '", out.name,
                         "' box ", piece.box.ToString(), " of device ", piece.device);
       }
-      if (found->dtype != DTypeToWireNumber(out.dtype)) {
+      if (found->dtype != DTypeToWire(out.dtype)) {
         return Internal("worker ", piece.worker, " returned output '", out.name,
                         "' with wire dtype ", found->dtype, ", expected ",
                         DTypeName(out.dtype));

@@ -8,11 +8,11 @@
 #include "absl/strings/numbers.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/program/ir_conv.h"
 #include "common/sharding/named_sharding.h"
 #include "common/sharding/shard_layout.h"
 #include "common/tensor/copy_box.h"
 #include "common/tensor/tensor.h"
-#include "server/coordinator/wire_convert.h"
 
 namespace meshserve {
 namespace {
@@ -127,7 +127,7 @@ absl::Status FakeWorkerClient::CheckUp() const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> FakeWorkerClient::LoadModel(const LoadModelCall& call,
+absl::StatusOr<int64_t> FakeWorkerClient::LoadModel(const LoadModelIr& call,
                                                     absl::Duration) {
   absl::MutexLock lock(&mu_);
   MS_RETURN_IF_ERROR(CheckUp());
@@ -191,9 +191,9 @@ absl::StatusOr<ExecuteResult> FakeWorkerClient::Execute(const ExecuteCall& call,
   --running_;
   MS_RETURN_IF_ERROR(CheckUp());
   std::map<std::pair<int64_t, std::string>, BoxTensor> inputs;
-  for (const WireSlice& s : call.inputs) {
-    MS_ASSIGN_OR_RETURN(Box box, BoxFromWire(s.box));
-    MS_ASSIGN_OR_RETURN(DType dtype, DTypeFromWireNumber(s.dtype));
+  for (const SliceIr& s : call.inputs) {
+    MS_ASSIGN_OR_RETURN(Box box, BoxFromIr(s.box));
+    MS_ASSIGN_OR_RETURN(DType dtype, DTypeFromWire(s.dtype));
     MS_ASSIGN_OR_RETURN(Tensor t, Tensor::FromBytes(dtype, box.shape(), s.data));
     inputs[{s.device, s.name}] = BoxTensor{box, std::move(t)};
   }
@@ -213,11 +213,11 @@ absl::StatusOr<ExecuteResult> FakeWorkerClient::Execute(const ExecuteCall& call,
       auto in = inputs.find({device, f[3]});
       if (in == inputs.end()) continue;
       MS_ASSIGN_OR_RETURN(Box box, ParseBox(f[4]));
-      WireSlice out;
+      SliceIr out;
       out.name = f[1];
       out.device = device;
-      out.box = BoxToWire(box);
-      out.dtype = DTypeToWireNumber(in->second.tensor.dtype());
+      out.box = BoxToIr(box);
+      out.dtype = DTypeToWire(in->second.tensor.dtype());
       MS_ASSIGN_OR_RETURN(out.data, ExtractBox(in->second, box));
       result.outputs.push_back(std::move(out));
     }
@@ -233,10 +233,10 @@ absl::Status FakeWorkerClient::Cancel(const std::string& request_id, const std::
   return absl::OkStatus();
 }
 
-absl::StatusOr<WorkerStatusResult> FakeWorkerClient::Status(absl::Duration) {
+absl::StatusOr<WorkerStatusIr> FakeWorkerClient::Status(absl::Duration) {
   absl::MutexLock lock(&mu_);
   MS_RETURN_IF_ERROR(CheckUp());
-  WorkerStatusResult result;
+  WorkerStatusIr result;
   result.worker_id = worker_id_;
   result.blas_core = "Fake";
   for (const auto& [key, devices] : loaded_) {

@@ -51,7 +51,7 @@ class FakeWorkerClient : public WorkerClient {
  public:
   explicit FakeWorkerClient(int64_t worker_id) : worker_id_(worker_id) {}
 
-  absl::StatusOr<int64_t> LoadModel(const LoadModelCall& call,
+  absl::StatusOr<int64_t> LoadModel(const LoadModelIr& call,
                                     absl::Duration timeout) override;
   absl::Status UnloadModel(const std::string& model, int64_t generation,
                            absl::Duration timeout) override;
@@ -61,7 +61,7 @@ class FakeWorkerClient : public WorkerClient {
                                         absl::Duration timeout) override;
   absl::Status Cancel(const std::string& request_id, const std::string& reason,
                       absl::Duration timeout) override;
-  absl::StatusOr<WorkerStatusResult> Status(absl::Duration timeout) override;
+  absl::StatusOr<WorkerStatusIr> Status(absl::Duration timeout) override;
 
   // Failure injection: `down` makes every call UNAVAILABLE (a dead process);
   // FailExecute makes the next `times` Executes (every one when negative)

@@ -1,9 +1,9 @@
 #include "server/coordinator/grpc_worker_client.h"
 
-#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/program/program_proto.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
 #include "proto/worker_service.grpc.pb.h"
@@ -11,57 +11,15 @@
 namespace meshserve {
 namespace {
 
-template <typename BoxMsg>
-void ToProtoBox(const WireBox& box, BoxMsg* out) {
-  for (int64_t b : box.begin) out->add_begin(b);
-  for (int64_t e : box.end) out->add_end(e);
-}
-
-template <typename SliceMsg>
-void ToProtoSlice(const WireSlice& s, SliceMsg* out) {
-  out->set_name(s.name);
-  out->set_device(s.device);
-  ToProtoBox(s.box, out->mutable_box());
-  using Enum = std::remove_cv_t<std::remove_reference_t<decltype(out->dtype())>>;
-  out->set_dtype(static_cast<Enum>(s.dtype));
-  out->set_data(s.data);
-}
-
-template <typename SliceMsg>
-WireSlice FromProtoSlice(SliceMsg* s) {
-  WireSlice out;
-  out.name = s->name();
-  out.device = s->device();
-  out.box.begin.assign(s->box().begin().begin(), s->box().begin().end());
-  out.box.end.assign(s->box().end().begin(), s->box().end().end());
-  out.dtype = static_cast<int32_t>(s->dtype());
-  out.data = std::move(*s->mutable_data());
-  return out;
-}
-
 class GrpcWorkerClient : public WorkerClient {
  public:
   GrpcWorkerClient(std::string address, std::shared_ptr<grpc::Channel> channel)
       : address_(std::move(address)), stub_(WorkerService::NewStub(channel)) {}
 
-  absl::StatusOr<int64_t> LoadModel(const LoadModelCall& call,
+  absl::StatusOr<int64_t> LoadModel(const LoadModelIr& call,
                                     absl::Duration timeout) override {
     LoadModelRequest request;
-    request.set_model(call.model);
-    request.set_generation(call.generation);
-    request.set_model_json(call.model_json);
-    request.set_model_dir(call.model_dir);
-    for (const WireMeshAxis& a : call.mesh) {
-      auto* axis = request.mutable_mesh()->add_axes();
-      axis->set_name(a.name);
-      axis->set_size(a.size);
-      axis->set_type(a.type);
-    }
-    for (int64_t d : call.devices) request.add_devices(d);
-    for (int64_t w : call.device_workers) request.add_device_workers(w);
-    for (const auto& [id, addr] : call.worker_addresses) {
-      (*request.mutable_worker_addresses())[id] = addr;
-    }
+    LoadModelFromIr(call, &request);
     LoadModelResponse response;
     grpc::ClientContext context;
     SetDeadline(&context, timeout);
@@ -99,7 +57,7 @@ class GrpcWorkerClient : public WorkerClient {
     request.set_program_id(call.program_id);
     request.set_request_id(call.request_id);
     request.set_deadline_ms(call.deadline_ms);
-    for (const WireSlice& s : call.inputs) ToProtoSlice(s, request.add_inputs());
+    for (const SliceIr& s : call.inputs) SliceFromIr(s, request.add_inputs());
     ExecuteResponse response;
     grpc::ClientContext context;
     SetDeadline(&context, timeout);
@@ -107,7 +65,7 @@ class GrpcWorkerClient : public WorkerClient {
     if (!s.ok()) return s;
     ExecuteResult result;
     for (auto& slice : *response.mutable_outputs()) {
-      result.outputs.push_back(FromProtoSlice(&slice));
+      result.outputs.push_back(SliceToIr(&slice));
     }
     return result;
   }
@@ -123,27 +81,14 @@ class GrpcWorkerClient : public WorkerClient {
     return Check(stub_->Cancel(&context, request, &response), "Cancel");
   }
 
-  absl::StatusOr<WorkerStatusResult> Status(absl::Duration timeout) override {
+  absl::StatusOr<WorkerStatusIr> Status(absl::Duration timeout) override {
     WorkerStatusRequest request;
     WorkerStatusResponse response;
     grpc::ClientContext context;
     SetDeadline(&context, timeout);
     absl::Status s = Check(stub_->Status(&context, request, &response), "Status");
     if (!s.ok()) return s;
-    WorkerStatusResult out;
-    out.worker_id = response.worker_id();
-    out.address = response.address();
-    out.blas_core = response.blas_core();
-    out.blas_config = response.blas_config();
-    out.blas_threads = response.blas_threads();
-    for (const auto& m : response.models()) {
-      out.models.push_back({m.model(), m.generation(),
-                            std::vector<int64_t>(m.devices().begin(), m.devices().end()),
-                            m.param_bytes()});
-    }
-    out.programs = response.programs();
-    out.requests_served = response.requests_served();
-    return out;
+    return WorkerStatusFromProto(response);
   }
 
  private:

@@ -22,28 +22,14 @@
 #include "absl/status/statusor.h"
 #include "common/base/dtype.h"
 #include "common/model/model_file.h"
-#include "common/sharding/box.h"
 #include "common/sharding/partition_spec.h"
 #include "server/coordinator/placement.h"
+#include "server/coordinator/request_routing.h"
 
 namespace meshserve {
 
 using InputShapes = std::map<std::string, std::vector<int64_t>>;
 using OutShardings = std::map<std::string, PartitionSpec>;
-
-struct PlanInputSlice {
-  std::string input;
-  int64_t worker = -1;
-  int64_t device = -1;
-  Box box;
-};
-
-struct PlanOutputPiece {
-  std::string output;
-  int64_t worker = -1;
-  int64_t device = -1;
-  Box box;
-};
 
 struct PlanOutput {
   std::string name;
@@ -57,8 +43,8 @@ struct CompiledPlan {
   std::string program_id;
   int64_t generation = 0;
   std::map<int64_t, std::string> serialized_programs;  // worker -> Program bytes
-  std::vector<PlanInputSlice> input_slices;
-  std::vector<PlanOutputPiece> output_pieces;
+  std::vector<InputSlice> input_slices;
+  std::vector<OutputPiece> output_pieces;
   std::vector<PlanOutput> outputs;  // in the model's output order
 };
 

@@ -230,7 +230,7 @@ absl::StatusOr<Placed> CompileDotLayer(const LayerContext& ctx) {
   for (char x : p.labels.lhs) {
     if (Has(p.labels.rhs, x) && Has(p.labels.out, x)) batch += x;
   }
-  IrStep proto;
+  StepIr proto;
   proto.op = "dot_general";
   proto.inputs = {lhs_c.buffer, rhs_c.buffer};
   proto.lhs_contracting = Positions(p.labels.lhs, contract);
@@ -241,7 +241,7 @@ absl::StatusOr<Placed> CompileDotLayer(const LayerContext& ctx) {
   Placed out = dot;
   if (c.dot_labels != p.labels.out) {
     out = Placed{em.NewBuffer(ctx.layer->name), ShapeOf(p.labels.out, p.sizes), c.out, dtype};
-    IrStep t;
+    StepIr t;
     t.op = "transpose";
     t.inputs = {dot.buffer};
     t.perm = Positions(c.dot_labels, p.labels.out);
@@ -257,7 +257,7 @@ absl::StatusOr<Placed> CompileDotLayer(const LayerContext& ctx) {
                                                 ctx.operand_names[2], "bias", ctx.info));
   Placed with_bias{em.NewBuffer(ctx.layer->name), result.shape, result.sharding,
                    ctx.result.dtype};
-  IrStep add;
+  StepIr add;
   add.op = "add";
   add.inputs = {result.buffer, bias_c.buffer};
   em.ComputeEverywhere(with_bias, [&](int64_t) { return add; });

@@ -19,8 +19,8 @@ Entries EntriesOf(const NamedSharding& s, int rank) {
   return e;
 }
 
-IrStep Op(const std::string& op, std::vector<std::string> inputs) {
-  IrStep s;
+StepIr Op(const std::string& op, std::vector<std::string> inputs) {
+  StepIr s;
   s.op = op;
   s.inputs = std::move(inputs);
   return s;
@@ -38,7 +38,7 @@ absl::Status RequireReducedResult(const LayerContext& ctx) {
 // compute layout of the result), then lays it out as the typed result.
 absl::StatusOr<Placed> ComputeThenPlace(const LayerContext& ctx, const NamedSharding& compute,
                                         std::vector<std::pair<int, NamedSharding>> layouts,
-                                        IrStep step, absl::string_view strategy) {
+                                        StepIr step, absl::string_view strategy) {
   ProgramEmitter& em = *ctx.emitter;
   ctx.info->strategy = std::string(strategy);
   step.inputs.clear();
@@ -97,7 +97,7 @@ absl::StatusOr<Placed> Norm(const LayerContext& ctx) {
   NamedSharding replicated1 = ShardingOf(ctx.emitter->mesh(), 1, {{}});
   std::vector<std::pair<int, NamedSharding>> layouts = {{0, compute}, {1, replicated1}};
   if (ctx.layer->op == "layer_norm") layouts.emplace_back(2, replicated1);
-  IrStep step = Op(ctx.layer->op, {});
+  StepIr step = Op(ctx.layer->op, {});
   step.epsilon = static_cast<float>(ctx.layer->epsilon);
   return ComputeThenPlace(ctx, compute, layouts, step, "normalised dim gathered, local");
 }
@@ -107,7 +107,7 @@ absl::StatusOr<Placed> Softmax(const LayerContext& ctx) {
   const int rank = ctx.result.rank();
   int axis = static_cast<int>(ctx.layer->axis < 0 ? ctx.layer->axis + rank : ctx.layer->axis);
   NamedSharding compute = WithDimGathered(ctx, axis);
-  IrStep step = Op("softmax", {});
+  StepIr step = Op("softmax", {});
   step.perm = {axis};
   return ComputeThenPlace(ctx, compute, {{0, compute}}, step, "softmax axis gathered, local");
 }
@@ -193,7 +193,7 @@ absl::StatusOr<Placed> Transpose(const LayerContext& ctx) {
   Entries in_e = EntriesOf(in.sharding, rank), out_e;
   for (int64_t p : ctx.layer->perm) out_e.push_back(in_e[p]);
   NamedSharding compute = ShardingOf(ctx.emitter->mesh(), rank, out_e);
-  IrStep step = Op("transpose", {});
+  StepIr step = Op("transpose", {});
   step.perm = ctx.layer->perm;
   return ComputeThenPlace(ctx, compute, {{0, Reduced(in.sharding)}}, step, "local transpose");
 }

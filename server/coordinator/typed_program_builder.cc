@@ -6,6 +6,7 @@
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/model/typed_model.h"
+#include "common/program/program_proto.h"
 #include "common/sharding/visualize.h"
 #include "server/coordinator/compiler.h"
 
@@ -32,12 +33,8 @@ absl::StatusOr<CompiledPlan> TypedProgramBuilder::Compile(const CompileRequest& 
   for (const auto& [worker, program] : compiled.programs) {
     plan.serialized_programs[worker] = SerializeProgram(program);
   }
-  for (const CompilerInputSlice& s : compiled.input_slices) {
-    plan.input_slices.push_back({s.input, s.worker, s.device, s.box});
-  }
-  for (const CompilerOutputPiece& p : compiled.output_pieces) {
-    plan.output_pieces.push_back({p.output, p.worker, p.device, p.box});
-  }
+  plan.input_slices = std::move(compiled.input_slices);
+  plan.output_pieces = std::move(compiled.output_pieces);
   for (const std::string& name : model.outputs) {
     const ArrayType* type = typed.Find(name);
     if (type == nullptr) return Internal("model '", model.name, "': output '", name, "' untyped");

@@ -2,7 +2,8 @@
 // WorkerEngines (one per worker, InMemoryTransport, params read from a
 // safetensors checkpoint) and agree with the compiler's reference interpreter
 // on the same inputs and params: the IR contract between the two teams, on
-// 1, 2, 4 and 8 workers.
+// 1, 2, 4 and 8 workers. Both sides use the one program IR
+// (common/program/program_ir.h).
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -13,13 +14,13 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/program/ir_conv.h"
 #include "common/tensor/copy_box.h"
 #include "common/tensor/safetensors.h"
 #include "server/coordinator/compiler.h"
 #include "server/coordinator/compiler_interpreter.h"
 #include "server/coordinator/compiler_test_models.h"
 #include "server/worker/in_memory_transport.h"
-#include "server/worker/ir_conv.h"
 #include "server/worker/worker_engine.h"
 #include "tests/testing/status_matchers.h"
 
@@ -27,52 +28,6 @@ namespace meshserve {
 namespace {
 
 using namespace ::meshserve::compiler_testing;  // NOLINT
-
-BoxIr ToWorkerBox(const IrBox& b) { return BoxIr{b.begin, b.end}; }
-
-ProgramIr ToWorkerProgram(const IrProgram& p) {
-  ProgramIr out;
-  out.program_id = p.program_id;
-  out.model = p.model;
-  out.generation = p.generation;
-  out.worker = p.worker;
-  for (const IrStep& s : p.steps) {
-    StepIr t;
-    switch (s.kind) {
-      case IrStep::Kind::kCompute: t.kind = StepIr::Kind::kCompute; break;
-      case IrStep::Kind::kSend: t.kind = StepIr::Kind::kSend; break;
-      case IrStep::Kind::kRecv: t.kind = StepIr::Kind::kRecv; break;
-      case IrStep::Kind::kCopy: t.kind = StepIr::Kind::kCopy; break;
-      case IrStep::Kind::kFree: t.kind = StepIr::Kind::kFree; break;
-      case IrStep::Kind::kOutput: t.kind = StepIr::Kind::kOutput; break;
-    }
-    t.device = s.device;
-    t.op = s.op;
-    t.inputs = s.inputs;
-    t.output = s.output;
-    t.out_box = ToWorkerBox(s.out_box);
-    t.out_dtype = s.out_dtype;
-    t.lhs_contracting = s.lhs_contracting;
-    t.rhs_contracting = s.rhs_contracting;
-    t.lhs_batch = s.lhs_batch;
-    t.rhs_batch = s.rhs_batch;
-    t.perm = s.perm;
-    t.epsilon = s.epsilon;
-    t.partial = s.partial;
-    t.buffer = s.buffer;
-    t.box = ToWorkerBox(s.box);
-    t.tag = s.tag;
-    t.dst_worker = s.dst_worker;
-    t.dst_device = s.dst_device;
-    t.src_worker = s.src_worker;
-    t.accumulate = s.accumulate;
-    t.buffer_box = ToWorkerBox(s.buffer_box);
-    t.dtype = s.dtype;
-    t.dst = s.dst;
-    out.steps.push_back(std::move(t));
-  }
-  return out;
-}
 
 void CheckOnWorkers(const std::string& json_without_checkpoint,
                     const std::map<std::string, std::vector<int64_t>>& shapes,
@@ -109,7 +64,7 @@ void CheckOnWorkers(const std::string& json_without_checkpoint,
     }
     load.device_workers = device_workers;
     ASSERT_OK(engines[w]->LoadModel(load).status());
-    ASSERT_OK(engines[w]->InstallProgram(ToWorkerProgram(cm.programs.at(w))));
+    ASSERT_OK(engines[w]->InstallProgram(cm.programs.at(w)));
   }
 
   std::map<std::string, Tensor> inputs;
@@ -126,7 +81,7 @@ void CheckOnWorkers(const std::string& json_without_checkpoint,
     }
   }
   std::vector<std::vector<SliceIr>> slices(num_workers);
-  for (const CompilerInputSlice& s : cm.input_slices) {
+  for (const InputSlice& s : cm.input_slices) {
     const Tensor& full = inputs.at(s.input);
     ASSERT_OK_AND_ASSIGN(BoxTensor whole, BoxTensor::Wrap(Box::FromShape(full.shape()), full));
     SliceIr slice;

@@ -7,9 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/program/ir_conv.h"
 #include "common/tensor/copy_box.h"
 #include "common/tensor/kernels.h"
-#include "server/worker/ir_conv.h"
 
 namespace meshserve {
 namespace {

@@ -32,8 +32,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/program/program_ir.h"
 #include "common/tensor/tensor.h"
-#include "server/worker/worker_ir.h"
 
 namespace meshserve {
 

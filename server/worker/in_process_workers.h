@@ -8,8 +8,7 @@
 //   MS_ASSIGN_OR_RETURN(auto responses, cluster.Execute(requests_by_worker));
 //
 // The messages are forward-declared: include "proto/worker_service.pb.h" to
-// build them (not in a file that includes common/sharding/box.h: see
-// worker_ir.h).
+// build them.
 //
 // Thread-safety: thread-safe (Execute may be called concurrently for
 // different request ids).

@@ -1,8 +1,6 @@
 // InProcessWorkers through the proto API (as the compiler's tests use it): a
 // 2-worker matmul with a reduce-scatter, slices chunked in memory, and a
 // failure on one worker cancelling the request on the other.
-//
-// Includes the generated messages: no common/sharding/box.h here (worker_ir.h).
 #include "server/worker/in_process_workers.h"
 
 #include <cmath>

@@ -14,11 +14,11 @@
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/model/model_file.h"
+#include "common/program/ir_conv.h"
 #include "common/sharding/named_sharding.h"
 #include "common/sharding/shard_layout.h"
 #include "common/tensor/initializers.h"
 #include "common/tensor/safetensors.h"
-#include "server/worker/ir_conv.h"
 #include "server/worker/worker_engine_internal.h"
 
 namespace meshserve {

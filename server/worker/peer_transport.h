@@ -34,7 +34,7 @@ struct OutgoingSlice {
   int64_t src_worker = -1;
   int64_t dst_worker = -1;
   int64_t dst_device = -1;
-  int dtype = 0;      // the sent buffer's dtype (worker_ir.h WireDType)
+  int dtype = 0;      // the sent buffer's dtype (program_ir.h WireDType)
   std::string bytes;  // raw row-major bytes of the sent box
   absl::Time deadline = absl::InfiniteFuture();
 };

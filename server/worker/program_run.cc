@@ -11,9 +11,9 @@
 #include "absl/synchronization/mutex.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/program/ir_conv.h"
 #include "common/tensor/copy_box.h"
 #include "server/worker/compute_step.h"
-#include "server/worker/ir_conv.h"
 #include "server/worker/worker_engine_internal.h"
 
 namespace meshserve {

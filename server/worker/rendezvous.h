@@ -62,7 +62,7 @@ class Rendezvous {
   Rendezvous& operator=(const Rendezvous&) = delete;
 
   // Adds one chunk of the slice (request_id, tag). See the file comment.
-  // `dtype` is the sender's element type (worker_ir.h WireDType numbers;
+  // `dtype` is the sender's element type (program_ir.h WireDType numbers;
   // 0 = unknown), passed through to Receive.
   absl::Status DeliverChunk(absl::string_view request_id, absl::string_view tag,
                             int64_t total_bytes, int64_t offset,

@@ -1,3 +1,4 @@
+#include "common/program/program_proto.h"
 #include "server/worker/shard_worker.h"
 
 #include <string>
@@ -6,7 +7,8 @@
 
 #include "absl/time/time.h"
 #include "common/base/status_macros.h"
-#include "server/worker/worker_ir_proto.h"
+#include "proto/program.pb.h"
+#include "proto/worker_service.pb.h"
 
 namespace meshserve {
 

@@ -1,10 +1,12 @@
 // ShardWorker: the worker's transport-free core with the wire messages of
 // proto/worker_service.proto and proto/program.proto as its API (the gRPC
 // service in worker_service.h is a thin shim over it). The work is done by
-// WorkerEngine (worker_engine.h) over a plain IR; see worker_ir.h for why.
+// WorkerEngine (worker_engine.h) over the program IR shared with the
+// coordinator (common/program/program_ir.h); common/program/program_proto.h
+// converts.
 //
 // This header forward-declares the messages: include "proto/worker_service.pb.h"
-// to call it (not in the same file as common/sharding/box.h: see worker_ir.h).
+// to call it.
 //
 // Program semantics (program.proto). A worker runs its step list in order.
 // Buffers are per (request, device, name): "param/<name>" is the resident

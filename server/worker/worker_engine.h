@@ -1,4 +1,5 @@
-// The worker's transport-free engine, over the IR of worker_ir.h. ShardWorker
+// The worker's transport-free engine, over the program IR
+// (common/program/program_ir.h). ShardWorker
 // (shard_worker.h) is its proto-facing twin; tests of the execution semantics
 // use this class directly.
 //
@@ -45,14 +46,14 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/program/program_ir.h"
 #include "server/worker/peer_transport.h"
 #include "server/worker/rendezvous.h"
-#include "server/worker/worker_ir.h"
 
 namespace meshserve {
 
 // Defined in worker_engine_internal.h (it needs the core tensor types, which
-// this header must not include: see worker_ir.h).
+// stay out of this header: its users see only the IR).
 struct LoadedModel;
 
 class WorkerEngine {

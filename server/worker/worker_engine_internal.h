@@ -1,5 +1,5 @@
 // Internals of WorkerEngine shared by its .cc files (they include the core
-// tensor types; see worker_ir.h for why worker_engine.h cannot).
+// tensor types, which worker_engine.h keeps out of its API).
 #ifndef MESHSERVE_SERVER_WORKER_WORKER_ENGINE_INTERNAL_H_
 #define MESHSERVE_SERVER_WORKER_WORKER_ENGINE_INTERNAL_H_
 
@@ -12,11 +12,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/program/program_ir.h"
 #include "common/sharding/mesh.h"
 #include "common/tensor/tensor.h"
 #include "server/worker/peer_transport.h"
 #include "server/worker/rendezvous.h"
-#include "server/worker/worker_ir.h"
 
 namespace meshserve {
 

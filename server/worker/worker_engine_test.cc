@@ -15,12 +15,12 @@
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/program/ir_conv.h"
 #include "common/sharding/box.h"
 #include "common/tensor/initializers.h"
 #include "common/tensor/safetensors.h"
 #include "common/tensor/tensor.h"
 #include "server/worker/in_memory_transport.h"
-#include "server/worker/ir_conv.h"
 #include "tests/testing/status_matchers.h"
 
 namespace meshserve {

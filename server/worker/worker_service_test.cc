@@ -3,9 +3,7 @@
 // dot_general with a reduce-scatter checked against a naive loop, a receive
 // that never gets its data, bad peer chunks, and Status.
 //
-// This file includes the generated messages, so it must not include
-// common/sharding/box.h (see worker_ir.h): references are plain loops, and the
-// checkpoint is written byte by byte.
+// References are plain loops, and the checkpoint is written byte by byte.
 #include "server/worker/worker_service.h"
 
 #include <cmath>

@@ -1,25 +1,26 @@
-// Plain C++ mirrors of the worker's wire messages (proto/program.proto,
-// proto/worker_service.proto), used inside the worker.
+// The program IR: plain C++ values for the messages of proto/program.proto
+// (Program, Step, TensorSlice) and proto/worker_service.proto (LoadModelRequest,
+// WorkerStatusResponse), shared by the coordinator's compiler and client
+// (server/coordinator) and the worker's engine (server/worker).
 //
-// Why a mirror: proto/tensor.proto declares `package meshserve` with a message
-// `Box` and an enum `DType`, which the protobuf compiler turns into
-// meshserve::Box and meshserve::DType: the same names as the core types in
-// common/sharding/box.h and common/base/dtype.h. No translation unit can include
-// both. So the worker is layered:
-//   - worker_ir_proto.cc    includes the .pb.h files and this header only and
-//                           converts proto <-> IR (never naming the proto Box /
-//                           DType types, so it keeps compiling if tensor.proto
-//                           renames them to BoxProto / DTypeProto);
-//   - worker_engine.cc      includes the core types and this header only;
-//   - shard_worker.h        the proto-facing API (forward-declared messages).
-// This header includes neither.
+// Why plain values and not the generated messages: the transport-free cores
+// (ms_coordinator's compiler, ms_worker_engine) build, validate and run
+// programs without protobuf. The IR is the wire's shape (boxes as begin/end
+// vectors, dtypes as tensor.proto's DTypeProto numbers), so that a malformed
+// peer message survives conversion and is rejected, with a Status naming the
+// value, where the core types are built (ir_conv.h). The one proto <-> IR
+// conversion is program_proto.h.
 //
-// dtype fields hold tensor.proto's DType numbers (kWireFloat32 == FLOAT32 == 1,
-// ...); worker_ir_proto.cc static_asserts that they match.
+//   program_ir.h     this header: std only.
+//   ir_conv.h        IR <-> core types (Box, DType, Mesh, BoxTensor).
+//   program_proto.h  IR <-> generated messages (ms_program_proto).
+//
+// dtype fields hold tensor.proto's DTypeProto numbers (kWireFloat32 == FLOAT32
+// == 1, ...); program_proto.cc static_asserts that they match.
 //
 // Thread-safety: plain values.
-#ifndef MESHSERVE_SERVER_WORKER_WORKER_IR_H_
-#define MESHSERVE_SERVER_WORKER_WORKER_IR_H_
+#ifndef MESHSERVE_COMMON_PROGRAM_PROGRAM_IR_H_
+#define MESHSERVE_COMMON_PROGRAM_PROGRAM_IR_H_
 
 #include <cstdint>
 #include <map>
@@ -28,7 +29,7 @@
 
 namespace meshserve {
 
-// tensor.proto's DType enum values.
+// tensor.proto's DTypeProto enum values.
 enum WireDType : int {
   kWireInvalid = 0,
   kWireFloat32 = 1,
@@ -42,9 +43,14 @@ enum WireDType : int {
   kWireBool = 9,
 };
 
+// Half-open [begin[i], end[i]) per dim, unvalidated (BoxFromIr checks it).
 struct BoxIr {
   std::vector<int64_t> begin;
   std::vector<int64_t> end;
+  friend bool operator==(const BoxIr& a, const BoxIr& b) {
+    return a.begin == b.begin && a.end == b.end;
+  }
+  friend bool operator!=(const BoxIr& a, const BoxIr& b) { return !(a == b); }
 };
 
 // TensorSlice.
@@ -122,6 +128,7 @@ struct HostedModelIr {
 
 struct WorkerStatusIr {
   int64_t worker_id = -1;
+  std::string address;  // set by the service (the engine does not know it)
   std::string blas_core;
   std::string blas_config;
   int blas_threads = 0;
@@ -132,4 +139,4 @@ struct WorkerStatusIr {
 
 }  // namespace meshserve
 
-#endif  // MESHSERVE_SERVER_WORKER_WORKER_IR_H_
+#endif  // MESHSERVE_COMMON_PROGRAM_PROGRAM_IR_H_

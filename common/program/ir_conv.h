@@ -1,10 +1,11 @@
-// Conversions between the worker IR (worker_ir.h: plain vectors and wire dtype
-// numbers) and the core types (Box, DType, Mesh, BoxTensor). Parsing validates
-// and names the offending value; encoding cannot fail.
+// Conversions between the program IR (program_ir.h: plain vectors and wire
+// dtype numbers) and the core types (Box, DType, Mesh, BoxTensor), for the
+// coordinator and the worker alike. Parsing validates and names the offending
+// value; encoding cannot fail.
 //
 // Thread-safety: pure functions.
-#ifndef MESHSERVE_SERVER_WORKER_IR_CONV_H_
-#define MESHSERVE_SERVER_WORKER_IR_CONV_H_
+#ifndef MESHSERVE_COMMON_PROGRAM_IR_CONV_H_
+#define MESHSERVE_COMMON_PROGRAM_IR_CONV_H_
 
 #include <string>
 #include <vector>
@@ -14,7 +15,7 @@
 #include "common/sharding/box.h"
 #include "common/sharding/mesh.h"
 #include "common/tensor/tensor.h"
-#include "server/worker/worker_ir.h"
+#include "common/program/program_ir.h"
 
 namespace meshserve {
 
@@ -25,6 +26,10 @@ std::string BoxIrToString(const BoxIr& box);
 //   end < begin or begin < 0 (naming the box).
 absl::StatusOr<Box> BoxFromIr(const BoxIr& box);
 BoxIr BoxToIr(const Box& box);
+// The unchecked twin of BoxFromIr, for boxes this process built itself (the
+// compiler's). Precondition (DCHECK): begin and end have the same length and
+// 0 <= begin[i] <= end[i].
+Box UncheckedBoxFromIr(const BoxIr& box);
 
 // \error kInvalidArgument for kWireInvalid or an unknown number.
 absl::StatusOr<DType> DTypeFromWire(int dtype);
@@ -33,6 +38,7 @@ int DTypeToWire(DType dtype);
 // Runs Mesh::Create; an empty axis type is Explicit.
 // \error kInvalidArgument from Mesh::Create or for an unknown axis type.
 absl::StatusOr<Mesh> MeshFromIr(const std::vector<MeshAxisIr>& axes);
+std::vector<MeshAxisIr> MeshToIr(const Mesh& mesh);
 
 // The slice's bytes as a BoxTensor (one copy, into the aligned buffer).
 // \error kInvalidArgument for a bad box or dtype, or a byte length that is not
@@ -41,4 +47,4 @@ absl::StatusOr<BoxTensor> BoxTensorFromSlice(const SliceIr& slice);
 
 }  // namespace meshserve
 
-#endif  // MESHSERVE_SERVER_WORKER_IR_CONV_H_
+#endif  // MESHSERVE_COMMON_PROGRAM_IR_CONV_H_

@@ -1,31 +1,31 @@
-#include "server/worker/worker_ir_proto.h"
+#include "common/program/program_proto.h"
 
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "proto/program.pb.h"
+#include "proto/worker_service.pb.h"
+
 namespace meshserve {
-
-static_assert(kWireInvalid == DTYPE_INVALID && kWireFloat32 == FLOAT32 &&
-                  kWireBFloat16 == BFLOAT16 && kWireInt32 == INT32 &&
-                  kWireInt64 == INT64 && kWireFloat16 == FLOAT16 &&
-                  kWireFloat64 == FLOAT64 && kWireInt8 == INT8 && kWireUInt8 == UINT8 &&
-                  kWireBool == BOOL,
-              "worker_ir.h's WireDType must match tensor.proto's DType");
-
 namespace {
 
-template <typename BoxMessage>
-BoxIr BoxToIr(const BoxMessage& box) {
+constexpr bool Same(int a, int b) { return a == b; }
+static_assert(Same(kWireInvalid, DTYPE_INVALID) && Same(kWireFloat32, FLOAT32) &&
+                  Same(kWireBFloat16, BFLOAT16) && Same(kWireInt32, INT32) &&
+                  Same(kWireInt64, INT64) && Same(kWireFloat16, FLOAT16) &&
+                  Same(kWireFloat64, FLOAT64) && Same(kWireInt8, INT8) &&
+                  Same(kWireUInt8, UINT8) && Same(kWireBool, BOOL),
+              "program_ir.h's WireDType must match tensor.proto's DTypeProto");
+
+BoxIr BoxToIr(const BoxProto& box) {
   BoxIr out;
   out.begin.assign(box.begin().begin(), box.begin().end());
   out.end.assign(box.end().begin(), box.end().end());
   return out;
 }
 
-template <typename BoxMessage>
-void BoxFromIr(const BoxIr& ir, BoxMessage* box) {
+void BoxFromIr(const BoxIr& ir, BoxProto* box) {
   box->Clear();
   for (int64_t b : ir.begin) box->add_begin(b);
   for (int64_t e : ir.end) box->add_end(e);
@@ -120,12 +120,8 @@ StepIr StepToIr(const Step& step) {
   return ir;
 }
 
-// Enum fields are set through their generated setter with a cast to the
-// setter's parameter type (never spelling the enum's name).
-template <typename Message, typename Enum>
-void SetDType(Message* message, void (Message::*setter)(Enum), int value) {
-  (message->*setter)(static_cast<Enum>(value));
-}
+// The IR keeps unknown numbers as they are (proto3 enums are open).
+DTypeProto AsDTypeProto(int value) { return static_cast<DTypeProto>(value); }
 
 void StepFromIr(const StepIr& ir, Step* step) {
   switch (ir.kind) {
@@ -136,7 +132,7 @@ void StepFromIr(const StepIr& ir, Step* step) {
       for (const std::string& in : ir.inputs) c->add_inputs(in);
       c->set_output(ir.output);
       BoxFromIr(ir.out_box, c->mutable_out_box());
-      SetDType(c, &std::remove_pointer_t<decltype(c)>::set_out_dtype, ir.out_dtype);
+      c->set_out_dtype(AsDTypeProto(ir.out_dtype));
       SetInts(ir.lhs_contracting, c->mutable_lhs_contracting());
       SetInts(ir.rhs_contracting, c->mutable_rhs_contracting());
       SetInts(ir.lhs_batch, c->mutable_lhs_batch());
@@ -164,7 +160,7 @@ void StepFromIr(const StepIr& ir, Step* step) {
       r->set_tag(ir.tag);
       r->set_accumulate(ir.accumulate);
       BoxFromIr(ir.buffer_box, r->mutable_buffer_box());
-      SetDType(r, &std::remove_pointer_t<decltype(r)>::set_dtype, ir.dtype);
+      r->set_dtype(AsDTypeProto(ir.dtype));
       r->set_src_worker(ir.src_worker);
       break;
     }
@@ -176,7 +172,7 @@ void StepFromIr(const StepIr& ir, Step* step) {
       BoxFromIr(ir.box, c->mutable_box());
       c->set_accumulate(ir.accumulate);
       BoxFromIr(ir.buffer_box, c->mutable_dst_box());
-      SetDType(c, &std::remove_pointer_t<decltype(c)>::set_dtype, ir.dtype);
+      c->set_dtype(AsDTypeProto(ir.dtype));
       c->set_dst_device(ir.dst_device);
       break;
     }
@@ -210,6 +206,12 @@ ProgramIr ProgramToIr(const Program& program) {
   return ir;
 }
 
+std::string SerializeProgram(const ProgramIr& ir) {
+  Program program;
+  ProgramFromIr(ir, &program);
+  return program.SerializeAsString();
+}
+
 void ProgramFromIr(const ProgramIr& ir, Program* program) {
   program->Clear();
   program->set_program_id(ir.program_id);
@@ -236,6 +238,24 @@ LoadModelIr LoadModelToIr(const LoadModelRequest& request) {
   return ir;
 }
 
+void LoadModelFromIr(const LoadModelIr& ir, LoadModelRequest* request) {
+  request->set_model(ir.model);
+  request->set_generation(ir.generation);
+  request->set_model_json(ir.model_json);
+  request->set_model_dir(ir.model_dir);
+  for (const MeshAxisIr& a : ir.mesh) {
+    auto* axis = request->mutable_mesh()->add_axes();
+    axis->set_name(a.name);
+    axis->set_size(a.size);
+    axis->set_type(a.type);
+  }
+  SetInts(ir.devices, request->mutable_devices());
+  SetInts(ir.device_workers, request->mutable_device_workers());
+  for (const auto& [worker, address] : ir.worker_addresses) {
+    (*request->mutable_worker_addresses())[worker] = address;
+  }
+}
+
 SliceIr SliceToIr(TensorSlice* slice) {
   SliceIr ir;
   ir.name = slice->name();
@@ -250,12 +270,21 @@ void SliceFromIr(SliceIr* ir, TensorSlice* slice) {
   slice->set_name(ir->name);
   slice->set_device(ir->device);
   BoxFromIr(ir->box, slice->mutable_box());
-  SetDType(slice, &TensorSlice::set_dtype, ir->dtype);
+  slice->set_dtype(AsDTypeProto(ir->dtype));
   *slice->mutable_data() = std::move(ir->data);
+}
+
+void SliceFromIr(const SliceIr& ir, TensorSlice* slice) {
+  slice->set_name(ir.name);
+  slice->set_device(ir.device);
+  BoxFromIr(ir.box, slice->mutable_box());
+  slice->set_dtype(AsDTypeProto(ir.dtype));
+  slice->set_data(ir.data);
 }
 
 void WorkerStatusToProto(const WorkerStatusIr& status, WorkerStatusResponse* response) {
   response->set_worker_id(status.worker_id);
+  response->set_address(status.address);
   response->set_blas_core(status.blas_core);
   response->set_blas_config(status.blas_config);
   response->set_blas_threads(status.blas_threads);
@@ -268,6 +297,21 @@ void WorkerStatusToProto(const WorkerStatusIr& status, WorkerStatusResponse* res
   }
   response->set_programs(status.programs);
   response->set_requests_served(status.requests_served);
+}
+
+WorkerStatusIr WorkerStatusFromProto(const WorkerStatusResponse& response) {
+  WorkerStatusIr status;
+  status.worker_id = response.worker_id();
+  status.address = response.address();
+  status.blas_core = response.blas_core();
+  status.blas_config = response.blas_config();
+  status.blas_threads = response.blas_threads();
+  for (const auto& m : response.models()) {
+    status.models.push_back({m.model(), m.generation(), Ints(m.devices()), m.param_bytes()});
+  }
+  status.programs = response.programs();
+  status.requests_served = response.requests_served();
+  return status;
 }
 
 }  // namespace meshserve

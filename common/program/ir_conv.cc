@@ -1,4 +1,4 @@
-#include "server/worker/ir_conv.h"
+#include "common/program/ir_conv.h"
 
 #include <string>
 #include <utility>
@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/checked_math.h"
+#include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 
@@ -45,6 +46,16 @@ BoxIr BoxToIr(const Box& box) {
     out.end.push_back(d.end);
   }
   return out;
+}
+
+Box UncheckedBoxFromIr(const BoxIr& box) {
+  MS_DCHECK(box.begin.size() == box.end.size()) << BoxIrToString(box);
+  std::vector<Interval> dims(box.begin.size());
+  for (size_t i = 0; i < dims.size(); ++i) {
+    MS_DCHECK(0 <= box.begin[i] && box.begin[i] <= box.end[i]) << BoxIrToString(box);
+    dims[i] = Interval{box.begin[i], box.end[i]};
+  }
+  return Box(std::move(dims));
 }
 
 absl::StatusOr<DType> DTypeFromWire(int dtype) {
@@ -92,6 +103,14 @@ absl::StatusOr<Mesh> MeshFromIr(const std::vector<MeshAxisIr>& axes) {
     out.push_back(std::move(a));
   }
   return Mesh::Create(std::move(out));
+}
+
+std::vector<MeshAxisIr> MeshToIr(const Mesh& mesh) {
+  std::vector<MeshAxisIr> out;
+  for (const MeshAxis& axis : mesh.axes()) {
+    out.push_back({axis.name, axis.size, std::string(AxisTypeName(axis.type))});
+  }
+  return out;
 }
 
 absl::StatusOr<BoxTensor> BoxTensorFromSlice(const SliceIr& slice) {

@@ -1,0 +1,43 @@
+// The one conversion between the program IR (program_ir.h) and the generated
+// messages of proto/program.proto and proto/worker_service.proto, used by the
+// worker's ShardWorker and by the coordinator (compiler, GrpcWorkerClient).
+// The messages are forward-declared here; include the .pb.h files to build
+// them. Decoding copies the wire values as they are (validation happens in
+// ir_conv.h); encoding cannot fail.
+//
+// Thread-safety: pure functions.
+#ifndef MESHSERVE_COMMON_PROGRAM_PROGRAM_PROTO_H_
+#define MESHSERVE_COMMON_PROGRAM_PROGRAM_PROTO_H_
+
+#include <string>
+
+#include "common/program/program_ir.h"
+
+namespace meshserve {
+
+class Program;
+class LoadModelRequest;
+class TensorSlice;
+class WorkerStatusResponse;
+
+ProgramIr ProgramToIr(const Program& program);
+void ProgramFromIr(const ProgramIr& ir, Program* program);
+// The serialized meshserve.Program of `ir`.
+std::string SerializeProgram(const ProgramIr& ir);
+
+LoadModelIr LoadModelToIr(const LoadModelRequest& request);
+void LoadModelFromIr(const LoadModelIr& ir, LoadModelRequest* request);
+
+// Moves the slice's bytes out of `slice`.
+SliceIr SliceToIr(TensorSlice* slice);
+// Moves the IR's bytes into `slice`.
+void SliceFromIr(SliceIr* ir, TensorSlice* slice);
+// Copies the IR's bytes into `slice`.
+void SliceFromIr(const SliceIr& ir, TensorSlice* slice);
+
+void WorkerStatusToProto(const WorkerStatusIr& status, WorkerStatusResponse* response);
+WorkerStatusIr WorkerStatusFromProto(const WorkerStatusResponse& response);
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_COMMON_PROGRAM_PROGRAM_PROTO_H_

@@ -1,0 +1,211 @@
+// The program IR survives a round trip through the generated messages
+// (program_proto.h), and through the core types (ir_conv.h).
+#include "common/program/program_proto.h"
+
+#include <string>
+#include <utility>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "common/program/ir_conv.h"
+#include "proto/program.pb.h"
+#include "proto/worker_service.pb.h"
+#include "tests/testing/status_matchers.h"
+
+namespace meshserve {
+namespace {
+
+using ::meshserve::testing::IsOkAndHolds;
+using ::meshserve::testing::StatusIs;
+using ::testing::ElementsAre;
+
+ProgramIr EveryStepKind() {
+  ProgramIr p;
+  p.program_id = "prog";
+  p.model = "m";
+  p.generation = 3;
+  p.worker = 1;
+  StepIr compute;
+  compute.kind = StepIr::Kind::kCompute;
+  compute.device = 2;
+  compute.op = "dot_general";
+  compute.inputs = {"in/x", "param/w"};
+  compute.output = "t0/y";
+  compute.out_box = {{0, 0}, {4, 8}};
+  compute.out_dtype = kWireBFloat16;
+  compute.lhs_contracting = {1};
+  compute.rhs_contracting = {0};
+  compute.lhs_batch = {};
+  compute.rhs_batch = {};
+  compute.perm = {1, 0};
+  compute.epsilon = 1e-5f;
+  compute.partial = true;
+  p.steps.push_back(compute);
+  StepIr send;
+  send.kind = StepIr::Kind::kSend;
+  send.device = 2;
+  send.buffer = "t0/y";
+  send.box = {{0, 0}, {2, 8}};
+  send.dst_worker = 0;
+  send.dst_device = 5;
+  send.tag = "prog/0";
+  p.steps.push_back(send);
+  StepIr recv;
+  recv.kind = StepIr::Kind::kRecv;
+  recv.device = 3;
+  recv.buffer = "t1/z";
+  recv.box = {{2, 0}, {4, 8}};
+  recv.tag = "prog/1";
+  recv.accumulate = true;
+  recv.buffer_box = {{0, 0}, {4, 8}};
+  recv.dtype = kWireFloat32;
+  recv.src_worker = 0;
+  p.steps.push_back(recv);
+  StepIr copy;
+  copy.kind = StepIr::Kind::kCopy;
+  copy.device = 2;
+  copy.buffer = "t0/y";
+  copy.dst = "t1/z";
+  copy.dst_device = 3;
+  copy.box = {{0, 0}, {2, 8}};
+  copy.accumulate = true;
+  copy.buffer_box = {{0, 0}, {4, 8}};
+  copy.dtype = kWireFloat32;
+  p.steps.push_back(copy);
+  StepIr free;
+  free.kind = StepIr::Kind::kFree;
+  free.device = 2;
+  free.buffer = "t0/y";
+  p.steps.push_back(free);
+  StepIr output;
+  output.kind = StepIr::Kind::kOutput;
+  output.device = 3;
+  output.buffer = "t1/z";
+  output.box = {{0, 0}, {4, 8}};
+  output.output = "y";
+  p.steps.push_back(output);
+  return p;
+}
+
+TEST(ProgramProtoTest, ProgramRoundTripsThroughProto) {
+  const ProgramIr ir = EveryStepKind();
+  Program proto;
+  ProgramFromIr(ir, &proto);
+  ASSERT_EQ(proto.steps_size(), 6);
+  EXPECT_EQ(proto.steps(0).compute().out_dtype(), BFLOAT16);
+  EXPECT_EQ(proto.steps(2).recv().dtype(), FLOAT32);
+  EXPECT_THAT(proto.steps(3).copy().dst_box().end(), ElementsAre(4, 8));
+  const ProgramIr back = ProgramToIr(proto);
+  EXPECT_EQ(SerializeProgram(back), SerializeProgram(ir));
+  EXPECT_EQ(SerializeProgram(ir), proto.SerializeAsString());
+  ASSERT_EQ(back.steps.size(), ir.steps.size());
+  for (size_t i = 0; i < ir.steps.size(); ++i) {
+    EXPECT_EQ(back.steps[i].kind, ir.steps[i].kind) << i;
+    EXPECT_EQ(back.steps[i].device, ir.steps[i].device) << i;
+    EXPECT_EQ(back.steps[i].box, ir.steps[i].box) << i;
+    EXPECT_EQ(back.steps[i].buffer_box, ir.steps[i].buffer_box) << i;
+  }
+  EXPECT_EQ(back.steps[0].out_box, ir.steps[0].out_box);
+  EXPECT_EQ(back.steps[0].out_dtype, kWireBFloat16);
+  EXPECT_EQ(back.steps[3].dst, "t1/z");
+  EXPECT_EQ(back.steps[3].dst_device, 3);
+}
+
+TEST(ProgramProtoTest, LoadModelRoundTripsThroughProto) {
+  LoadModelIr ir;
+  ir.model = "m";
+  ir.generation = 2;
+  ir.model_json = "{}";
+  ir.model_dir = "/models";
+  ir.mesh = {{"data", 2, "Explicit"}, {"model", 4, ""}};
+  ir.devices = {0, 1};
+  ir.device_workers = {0, 0, 1, 1, 2, 2, 3, 3};
+  ir.worker_addresses = {{0, "a:1"}, {1, "b:2"}};
+  LoadModelRequest request;
+  LoadModelFromIr(ir, &request);
+  const LoadModelIr back = LoadModelToIr(request);
+  EXPECT_EQ(back.model, ir.model);
+  EXPECT_EQ(back.generation, ir.generation);
+  EXPECT_EQ(back.model_json, ir.model_json);
+  EXPECT_EQ(back.model_dir, ir.model_dir);
+  ASSERT_EQ(back.mesh.size(), 2u);
+  EXPECT_EQ(back.mesh[1].name, "model");
+  EXPECT_EQ(back.mesh[1].size, 4);
+  EXPECT_EQ(back.mesh[0].type, "Explicit");
+  EXPECT_EQ(back.devices, ir.devices);
+  EXPECT_EQ(back.device_workers, ir.device_workers);
+  EXPECT_EQ(back.worker_addresses, ir.worker_addresses);
+}
+
+TEST(ProgramProtoTest, SliceRoundTripsThroughProto) {
+  SliceIr ir{"x", 3, {{0, 2}, {4, 6}}, kWireInt32, std::string(16, '\1')};
+  TensorSlice copied;
+  SliceFromIr(ir, &copied);
+  EXPECT_EQ(copied.dtype(), INT32);
+  SliceIr moved_from = ir;
+  TensorSlice moved;
+  SliceFromIr(&moved_from, &moved);
+  EXPECT_EQ(moved.SerializeAsString(), copied.SerializeAsString());
+  const SliceIr back = SliceToIr(&copied);
+  EXPECT_EQ(back.name, ir.name);
+  EXPECT_EQ(back.device, ir.device);
+  EXPECT_EQ(back.box, ir.box);
+  EXPECT_EQ(back.dtype, ir.dtype);
+  EXPECT_EQ(back.data, ir.data);
+}
+
+TEST(ProgramProtoTest, UnknownDTypeNumbersSurviveForTheValidator) {
+  SliceIr ir{"x", 0, {{0}, {1}}, 42, "abcd"};
+  TensorSlice proto;
+  SliceFromIr(ir, &proto);
+  EXPECT_EQ(SliceToIr(&proto).dtype, 42);
+  EXPECT_THAT(DTypeFromWire(42), StatusIs(absl::StatusCode::kInvalidArgument, "42"));
+}
+
+TEST(ProgramProtoTest, WorkerStatusRoundTripsThroughProto) {
+  WorkerStatusIr ir;
+  ir.worker_id = 4;
+  ir.address = "w:1";
+  ir.blas_core = "Haswell";
+  ir.blas_config = "cfg";
+  ir.blas_threads = 2;
+  ir.models = {{"m", 1, {0, 1}, 1024}};
+  ir.programs = 3;
+  ir.requests_served = 9;
+  WorkerStatusResponse response;
+  WorkerStatusToProto(ir, &response);
+  const WorkerStatusIr back = WorkerStatusFromProto(response);
+  EXPECT_EQ(back.worker_id, 4);
+  EXPECT_EQ(back.address, "w:1");
+  EXPECT_EQ(back.blas_core, "Haswell");
+  EXPECT_EQ(back.blas_config, "cfg");
+  EXPECT_EQ(back.blas_threads, 2);
+  ASSERT_EQ(back.models.size(), 1u);
+  EXPECT_EQ(back.models[0].model, "m");
+  EXPECT_EQ(back.models[0].generation, 1);
+  EXPECT_EQ(back.models[0].devices, ir.models[0].devices);
+  EXPECT_EQ(back.models[0].param_bytes, 1024);
+  EXPECT_EQ(back.programs, 3);
+  EXPECT_EQ(back.requests_served, 9);
+}
+
+TEST(IrConvTest, CoreTypesRoundTripThroughTheIr) {
+  const Box box{{1, 3}, {0, 8}};
+  EXPECT_EQ(UncheckedBoxFromIr(BoxToIr(box)), box);
+  EXPECT_THAT(BoxFromIr(BoxToIr(box)), IsOkAndHolds(box));
+  EXPECT_THAT(BoxFromIr(BoxIr{{0, 1}, {2}}), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(BoxFromIr(BoxIr{{3}, {2}}), StatusIs(absl::StatusCode::kInvalidArgument));
+  for (DType d : {DType::kFloat32, DType::kBFloat16, DType::kInt32, DType::kInt64,
+                  DType::kFloat16, DType::kFloat64, DType::kInt8, DType::kUInt8,
+                  DType::kBool}) {
+    EXPECT_THAT(DTypeFromWire(DTypeToWire(d)), IsOkAndHolds(d));
+  }
+  EXPECT_EQ(DTypeToWire(DType::kFloat32), FLOAT32);
+  EXPECT_EQ(DTypeToWire(DType::kBool), BOOL);
+  EXPECT_THAT(DTypeFromWire(kWireInvalid), StatusIs(absl::StatusCode::kInvalidArgument));
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, Mesh::Create({{"data", 2}, {"model", 4}}));
+  EXPECT_THAT(MeshFromIr(MeshToIr(mesh)), IsOkAndHolds(mesh));
+}
+
+}  // namespace
+}  // namespace meshserve
