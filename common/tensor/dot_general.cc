@@ -1,8 +1,10 @@
 // DotGeneral and Linear over cblas_sgemm (see kernels.h).
 #include <cblas.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -113,6 +115,42 @@ Operand PrepareOperand(const Tensor& t, const std::vector<int64_t>& natural,
   return op;
 }
 
+// C[B, M, N] = A . W for a W (rhs) that is not float32 and needs no
+// permutation: W is widened one panel of output columns at a time into one
+// buffer of max(kPanelFloats, K * M) floats, never whole. Widening a [2048, 8192] bf16 weight
+// whole wrote 64 MiB of fresh float32 pages per call; on a small batch the
+// page faults cost ~40x the GEMM itself (bench/gemm_bench, M = 8).
+constexpr int64_t kPanelFloats = int64_t{1} << 19;  // 2 MiB
+
+void GemmWideningRhsByPanels(const Operand& a, int64_t B, int64_t M, int64_t K,
+                             int64_t N, const Tensor& w, bool w_transposed, float* c) {
+  const int64_t elem = DTypeSize(w.dtype());
+  const char* src = static_cast<const char*>(w.raw_data());
+  // Each panel's sgemm packs A again (M x K), so panels are at least M wide:
+  // re-packing then costs no more than widening.
+  const int64_t nb = std::min(N, std::max({int64_t{64}, kPanelFloats / K, M}));
+  std::unique_ptr<float[]> panel(new float[static_cast<size_t>(K * nb)]);
+  const int lda = static_cast<int>(a.transposed ? M : K);
+  for (int64_t i = 0; i < B; ++i) {
+    const char* wi = src + i * K * N * elem;
+    for (int64_t j0 = 0; j0 < N; j0 += nb) {
+      const int64_t cols = std::min(nb, N - j0);
+      if (w_transposed) {  // W is [N, K]: the panel's rows are contiguous
+        WidenToFloat(w.dtype(), wi + j0 * K * elem, cols * K, panel.get());
+      } else {  // W is [K, N]: one piece of each of the K rows
+        for (int64_t k = 0; k < K; ++k) {
+          WidenToFloat(w.dtype(), wi + (k * N + j0) * elem, cols, panel.get() + k * cols);
+        }
+      }
+      cblas_sgemm(CblasRowMajor, a.transposed ? CblasTrans : CblasNoTrans,
+                  w_transposed ? CblasTrans : CblasNoTrans, static_cast<int>(M),
+                  static_cast<int>(cols), static_cast<int>(K), 1.0f, a.data + i * M * K,
+                  lda, panel.get(), static_cast<int>(w_transposed ? K : cols), 0.0f,
+                  c + i * M * N + j0, static_cast<int>(N));
+    }
+  }
+}
+
 }  // namespace
 
 bool IsFloatDType(DType dtype) {
@@ -173,8 +211,15 @@ absl::StatusOr<Tensor> DotGeneral(const Tensor& lhs, const Tensor& rhs,
   // lhs as [B, M, K] (or [B, K, M] transposed); rhs as [B, K, N] (or [B, N, K]).
   const Operand a = PrepareOperand(lhs, Concat({lhs_batch, lhs_free, lhs_contracting}),
                                    Concat({lhs_batch, lhs_contracting, lhs_free}));
-  const Operand b = PrepareOperand(rhs, Concat({rhs_batch, rhs_contracting, rhs_free}),
-                                   Concat({rhs_batch, rhs_free, rhs_contracting}));
+  const std::vector<int64_t> rhs_natural = Concat({rhs_batch, rhs_contracting, rhs_free});
+  const std::vector<int64_t> rhs_swapped = Concat({rhs_batch, rhs_free, rhs_contracting});
+  if (rhs.dtype() != DType::kFloat32 &&
+      (IsIdentity(rhs_natural) || IsIdentity(rhs_swapped))) {
+    GemmWideningRhsByPanels(a, B, M, K, N, rhs, !IsIdentity(rhs_natural),
+                            out.data<float>());
+    return FinishFloat32(std::move(out), out_dtype);
+  }
+  const Operand b = PrepareOperand(rhs, rhs_natural, rhs_swapped);
   const int lda = static_cast<int>(a.transposed ? M : K);
   const int ldb = static_cast<int>(b.transposed ? K : N);
   float* c = out.data<float>();

@@ -12,6 +12,8 @@
 //               Implemented as [B, M, K] x [B, K, N] with cblas_sgemm per batch;
 //               operands already in (or transposed from) that layout are used
 //               in place through the transpose flags, others are permuted once.
+//               A non-float32 rhs in place (bf16 weights) is widened one panel
+//               of output columns at a time, never whole.
 //   Add, Mul    jnp.add / jnp.multiply with numpy broadcasting.
 //   Relu        jax.nn.relu;  Silu  jax.nn.silu (x * sigmoid(x));  Tanh  jnp.tanh
 //   Gelu        jax.nn.gelu(approximate=True) (default):

@@ -172,6 +172,22 @@ TEST(DotGeneralTest, LargerGemmMatchesNaive) {
                    Random(DType::kBFloat16, {129, 33}, &rng), {1}, {0}, {}, {});
 }
 
+TEST(DotGeneralTest, NarrowWeightsAreWidenedByPanels) {
+  // K = 129 gives panels of 4064 columns: N = 8200 is three panels (the last
+  // ragged), in the [K, N] and the transposed [N, K] layout, batched too.
+  std::mt19937 rng(7);
+  for (DType wt : {DType::kBFloat16, DType::kFloat16, DType::kFloat64}) {
+    SCOPED_TRACE(std::string(DTypeName(wt)));
+    ExpectDotMatches(Random(DType::kFloat32, {3, 129}, &rng), Random(wt, {129, 8200}, &rng),
+                     {1}, {0}, {}, {});
+    ExpectDotMatches(Random(DType::kFloat32, {3, 129}, &rng), Random(wt, {8200, 129}, &rng),
+                     {1}, {1}, {}, {});
+  }
+  ExpectDotMatches(Random(DType::kBFloat16, {2, 129, 3}, &rng),
+                   Random(DType::kBFloat16, {2, 129, 4100}, &rng), {1}, {1}, {0}, {0},
+                   DType::kBFloat16);
+}
+
 TEST(DotGeneralTest, EmptyContractionGivesZeros) {
   ASSERT_OK_AND_ASSIGN(Tensor a, Tensor::Create(DType::kFloat32, {2, 0}));
   ASSERT_OK_AND_ASSIGN(Tensor b, Tensor::Create(DType::kFloat32, {0, 3}));
