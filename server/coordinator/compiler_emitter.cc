@@ -61,10 +61,17 @@ absl::StatusOr<ProgramEmitter::Cost> ProgramEmitter::PlanCost(const Placed& src,
   ReshardEndpoint to{dst, device_workers_};
   MS_ASSIGN_OR_RETURN(ReshardPlan plan, ComputeReshardPlan(src.shape, src.dtype, from, to));
   cost.network_bytes = plan.bytes_moved;
-  for (const Transfer& t : plan.Transfers()) {
-    bool crosses = IsNetworkTransfer(t.kind) ||
-                   (t.kind == TransferKind::kLocalCopy && t.src_device != t.dst_device);
-    if (crosses) cost.device_bytes += t.box.NumElements() * DTypeSize(src.dtype);
+  // Over the plan's groups, without expanding it into Transfers.
+  for (const TransferGroup& g : plan.groups) {
+    int64_t crossing = 0;
+    if (IsNetworkTransfer(g.kind)) {
+      crossing = g.size();
+    } else if (g.kind == TransferKind::kLocalCopy) {
+      for (int64_t i = g.dst_begin; i < g.dst_end; ++i) {
+        crossing += plan.group_dst_devices[i] != g.src_device ? 1 : 0;
+      }
+    }
+    cost.device_bytes += crossing * g.box.NumElements() * DTypeSize(src.dtype);
   }
   return cost;
 }
