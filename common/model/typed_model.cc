@@ -193,18 +193,22 @@ int64_t NominalDimSize(const ModelFile& model) {
   return n;
 }
 
-absl::Status ValidateModel(const ModelFile& model) {
-  int64_t fixed = NominalDimSize(model);
-  MS_ASSIGN_OR_RETURN(Mesh mesh, ResolveMesh(model, fixed));
+absl::Status CheckModelTypesOn(const ModelFile& model, const Mesh& mesh) {
   std::map<std::string, std::vector<int64_t>> shapes;
   for (const InputDef& in : model.inputs) {
     std::vector<int64_t> shape = in.shape;
     for (int64_t& d : shape) {
-      if (d == -1) d = fixed;
+      if (d == -1) d = mesh.num_devices();
     }
-    shapes[in.name] = shape;
+    shapes[in.name] = std::move(shape);
   }
-  MS_RETURN_IF_ERROR(TypeModel(model, mesh, shapes).status(), "model '", model.name, "'");
+  return TypeModel(model, mesh, shapes).status();
+}
+
+absl::Status ValidateModel(const ModelFile& model) {
+  // The resolved mesh has NominalDimSize devices (a -1 axis as 1).
+  MS_ASSIGN_OR_RETURN(Mesh mesh, ResolveMesh(model, NominalDimSize(model)));
+  MS_RETURN_IF_ERROR(CheckModelTypesOn(model, mesh), "model '", model.name, "'");
   return absl::OkStatus();
 }
 

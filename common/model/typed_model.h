@@ -72,6 +72,11 @@ absl::StatusOr<TypedModel> TypeModel(
 // of the dim divides it.
 int64_t NominalDimSize(const ModelFile& model);
 
+// Types the model on `mesh` with every request-set (-1) input dim set to the
+// mesh's device count, which every sharding of the dim divides: whether the
+// parameters and layers shard evenly on that mesh. Errors are TypeModel's.
+absl::Status CheckModelTypesOn(const ModelFile& model, const Mesh& mesh);
+
 // Load-time check: types the model on its own mesh (a -1 axis as 1) with
 // every -1 input dim set to NominalDimSize. Errors are TypeModel's prefixed
 // with "model '<name>'".

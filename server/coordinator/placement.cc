@@ -11,21 +11,11 @@
 namespace meshserve {
 namespace {
 
-// The model's mesh for n devices, if the model types on it: every parameter
-// and layer shards evenly. Request-set (-1) input dims are given the mesh's
-// device count, which every sharding divides.
+// The model's mesh for n devices, if the model types on it.
 absl::StatusOr<Mesh> MeshThatTypes(const ModelFile& model, int64_t n) {
   MS_ASSIGN_OR_RETURN(Mesh mesh, ResolveMesh(model, n));
-  std::map<std::string, std::vector<int64_t>> shapes;
-  for (const InputDef& in : model.inputs) {
-    std::vector<int64_t> shape = in.shape;
-    for (int64_t& d : shape) {
-      if (d == -1) d = mesh.num_devices();
-    }
-    shapes[in.name] = std::move(shape);
-  }
-  MS_RETURN_IF_ERROR(TypeModel(model, mesh, shapes).status(), "model '", model.name,
-                     "' on ", mesh.ToString());
+  MS_RETURN_IF_ERROR(CheckModelTypesOn(model, mesh), "model '", model.name, "' on ",
+                     mesh.ToString());
   return mesh;
 }
 
