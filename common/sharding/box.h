@@ -54,7 +54,6 @@ class Box {
 
   Box() = default;  // rank 0
   explicit Box(absl::Span<const Interval> dims) : dims_(dims.begin(), dims.end()) {}
-  explicit Box(const std::vector<Interval>& dims) : dims_(dims.begin(), dims.end()) {}
   explicit Box(std::initializer_list<Interval> dims) : dims_(dims) {}
   // [0, shape[i]) per dim.
   static Box FromShape(absl::Span<const int64_t> shape);

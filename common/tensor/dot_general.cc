@@ -117,9 +117,9 @@ Operand PrepareOperand(const Tensor& t, const std::vector<int64_t>& natural,
 
 // C[B, M, N] = A . W for a W (rhs) that is not float32 and needs no
 // permutation: W is widened one panel of output columns at a time into one
-// buffer of max(kPanelFloats, K * M) floats, never whole. Widening a [2048, 8192] bf16 weight
-// whole wrote 64 MiB of fresh float32 pages per call; on a small batch the
-// page faults cost ~40x the GEMM itself (bench/gemm_bench, M = 8).
+// buffer of at least kPanelFloats, never whole. Widening a [2048, 8192] bf16
+// weight whole wrote 64 MiB of fresh float32 pages per call; on a small batch
+// the page faults cost ~40x the GEMM itself (bench/gemm_bench, M = 8).
 constexpr int64_t kPanelFloats = int64_t{1} << 19;  // 2 MiB
 
 void GemmWideningRhsByPanels(const Operand& a, int64_t B, int64_t M, int64_t K,
