@@ -356,7 +356,9 @@ absl::StatusOr<InferResponse> Coordinator::RunOnce(const Validated& v,
           addr == placement.worker_addresses.end()
               ? Internal("worker ", ids[i], " outside the placement")
               : Client(ids[i], addr->second);
-      results[i] = client.ok() ? (*client)->Execute(calls.at(ids[i]), timeout) : client.status();
+      // Each thread moves its own call out (the map itself is not modified).
+      results[i] = client.ok() ? (*client)->Execute(std::move(calls.at(ids[i])), timeout)
+                               : client.status();
       if (!results[i].ok()) cancel_others(i);
     });
   }

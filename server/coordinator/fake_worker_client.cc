@@ -169,7 +169,7 @@ absl::Status FakeWorkerClient::InstallProgram(const std::string& program, absl::
   return absl::OkStatus();
 }
 
-absl::StatusOr<ExecuteResult> FakeWorkerClient::Execute(const ExecuteCall& call,
+absl::StatusOr<ExecuteResult> FakeWorkerClient::Execute(ExecuteCall call,
                                                         absl::Duration) {
   absl::Duration delay;
   {

@@ -57,7 +57,7 @@ class FakeWorkerClient : public WorkerClient {
                            absl::Duration timeout) override;
   absl::Status InstallProgram(const std::string& serialized_program,
                               absl::Duration timeout) override;
-  absl::StatusOr<ExecuteResult> Execute(const ExecuteCall& call,
+  absl::StatusOr<ExecuteResult> Execute(ExecuteCall call,
                                         absl::Duration timeout) override;
   absl::Status Cancel(const std::string& request_id, const std::string& reason,
                       absl::Duration timeout) override;

@@ -51,13 +51,13 @@ class GrpcWorkerClient : public WorkerClient {
     return Check(stub_->InstallProgram(&context, request, &response), "InstallProgram");
   }
 
-  absl::StatusOr<ExecuteResult> Execute(const ExecuteCall& call,
+  absl::StatusOr<ExecuteResult> Execute(ExecuteCall call,
                                         absl::Duration timeout) override {
     ExecuteRequest request;
     request.set_program_id(call.program_id);
     request.set_request_id(call.request_id);
     request.set_deadline_ms(call.deadline_ms);
-    for (const SliceIr& s : call.inputs) SliceFromIr(s, request.add_inputs());
+    for (SliceIr& s : call.inputs) SliceFromIr(&s, request.add_inputs());  // moves bytes
     ExecuteResponse response;
     grpc::ClientContext context;
     SetDeadline(&context, timeout);

@@ -55,7 +55,8 @@ class WorkerClient {
   // `serialized_program` is a meshserve.Program message.
   virtual absl::Status InstallProgram(const std::string& serialized_program,
                                       absl::Duration timeout) = 0;
-  virtual absl::StatusOr<ExecuteResult> Execute(const ExecuteCall& call,
+  // By value: the input slices' bytes move into the RPC, not copied again.
+  virtual absl::StatusOr<ExecuteResult> Execute(ExecuteCall call,
                                                 absl::Duration timeout) = 0;
   virtual absl::Status Cancel(const std::string& request_id,
                               const std::string& reason,
