@@ -1,61 +1,98 @@
-# Target helpers modelled on absl_cc_library / absl_cc_test.
+# Target helpers modelled on absl_cc_library / absl_cc_test: the one build idiom
+# of this tree. Every target lists its sources and its real dependencies; there
+# are no globs and no existence guards.
 #
-#   ms_cc_library(NAME foo HDRS a.h SRCS a.cc DEPS absl::status)
-#   ms_cc_test(NAME foo_test SRCS a_test.cc DEPS foo)
+#   ms_cc_library(NAME foo HDRS a.h SRCS a.cc DEPS absl::status [TESTONLY])
+#   ms_cc_test(NAME foo_test SRCS a_test.cc DEPS foo [DEFINES K=V] [LABELS l]
+#              [NEEDS_BINARIES meshserve-worker])
 #   ms_cc_binary(NAME meshserve SRCS main.cc DEPS ...)
+#   ms_cc_fuzz(NAME spec_fuzz SRCS spec_fuzz.cc DEPS ...)
 #
-# Libraries are static; tests link GTest::gmock_main and are registered with CTest;
-# binaries land in ${CMAKE_BINARY_DIR}/bin.
+# Libraries are static (header-only ones INTERFACE); tests link
+# GTest::gmock_main and are registered with CTest; binaries land in
+# ${CMAKE_BINARY_DIR}/bin, tests in ${CMAKE_BINARY_DIR}/tests.
+#
+# TESTONLY (abseil's and Bazel's testonly): the library holds fakes, reference
+# executors, test models or harnesses. It is built only with tests, and a
+# library without TESTONLY that depends on one is a configure error, so test
+# code never reaches a production library.
 include(CMakeParseArguments)
 
+# Warnings for our own targets (not for generated protobuf code).
+set(MS_WARNING_FLAGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)
+
+function(ms_check_testonly_deps name)
+  foreach(dep ${ARGN})
+    if(TARGET ${dep})
+      get_target_property(is_testonly ${dep} MS_TESTONLY)
+      if(is_testonly)
+        message(FATAL_ERROR "${name} is not TESTONLY but depends on the TESTONLY library ${dep}")
+      endif()
+    endif()
+  endforeach()
+endfunction()
+
 function(ms_cc_library)
-  cmake_parse_arguments(MS "" "NAME" "HDRS;SRCS;DEPS" ${ARGN})
+  cmake_parse_arguments(MS "TESTONLY" "NAME" "HDRS;SRCS;DEPS" ${ARGN})
+  if(MS_TESTONLY AND NOT MESHSERVE_BUILD_TESTS)
+    return()
+  endif()
+  if(NOT MS_TESTONLY)
+    ms_check_testonly_deps(${MS_NAME} ${MS_DEPS})
+  endif()
   if(MS_SRCS)
     add_library(${MS_NAME} STATIC ${MS_SRCS} ${MS_HDRS})
     target_link_libraries(${MS_NAME} PUBLIC ${MS_DEPS})
     target_include_directories(${MS_NAME} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+    target_compile_options(${MS_NAME} PRIVATE ${MS_WARNING_FLAGS})
   else()
     add_library(${MS_NAME} INTERFACE)
     target_link_libraries(${MS_NAME} INTERFACE ${MS_DEPS})
     target_include_directories(${MS_NAME} INTERFACE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
   endif()
+  set_target_properties(${MS_NAME} PROPERTIES MS_TESTONLY "${MS_TESTONLY}")
 endfunction()
 
 function(ms_cc_test)
-  cmake_parse_arguments(MS "" "NAME" "SRCS;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(MS "" "NAME;TIMEOUT" "SRCS;DEPS;LABELS;DEFINES;NEEDS_BINARIES" ${ARGN})
   if(NOT MESHSERVE_BUILD_TESTS)
     return()
   endif()
   add_executable(${MS_NAME} ${MS_SRCS})
   target_link_libraries(${MS_NAME} PRIVATE ${MS_DEPS} ms_testing GTest::gmock_main)
+  target_compile_options(${MS_NAME} PRIVATE ${MS_WARNING_FLAGS})
+  if(MS_DEFINES)
+    target_compile_definitions(${MS_NAME} PRIVATE ${MS_DEFINES})
+  endif()
+  foreach(bin ${MS_NEEDS_BINARIES})
+    add_dependencies(${MS_NAME} ${bin})
+  endforeach()
   set_target_properties(${MS_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   add_test(NAME ${MS_NAME} COMMAND ${MS_NAME})
   if(MS_LABELS)
     set_tests_properties(${MS_NAME} PROPERTIES LABELS "${MS_LABELS}")
   endif()
+  if(MS_TIMEOUT)
+    set_tests_properties(${MS_NAME} PROPERTIES TIMEOUT ${MS_TIMEOUT})
+  endif()
 endfunction()
 
 function(ms_cc_binary)
   cmake_parse_arguments(MS "" "NAME" "SRCS;DEPS" ${ARGN})
+  ms_check_testonly_deps(${MS_NAME} ${MS_DEPS})
   add_executable(${MS_NAME} ${MS_SRCS})
   target_link_libraries(${MS_NAME} PRIVATE ${MS_DEPS})
+  target_compile_options(${MS_NAME} PRIVATE ${MS_WARNING_FLAGS})
   set_target_properties(${MS_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
 endfunction()
 
-# ms_glob_package(NAME lib DEPS ... [TEST_DEPS ...])
-# One library from every *.cc in the current folder except *_test.cc and
-# *_main.cc, and one test target per *_test.cc (named after the file) linking
-# the library. New files need no CMake edit, so owners of different files in
-# one folder never touch the same build file.
-function(ms_glob_package)
-  cmake_parse_arguments(MS "" "NAME" "DEPS;TEST_DEPS" ${ARGN})
-  file(GLOB srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
-  list(FILTER srcs EXCLUDE REGEX "(_test|_main|_fuzz)\\.cc$")
-  file(GLOB hdrs CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.h)
-  ms_cc_library(NAME ${MS_NAME} HDRS ${hdrs} SRCS ${srcs} DEPS ${MS_DEPS})
-  file(GLOB tests CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*_test.cc)
-  foreach(test ${tests})
-    get_filename_component(test_name ${test} NAME_WE)
-    ms_cc_test(NAME ${test_name} SRCS ${test} DEPS ${MS_NAME} ${MS_TEST_DEPS})
-  endforeach()
+# A libFuzzer target (clang only; see tests/fuzz/run_fuzzers.sh), in build/fuzz.
+function(ms_cc_fuzz)
+  cmake_parse_arguments(MS "" "NAME" "SRCS;DEPS" ${ARGN})
+  set(flags -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
+  add_executable(${MS_NAME} ${MS_SRCS})
+  target_link_libraries(${MS_NAME} PRIVATE ${MS_DEPS})
+  target_compile_options(${MS_NAME} PRIVATE ${flags} ${MS_WARNING_FLAGS})
+  target_link_options(${MS_NAME} PRIVATE ${flags})
+  set_target_properties(${MS_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/fuzz)
 endfunction()

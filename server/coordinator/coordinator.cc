@@ -17,9 +17,9 @@ namespace meshserve {
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     CoordinatorOptions options, WorkerClientFactory client_factory,
-    std::unique_ptr<ProgramBuilder> builder) {
+    std::unique_ptr<ModelCompiler> compiler) {
   if (!client_factory) return InvalidArgument("Coordinator: no worker client factory");
-  if (builder == nullptr) return InvalidArgument("Coordinator: no program builder");
+  if (compiler == nullptr) return InvalidArgument("Coordinator: no model compiler");
   if (options.min_workers < 1) {
     return InvalidArgument("min_workers must be >= 1, got ", options.min_workers);
   }
@@ -32,7 +32,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     return NotFound("model_dir '", options.model_dir, "' is not a directory");
   }
   std::unique_ptr<Coordinator> c(
-      new Coordinator(std::move(options), std::move(client_factory), std::move(builder)));
+      new Coordinator(std::move(options), std::move(client_factory), std::move(compiler)));
   c->LoadModelDir();
   if (c->options_.run_control_thread) {
     c->control_thread_ = std::thread([raw = c.get()] { raw->ControlLoop(); });
@@ -41,10 +41,10 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
 }
 
 Coordinator::Coordinator(CoordinatorOptions options, WorkerClientFactory factory,
-                         std::unique_ptr<ProgramBuilder> builder)
+                         std::unique_ptr<ModelCompiler> compiler)
     : options_(std::move(options)),
       client_factory_(std::move(factory)),
-      builder_(std::move(builder)),
+      compiler_(std::move(compiler)),
       registry_(options_.heartbeat_interval, options_.missed_beats) {}
 
 Coordinator::~Coordinator() {
@@ -67,7 +67,7 @@ void Coordinator::LoadModelDir() {
     absl::StatusOr<ModelFile> model = LoadModelFile(entry.file);
     if (model.ok()) {
       if (!model->name.empty()) name = model->name;
-      entry.error = builder_->ValidateModel(*model);
+      entry.error = compiler_->ValidateModel(*model);
       entry.model = std::make_shared<const ModelFile>(*std::move(model));
     } else {
       entry.error = AnnotateStatus(model.status(), entry.file);

@@ -3,7 +3,7 @@
 // execution over abstract WorkerClients (../shared/design/architecture.md).
 //
 // Models. Create() loads every *.json file of options.model_dir. Each model
-// stands alone: a malformed file or a model JAX would reject (ProgramBuilder::
+// stands alone: a malformed file or a model JAX would reject (ModelCompiler::
 // ValidateModel) is kept with its error (Status lists it; Infer answers
 // FAILED_PRECONDITION with that error) and the others are served.
 //
@@ -55,7 +55,7 @@
 #include "common/base/dtype.h"
 #include "common/model/model_file.h"
 #include "server/coordinator/placement.h"
-#include "server/coordinator/program_builder.h"
+#include "server/compiler/model_compiler.h"
 #include "server/coordinator/worker_client.h"
 #include "server/coordinator/worker_registry.h"
 
@@ -134,7 +134,7 @@ class Coordinator {
  public:
   static absl::StatusOr<std::unique_ptr<Coordinator>> Create(
       CoordinatorOptions options, WorkerClientFactory client_factory,
-      std::unique_ptr<ProgramBuilder> builder);
+      std::unique_ptr<ModelCompiler> compiler);
   ~Coordinator();
   Coordinator(const Coordinator&) = delete;
   Coordinator& operator=(const Coordinator&) = delete;
@@ -184,7 +184,7 @@ class Coordinator {
   struct Validated;
 
   Coordinator(CoordinatorOptions options, WorkerClientFactory factory,
-              std::unique_ptr<ProgramBuilder> builder);
+              std::unique_ptr<ModelCompiler> compiler);
   void LoadModelDir();
   void ControlLoop();
   void ProbeSuspects();
@@ -208,7 +208,7 @@ class Coordinator {
 
   const CoordinatorOptions options_;
   const WorkerClientFactory client_factory_;
-  const std::unique_ptr<ProgramBuilder> builder_;
+  const std::unique_ptr<ModelCompiler> compiler_;
   WorkerRegistry registry_;
 
   absl::Mutex control_mu_ ABSL_ACQUIRED_BEFORE(mu_);

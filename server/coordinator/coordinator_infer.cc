@@ -200,13 +200,13 @@ absl::StatusOr<std::shared_ptr<const CompiledPlan>> Coordinator::GetOrCompile(
   if (entry->done) return entry->plan;
   CompileRequest request;
   request.model = v.model.get();
-  request.placement = placement.get();
+  request.devices = placement->Devices();
   request.input_shapes = v.shapes;
   request.out_shardings = v.out_specs;
   request.program_id = absl::StrCat(placement->model, "/g", placement->generation, "/p",
                                     next_request_.fetch_add(1));
   absl::Status status;
-  absl::StatusOr<CompiledPlan> plan = builder_->Compile(request);
+  absl::StatusOr<CompiledPlan> plan = compiler_->Compile(request);
   if (plan.ok()) {
     plan->generation = placement->generation;
     status = Install(*plan, *placement);
@@ -445,9 +445,9 @@ absl::StatusOr<DescribeResult> Coordinator::Describe(const std::string& model,
     // Describe on the model's own mesh (a -1 axis as 1) until it is placed.
     std::vector<PlacementWorker> nominal = {{0, "unplaced"}};
     MS_ASSIGN_OR_RETURN(Placement p, ComputePlacement(*file, nominal, 0));
-    return builder_->Describe(*file, p, input_shapes);
+    return compiler_->Describe(*file, p.Devices(), input_shapes);
   }
-  return builder_->Describe(*file, *placement, input_shapes);
+  return compiler_->Describe(*file, placement->Devices(), input_shapes);
 }
 
 }  // namespace meshserve

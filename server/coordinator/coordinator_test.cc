@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/coordinator/fake_worker_client.h"
+#include "server/coordinator/testing/fake_worker_client.h"
 #include "tests/testing/status_matchers.h"
 
 namespace meshserve {
@@ -89,7 +89,7 @@ class CoordinatorTest : public ::testing::Test {
     options.heartbeat_interval = heartbeat;
     options.retry_wait = absl::Seconds(3);
     options.placement_retry_backoff = absl::Milliseconds(10);
-    auto builder = std::make_unique<FakeProgramBuilder>(std::set<std::string>{"rejected"});
+    auto builder = std::make_unique<FakeModelCompiler>(std::set<std::string>{"rejected"});
     builder_ = builder.get();
     ASSERT_OK_AND_ASSIGN(coordinator_,
                          Coordinator::Create(options, cluster_.Factory(), std::move(builder)));
@@ -129,7 +129,7 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   FakeCluster cluster_;
-  FakeProgramBuilder* builder_ = nullptr;
+  FakeModelCompiler* builder_ = nullptr;
   std::unique_ptr<Coordinator> coordinator_;
   std::atomic<bool> stop_beats_{false};
   absl::Mutex beating_mu_;
@@ -141,7 +141,7 @@ TEST_F(CoordinatorTest, CreateRejectsMissingModelDir) {
   CoordinatorOptions options;
   options.model_dir = "/nonexistent/models";
   EXPECT_THAT(Coordinator::Create(options, cluster_.Factory(),
-                                  std::make_unique<FakeProgramBuilder>()),
+                                  std::make_unique<FakeModelCompiler>()),
               StatusIs(absl::StatusCode::kNotFound, "/nonexistent/models"));
 }
 
@@ -214,7 +214,7 @@ TEST_F(CoordinatorTest, MinWorkersDelaysPlacement) {
   options.run_control_thread = false;
   options.min_workers = 2;
   ASSERT_OK_AND_ASSIGN(coordinator_, Coordinator::Create(options, cluster_.Factory(),
-                                                         std::make_unique<FakeProgramBuilder>()));
+                                                         std::make_unique<FakeModelCompiler>()));
   AddWorker(0);
   coordinator_->Tick();
   EXPECT_FALSE(coordinator_->IsReady());

@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "common/model/model_file.h"
 #include "common/sharding/mesh.h"
+#include "server/compiler/model_compiler.h"
 
 namespace meshserve {
 
@@ -38,6 +39,8 @@ struct Placement {
   std::map<int64_t, std::vector<int64_t>> devices_by_worker;
 
   std::vector<int64_t> WorkerIds() const;
+  // The compiler's view: mesh, device -> worker, generation.
+  DeviceAssignment Devices() const { return {mesh, device_workers, generation}; }
   // Same mesh, same device -> worker map and addresses (generation ignored).
   bool SameLayoutAs(const Placement& other) const;
   // "gen 3 mesh[data=8] workers {0: devices 0-3, 1: devices 4-7}"

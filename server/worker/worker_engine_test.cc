@@ -20,7 +20,7 @@
 #include "common/tensor/initializers.h"
 #include "common/tensor/safetensors.h"
 #include "common/tensor/tensor.h"
-#include "server/worker/in_memory_transport.h"
+#include "server/worker/testing/in_memory_transport.h"
 #include "tests/testing/status_matchers.h"
 
 namespace meshserve {

@@ -28,7 +28,7 @@
 #include "server/worker/grpc_peer_transport.h"
 #include "server/worker/membership_client.h"
 #include "server/worker/shard_worker.h"
-#include "server/worker/thread_pool.h"
+#include "common/base/thread_pool.h"
 #include "server/worker/worker_service.h"
 
 ABSL_FLAG(int, port, 0, "Port to serve WorkerService on (0 = pick a free port).");

@@ -22,7 +22,7 @@
 #include "grpcpp/server.h"
 #include "proto/worker_service.grpc.pb.h"
 #include "server/worker/shard_worker.h"
-#include "server/worker/thread_pool.h"
+#include "common/base/thread_pool.h"
 
 namespace meshserve {
 

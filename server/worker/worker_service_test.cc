@@ -24,7 +24,7 @@
 #include "common/rpc/grpc_status.h"
 #include "server/worker/grpc_peer_transport.h"
 #include "server/worker/shard_worker.h"
-#include "server/worker/thread_pool.h"
+#include "common/base/thread_pool.h"
 #include "tests/testing/status_matchers.h"
 
 namespace meshserve {

@@ -20,11 +20,11 @@ cmake -S "${ROOT}" -B "${BUILD}" -G Ninja \
   -DMESHSERVE_CORE_ONLY=ON -DMESHSERVE_BUILD_FUZZERS=ON -DMESHSERVE_BUILD_TESTS=OFF \
   "-DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" \
   >"${BUILD}.cmake.log" 2>&1 || { echo "cmake failed, see ${BUILD}.cmake.log"; exit 1; }
-cmake --build "${BUILD}" -j"${JOBS}" --target partition_spec_fuzz rules_case_fuzz \
+cmake --build "${BUILD}" -j"${JOBS}" --target partition_spec_fuzz sharding_text_fuzz rules_case_fuzz \
   || { echo "fuzzer build failed"; exit 1; }
 
 CORPUS="${BUILD}/corpus"
-mkdir -p "${CORPUS}/partition_spec" "${CORPUS}/rules_case"
+mkdir -p "${CORPUS}/partition_spec" "${CORPUS}/rules_case" "${CORPUS}/sharding_text"
 # Seed corpus: every spec and every case of the public file, one per file.
 if [[ -f "${CASES}" ]]; then
   python3 - "${CASES}" "${CORPUS}" <<'PY'
@@ -55,9 +55,13 @@ for d in partition_spec rules_case; do
 done
 printf "P('x', unreduced={'y'})" >"${CORPUS}/partition_spec/unreduced.txt"
 printf "PartitionSpec(('a', 'b'), None)" >"${CORPUS}/partition_spec/tuple.txt"
+# The text-forms target starts from the spec seeds plus a mesh and a box.
+cp "${CORPUS}/partition_spec/"* "${CORPUS}/sharding_text/"
+printf "mesh[x=2,y=3,z=2:Auto]" >"${CORPUS}/sharding_text/mesh.txt"
+printf "[0:4, 2:8]" >"${CORPUS}/sharding_text/box.txt"
 
 status=0
-for target in partition_spec_fuzz rules_case_fuzz; do
+for target in partition_spec_fuzz sharding_text_fuzz rules_case_fuzz; do
   dir="${CORPUS}/${target%_fuzz}"
   echo "== ${target}: ${SECONDS_EACH}s on $(ls "${dir}" | wc -l) seeds"
   mkdir -p "${BUILD}/artifacts/${target}"

@@ -1,0 +1,203 @@
+// The compiler proven on numbers: compiled programs run in process
+// (compiler_interpreter.h) and are compared with a full-tensor reference
+// computed with the same kernels, on 1, 2, 4 and 8 workers.
+#include "server/compiler/compiler.h"
+
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_replace.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "common/program/program_proto.h"
+#include "server/compiler/testing/reference_interpreter.h"
+#include "server/compiler/testing/test_models.h"
+#include "tests/testing/status_matchers.h"
+
+namespace meshserve {
+namespace {
+
+using ::meshserve::testing::StatusIs;
+using namespace ::meshserve::compiler_testing;  // NOLINT
+
+PartitionSpec Spec(absl::string_view text) { return *ParsePartitionSpec(text); }
+
+struct Case {
+  std::string name;
+  std::string json;
+  std::map<std::string, std::vector<int64_t>> shapes;
+  std::map<std::string, PartitionSpec> overrides;
+};
+
+// Types, compiles for `num_workers`, runs, and compares with the reference.
+void CheckCase(const Case& c, int num_workers, InterpreterStats* stats_out = nullptr) {
+  SCOPED_TRACE(c.name + " on " + std::to_string(num_workers) + " workers");
+  ASSERT_OK_AND_ASSIGN(ModelFile m, ParseModelFile(c.json, ""));
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, ResolveMesh(m, 8));
+  ASSERT_OK_AND_ASSIGN(TypedModel tm, TypeModel(m, mesh, c.shapes, c.overrides));
+  CompileOptions opts{"p1", 3};
+  ASSERT_OK_AND_ASSIGN(CompiledModel cm,
+                       CompileModel(tm, BlockWorkers(mesh.num_devices(), num_workers), opts));
+  EXPECT_EQ(static_cast<int>(cm.programs.size()), num_workers);
+  for (const auto& [w, p] : cm.programs) {
+    EXPECT_EQ(p.worker, w);
+    EXPECT_EQ(p.generation, 3);
+    EXPECT_FALSE(SerializeProgram(p).empty());
+  }
+  std::map<std::string, Tensor> inputs;
+  uint64_t seed = 1;
+  for (const auto& [name, shape] : c.shapes) {
+    if (m.FindInput(name)->dtype == DType::kInt32) {
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      std::vector<int32_t> ids(n);
+      for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>((i * 7 + 3) % 32);
+      inputs[name] = *Tensor::FromInt32(shape, ids);
+    } else {
+      inputs[name] = RandomTensor(shape, seed++);
+    }
+  }
+  std::map<std::string, Tensor> params = RandomParams(m);
+  InterpreterStats stats;
+  auto got = RunCompiledModel(cm, tm, inputs, params, &stats);
+  ASSERT_TRUE(got.ok()) << got.status() << "\n" << cm.ToString();
+  ASSERT_OK_AND_ASSIGN(auto want, Reference(m, inputs, params));
+  for (const std::string& o : m.outputs) {
+    EXPECT_LT(MaxAbsDiff(got->at(o), want.at(o)), 1e-4) << o << "\n" << cm.ToString();
+  }
+  // The interpreter counts the bytes the programs really send across workers;
+  // the compiler's per-request estimate must be exactly that.
+  EXPECT_EQ(stats.network_bytes, cm.bytes_moved) << cm.ToString();
+  if (num_workers == 1) EXPECT_EQ(stats.network_bytes, 0);
+  if (stats_out != nullptr) *stats_out = stats;
+}
+
+class CompilerNumbersTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(CompilerNumbersTest, SeedLinear) {
+  CheckCase({"linear", SeedLinear(), {{"x", {16, 32}}}, {}}, GetParam());
+}
+
+TEST_P(CompilerNumbersTest, SeedLinearWithRequestOutSharding) {
+  CheckCase({"linear", SeedLinear(), {{"x", {16, 32}}},
+             {{"y", Spec("P(None, 'data')")}}},
+            GetParam());
+}
+
+TEST_P(CompilerNumbersTest, Swiglu) {
+  CheckCase({"swiglu", Swiglu(16, 32), {{"x", {4, 2, 16}}}, {}}, GetParam());
+}
+
+TEST_P(CompilerNumbersTest, SwigluWithUnreducedResult) {
+  CheckCase({"swiglu", Swiglu(16, 32, "{'spec': ['fsdp'], 'unreduced': ['model']}"),
+             {{"x", {4, 2, 16}}}, {}},
+            GetParam());
+}
+
+// y {U:model} + y {U:model}: partial sums added locally, reduced at the end.
+TEST_P(CompilerNumbersTest, AddOfUnreducedPartialSums) {
+  std::string json = absl::StrReplaceAll(
+      Swiglu(16, 32, "{'spec': ['fsdp'], 'unreduced': ['model']}"),
+      {{"}],\n    \"outputs\": [\"y\"]",
+        "}, {\"name\": \"y2\", \"op\": \"add\", \"inputs\": [\"y\", \"y\"]}],\n"
+        "    \"outputs\": [\"y2\"]"}});
+  ASSERT_NE(json.find("y2"), std::string::npos);
+  CheckCase({"swiglu+add", json, {{"x", {4, 2, 16}}}, {}}, GetParam());
+}
+
+TEST_P(CompilerNumbersTest, SwigluWithRequestOutShardings) {
+  for (const PartitionSpec& spec :
+       {Spec("P(None, None, 'model')"), Spec("P('model', None, 'fsdp')"),
+        Spec("P('fsdp', unreduced={'model'})"), Spec("P()")}) {
+    SCOPED_TRACE(spec.ToString());
+    CheckCase({"swiglu", Swiglu(16, 32), {{"x", {4, 2, 16}}}, {{"y", spec}}}, GetParam());
+  }
+}
+
+TEST_P(CompilerNumbersTest, TransformerBlock) {
+  CheckCase({"block", TransformerBlock(), {{"x", {2, 4, 16}}}, {}}, GetParam());
+}
+
+TEST_P(CompilerNumbersTest, TransformerBlockWithRequestOutSharding) {
+  CheckCase({"block", TransformerBlock(), {{"x", {2, 4, 16}}},
+             {{"out", Spec("P(None, 'model', 'data')")}}},
+            GetParam());
+}
+
+TEST_P(CompilerNumbersTest, EmbedNormsTransposeReshardEinsum) {
+  CheckCase({"misc", MiscOps(), {{"ids", {4, 4}}}, {}}, GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, CompilerNumbersTest, ::testing::Values(1, 2, 4, 8));
+
+TEST(CompilerTest, InputSlicesAndOutputPieces) {
+  ASSERT_OK_AND_ASSIGN(ModelFile m, ParseModelFile(Swiglu(16, 32), ""));
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, ResolveMesh(m, 8));
+  ASSERT_OK_AND_ASSIGN(TypedModel tm, TypeModel(m, mesh, {{"x", {4, 2, 16}}}));
+  ASSERT_OK_AND_ASSIGN(CompiledModel cm, CompileModel(tm, BlockWorkers(8, 2), {"p", 0}));
+  // x is P('fsdp'): one slice per device; devices 0-3 (fsdp=0) get rows 0:2.
+  ASSERT_EQ(cm.input_slices.size(), 8u);
+  EXPECT_EQ(cm.input_slices[0].box.ToString(), "[0:2, 0:2, 0:16]");
+  EXPECT_EQ(cm.input_slices[0].worker, 0);
+  EXPECT_EQ(cm.input_slices[5].box.ToString(), "[2:4, 0:2, 0:16]");
+  EXPECT_EQ(cm.input_slices[5].worker, 1);
+  // y is P('fsdp', None, 'model'): 8 distinct boxes, one piece each.
+  ASSERT_EQ(cm.output_pieces.size(), 8u);
+  int64_t covered = 0;
+  for (const auto& p : cm.output_pieces) covered += p.box.NumElements();
+  EXPECT_EQ(covered, 4 * 2 * 16);
+}
+
+TEST(CompilerTest, OneReplicaPerBoxForReplicatedOutputs) {
+  ASSERT_OK_AND_ASSIGN(ModelFile m, ParseModelFile(Swiglu(16, 32, "[]"), ""));
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, ResolveMesh(m, 8));
+  ASSERT_OK_AND_ASSIGN(TypedModel tm, TypeModel(m, mesh, {{"x", {4, 2, 16}}}));
+  ASSERT_OK_AND_ASSIGN(CompiledModel cm, CompileModel(tm, BlockWorkers(8, 4), {"p", 0}));
+  ASSERT_EQ(cm.output_pieces.size(), 1u);
+  EXPECT_EQ(cm.output_pieces[0].box.ToString(), "[0:4, 0:2, 0:16]");
+}
+
+TEST(CompilerTest, TagsAreUniqueAndTemporariesAreFreed) {
+  ASSERT_OK_AND_ASSIGN(ModelFile m, ParseModelFile(TransformerBlock(), ""));
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, ResolveMesh(m, 8));
+  ASSERT_OK_AND_ASSIGN(TypedModel tm, TypeModel(m, mesh, {{"x", {2, 4, 16}}}));
+  ASSERT_OK_AND_ASSIGN(CompiledModel cm, CompileModel(tm, BlockWorkers(8, 8), {"prog", 0}));
+  std::map<std::string, int> sends, recvs;
+  std::map<std::pair<int64_t, std::string>, bool> live;
+  for (const auto& [w, p] : cm.programs) {
+    for (const StepIr& s : p.steps) {
+      if (s.kind == StepIr::Kind::kSend) ++sends[s.tag];
+      if (s.kind == StepIr::Kind::kRecv) ++recvs[s.tag];
+      if (s.kind == StepIr::Kind::kCompute) live[{s.device, s.output}] = true;
+      if (s.kind == StepIr::Kind::kRecv) live[{s.device, s.buffer}] = true;
+      if (s.kind == StepIr::Kind::kCopy) live[{s.dst_device, s.dst}] = true;
+      if (s.kind == StepIr::Kind::kFree) live.erase({s.device, s.buffer});
+    }
+  }
+  EXPECT_FALSE(sends.empty());
+  for (const auto& [tag, n] : sends) {
+    EXPECT_EQ(n, 1) << tag;
+    EXPECT_EQ(recvs[tag], 1) << tag;
+    EXPECT_EQ(tag.rfind("prog/", 0), 0u) << tag;
+  }
+  // Only the output's buffer is still live at the end.
+  std::set<std::string> names;
+  for (const auto& [key, unused] : live) names.insert(key.second);
+  EXPECT_EQ(names.size(), 1u) << ::testing::PrintToString(names);
+}
+
+TEST(CompilerTest, RejectsDeviceWorkersOfTheWrongLength) {
+  ASSERT_OK_AND_ASSIGN(ModelFile m, ParseModelFile(SeedLinear(), ""));
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, ResolveMesh(m, 8));
+  ASSERT_OK_AND_ASSIGN(TypedModel tm, TypeModel(m, mesh, {{"x", {16, 32}}}));
+  EXPECT_THAT(CompileModel(tm, {0, 0}, {"p", 0}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "device_workers has 2 entries"));
+  EXPECT_THAT(CompileModel(tm, {0, 0, 0, 0, 0, 0, 0, -1}, {"p", 0}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "negative worker id -1"));
+}
+
+}  // namespace
+}  // namespace meshserve

@@ -1,0 +1,249 @@
+// The non-dot strategies (strategy.h): elementwise, unary, norms, softmax,
+// reshape, transpose, embed, reshard.
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "common/base/status_util.h"
+#include "server/compiler/layer_strategy.h"
+
+namespace meshserve {
+namespace {
+
+using Entries = std::vector<PartitionSpec::Entry>;
+
+Entries EntriesOf(const NamedSharding& s, int rank) {
+  Entries e;
+  for (int i = 0; i < rank; ++i) e.push_back(s.spec().entry(i));
+  return e;
+}
+
+StepIr Op(const std::string& op, std::vector<std::string> inputs) {
+  StepIr s;
+  s.op = op;
+  s.inputs = std::move(inputs);
+  return s;
+}
+
+absl::Status RequireReducedResult(const LayerContext& ctx) {
+  if (!ctx.result.spec().unreduced().empty()) {
+    return Unimplemented("op '", ctx.layer->op, "' with an unreduced result ",
+                         ctx.result.ToString());
+  }
+  return absl::OkStatus();
+}
+
+// Computes `op` over the inputs laid out as `layout`s into `compute` (the
+// compute layout of the result), then lays it out as the typed result.
+absl::StatusOr<Placed> ComputeThenPlace(const LayerContext& ctx, const NamedSharding& compute,
+                                        std::vector<std::pair<int, NamedSharding>> layouts,
+                                        StepIr step, absl::string_view strategy) {
+  ProgramEmitter& em = *ctx.emitter;
+  ctx.info->strategy = std::string(strategy);
+  step.inputs.clear();
+  for (const auto& [index, layout] : layouts) {
+    const Placed& in = ctx.operands[index];
+    MS_ASSIGN_OR_RETURN(Placed placed, em.Reshard(in, layout, in.dtype, ctx.operand_names[index],
+                                                  "operand", ctx.info));
+    step.inputs.push_back(placed.buffer);
+  }
+  Placed out{em.NewBuffer(ctx.layer->name), ctx.result.shape, compute,
+             compute.spec().unreduced().empty() ? ctx.result.dtype : DType::kFloat32};
+  em.ComputeEverywhere(out, [&](int64_t) { return step; });
+  return em.Reshard(out, ctx.result.sharding, ctx.result.dtype, ctx.layer->name, "result",
+                    ctx.info);
+}
+
+absl::StatusOr<Placed> Elementwise(const LayerContext& ctx) {
+  // add is linear: partial sums over the same unreduced axes add locally
+  // (the result stays unreduced). Other ops need reduced operands.
+  const std::vector<std::string>& unreduced = ctx.result.spec().unreduced();
+  if (ctx.layer->op != "add") MS_RETURN_IF_ERROR(RequireReducedResult(ctx));
+  const int rank = ctx.result.rank();
+  std::vector<std::pair<int, NamedSharding>> layouts;
+  for (int k = 0; k < 2; ++k) {
+    const Placed& in = ctx.operands[k];
+    const int r = static_cast<int>(in.shape.size());
+    Entries e;
+    for (int j = 0; j < r; ++j) {
+      int rd = j + rank - r;
+      bool broadcast = in.shape[j] == 1 && ctx.result.shape[rd] != 1;
+      e.push_back(broadcast ? PartitionSpec::Entry{} : ctx.result.spec().entry(rd));
+    }
+    layouts.emplace_back(k, ShardingOf(ctx.emitter->mesh(), r, e, unreduced));
+  }
+  return ComputeThenPlace(ctx, ctx.result.sharding, layouts, Op(ctx.layer->op, {}),
+                          "elementwise in the result's layout");
+}
+
+absl::StatusOr<Placed> Unary(const LayerContext& ctx) {
+  MS_RETURN_IF_ERROR(RequireReducedResult(ctx));
+  return ComputeThenPlace(ctx, ctx.result.sharding, {{0, ctx.result.sharding}},
+                          Op(ctx.layer->op, {}), "elementwise in the result's layout");
+}
+
+// The result's layout with dim `axis` unsharded.
+NamedSharding WithDimGathered(const LayerContext& ctx, int axis) {
+  Entries e = EntriesOf(ctx.result.sharding, ctx.result.rank());
+  e[axis].clear();
+  return ShardingOf(ctx.emitter->mesh(), ctx.result.rank(), e);
+}
+
+absl::StatusOr<Placed> Norm(const LayerContext& ctx) {
+  MS_RETURN_IF_ERROR(RequireReducedResult(ctx));
+  const int last = ctx.result.rank() - 1;
+  NamedSharding compute = WithDimGathered(ctx, last);
+  NamedSharding replicated1 = ShardingOf(ctx.emitter->mesh(), 1, {{}});
+  std::vector<std::pair<int, NamedSharding>> layouts = {{0, compute}, {1, replicated1}};
+  if (ctx.layer->op == "layer_norm") layouts.emplace_back(2, replicated1);
+  StepIr step = Op(ctx.layer->op, {});
+  step.epsilon = static_cast<float>(ctx.layer->epsilon);
+  return ComputeThenPlace(ctx, compute, layouts, step, "normalised dim gathered, local");
+}
+
+absl::StatusOr<Placed> Softmax(const LayerContext& ctx) {
+  MS_RETURN_IF_ERROR(RequireReducedResult(ctx));
+  const int rank = ctx.result.rank();
+  int axis = static_cast<int>(ctx.layer->axis < 0 ? ctx.layer->axis + rank : ctx.layer->axis);
+  NamedSharding compute = WithDimGathered(ctx, axis);
+  StepIr step = Op("softmax", {});
+  step.perm = {axis};
+  return ComputeThenPlace(ctx, compute, {{0, compute}}, step, "softmax axis gathered, local");
+}
+
+// True when the row-major elements of `box` (inside `shape`) restricted to
+// dims [b, e) form one contiguous flat range; sets [begin, end).
+bool FlatRange(const Box& box, const std::vector<int64_t>& shape, int b, int e, int64_t& begin,
+               int64_t& end) {
+  int p = b;
+  while (p < e && box[p].size() == 1) ++p;
+  for (int i = p + 1; i < e; ++i) {
+    if (box[i].begin != 0 || box[i].end != shape[i]) return false;
+  }
+  begin = 0;
+  int64_t stride_end = 1;
+  for (int i = b; i < e; ++i) begin = begin * shape[i] + box[i].begin;
+  int64_t len = 1;
+  for (int i = p; i < e; ++i) len *= box[i].size();
+  (void)stride_end;
+  end = begin + len;
+  // begin above is the flat index of the box's first element; the box is
+  // contiguous so it ends len elements later.
+  return true;
+}
+
+// Whether every device's operand box maps element for element onto its
+// result box under the reshape (groups of dims with equal products).
+bool ReshapeIsLocal(const Placed& in, const Placed& out, int64_t num_devices) {
+  const auto& a = in.shape;
+  const auto& b = out.shape;
+  std::vector<std::pair<std::pair<int, int>, std::pair<int, int>>> groups;
+  int i = 0, j = 0;
+  while (i < static_cast<int>(a.size()) || j < static_cast<int>(b.size())) {
+    int i0 = i, j0 = j;
+    int64_t pa = 1, pb = 1;
+    if (i < static_cast<int>(a.size())) pa = a[i++];
+    if (j < static_cast<int>(b.size())) pb = b[j++];
+    while (pa != pb) {
+      if (pa < pb && i < static_cast<int>(a.size())) {
+        pa *= a[i++];
+      } else if (j < static_cast<int>(b.size())) {
+        pb *= b[j++];
+      } else {
+        return false;
+      }
+    }
+    groups.push_back({{i0, i}, {j0, j}});
+  }
+  for (int64_t d = 0; d < num_devices; ++d) {
+    Box ib = in.BoxFor(d), ob = out.BoxFor(d);
+    if (ib.IsEmpty() != ob.IsEmpty()) return false;
+    for (const auto& g : groups) {
+      int64_t b1, e1, b2, e2;
+      if (!FlatRange(ib, a, g.first.first, g.first.second, b1, e1)) return false;
+      if (!FlatRange(ob, b, g.second.first, g.second.second, b2, e2)) return false;
+      if (b1 != b2 || e1 != e2) return false;
+    }
+  }
+  return true;
+}
+
+absl::StatusOr<Placed> Reshape(const LayerContext& ctx) {
+  MS_RETURN_IF_ERROR(RequireReducedResult(ctx));
+  ProgramEmitter& em = *ctx.emitter;
+  const Placed& in = ctx.operands[0];
+  Placed reduced_in = in;
+  reduced_in.sharding = Reduced(in.sharding);
+  Placed typed_out{"", ctx.result.shape, ctx.result.sharding, ctx.result.dtype};
+  if (ReshapeIsLocal(reduced_in, typed_out, em.num_devices())) {
+    return ComputeThenPlace(ctx, ctx.result.sharding, {{0, reduced_in.sharding}},
+                            Op("reshape", {}), "local reshape");
+  }
+  NamedSharding in_full = ShardingOf(em.mesh(), in.shape.size(), {});
+  NamedSharding out_full = ShardingOf(em.mesh(), ctx.result.rank(), {});
+  return ComputeThenPlace(ctx, out_full, {{0, in_full}}, Op("reshape", {}),
+                          "gather, reshape, slice");
+}
+
+absl::StatusOr<Placed> Transpose(const LayerContext& ctx) {
+  MS_RETURN_IF_ERROR(RequireReducedResult(ctx));
+  const Placed& in = ctx.operands[0];
+  const int rank = static_cast<int>(in.shape.size());
+  Entries in_e = EntriesOf(in.sharding, rank), out_e;
+  for (int64_t p : ctx.layer->perm) out_e.push_back(in_e[p]);
+  NamedSharding compute = ShardingOf(ctx.emitter->mesh(), rank, out_e);
+  StepIr step = Op("transpose", {});
+  step.perm = ctx.layer->perm;
+  return ComputeThenPlace(ctx, compute, {{0, Reduced(in.sharding)}}, step, "local transpose");
+}
+
+absl::StatusOr<Placed> Embed(const LayerContext& ctx) {
+  MS_RETURN_IF_ERROR(RequireReducedResult(ctx));
+  ProgramEmitter& em = *ctx.emitter;
+  const Placed& ids = ctx.operands[0];
+  const Placed& table = ctx.operands[1];
+  const int rank = ctx.result.rank();
+  Entries out_e = EntriesOf(ctx.result.sharding, rank);
+  std::vector<std::string> used;
+  for (const auto& e : out_e) used.insert(used.end(), e.begin(), e.end());
+  PartitionSpec::Entry vocab;
+  for (const std::string& a : table.sharding.spec().entry(0)) {
+    if (std::find(used.begin(), used.end(), a) == used.end()) vocab.push_back(a);
+  }
+  Entries ids_e(out_e.begin(), out_e.end() - 1);
+  NamedSharding ids_layout = ShardingOf(em.mesh(), ids.shape.size(), ids_e);
+  NamedSharding table_layout = ShardingOf(em.mesh(), 2, {vocab, out_e.back()});
+  NamedSharding compute = ShardingOf(em.mesh(), rank, out_e, vocab);
+  ctx.info->strategy = vocab.empty() ? "local gather" : "vocab-sharded gather, partial sums";
+  MS_ASSIGN_OR_RETURN(Placed ids_c, em.Reshard(ids, ids_layout, ids.dtype, ctx.operand_names[0],
+                                               "operand", ctx.info));
+  MS_ASSIGN_OR_RETURN(Placed table_c, em.Reshard(table, table_layout, table.dtype,
+                                                 ctx.operand_names[1], "operand", ctx.info));
+  Placed out{em.NewBuffer(ctx.layer->name), ctx.result.shape, compute,
+             vocab.empty() ? ctx.result.dtype : DType::kFloat32};
+  em.ComputeEverywhere(out, [&](int64_t) { return Op("embed", {ids_c.buffer, table_c.buffer}); });
+  return em.Reshard(out, ctx.result.sharding, ctx.result.dtype, ctx.layer->name, "result",
+                    ctx.info);
+}
+
+}  // namespace
+
+absl::StatusOr<Placed> CompileLocalLayer(const LayerContext& ctx) {
+  const std::string& op = ctx.layer->op;
+  if (op == "add" || op == "mul") return Elementwise(ctx);
+  if (op == "relu" || op == "gelu" || op == "silu" || op == "tanh") return Unary(ctx);
+  if (op == "rms_norm" || op == "layer_norm") return Norm(ctx);
+  if (op == "softmax") return Softmax(ctx);
+  if (op == "reshape") return Reshape(ctx);
+  if (op == "transpose") return Transpose(ctx);
+  if (op == "embed") return Embed(ctx);
+  if (op == "reshard") {
+    ctx.info->strategy = "reshard plan";
+    return ctx.emitter->Reshard(ctx.operands[0], ctx.result.sharding, ctx.result.dtype,
+                                ctx.layer->name, "result", ctx.info);
+  }
+  return Unimplemented("op '", op, "' has no strategy");
+}
+
+}  // namespace meshserve

@@ -1,0 +1,203 @@
+// ProgramEmitter (compiler_emitter.h): turns planner transfers into steps.
+#include "server/compiler/program_emitter.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
+#include "common/sharding/shard_layout.h"
+
+namespace meshserve {
+
+Box Placed::BoxFor(int64_t device) const {
+  return ShardBoxForDevice(shape, sharding, device);
+}
+
+NamedSharding ShardingOf(const Mesh& mesh, int rank, std::vector<PartitionSpec::Entry> entries,
+                         std::vector<std::string> unreduced) {
+  entries.resize(std::max<size_t>(entries.size(), rank));
+  return NamedSharding::UncheckedCreate(mesh,
+                                        PartitionSpec(std::move(entries), std::move(unreduced)));
+}
+
+NamedSharding Reduced(const NamedSharding& s) {
+  return NamedSharding::UncheckedCreate(s.mesh(), PartitionSpec(s.spec().entries()));
+}
+
+ProgramEmitter::ProgramEmitter(Mesh mesh, std::vector<int64_t> device_workers,
+                               std::string program_id)
+    : mesh_(std::move(mesh)),
+      device_workers_(std::move(device_workers)),
+      program_id_(std::move(program_id)) {
+  for (int64_t w : device_workers_) {
+    ProgramIr& p = programs_[w];
+    p.program_id = program_id_;
+    p.worker = w;
+  }
+}
+
+std::string ProgramEmitter::NewBuffer(absl::string_view hint) {
+  std::string name = absl::StrCat("t", next_buffer_++, "/", hint);
+  temporaries_.push_back(name);
+  return name;
+}
+
+std::string ProgramEmitter::NewTag() { return absl::StrCat(program_id_, "/", next_tag_++); }
+
+StepIr& ProgramEmitter::Append(int64_t worker, StepIr::Kind kind, int64_t device) {
+  StepIr& s = programs_[worker].steps.emplace_back();
+  s.kind = kind;
+  s.device = device;
+  return s;
+}
+
+absl::StatusOr<ProgramEmitter::Cost> ProgramEmitter::PlanCost(const Placed& src,
+                                                              const NamedSharding& dst) const {
+  Cost cost;
+  if (src.sharding == dst) return cost;
+  ReshardEndpoint from{src.sharding, device_workers_};
+  ReshardEndpoint to{dst, device_workers_};
+  MS_ASSIGN_OR_RETURN(ReshardPlan plan, ComputeReshardPlan(src.shape, src.dtype, from, to));
+  cost.network_bytes = plan.bytes_moved;
+  // Over the plan's groups, without expanding it into Transfers.
+  for (const TransferGroup& g : plan.groups) {
+    int64_t crossing = 0;
+    if (IsNetworkTransfer(g.kind)) {
+      crossing = g.size();
+    } else if (g.kind == TransferKind::kLocalCopy) {
+      for (int64_t i = g.dst_begin; i < g.dst_end; ++i) {
+        crossing += plan.group_dst_devices[i] != g.src_device ? 1 : 0;
+      }
+    }
+    cost.device_bytes += crossing * g.box.NumElements() * DTypeSize(src.dtype);
+  }
+  return cost;
+}
+
+absl::StatusOr<Placed> ProgramEmitter::Reshard(const Placed& src, const NamedSharding& dst,
+                                               DType dst_dtype, absl::string_view value,
+                                               absl::string_view purpose,
+                                               LayerPlanInfo* info) {
+  if (src.sharding == dst) return src;
+  ReshardEndpoint from{src.sharding, device_workers_};
+  ReshardEndpoint to{dst, device_workers_};
+  MS_ASSIGN_OR_RETURN(ReshardPlan plan, ComputeReshardPlan(src.shape, src.dtype, from, to),
+                      "resharding '", value, "' from ", src.sharding.spec().ToString(), " to ",
+                      dst.spec().ToString());
+  Placed out;
+  out.buffer = NewBuffer(value);
+  out.shape = src.shape;
+  out.sharding = dst;
+  out.dtype = dst.spec().unreduced().empty() ? dst_dtype : DType::kFloat32;
+  for (const Transfer& t : plan.Transfers()) EmitTransfer(t, src, out);
+  if (info != nullptr) {
+    CollectiveInfo c;
+    c.value = std::string(value);
+    c.purpose = std::string(purpose);
+    c.pattern = plan.pattern;
+    c.from = src.sharding.spec().ToString();
+    c.to = dst.spec().ToString();
+    c.bytes = plan.bytes_moved;
+    info->bytes_moved += c.bytes;
+    info->collectives.push_back(std::move(c));
+  }
+  return out;
+}
+
+void ProgramEmitter::EmitTransfer(const Transfer& t, const Placed& src, const Placed& dst) {
+  const Box dst_box = dst.BoxFor(t.dst_device);
+  const int dst_dtype = DTypeToWire(dst.dtype);
+  auto local_copy = [&](const std::string& from, int64_t from_device, bool accumulate,
+                        const std::string& to, int64_t to_device, const Box& to_box, int dtype) {
+    StepIr& s = Append(WorkerOf(from_device), StepIr::Kind::kCopy, from_device);
+    s.buffer = from;
+    s.dst = to;
+    s.dst_device = to_device;
+    s.box = BoxToIr(t.box);
+    s.accumulate = accumulate;
+    s.buffer_box = BoxToIr(to_box);
+    s.dtype = dtype;
+  };
+  switch (t.kind) {
+    case TransferKind::kLocalForward:
+      local_copy(dst.buffer, t.src_device, false, dst.buffer, t.dst_device, dst_box, dst_dtype);
+      return;
+    case TransferKind::kLocalCopy:
+      local_copy(src.buffer, t.src_device, false, dst.buffer, t.dst_device, dst_box, dst_dtype);
+      for (int64_t a : t.src_addends) {
+        local_copy(src.buffer, a, true, dst.buffer, t.dst_device, dst_box, dst_dtype);
+      }
+      return;
+    case TransferKind::kCopy:
+    case TransferKind::kReduce: {
+      std::string payload = src.buffer;
+      if (!t.src_addends.empty()) {
+        // Pre-add the sender's partial sums into one temporary box.
+        payload = NewBuffer("presum");
+        int wire = DTypeToWire(src.dtype);
+        local_copy(src.buffer, t.src_device, false, payload, t.src_device, t.box, wire);
+        for (int64_t a : t.src_addends) {
+          local_copy(src.buffer, a, true, payload, t.src_device, t.box, wire);
+        }
+      }
+      std::string tag = NewTag();
+      StepIr& send = Append(t.src_worker, StepIr::Kind::kSend, t.src_device);
+      send.buffer = payload;
+      send.box = BoxToIr(t.box);
+      send.dst_worker = t.dst_worker;
+      send.dst_device = t.dst_device;
+      send.tag = tag;
+      StepIr& recv = Append(t.dst_worker, StepIr::Kind::kRecv, t.dst_device);
+      recv.buffer = dst.buffer;
+      recv.box = BoxToIr(t.box);
+      recv.tag = tag;
+      recv.accumulate = t.kind == TransferKind::kReduce;
+      recv.buffer_box = BoxToIr(dst_box);
+      recv.dtype = dst_dtype;
+      recv.src_worker = t.src_worker;
+      return;
+    }
+  }
+}
+
+void ProgramEmitter::ComputeEverywhere(const Placed& out,
+                                       const std::function<StepIr(int64_t)>& make) {
+  for (int64_t d = 0; d < num_devices(); ++d) {
+    Box box = out.BoxFor(d);
+    if (box.IsEmpty()) continue;
+    StepIr step = make(d);
+    step.kind = StepIr::Kind::kCompute;
+    step.device = d;
+    step.output = out.buffer;
+    step.out_box = BoxToIr(box);
+    step.out_dtype = DTypeToWire(out.dtype);
+    step.partial = out.partial();
+    programs_[WorkerOf(d)].steps.push_back(std::move(step));
+  }
+}
+
+void ProgramEmitter::AddOutput(int64_t device, const std::string& buffer, const Box& box,
+                               const std::string& output) {
+  StepIr& s = Append(WorkerOf(device), StepIr::Kind::kOutput, device);
+  s.buffer = buffer;
+  s.box = BoxToIr(box);
+  s.output = output;
+}
+
+void ProgramEmitter::Free(const std::string& buffer) {
+  for (int64_t d = 0; d < num_devices(); ++d) {
+    StepIr& s = Append(WorkerOf(d), StepIr::Kind::kFree, d);
+    s.buffer = buffer;
+  }
+}
+
+void ProgramEmitter::FreeTemporaries(const std::vector<std::string>& keep) {
+  for (const std::string& t : temporaries_) {
+    if (std::find(keep.begin(), keep.end(), t) == keep.end()) Free(t);
+  }
+  temporaries_.clear();
+}
+
+}  // namespace meshserve

@@ -1,0 +1,237 @@
+// Model files and a full-tensor reference evaluator shared by the compiler's
+// tests (compiler_test.cc, strategy_test.cc). Header-only, test use only.
+#ifndef MESHSERVE_SERVER_COMPILER_TESTING_TEST_MODELS_H_
+#define MESHSERVE_SERVER_COMPILER_TESTING_TEST_MODELS_H_
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_replace.h"
+#include "common/base/status_macros.h"
+#include "common/model/typed_model.h"
+#include "common/tensor/kernels.h"
+#include "common/tensor/tensor.h"
+#include "server/compiler/layer_strategy.h"
+
+namespace meshserve {
+namespace compiler_testing {
+
+inline std::string Json(absl::string_view single_quoted) {
+  return absl::StrReplaceAll(single_quoted, {{"'", "\""}});
+}
+
+// The seed's Linear: data=8, kernel P(None,'data'), x P('data'), out P('data').
+inline std::string SeedLinear() {
+  return Json(R"({'name': 'linear', 'mesh': {'data': 8},
+    'inputs': {'x': {'shape': [-1, 32], 'sharding': ['data']}},
+    'params': {'kernel': {'shape': [32, 64], 'sharding': [null, 'data']},
+               'bias': {'shape': [64]}},
+    'layers': [{'name': 'y', 'op': 'linear', 'input': 'x', 'kernel': 'kernel', 'bias': 'bias',
+                'out_sharding': ['data']}],
+    'outputs': ['y']})");
+}
+
+// The seed's SwiGLU block with small dims (D=d, F=f).
+inline std::string Swiglu(int d, int f, absl::string_view y_out = "['fsdp', null, 'model']") {
+  return absl::StrReplaceAll(Json(R"({'name': 'swiglu', 'mesh': {'fsdp': 2, 'model': 4},
+    'inputs': {'x': {'shape': [-1, -1, DD], 'sharding': ['fsdp', null, null]}},
+    'params': {
+      'gate_proj.kernel': {'shape': [DD, FF], 'sharding': ['fsdp', 'model']},
+      'up_proj.kernel':   {'shape': [DD, FF], 'sharding': ['fsdp', 'model']},
+      'down_proj.kernel': {'shape': [FF, DD], 'sharding': ['model', 'fsdp']}},
+    'layers': [
+      {'name': 'gate', 'op': 'linear', 'input': 'x', 'kernel': 'gate_proj.kernel'},
+      {'name': 'up',   'op': 'linear', 'input': 'x', 'kernel': 'up_proj.kernel'},
+      {'name': 'act',  'op': 'silu',   'input': 'gate'},
+      {'name': 'h',    'op': 'mul',    'inputs': ['act', 'up']},
+      {'name': 'y',    'op': 'linear', 'input': 'h', 'kernel': 'down_proj.kernel',
+       'out_sharding': YOUT}],
+    'outputs': ['y']})"),
+                             {{"DD", std::to_string(d)}, {"FF", std::to_string(f)},
+                              {"YOUT", Json(y_out)}});
+}
+
+// A pre-norm transformer block: RMSNorm, attention (einsum/softmax/reshape),
+// residual, RMSNorm, SwiGLU MLP, residual. D=16, 4 heads of 4, F=32.
+inline std::string TransformerBlock() {
+  return Json(R"({'name': 'block', 'mesh': {'data': 2, 'model': 4},
+    'inputs': {'x': {'shape': [-1, 4, 16], 'sharding': ['data']}},
+    'params': {
+      'ln1.scale': {'shape': [16], 'init': 'ones'},
+      'ln2.scale': {'shape': [16], 'init': 'ones'},
+      'wq': {'shape': [16, 16], 'sharding': [null, 'model']},
+      'wk': {'shape': [16, 16], 'sharding': [null, 'model']},
+      'wv': {'shape': [16, 16], 'sharding': [null, 'model']},
+      'wo': {'shape': [16, 16], 'sharding': ['model', null]},
+      'w1': {'shape': [16, 32], 'sharding': [null, 'model']},
+      'w3': {'shape': [16, 32], 'sharding': [null, 'model']},
+      'w2': {'shape': [32, 16], 'sharding': ['model', null]}},
+    'layers': [
+      {'name': 'n1', 'op': 'rms_norm', 'input': 'x', 'scale': 'ln1.scale'},
+      {'name': 'q', 'op': 'linear', 'input': 'n1', 'kernel': 'wq'},
+      {'name': 'k', 'op': 'linear', 'input': 'n1', 'kernel': 'wk'},
+      {'name': 'v', 'op': 'linear', 'input': 'n1', 'kernel': 'wv'},
+      {'name': 'qh', 'op': 'reshape', 'input': 'q', 'shape': [-1, 4, 4, 4]},
+      {'name': 'kh', 'op': 'reshape', 'input': 'k', 'shape': [-1, 4, 4, 4]},
+      {'name': 'vh', 'op': 'reshape', 'input': 'v', 'shape': [-1, 4, 4, 4]},
+      {'name': 's', 'op': 'einsum', 'equation': 'bqhd,bkhd->bhqk', 'inputs': ['qh', 'kh']},
+      {'name': 'p', 'op': 'softmax', 'input': 's', 'axis': -1},
+      {'name': 'o', 'op': 'einsum', 'equation': 'bhqk,bkhd->bqhd', 'inputs': ['p', 'vh']},
+      {'name': 'o2', 'op': 'reshape', 'input': 'o', 'shape': [-1, 4, 16]},
+      {'name': 'attn', 'op': 'linear', 'input': 'o2', 'kernel': 'wo', 'out_sharding': ['data']},
+      {'name': 'h1', 'op': 'add', 'inputs': ['x', 'attn']},
+      {'name': 'n2', 'op': 'rms_norm', 'input': 'h1', 'scale': 'ln2.scale'},
+      {'name': 'gate', 'op': 'linear', 'input': 'n2', 'kernel': 'w1'},
+      {'name': 'up', 'op': 'linear', 'input': 'n2', 'kernel': 'w3'},
+      {'name': 'act', 'op': 'silu', 'input': 'gate'},
+      {'name': 'hh', 'op': 'mul', 'inputs': ['act', 'up']},
+      {'name': 'down', 'op': 'linear', 'input': 'hh', 'kernel': 'w2', 'out_sharding': ['data']},
+      {'name': 'out', 'op': 'add', 'inputs': ['h1', 'down']}],
+    'outputs': ['out']})");
+}
+
+// The remaining ops: embed with a vocabulary-sharded table (partial sums),
+// layer_norm, gelu, transpose, reshard, tanh, an einsum with a one-sided
+// sharded contraction, relu.
+inline std::string MiscOps() {
+  return Json(R"({'name': 'misc', 'mesh': {'data': 2, 'model': 4},
+    'inputs': {'ids': {'shape': [-1, 4], 'sharding': ['data'], 'dtype': 'int32'}},
+    'params': {
+      'table': {'shape': [32, 16], 'sharding': ['model', null]},
+      'ln.scale': {'shape': [16]}, 'ln.bias': {'shape': [16]},
+      'w': {'shape': [16, 8], 'sharding': [null, 'model']}},
+    'layers': [
+      {'name': 'e', 'op': 'embed', 'input': 'ids', 'table': 'table',
+       'out_sharding': ['data', null, null]},
+      {'name': 'n', 'op': 'layer_norm', 'input': 'e', 'scale': 'ln.scale', 'bias': 'ln.bias'},
+      {'name': 'g', 'op': 'gelu', 'input': 'n'},
+      {'name': 't', 'op': 'transpose', 'input': 'g', 'perm': [0, 2, 1]},
+      {'name': 'r', 'op': 'reshard', 'input': 't', 'out_sharding': [null, 'model', null]},
+      {'name': 'u', 'op': 'tanh', 'input': 'r'},
+      {'name': 'z', 'op': 'einsum', 'equation': 'bdt,df->btf', 'inputs': ['u', 'w']},
+      {'name': 'out', 'op': 'relu', 'input': 'z'}],
+    'outputs': ['out', 'r']})");
+}
+
+// Deterministic values in [-1, 1).
+inline Tensor RandomTensor(const std::vector<int64_t>& shape, uint64_t seed) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<float> v(n);
+  uint64_t s = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+  for (float& x : v) {
+    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+    x = static_cast<float>((s >> 40) % 20000) / 10000.0f - 1.0f;
+  }
+  return *Tensor::FromValues(DType::kFloat32, shape, v);
+}
+
+inline std::map<std::string, Tensor> RandomParams(const ModelFile& m) {
+  std::map<std::string, Tensor> out;
+  uint64_t seed = 100;
+  for (const ParamDef& p : m.params) out[p.name] = RandomTensor(p.shape, seed++);
+  return out;
+}
+
+inline std::vector<int64_t> Positions(const std::string& labels, const std::string& of) {
+  std::vector<int64_t> out;
+  for (char c : of) out.push_back(static_cast<int64_t>(labels.find(c)));
+  return out;
+}
+
+// jnp.einsum on full tensors through DotGeneral + Transpose.
+inline absl::StatusOr<Tensor> ReferenceEinsum(const std::string& eq, const Tensor& a,
+                                              const Tensor& b) {
+  MS_ASSIGN_OR_RETURN(DotSpecLabels l, ParseEinsumLabels(eq));
+  auto has = [](const std::string& s, char c) { return s.find(c) != std::string::npos; };
+  std::string batch, contract, dot;
+  for (char c : l.lhs) {
+    if (has(l.rhs, c) && has(l.out, c)) batch += c;
+    if (has(l.rhs, c) && !has(l.out, c)) contract += c;
+  }
+  dot = batch;
+  for (char c : l.lhs) {
+    if (!has(l.rhs, c)) dot += c;
+  }
+  for (char c : l.rhs) {
+    if (!has(l.lhs, c)) dot += c;
+  }
+  MS_ASSIGN_OR_RETURN(Tensor r, DotGeneral(a, b, Positions(l.lhs, contract),
+                                           Positions(l.rhs, contract), Positions(l.lhs, batch),
+                                           Positions(l.rhs, batch), DType::kFloat32));
+  if (dot == l.out) return r;
+  return Transpose(r, Positions(dot, l.out));
+}
+
+// Evaluates the model on full tensors, layer by layer, with the kernels.
+inline absl::StatusOr<std::map<std::string, Tensor>> Reference(
+    const ModelFile& m, const std::map<std::string, Tensor>& inputs,
+    const std::map<std::string, Tensor>& params) {
+  std::map<std::string, Tensor> v = params;
+  for (const auto& [n, t] : inputs) v[n] = t;
+  const DType f32 = DType::kFloat32;
+  for (const LayerDef& l : m.layers) {
+    const Tensor& x = v.at(l.inputs[0]);
+    absl::StatusOr<Tensor> r = absl::InternalError("op " + l.op);
+    if (l.op == "linear") {
+      r = Linear(x, v.at(l.kernel), l.bias.empty() ? nullptr : &v.at(l.bias), f32);
+    } else if (l.op == "einsum") {
+      r = ReferenceEinsum(l.equation, x, v.at(l.inputs[1]));
+    } else if (l.op == "embed") {
+      BoxTensor table{Box::FromShape(v.at(l.table).shape()), v.at(l.table)};
+      r = Embed(x, table, f32);
+    } else if (l.op == "rms_norm") {
+      r = RmsNorm(x, v.at(l.scale), l.epsilon, f32);
+    } else if (l.op == "layer_norm") {
+      r = LayerNorm(x, v.at(l.scale), v.at(l.bias), l.epsilon, f32);
+    } else if (l.op == "silu") {
+      r = Silu(x, f32);
+    } else if (l.op == "relu") {
+      r = Relu(x, f32);
+    } else if (l.op == "gelu") {
+      r = Gelu(x, f32);
+    } else if (l.op == "tanh") {
+      r = Tanh(x, f32);
+    } else if (l.op == "add") {
+      r = Add(x, v.at(l.inputs[1]), f32);
+    } else if (l.op == "mul") {
+      r = Mul(x, v.at(l.inputs[1]), f32);
+    } else if (l.op == "softmax") {
+      r = Softmax(x, l.axis, f32);
+    } else if (l.op == "reshape") {
+      r = Reshape(x, l.shape);
+    } else if (l.op == "transpose") {
+      r = Transpose(x, l.perm);
+    } else if (l.op == "reshard") {
+      r = x;
+    }
+    if (!r.ok()) return r.status();
+    v[l.name] = *std::move(r);
+  }
+  std::map<std::string, Tensor> out;
+  for (const std::string& o : m.outputs) out[o] = v.at(o);
+  return out;
+}
+
+// Contiguous blocks of devices per worker (as placement.h deals them).
+inline std::vector<int64_t> BlockWorkers(int64_t num_devices, int64_t num_workers) {
+  std::vector<int64_t> w(num_devices);
+  for (int64_t d = 0; d < num_devices; ++d) w[d] = d * num_workers / num_devices;
+  return w;
+}
+
+inline float MaxAbsDiff(const Tensor& a, const Tensor& b) {
+  std::vector<float> x = a.ToFloatVector(), y = b.ToFloatVector();
+  if (x.size() != y.size()) return INFINITY;
+  float m = 0;
+  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::fabs(x[i] - y[i]));
+  return m;
+}
+
+}  // namespace compiler_testing
+}  // namespace meshserve
+
+#endif  // MESHSERVE_SERVER_COMPILER_TESTING_TEST_MODELS_H_

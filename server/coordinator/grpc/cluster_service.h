@@ -1,0 +1,45 @@
+// meshserve.ClusterService (Describe, Status: for clients) and
+// meshserve.MembershipService (Register, Heartbeat: for workers) over the
+// Coordinator. Thin handlers: parse, call the core, convert the status once.
+//
+// Thread-safety: thread-safe (the Coordinator is).
+#ifndef MESHSERVE_SERVER_COORDINATOR_GRPC_CLUSTER_SERVICE_H_
+#define MESHSERVE_SERVER_COORDINATOR_GRPC_CLUSTER_SERVICE_H_
+
+#include "proto/cluster_service.grpc.pb.h"
+#include "server/coordinator/coordinator.h"
+
+namespace meshserve {
+
+void DescribeResultToProto(const DescribeResult& result, DescribeResponse* proto);
+void ClusterStatusToProto(const std::vector<WorkerView>& workers,
+                          const std::vector<ModelStatus>& models,
+                          ClusterStatusResponse* proto);
+
+class ClusterServiceImpl final : public ClusterService::Service {
+ public:
+  explicit ClusterServiceImpl(Coordinator* coordinator) : coordinator_(coordinator) {}
+  grpc::Status Describe(grpc::ServerContext*, const DescribeRequest*,
+                        DescribeResponse*) override;
+  grpc::Status Status(grpc::ServerContext*, const ClusterStatusRequest*,
+                      ClusterStatusResponse*) override;
+
+ private:
+  Coordinator* const coordinator_;
+};
+
+class MembershipServiceImpl final : public MembershipService::Service {
+ public:
+  explicit MembershipServiceImpl(Coordinator* coordinator) : coordinator_(coordinator) {}
+  grpc::Status Register(grpc::ServerContext*, const RegisterRequest*,
+                        RegisterResponse*) override;
+  grpc::Status Heartbeat(grpc::ServerContext*, const HeartbeatRequest*,
+                         HeartbeatResponse*) override;
+
+ private:
+  Coordinator* const coordinator_;
+};
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_SERVER_COORDINATOR_GRPC_CLUSTER_SERVICE_H_

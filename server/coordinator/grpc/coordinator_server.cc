@@ -1,0 +1,60 @@
+#include "server/coordinator/grpc/coordinator_server.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_util.h"
+#include "common/rpc/channel.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
+
+namespace meshserve {
+
+CoordinatorServer::CoordinatorServer(Coordinator* coordinator)
+    : coordinator_(coordinator),
+      inference_(coordinator),
+      cluster_(coordinator),
+      membership_(coordinator) {}
+
+CoordinatorServer::~CoordinatorServer() { Shutdown(); }
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    Coordinator* coordinator, const std::string& host, int port) {
+  if (port < 0 || port > 65535) return InvalidArgument("port ", port, " not in 0..65535");
+  std::unique_ptr<CoordinatorServer> s(new CoordinatorServer(coordinator));
+  s->host_ = host;
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  ConfigureServerBuilder(&builder);
+  const std::string address = absl::StrCat(host, ":", port);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &s->port_);
+  builder.RegisterService(&s->inference_);
+  builder.RegisterService(&s->cluster_);
+  builder.RegisterService(&s->membership_);
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || s->port_ == 0) {
+    return Unavailable("cannot listen on ", address);
+  }
+  s->UpdateHealth();
+  return s;
+}
+
+std::string CoordinatorServer::address() const {
+  return absl::StrCat(host_ == "0.0.0.0" ? "127.0.0.1" : host_, ":", port_);
+}
+
+void CoordinatorServer::UpdateHealth() {
+  if (server_ == nullptr) return;
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  if (health == nullptr) return;
+  health->SetServingStatus("", true);
+  health->SetServingStatus("inference.GRPCInferenceService", coordinator_->IsReady());
+}
+
+void CoordinatorServer::Shutdown() {
+  if (server_ == nullptr) return;
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server_->Wait();
+  server_.reset();
+}
+
+}  // namespace meshserve

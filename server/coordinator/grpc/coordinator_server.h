@@ -1,0 +1,50 @@
+// The coordinator's gRPC server: inference.GRPCInferenceService,
+// meshserve.ClusterService, meshserve.MembershipService and the standard
+// grpc.health.v1 service ("" is SERVING while the process runs;
+// "inference.GRPCInferenceService" is SERVING once IsReady()), with 1 GiB
+// message limits.
+//
+// Thread-safety: Start/Shutdown from one thread; UpdateHealth from any.
+#ifndef MESHSERVE_SERVER_COORDINATOR_GRPC_COORDINATOR_SERVER_H_
+#define MESHSERVE_SERVER_COORDINATOR_GRPC_COORDINATOR_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/server.h"
+#include "server/coordinator/grpc/cluster_service.h"
+#include "server/coordinator/coordinator.h"
+#include "server/coordinator/grpc/inference_service.h"
+
+namespace meshserve {
+
+class CoordinatorServer {
+ public:
+  // Binds host:port (port 0 picks a free one).
+  // \error kUnavailable when the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(Coordinator* coordinator,
+                                                                   const std::string& host,
+                                                                   int port);
+  ~CoordinatorServer();
+  int port() const { return port_; }
+  std::string address() const;
+  // Sets the health service's statuses from coordinator->IsReady().
+  void UpdateHealth();
+  grpc::Server* server() { return server_.get(); }
+  void Shutdown();
+
+ private:
+  explicit CoordinatorServer(Coordinator* coordinator);
+  Coordinator* const coordinator_;
+  std::string host_;
+  int port_ = 0;
+  InferenceService inference_;
+  ClusterServiceImpl cluster_;
+  MembershipServiceImpl membership_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_SERVER_COORDINATOR_GRPC_COORDINATOR_SERVER_H_

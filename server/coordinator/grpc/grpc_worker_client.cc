@@ -1,0 +1,119 @@
+#include "server/coordinator/grpc/grpc_worker_client.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/program/program_proto.h"
+#include "common/rpc/channel.h"
+#include "common/rpc/grpc_status.h"
+#include "proto/worker_service.grpc.pb.h"
+
+namespace meshserve {
+namespace {
+
+class GrpcWorkerClient : public WorkerClient {
+ public:
+  GrpcWorkerClient(std::string address, std::shared_ptr<grpc::Channel> channel)
+      : address_(std::move(address)), stub_(WorkerService::NewStub(channel)) {}
+
+  absl::StatusOr<int64_t> LoadModel(const LoadModelIr& call,
+                                    absl::Duration timeout) override {
+    LoadModelRequest request;
+    LoadModelFromIr(call, &request);
+    LoadModelResponse response;
+    grpc::ClientContext context;
+    SetDeadline(&context, timeout);
+    absl::Status s = Check(stub_->LoadModel(&context, request, &response), "LoadModel");
+    if (!s.ok()) return s;
+    return response.param_bytes();
+  }
+
+  absl::Status UnloadModel(const std::string& model, int64_t generation,
+                           absl::Duration timeout) override {
+    UnloadModelRequest request;
+    request.set_model(model);
+    request.set_generation(generation);
+    UnloadModelResponse response;
+    grpc::ClientContext context;
+    SetDeadline(&context, timeout);
+    return Check(stub_->UnloadModel(&context, request, &response), "UnloadModel");
+  }
+
+  absl::Status InstallProgram(const std::string& serialized_program,
+                              absl::Duration timeout) override {
+    InstallProgramRequest request;
+    if (!request.mutable_program()->ParseFromString(serialized_program)) {
+      return absl::InternalError("InstallProgram: the program does not parse");
+    }
+    InstallProgramResponse response;
+    grpc::ClientContext context;
+    SetDeadline(&context, timeout);
+    return Check(stub_->InstallProgram(&context, request, &response), "InstallProgram");
+  }
+
+  absl::StatusOr<ExecuteResult> Execute(ExecuteCall call,
+                                        absl::Duration timeout) override {
+    ExecuteRequest request;
+    request.set_program_id(call.program_id);
+    request.set_request_id(call.request_id);
+    request.set_deadline_ms(call.deadline_ms);
+    for (SliceIr& s : call.inputs) SliceFromIr(&s, request.add_inputs());  // moves bytes
+    ExecuteResponse response;
+    grpc::ClientContext context;
+    SetDeadline(&context, timeout);
+    absl::Status s = Check(stub_->Execute(&context, request, &response), "Execute");
+    if (!s.ok()) return s;
+    ExecuteResult result;
+    for (auto& slice : *response.mutable_outputs()) {
+      result.outputs.push_back(SliceToIr(&slice));
+    }
+    return result;
+  }
+
+  absl::Status Cancel(const std::string& request_id, const std::string& reason,
+                      absl::Duration timeout) override {
+    CancelRequest request;
+    request.set_request_id(request_id);
+    request.set_reason(reason);
+    CancelResponse response;
+    grpc::ClientContext context;
+    SetDeadline(&context, timeout);
+    return Check(stub_->Cancel(&context, request, &response), "Cancel");
+  }
+
+  absl::StatusOr<WorkerStatusIr> Status(absl::Duration timeout) override {
+    WorkerStatusRequest request;
+    WorkerStatusResponse response;
+    grpc::ClientContext context;
+    SetDeadline(&context, timeout);
+    absl::Status s = Check(stub_->Status(&context, request, &response), "Status");
+    if (!s.ok()) return s;
+    return WorkerStatusFromProto(response);
+  }
+
+ private:
+  absl::Status Check(const grpc::Status& status, const char* rpc) const {
+    absl::Status s = FromGrpcStatus(status);
+    if (s.ok()) return s;
+    return absl::Status(s.code(), absl::StrCat(rpc, " on ", address_, ": ", s.message()));
+  }
+
+  const std::string address_;
+  std::unique_ptr<WorkerService::Stub> stub_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<WorkerClient>> CreateGrpcWorkerClient(
+    const std::string& address) {
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = CreateChannel(address);
+  if (!channel.ok()) return channel.status();
+  return std::shared_ptr<WorkerClient>(
+      std::make_shared<GrpcWorkerClient>(address, *std::move(channel)));
+}
+
+WorkerClientFactory GrpcWorkerClientFactory() {
+  return [](int64_t, const std::string& address) { return CreateGrpcWorkerClient(address); };
+}
+
+}  // namespace meshserve

@@ -1,0 +1,53 @@
+// KServe v2 / Open Inference Protocol: inference.GRPCInferenceService over
+// the Coordinator (../shared/design/open-inference-protocol.md).
+//
+// ModelInfer takes inputs as raw_input_contents (one entry per input, in
+// order; BF16/FP16 only this way) or typed contents (fp32_contents for FP32,
+// int_contents for INT32/INT8, int64_contents for INT64, fp64_contents for
+// FP64, bool_contents for BOOL, uint_contents for UINT8); a requested output's
+// string parameter "out_sharding" (JAX syntax, "P('fsdp', None, 'model')")
+// sets the layout the output is computed into. Outputs come back as
+// raw_output_contents, with parameters "type" (the JAX type string) and
+// "generation".
+//
+// Thread-safety: thread-safe (the Coordinator is); handlers block on the
+// coordinator (synchronous service, gRPC's thread pool).
+#ifndef MESHSERVE_SERVER_COORDINATOR_GRPC_INFERENCE_SERVICE_H_
+#define MESHSERVE_SERVER_COORDINATOR_GRPC_INFERENCE_SERVICE_H_
+
+#include "absl/status/statusor.h"
+#include "proto/inference.grpc.pb.h"
+#include "server/coordinator/coordinator.h"
+
+namespace meshserve {
+
+// Request proto -> core request. \error kInvalidArgument naming the value
+// (unknown datatype, raw and typed contents mixed, raw count mismatch, a
+// non-string out_sharding, missing data).
+absl::StatusOr<InferRequest> InferRequestFromProto(const inference::ModelInferRequest& proto);
+void InferResponseToProto(InferResponse response, inference::ModelInferResponse* proto);
+
+class InferenceService final : public inference::GRPCInferenceService::Service {
+ public:
+  explicit InferenceService(Coordinator* coordinator) : coordinator_(coordinator) {}
+
+  grpc::Status ServerLive(grpc::ServerContext*, const inference::ServerLiveRequest*,
+                          inference::ServerLiveResponse*) override;
+  grpc::Status ServerReady(grpc::ServerContext*, const inference::ServerReadyRequest*,
+                           inference::ServerReadyResponse*) override;
+  grpc::Status ModelReady(grpc::ServerContext*, const inference::ModelReadyRequest*,
+                          inference::ModelReadyResponse*) override;
+  grpc::Status ServerMetadata(grpc::ServerContext*, const inference::ServerMetadataRequest*,
+                              inference::ServerMetadataResponse*) override;
+  grpc::Status ModelMetadata(grpc::ServerContext*, const inference::ModelMetadataRequest*,
+                             inference::ModelMetadataResponse*) override;
+  grpc::Status ModelInfer(grpc::ServerContext*, const inference::ModelInferRequest*,
+                          inference::ModelInferResponse*) override;
+
+ private:
+  Coordinator* const coordinator_;
+};
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_SERVER_COORDINATOR_GRPC_INFERENCE_SERVICE_H_
