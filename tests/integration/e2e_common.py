@@ -5,8 +5,9 @@ and `main`, which runs one scenario's stages and cleans up after them.
 Each scenario is its own CTest entry (e2e_<scenario>). A scenario script calls
 `main(name, stages)`; `stages(env)` returns [(stage name, callable)], run in
 order, an exception in one being one failure. Afterwards every process the
-scenario started is stopped. Exit: 0 all passed, 1 failures, 77 binaries
-missing (CTest: skipped).
+scenario started is stopped, and any left in their process groups is a failure
+(and is killed). Exit: 0 all passed, 1 failures, 77 binaries missing (CTest:
+skipped).
 
 Models and references: `make_model_dir` writes the models into a temp dir and
 returns for each its NumPy reference (float64, compared with the float32
@@ -20,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -290,6 +292,22 @@ def wait_gone(pids, timeout_s=15):
     return False
 
 
+def group_members(pgids):
+    """Live (not zombie) processes whose process group is one of `pgids`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) in pgids:
+            found.append(int(entry))
+    return found
+
+
 class Env:
     """One scenario's run: its checker, temp dir, binaries and clusters."""
 
@@ -311,6 +329,23 @@ class Env:
         """`meshserve local` (mslib.LocalCluster) with its logs in ROOT/logs-NAME."""
         return mslib.LocalCluster(bin_dir or self.bin_dir, workers, model_dir,
                                   os.path.join(self.root, "logs-" + name), **kwargs)
+
+    def check_nothing_left(self):
+        """After mslib._cleanup: no process of a group this scenario started
+        is alive (meshserve local's workers and coordinator share its group)."""
+        pgids = {p.pid for p in mslib._PROCS}
+        deadline = time.time() + 10
+        left = group_members(pgids)
+        while left and time.time() < deadline:
+            time.sleep(0.2)
+            left = group_members(pgids)
+        self.c.check(not left, "no process of the test is left behind",
+                     "    left: %s" % left)
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def main(name, stages, needs=CLUSTER_BINARIES, add_args=None, doc=None):
@@ -337,6 +372,7 @@ def main(name, stages, needs=CLUSTER_BINARIES, add_args=None, doc=None):
                 c.check(False, "stage '%s' ran" % stage_name, traceback.format_exc())
     finally:
         mslib._cleanup()
+        env.check_nothing_left()
         if args.keep:
             print("kept %s" % root)
         else:
