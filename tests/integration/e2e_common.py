@@ -4,10 +4,10 @@ and `main`, which runs one scenario's stages and cleans up after them.
 
 Each scenario is its own CTest entry (e2e_<scenario>). A scenario script calls
 `main(name, stages)`; `stages(env)` returns [(stage name, callable)], run in
-order, an exception in one being one failure. Afterwards every process the
-scenario started is stopped, and any left in their process groups is a failure
-(and is killed). Exit: 0 all passed, 1 failures, 77 binaries missing (CTest:
-skipped).
+order, an exception in one being one failure; --deadline_s ends the run (a
+failure). Afterwards every process the scenario started is stopped, and any
+left in their process groups is a failure (and is killed). Exit: 0 all
+passed, 1 failures, 77 binaries missing (CTest: skipped).
 
 Models and references: `make_model_dir` writes the models into a temp dir and
 returns for each its NumPy reference (float64, compared with the float32
@@ -348,11 +348,22 @@ class Env:
                 pass
 
 
+class DeadlineReached(BaseException):
+    """--deadline_s passed (not an Exception: it ends the scenario)."""
+
+
+def _on_alarm(signum, frame):
+    raise DeadlineReached()
+
+
 def main(name, stages, needs=CLUSTER_BINARIES, add_args=None, doc=None):
     """Runs scenario `name`: `stages(env)` -> [(stage name, callable)]."""
     ap = argparse.ArgumentParser(description=doc)
     ap.add_argument("--bin_dir", default=os.path.join(ROOT, "build", "bin"))
     ap.add_argument("--keep", action="store_true", help="keep the temp dir")
+    ap.add_argument("--deadline_s", type=int, default=0,
+                    help="stop the scenario (a failure) and clean up after this many "
+                         "seconds; set below CTest's TIMEOUT, which kills without cleanup")
     if add_args:
         add_args(ap)
     args = ap.parse_args()
@@ -364,13 +375,20 @@ def main(name, stages, needs=CLUSTER_BINARIES, add_args=None, doc=None):
     env = Env(args, root)
     c = env.c
     start = time.time()
+    if args.deadline_s > 0:
+        signal.signal(signal.SIGALRM, _on_alarm)
+        signal.alarm(args.deadline_s)
     try:
         for stage_name, stage in stages(env):
             try:
                 stage()
             except Exception:  # a stage that cannot run is one failure
                 c.check(False, "stage '%s' ran" % stage_name, traceback.format_exc())
+    except DeadlineReached:
+        c.check(False, "scenario finished within --deadline_s %d" % args.deadline_s,
+                traceback.format_exc())
     finally:
+        signal.alarm(0)
         mslib._cleanup()
         env.check_nothing_left()
         if args.keep:
