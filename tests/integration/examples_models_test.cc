@@ -1,6 +1,6 @@
 // The shipped example models type as JAX types them, and the files in
 // models_bad/ are rejected with the right error. No processes: this is the
-// in-process half of the end-to-end tests (e2e_test.py runs the cluster).
+// in-process half of the end-to-end tests (test_*.py run the cluster).
 #include <map>
 #include <string>
 #include <vector>
