@@ -20,9 +20,9 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/base/flags_usage.h"
 #include "common/base/logging.h"
 #include "common/tensor/blas.h"
 #include "server/worker/grpc_peer_transport.h"
@@ -129,11 +129,15 @@ int Run() {
 }  // namespace meshserve
 
 int main(int argc, char** argv) {
+  meshserve::ParseFlags(
+      argc, argv,
+      "meshserve-worker: one shard worker process; it hosts the devices the coordinator\n"
+      "places on it and runs their programs.\n\n"
+      "  meshserve-worker --port 0 --coordinator 127.0.0.1:7000");
   meshserve::EnsureBlasCoreTypeOrReexec(argc, argv);
   if (absl::Status s = meshserve::EnsureWorkingBlasOrReexec(argc, argv); !s.ok()) {
     std::cerr << "meshserve-worker: no working BLAS kernel: " << s << "\n";
     return 1;
   }
-  absl::ParseCommandLine(argc, argv);
   return meshserve::Run();
 }

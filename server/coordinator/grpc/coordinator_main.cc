@@ -13,8 +13,8 @@
 #include <iostream>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/time/clock.h"
+#include "common/base/flags_usage.h"
 #include "common/base/logging.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/grpc/coordinator_server.h"
@@ -35,7 +35,11 @@ void OnSignal(int) { g_stop = true; }
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  meshserve::ParseFlags(
+      argc, argv,
+      "meshserve-coordinator: serves the models of --model_dir to clients (KServe v2 gRPC)\n"
+      "and places them on the workers that register with it.\n\n"
+      "  meshserve-coordinator --port 8500 --model_dir examples/models --min_workers 2");
   meshserve::CoordinatorOptions options;
   options.model_dir = absl::GetFlag(FLAGS_model_dir);
   options.min_workers = absl::GetFlag(FLAGS_min_workers);
