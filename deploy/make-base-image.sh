@@ -7,8 +7,16 @@ if docker image inspect debian:bookworm-slim >/dev/null 2>&1; then
   echo "debian:bookworm-slim already present"; exit 0
 fi
 command -v debootstrap >/dev/null || apt-get install -y -qq debootstrap
-MIRROR=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-MIRROR=${MIRROR:-http://deb.debian.org/debian}
+# The mirror: $MIRROR if set, else the first URIs: of the machine's own apt
+# sources (deb822), else the first `deb` line of sources.list. No fallback host.
+if [ -z "${MIRROR:-}" ]; then
+  MIRROR=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
+fi
+if [ -z "${MIRROR:-}" ]; then
+  MIRROR=$(awk '$1 == "deb" {for (i = 2; i <= NF; i++) if ($i ~ /:\/\//) {print $i; exit}}' \
+    /etc/apt/sources.list 2>/dev/null || true)
+fi
+[ -n "${MIRROR:-}" ] || { echo "make-base-image: no apt mirror found in /etc/apt; set MIRROR=URL" >&2; exit 1; }
 ROOTFS=$(mktemp -d)
 trap 'rm -rf "$ROOTFS"' EXIT
 debootstrap --variant=minbase bookworm "$ROOTFS" "$MIRROR"
