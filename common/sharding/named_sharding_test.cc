@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/hash/hash_testing.h"
+#include "common/sharding/testing/fixtures.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
@@ -14,22 +15,14 @@ namespace {
 using ::meshserve::testing::IsOk;
 using ::meshserve::testing::StatusIs;
 
-Mesh M(const char* text) {
-  auto mesh = ParseMesh(text);
-  EXPECT_TRUE(mesh.ok()) << mesh.status();
-  return mesh.ok() ? *mesh : Mesh();
-}
-PartitionSpec S(const char* text) {
-  auto spec = ParsePartitionSpec(text);
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  return spec.ok() ? *spec : PartitionSpec();
-}
+using ::meshserve::testing::MeshOrDie;
+using ::meshserve::testing::SpecOrDie;
 
 TEST(NamedShardingTest, CreatePadsSpecToRank) {
   ASSERT_OK_AND_ASSIGN(NamedSharding s,
-                       NamedSharding::Create(M("mesh[x=2,y=4]"), S("P('x')"), 3));
+                       NamedSharding::Create(MeshOrDie("mesh[x=2,y=4]"), SpecOrDie("P('x')"), 3));
   EXPECT_EQ(s.rank(), 3);
-  EXPECT_EQ(s.spec(), S("P('x', None, None)"));
+  EXPECT_EQ(s.spec(), SpecOrDie("P('x', None, None)"));
   EXPECT_EQ(s.NumShardsAlongDim(0), 2);
   EXPECT_EQ(s.NumShardsAlongDim(1), 1);
   EXPECT_EQ(s.ToString(), "NamedSharding(mesh[x=2,y=4], P('x', None, None))");
@@ -37,54 +30,54 @@ TEST(NamedShardingTest, CreatePadsSpecToRank) {
 
 TEST(NamedShardingTest, NumShardsAlongDimMultipliesTupleAxes) {
   ASSERT_OK_AND_ASSIGN(NamedSharding s, NamedSharding::Create(
-                                            M("mesh[x=2,y=3,z=5]"), S("P(('z', 'x'))"), 1));
+                                            MeshOrDie("mesh[x=2,y=3,z=5]"), SpecOrDie("P(('z', 'x'))"), 1));
   EXPECT_EQ(s.NumShardsAlongDim(0), 10);
   EXPECT_FALSE(s.IsFullyReplicated());
 }
 
 TEST(NamedShardingTest, CreateRejectsUnknownAxis) {
-  EXPECT_THAT(NamedSharding::Create(M("mesh[x=2,y=2]"), S("P('z')"), 1),
+  EXPECT_THAT(NamedSharding::Create(MeshOrDie("mesh[x=2,y=2]"), SpecOrDie("P('z')"), 1),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "Resource axis: z of P('z') is not found in mesh: ('x', 'y')."));
-  EXPECT_THAT(NamedSharding::Create(Mesh(), S("P('x')"), 1),
+  EXPECT_THAT(NamedSharding::Create(Mesh(), SpecOrDie("P('x')"), 1),
               StatusIs(absl::StatusCode::kInvalidArgument, "not found in mesh: ()"));
 }
 
 TEST(NamedShardingTest, CreateRejectsDuplicateAxis) {
   EXPECT_THAT(
-      NamedSharding::Create(M("mesh[x=2,y=2]"), S("P('x', 'x')"), 2),
+      NamedSharding::Create(MeshOrDie("mesh[x=2,y=2]"), SpecOrDie("P('x', 'x')"), 2),
       StatusIs(absl::StatusCode::kInvalidArgument,
                "A single NamedSharding spec specification can map every mesh axis "
                "to at most one positional dimension, but P('x', 'x') has "
                "duplicate entries for `x`"));
-  EXPECT_THAT(NamedSharding::Create(M("mesh[x=2,y=2]"), S("P(('x', 'y'), 'y')"), 2),
+  EXPECT_THAT(NamedSharding::Create(MeshOrDie("mesh[x=2,y=2]"), SpecOrDie("P(('x', 'y'), 'y')"), 2),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "has duplicate entries for `y`"));
 }
 
 TEST(NamedShardingTest, CreateRejectsSpecLongerThanRank) {
-  EXPECT_THAT(NamedSharding::Create(M("mesh[x=2]"),
-                                    S("P('x', None, None, None)"), 3),
+  EXPECT_THAT(NamedSharding::Create(MeshOrDie("mesh[x=2]"),
+                                    SpecOrDie("P('x', None, None, None)"), 3),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "Length of sharding.spec (4) must be equal to aval's ndim (3)"));
-  EXPECT_THAT(NamedSharding::Create(M("mesh[x=2]"), S("P()"), -1),
+  EXPECT_THAT(NamedSharding::Create(MeshOrDie("mesh[x=2]"), SpecOrDie("P()"), -1),
               StatusIs(absl::StatusCode::kInvalidArgument, "-1"));
 }
 
 TEST(NamedShardingTest, CreateRejectsBadUnreduced) {
-  EXPECT_THAT(NamedSharding::Create(M("mesh[x=2,y=2]"),
-                                    S("P('x', unreduced={'q'})"), 1),
+  EXPECT_THAT(NamedSharding::Create(MeshOrDie("mesh[x=2,y=2]"),
+                                    SpecOrDie("P('x', unreduced={'q'})"), 1),
               StatusIs(absl::StatusCode::kInvalidArgument, "Unreduced axis: q"));
-  EXPECT_THAT(NamedSharding::Create(M("mesh[x=2,y=2]"),
-                                    S("P('x', unreduced={'x'})"), 1),
+  EXPECT_THAT(NamedSharding::Create(MeshOrDie("mesh[x=2,y=2]"),
+                                    SpecOrDie("P('x', unreduced={'x'})"), 1),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "partitions cannot overlap with unreduced axes"));
 }
 
 TEST(NamedShardingTest, CreateStoresUnreducedInMeshOrder) {
   ASSERT_OK_AND_ASSIGN(NamedSharding s,
-                       NamedSharding::Create(M("mesh[x=2,y=2,z=2]"),
-                                             S("P(unreduced={'z', 'x'})"), 1));
+                       NamedSharding::Create(MeshOrDie("mesh[x=2,y=2,z=2]"),
+                                             SpecOrDie("P(unreduced={'z', 'x'})"), 1));
   EXPECT_THAT(s.spec().unreduced(), ::testing::ElementsAre("x", "z"));
 }
 
@@ -92,7 +85,7 @@ TEST(NamedShardingTest, HashIsCorrect) {
   std::vector<NamedSharding> values;
   for (const char* spec : {"P()", "P('x')", "P(None, 'x')", "P(('x', 'y'))",
                            "P(unreduced={'y'})"}) {
-    auto s = NamedSharding::Create(M("mesh[x=2,y=2]"), S(spec), 2);
+    auto s = NamedSharding::Create(MeshOrDie("mesh[x=2,y=2]"), SpecOrDie(spec), 2);
     ASSERT_THAT(s, IsOk());
     values.push_back(*s);
   }
@@ -102,13 +95,13 @@ TEST(NamedShardingTest, HashIsCorrect) {
 
 TEST(CheckDivisibleTest, AcceptsDivisibleShapes) {
   ASSERT_OK_AND_ASSIGN(NamedSharding s, NamedSharding::Create(
-                                            M("mesh[x=2,y=4]"), S("P('x', 'y')"), 2));
+                                            MeshOrDie("mesh[x=2,y=4]"), SpecOrDie("P('x', 'y')"), 2));
   EXPECT_THAT(CheckDivisible({4, 8}, s), IsOk());
 }
 
 TEST(CheckDivisibleTest, RejectsWithJaxMessage) {
   ASSERT_OK_AND_ASSIGN(NamedSharding s,
-                       NamedSharding::Create(M("mesh[x=2,y=2]"), S("P('x')"), 2));
+                       NamedSharding::Create(MeshOrDie("mesh[x=2,y=2]"), SpecOrDie("P('x')"), 2));
   EXPECT_THAT(
       CheckDivisible({5, 2}, s),
       StatusIs(absl::StatusCode::kInvalidArgument,
@@ -116,7 +109,7 @@ TEST(CheckDivisibleTest, RejectsWithJaxMessage) {
                "times, but does not evenly divide the dimension size 5. Got shape: "
                "(5, 2) and sharding P('x')"));
   ASSERT_OK_AND_ASSIGN(NamedSharding t, NamedSharding::Create(
-                                            M("mesh[x=2,y=3]"), S("P(None, ('x', 'y'))"), 2));
+                                            MeshOrDie("mesh[x=2,y=3]"), SpecOrDie("P(None, ('x', 'y'))"), 2));
   EXPECT_THAT(CheckDivisible({4, 8}, t),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "Sharding spec ('x', 'y') implies that array axis 1 is "
@@ -125,23 +118,23 @@ TEST(CheckDivisibleTest, RejectsWithJaxMessage) {
 
 TEST(CheckDivisibleTest, IgnoresAutoAndManualAxes) {
   ASSERT_OK_AND_ASSIGN(NamedSharding s,
-                       NamedSharding::Create(M("mesh[x=2,y=3:Auto]"),
-                                             S("P(('x', 'y'))"), 1));
+                       NamedSharding::Create(MeshOrDie("mesh[x=2,y=3:Auto]"),
+                                             SpecOrDie("P(('x', 'y'))"), 1));
   EXPECT_THAT(CheckDivisible({4}, s), IsOk());
   EXPECT_THAT(CheckDivisible({3}, s),
               StatusIs(absl::StatusCode::kInvalidArgument, "(3,)"));
 }
 
 TEST(ExplicitOnlySpecTest, DropsAutoAndManualAxes) {
-  Mesh mesh = M("mesh[x=2,y=2:Auto,z=2:Manual]");
-  EXPECT_EQ(ExplicitOnlySpec(mesh, S("P(('x', 'y'), None)")), S("P('x', None)"));
-  EXPECT_EQ(ExplicitOnlySpec(mesh, S("P('y', 'z', unreduced={'x', 'y'})")),
-            S("P(None, None, unreduced={'x'})"));
+  Mesh mesh = MeshOrDie("mesh[x=2,y=2:Auto,z=2:Manual]");
+  EXPECT_EQ(ExplicitOnlySpec(mesh, SpecOrDie("P(('x', 'y'), None)")), SpecOrDie("P('x', None)"));
+  EXPECT_EQ(ExplicitOnlySpec(mesh, SpecOrDie("P('y', 'z', unreduced={'x', 'y'})")),
+            SpecOrDie("P(None, None, unreduced={'x'})"));
 }
 
 ArrayType Type(DType dtype, std::vector<int64_t> shape, const char* mesh,
                const char* spec) {
-  auto t = MakeArrayType(dtype, std::move(shape), M(mesh), S(spec));
+  auto t = MakeArrayType(dtype, std::move(shape), MeshOrDie(mesh), SpecOrDie(spec));
   EXPECT_TRUE(t.ok()) << t.status();
   return t.ok() ? *t : ArrayType();
 }
@@ -204,14 +197,14 @@ TEST(ArrayTypeTest, HashIsCorrect) {
 }
 
 TEST(MakeArrayTypeTest, RejectsInvalidInput) {
-  EXPECT_THAT(MakeArrayType(DType::kFloat32, {5, 2}, M("mesh[x=2]"), S("P('x')")),
+  EXPECT_THAT(MakeArrayType(DType::kFloat32, {5, 2}, MeshOrDie("mesh[x=2]"), SpecOrDie("P('x')")),
               StatusIs(absl::StatusCode::kInvalidArgument, "does not evenly divide"));
-  EXPECT_THAT(MakeArrayType(DType::kFloat32, {4}, M("mesh[x=2]"), S("P('x', None)")),
+  EXPECT_THAT(MakeArrayType(DType::kFloat32, {4}, MeshOrDie("mesh[x=2]"), SpecOrDie("P('x', None)")),
               StatusIs(absl::StatusCode::kInvalidArgument, "Length of sharding.spec"));
-  EXPECT_THAT(MakeArrayType(DType::kFloat32, {-4}, M("mesh[x=2]"), S("P()")),
+  EXPECT_THAT(MakeArrayType(DType::kFloat32, {-4}, MeshOrDie("mesh[x=2]"), SpecOrDie("P()")),
               StatusIs(absl::StatusCode::kInvalidArgument, "negative dimension -4"));
   EXPECT_THAT(MakeArrayType(DType::kFloat32, {int64_t{1} << 40, int64_t{1} << 40},
-                            M("mesh[x=2]"), S("P()")),
+                            MeshOrDie("mesh[x=2]"), SpecOrDie("P()")),
               StatusIs(absl::StatusCode::kInvalidArgument, "overflows"));
 }
 

@@ -3,6 +3,7 @@
 #include <random>
 #include <vector>
 
+#include "common/sharding/testing/fixtures.h"
 #include "gtest/gtest.h"
 #include "common/sharding/shard_layout.h"
 
@@ -10,9 +11,7 @@ namespace meshserve {
 namespace reshard_internal {
 namespace {
 
-NamedSharding Sharding(const char* mesh, const char* spec, int rank) {
-  return *NamedSharding::Create(*ParseMesh(mesh), *ParsePartitionSpec(spec), rank);
-}
+using ::meshserve::testing::ShardingOrDie;
 
 TEST(ShardGridTest, AgreesWithShardLayoutOnEveryDevice) {
   const std::vector<int64_t> shapes[] = {{8, 6}, {5, 7}, {0, 3}, {12, 12}};
@@ -20,7 +19,7 @@ TEST(ShardGridTest, AgreesWithShardLayoutOnEveryDevice) {
                          "P('z', ('x', 'y'))", "P('y', 'x', unreduced={'z'})"};
   for (const auto& shape : shapes) {
     for (const char* spec : specs) {
-      const NamedSharding s = Sharding("mesh[x=2,y=3,z=2]", spec, 2);
+      const NamedSharding s = ShardingOrDie("mesh[x=2,y=3,z=2]", spec, 2);
       absl::StatusOr<ShardGrid> grid = ShardGrid::Create(shape, s);
       ASSERT_TRUE(grid.ok()) << grid.status();
       for (int64_t d = 0; d < s.mesh().num_devices(); ++d) {
@@ -32,7 +31,7 @@ TEST(ShardGridTest, AgreesWithShardLayoutOnEveryDevice) {
 }
 
 TEST(ShardGridTest, RejectsRankMismatchAndUnknownAxis) {
-  const NamedSharding s = Sharding("mesh[x=2]", "P('x', None)", 2);
+  const NamedSharding s = ShardingOrDie("mesh[x=2]", "P('x', None)", 2);
   EXPECT_EQ(ShardGrid::Create({4}, s).status().code(), absl::StatusCode::kInvalidArgument);
   const NamedSharding bad =
       NamedSharding::UncheckedCreate(*ParseMesh("mesh[x=2]"), PartitionSpec({{"q"}}));

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "common/sharding/testing/fixtures.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
@@ -12,21 +13,13 @@ namespace {
 using ::meshserve::testing::IsOkAndHolds;
 using ::meshserve::testing::StatusIs;
 
-NamedSharding Sharding(const char* mesh, const char* spec, int rank) {
-  auto m = ParseMesh(mesh);
-  EXPECT_TRUE(m.ok()) << m.status();
-  auto p = ParsePartitionSpec(spec);
-  EXPECT_TRUE(p.ok()) << p.status();
-  auto s = NamedSharding::Create(*m, *p, rank);
-  EXPECT_TRUE(s.ok()) << s.status();
-  return s.ok() ? *s : NamedSharding();
-}
+using ::meshserve::testing::ShardingOrDie;
 
 // Expected texts below are JAX's VisualizeShardingTest cases
 // (tests/debugging_primitives_test.py).
 
 TEST(VisualizeShardingTest, TrivialSharding) {
-  EXPECT_THAT(VisualizeSharding({5}, Sharding("mesh[x=1]", "P('x')", 1)),
+  EXPECT_THAT(VisualizeSharding({5}, ShardingOrDie("mesh[x=1]", "P('x')", 1)),
               IsOkAndHolds("┌───────┐\n"
                            "│ CPU 0 │\n"
                            "└───────┘\n"));
@@ -36,7 +29,7 @@ TEST(VisualizeShardingTest, TrivialShardingWithScale) {
   VisualizeOptions options;
   options.scale = 8;
   EXPECT_THAT(
-      VisualizeSharding({5}, Sharding("mesh[x=1]", "P('x')", 1), options),
+      VisualizeSharding({5}, ShardingOrDie("mesh[x=1]", "P('x')", 1), options),
       IsOkAndHolds("┌──────────────────────────────────────┐\n"
                    "│                CPU 0                 │\n"
                    "└──────────────────────────────────────┘\n"));
@@ -45,7 +38,7 @@ TEST(VisualizeShardingTest, TrivialShardingWithScale) {
 TEST(VisualizeShardingTest, FullSharding) {
   const std::string rule = "├───────┼───────┼───────┼───────┤\n";
   EXPECT_THAT(
-      VisualizeSharding({8, 8}, Sharding("mesh[x=8,y=4]", "P('x', 'y')", 2)),
+      VisualizeSharding({8, 8}, ShardingOrDie("mesh[x=8,y=4]", "P('x', 'y')", 2)),
       IsOkAndHolds("┌───────┬───────┬───────┬───────┐\n"
                    "│ CPU 0 │ CPU 1 │ CPU 2 │ CPU 3 │\n" + rule +
                    "│ CPU 4 │ CPU 5 │ CPU 6 │ CPU 7 │\n" + rule +
@@ -61,7 +54,7 @@ TEST(VisualizeShardingTest, FullSharding) {
 TEST(VisualizeShardingTest, ShardingWithReplicatedRows) {
   const std::string rule = "├───────────────────────┤\n";
   EXPECT_THAT(
-      VisualizeSharding({8, 8}, Sharding("mesh[x=8,y=4]", "P('x', None)", 2)),
+      VisualizeSharding({8, 8}, ShardingOrDie("mesh[x=8,y=4]", "P('x', None)", 2)),
       IsOkAndHolds("┌───────────────────────┐\n"
                    "│      CPU 0,1,2,3      │\n" + rule +
                    "│      CPU 4,5,6,7      │\n" + rule +
@@ -82,14 +75,14 @@ TEST(VisualizeShardingTest, ShardingWithReplicatedColumns) {
   for (int i = 0; i < 4; ++i) want += blank;
   want += "└───────────┴───────────┘\n";
   EXPECT_THAT(
-      VisualizeSharding({8, 8}, Sharding("mesh[x=4,y=2]", "P(None, 'y')", 2)),
+      VisualizeSharding({8, 8}, ShardingOrDie("mesh[x=4,y=2]", "P(None, 'y')", 2)),
       IsOkAndHolds(want));
 }
 
 TEST(VisualizeShardingTest, HeaderExample) {
   const std::string blank = "│                       │\n";
   EXPECT_THAT(
-      VisualizeSharding({8, 8}, Sharding("mesh[x=2,y=2]", "P('x', None)", 2)),
+      VisualizeSharding({8, 8}, ShardingOrDie("mesh[x=2,y=2]", "P('x', None)", 2)),
       IsOkAndHolds("┌───────────────────────┐\n" + blank +
                    "│        CPU 0,1        │\n" + blank + blank +
                    "├───────────────────────┤\n" + blank +
@@ -101,14 +94,14 @@ TEST(VisualizeShardingTest, UnevenTilesGetTheirOwnSizes) {
   // Shape 5 over 4 shards: chunks of 2, 2, 1 and an empty one; every tile is at
   // least min_width and the empty shard is still drawn.
   ASSERT_OK_AND_ASSIGN(std::string text,
-                       VisualizeSharding({5}, Sharding("mesh[x=4]", "P('x')", 1)));
+                       VisualizeSharding({5}, ShardingOrDie("mesh[x=4]", "P('x')", 1)));
   EXPECT_THAT(text, ::testing::HasSubstr("│ CPU 0 │ CPU 1 │ CPU 2 │ CPU 3 │"));
 }
 
 TEST(VisualizeShardingTest, WideArrayIsClampedToMaxWidth) {
   ASSERT_OK_AND_ASSIGN(
       std::string text,
-      VisualizeSharding({128, 10000}, Sharding("mesh[x=8,y=4]", "P('x', None)", 2)));
+      VisualizeSharding({128, 10000}, ShardingOrDie("mesh[x=8,y=4]", "P('x', None)", 2)));
   EXPECT_THAT(text, ::testing::HasSubstr(
                         "│                                 CPU 0,1,2,3       "
                         "                           │\n"));
@@ -119,7 +112,7 @@ TEST(VisualizeShardingTest, WideArrayIsClampedToMaxWidth) {
 
 TEST(VisualizeShardingTest, OneDimensionalRow) {
   EXPECT_THAT(
-      VisualizeSharding({8}, Sharding("mesh[x=8]", "P('x')", 1)),
+      VisualizeSharding({8}, ShardingOrDie("mesh[x=8]", "P('x')", 1)),
       IsOkAndHolds(
           "┌───────┬───────┬───────┬───────┬───────┬───────┬───────┬───────┐\n"
           "│ CPU 0 │ CPU 1 │ CPU 2 │ CPU 3 │ CPU 4 │ CPU 5 │ CPU 6 │ CPU 7 │\n"
@@ -127,14 +120,14 @@ TEST(VisualizeShardingTest, OneDimensionalRow) {
 }
 
 TEST(VisualizeShardingTest, PlatformLabel) {
-  EXPECT_THAT(VisualizeSharding({4}, Sharding("mesh[x=2]", "P()", 1), "TPU"),
+  EXPECT_THAT(VisualizeSharding({4}, ShardingOrDie("mesh[x=2]", "P()", 1), "TPU"),
               IsOkAndHolds("┌───────┐\n"
                            "│TPU 0,1│\n"
                            "└───────┘\n"));
 }
 
 TEST(VisualizeShardingTest, RejectsOtherRanks) {
-  EXPECT_THAT(VisualizeSharding({2, 2, 2}, Sharding("mesh[x=2]", "P()", 3)),
+  EXPECT_THAT(VisualizeSharding({2, 2, 2}, ShardingOrDie("mesh[x=2]", "P()", 3)),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "`visualize_sharding` only works for shapes with 1 and 2 "
                        "dimensions. Got shape (2, 2, 2)"));
@@ -143,13 +136,13 @@ TEST(VisualizeShardingTest, RejectsOtherRanks) {
 }
 
 TEST(VisualizeShardingTest, RejectsBadInput) {
-  EXPECT_THAT(VisualizeSharding({4, 4}, Sharding("mesh[x=2]", "P()", 1)),
+  EXPECT_THAT(VisualizeSharding({4, 4}, ShardingOrDie("mesh[x=2]", "P()", 1)),
               StatusIs(absl::StatusCode::kInvalidArgument, "does not match"));
-  EXPECT_THAT(VisualizeSharding({0}, Sharding("mesh[x=2]", "P()", 1)),
+  EXPECT_THAT(VisualizeSharding({0}, ShardingOrDie("mesh[x=2]", "P()", 1)),
               StatusIs(absl::StatusCode::kInvalidArgument, "(0,)"));
   VisualizeOptions options;
   options.scale = -1;
-  EXPECT_THAT(VisualizeSharding({4}, Sharding("mesh[x=2]", "P()", 1), options),
+  EXPECT_THAT(VisualizeSharding({4}, ShardingOrDie("mesh[x=2]", "P()", 1), options),
               StatusIs(absl::StatusCode::kInvalidArgument, "scale=-1"));
 }
 
