@@ -1,5 +1,5 @@
-// Coordinator: creation, model repository, membership and the control loop.
-// Requests are in coordinator_infer.cc.
+// Coordinator: creation, model repository, membership, the control loop and
+// the status views. Requests are in coordinator_infer.cc.
 #include "server/coordinator/coordinator.h"
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/program/ir_conv.h"
+#include "server/coordinator/fan_out.h"
 
 namespace meshserve {
 
@@ -45,7 +46,13 @@ Coordinator::Coordinator(CoordinatorOptions options, WorkerClientFactory factory
     : options_(std::move(options)),
       client_factory_(std::move(factory)),
       compiler_(std::move(compiler)),
-      registry_(options_.heartbeat_interval, options_.missed_beats) {}
+      registry_(options_.heartbeat_interval, options_.missed_beats),
+      program_cache_(
+          compiler_.get(),
+          [this](int64_t worker_id, const std::string& address) {
+            return Client(worker_id, address);
+          },
+          &registry_, options_.install_timeout) {}
 
 Coordinator::~Coordinator() {
   stop_.Notify();
@@ -144,34 +151,26 @@ void Coordinator::ProbeSuspects() {
 // Loads `placement` on each of its workers in parallel.
 absl::Status Coordinator::LoadPlacement(const ModelFile& model, const Placement& placement) {
   std::vector<int64_t> ids = placement.WorkerIds();
-  std::vector<absl::Status> results(ids.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    threads.emplace_back([&, i] {
-      const int64_t id = ids[i];
-      LoadModelIr call;
-      call.model = placement.model;
-      call.generation = placement.generation;
-      call.model_json = model.json_text;
-      call.model_dir = model.model_dir;
-      call.mesh = MeshToIr(placement.mesh);
-      call.devices = placement.devices_by_worker.at(id);
-      call.device_workers = placement.device_workers;
-      call.worker_addresses = placement.worker_addresses;
-      absl::StatusOr<std::shared_ptr<WorkerClient>> client =
-          Client(id, placement.worker_addresses.at(id));
-      results[i] = client.ok()
-                       ? (*client)->LoadModel(call, options_.load_timeout).status()
-                       : client.status();
-      results[i] = AnnotateStatus(results[i], "LoadModel on worker ", id);
-    });
-  }
-  for (auto& t : threads) t.join();
+  std::vector<absl::Status> results = ParallelCall(ids, [&](int64_t id) {
+    LoadModelIr call;
+    call.model = placement.model;
+    call.generation = placement.generation;
+    call.model_json = model.json_text;
+    call.model_dir = model.model_dir;
+    call.mesh = MeshToIr(placement.mesh);
+    call.devices = placement.devices_by_worker.at(id);
+    call.device_workers = placement.device_workers;
+    call.worker_addresses = placement.worker_addresses;
+    absl::StatusOr<std::shared_ptr<WorkerClient>> client =
+        Client(id, placement.worker_addresses.at(id));
+    absl::Status result = client.ok()
+                              ? (*client)->LoadModel(call, options_.load_timeout).status()
+                              : client.status();
+    return AnnotateStatus(result, "LoadModel on worker ", id);
+  });
   for (size_t i = 0; i < ids.size(); ++i) {
     if (results[i].ok()) continue;
-    if (absl::IsUnavailable(results[i]) || absl::IsDeadlineExceeded(results[i])) {
-      registry_.MarkSuspect(ids[i]);
-    }
+    if (IsWorkerFailure(results[i])) registry_.MarkSuspect(ids[i]);
     for (int64_t id : ids) {  // best effort: free what did load
       auto client = Client(id, placement.worker_addresses.at(id));
       if (client.ok()) {
@@ -234,9 +233,8 @@ void Coordinator::PlaceModel(const std::string& name, const ModelFile& model,
   ModelEntry& entry = models_[name];
   if (!loaded.ok()) {
     MS_LOG(WARNING) << "placing model '" << name << "' failed: " << loaded;
-    const bool worker_trouble = absl::IsUnavailable(loaded) ||
-                                absl::IsDeadlineExceeded(loaded) ||
-                                absl::IsCancelled(loaded) || absl::IsAborted(loaded);
+    // ABORTED: a worker gave up on the load because of another (a peer).
+    const bool worker_trouble = IsWorkerFailure(loaded) || absl::IsAborted(loaded);
     if (!worker_trouble) {
       // The model itself cannot load (missing or corrupt checkpoint, ...): it
       // is reported like a bad file and does not hold readiness back.
@@ -278,12 +276,24 @@ void Coordinator::UnloadRetired() {
                                               options_.control_timeout);
       if (!s.ok()) MS_LOG(WARNING) << "unload on worker " << id << ": " << s;
     }
-    const std::string prefix = absl::StrCat(placement->model, "|", placement->generation, "|");
-    absl::MutexLock lock(&cache_mu_);
-    for (auto it = cache_.begin(); it != cache_.end();) {
-      it = it->first.rfind(prefix, 0) == 0 ? cache_.erase(it) : std::next(it);
-    }
+    program_cache_.EraseGeneration(placement->model, placement->generation);
   }
+}
+
+absl::StatusOr<std::shared_ptr<const ModelFile>> Coordinator::ServableModel(
+    const std::string& name) const {
+  absl::MutexLock lock(&mu_);
+  auto it = models_.find(name);
+  if (it == models_.end()) {
+    std::vector<std::string> names;
+    for (const auto& [known, entry] : models_) names.push_back(known);
+    return NotFound("model '", name, "' not found (models: ", absl::StrJoin(names, ", "), ")");
+  }
+  if (!it->second.error.ok()) {
+    return FailedPrecondition("model '", name, "' cannot be served: ",
+                              it->second.error.message());
+  }
+  return it->second.model;
 }
 
 std::shared_ptr<const Placement> Coordinator::CurrentPlacement(
@@ -347,15 +357,19 @@ std::vector<WorkerView> Coordinator::Workers() {
     v.info = info;
     views.push_back(std::move(v));
   }
-  std::vector<std::thread> threads;
+  std::vector<int64_t> live;
+  std::map<int64_t, WorkerView*> by_id;
   for (WorkerView& v : views) {
     if (!v.info.alive) continue;
-    threads.emplace_back([this, &v] {
-      auto client = Client(v.info.worker_id, v.info.address);
-      v.status = client.ok() ? (*client)->Status(options_.control_timeout) : client.status();
-    });
+    live.push_back(v.info.worker_id);
+    by_id[v.info.worker_id] = &v;
   }
-  for (auto& t : threads) t.join();
+  std::vector<absl::StatusOr<WorkerStatusIr>> statuses =
+      ParallelCall(live, [&](int64_t id) -> absl::StatusOr<WorkerStatusIr> {
+        auto client = Client(id, by_id.at(id)->info.address);
+        return client.ok() ? (*client)->Status(options_.control_timeout) : client.status();
+      });
+  for (size_t i = 0; i < live.size(); ++i) by_id.at(live[i])->status = std::move(statuses[i]);
   for (const ModelStatus& m : ModelStatuses()) {
     if (m.placement == nullptr) continue;
     for (WorkerView& v : views) {
@@ -367,6 +381,19 @@ std::vector<WorkerView> Coordinator::Workers() {
     }
   }
   return views;
+}
+
+absl::StatusOr<DescribeResult> Coordinator::Describe(const std::string& model,
+                                                     const InputShapes& input_shapes) {
+  MS_ASSIGN_OR_RETURN(std::shared_ptr<const ModelFile> file, ServableModel(model));
+  std::shared_ptr<const Placement> placement = CurrentPlacement(model);
+  if (placement == nullptr) {
+    // Describe on the model's own mesh (a -1 axis as 1) until it is placed.
+    std::vector<PlacementWorker> nominal = {{0, "unplaced"}};
+    MS_ASSIGN_OR_RETURN(Placement p, ComputePlacement(*file, nominal, 0));
+    return compiler_->Describe(*file, p.Devices(), input_shapes);
+  }
+  return compiler_->Describe(*file, placement->Devices(), input_shapes);
 }
 
 }  // namespace meshserve

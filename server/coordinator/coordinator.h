@@ -22,19 +22,27 @@
 // (model, input shapes, out_shardings, generation) (installed on its workers
 // once), cuts each input into the slices the plan asks for (one Execute per
 // worker carrying all of its slices), runs Execute on all workers in parallel
-// and assembles each output from one replica per box. A worker failing with
-// UNAVAILABLE or DEADLINE_EXCEEDED fails the attempt with UNAVAILABLE naming
-// the worker; the other workers get Cancel, the worker is marked suspect (the
-// control loop probes it and marks it dead when the probe fails), and the
-// request is retried once (inference is idempotent): on the new generation if
-// the model moves within options.retry_wait, or on the same one if the probe
-// finds the worker alive (a transient failure). The retry's error is final.
+// and assembles each output from one replica per box. A worker failure
+// (IsWorkerFailure, fan_out.h: UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED)
+// fails the attempt with UNAVAILABLE naming the worker; the other workers get
+// Cancel, the worker is marked suspect (the control loop probes it and marks
+// it dead when the probe fails), and the request is retried once (inference
+// is idempotent): on the new generation if the model moves within
+// options.retry_wait, or on the same one if the probe finds the worker alive
+// (a transient failure). The retry's error is final.
+//
+// The parts: request types and validation (infer_request.h), the program
+// cache (program_cache.h), fan-out and the worker-failure rule (fan_out.h),
+// placement (placement.h), membership (worker_registry.h). This file's
+// definitions are in coordinator.cc (creation, models, control loop, views)
+// and coordinator_infer.cc (Infer). README.md has a request's path.
 //
 // Thread-safety: all public methods are thread-safe. Locks, in acquisition
 // order: control_mu_ (one control step at a time) -> mu_ (models, placements)
-// -> cache_mu_ (program cache) -> clients_mu_ (worker clients). No lock is
-// held during an RPC except control_mu_ (only the control loop takes it) and
-// a cache entry's own mutex while its program is compiled and installed.
+// -> the program cache's locks (program_cache.h) -> clients_mu_ (worker
+// clients). No lock is held during an RPC except control_mu_ (only the control
+// loop takes it) and a cache entry's own mutex while its program is compiled
+// and installed.
 #ifndef MESHSERVE_SERVER_COORDINATOR_COORDINATOR_H_
 #define MESHSERVE_SERVER_COORDINATOR_COORDINATOR_H_
 
@@ -52,10 +60,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "common/base/dtype.h"
 #include "common/model/model_file.h"
-#include "server/coordinator/placement.h"
 #include "server/compiler/model_compiler.h"
+#include "server/coordinator/infer_request.h"
+#include "server/coordinator/placement.h"
+#include "server/coordinator/program_cache.h"
 #include "server/coordinator/worker_client.h"
 #include "server/coordinator/worker_registry.h"
 
@@ -73,37 +82,6 @@ struct CoordinatorOptions {
   absl::Duration retry_wait = absl::Seconds(4);
   absl::Duration placement_retry_backoff = absl::Seconds(1);
   bool run_control_thread = true;  // tests may call Tick() themselves
-};
-
-struct InferInput {
-  std::string name;
-  DType dtype = DType::kFloat32;
-  std::vector<int64_t> shape;
-  std::string data;  // raw little-endian, row-major
-};
-
-struct InferRequest {
-  std::string model;
-  std::string id;
-  std::vector<InferInput> inputs;
-  std::vector<std::string> requested_outputs;  // empty: all
-  std::map<std::string, std::string> out_shardings;  // output -> JAX spec text
-  absl::Duration timeout = absl::ZeroDuration();     // <= 0: options default
-};
-
-struct InferOutput {
-  std::string name;
-  DType dtype = DType::kFloat32;
-  std::vector<int64_t> shape;
-  std::string data;
-  std::string type_str;
-};
-
-struct InferResponse {
-  std::string model;
-  std::string id;
-  int64_t generation = 0;
-  std::vector<InferOutput> outputs;
 };
 
 struct ModelStatus {
@@ -175,13 +153,6 @@ class Coordinator {
     absl::Status placement_error;
     absl::Time next_attempt = absl::InfinitePast();
   };
-  struct CacheEntry {
-    absl::Mutex mu;
-    bool done ABSL_GUARDED_BY(mu) = false;
-    absl::Status status ABSL_GUARDED_BY(mu);
-    std::shared_ptr<const CompiledPlan> plan ABSL_GUARDED_BY(mu);
-  };
-  struct Validated;
 
   Coordinator(CoordinatorOptions options, WorkerClientFactory factory,
               std::unique_ptr<ModelCompiler> compiler);
@@ -196,13 +167,21 @@ class Coordinator {
   void UnloadRetired() ABSL_EXCLUSIVE_LOCKS_REQUIRED(control_mu_);
   absl::StatusOr<std::shared_ptr<WorkerClient>> Client(int64_t worker_id,
                                                        const std::string& address);
-  absl::StatusOr<Validated> Validate(const InferRequest& request) const;
-  absl::StatusOr<std::shared_ptr<const CompiledPlan>> GetOrCompile(
-      const Validated& v, const std::shared_ptr<const Placement>& placement);
-  absl::Status Install(const CompiledPlan& plan, const Placement& placement);
-  absl::StatusOr<InferResponse> RunOnce(const Validated& v, const InferRequest& request,
+  // The model of a loaded, servable model.
+  // \error kNotFound (unknown), kFailedPrecondition (its load error).
+  absl::StatusOr<std::shared_ptr<const ModelFile>> ServableModel(const std::string& name) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // One attempt of Infer: the request's calls (BuildCalls), ExecuteAll, then
+  // AssembleResponse. Sets *failed_worker to a worker whose failure failed it.
+  absl::StatusOr<InferResponse> RunOnce(const ValidatedRequest& v, const InferRequest& request,
                                         const Placement& placement,
                                         const CompiledPlan& plan, int64_t* failed_worker);
+  // Runs every call at once (fan_out.h); the first failure cancels the others.
+  absl::StatusOr<std::map<int64_t, ExecuteResult>> ExecuteAll(
+      const Placement& placement, const std::string& request_id, absl::Duration timeout,
+      std::map<int64_t, ExecuteCall> calls, int64_t* failed_worker);
+  void CancelOthers(const Placement& placement, const std::vector<int64_t>& worker_ids,
+                    int64_t failed, const std::string& request_id);
   std::shared_ptr<const Placement> CurrentPlacement(const std::string& model) const;
   std::string NextRequestId(const std::string& client_id);
 
@@ -212,13 +191,12 @@ class Coordinator {
   WorkerRegistry registry_;
 
   absl::Mutex control_mu_ ABSL_ACQUIRED_BEFORE(mu_);
-  mutable absl::Mutex mu_ ABSL_ACQUIRED_BEFORE(cache_mu_);
+  mutable absl::Mutex mu_ ABSL_ACQUIRED_BEFORE(clients_mu_);
   std::map<std::string, ModelEntry> models_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<const Placement>> retired_ ABSL_GUARDED_BY(mu_);
   int64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
 
-  absl::Mutex cache_mu_ ABSL_ACQUIRED_BEFORE(clients_mu_);
-  std::map<std::string, std::shared_ptr<CacheEntry>> cache_ ABSL_GUARDED_BY(cache_mu_);
+  ProgramCache program_cache_;
 
   absl::Mutex clients_mu_;
   std::map<int64_t, std::pair<std::string, std::shared_ptr<WorkerClient>>> clients_

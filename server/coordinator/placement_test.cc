@@ -2,7 +2,6 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/coordinator/worker_registry.h"
 #include "tests/testing/status_matchers.h"
 
 namespace meshserve {
@@ -91,42 +90,6 @@ TEST(PlacementTest, SameLayoutIgnoresGeneration) {
   ASSERT_OK_AND_ASSIGN(Placement c, ComputePlacement(Model({{"data", -1}}), Workers(3), 3));
   EXPECT_TRUE(a.SameLayoutAs(b));
   EXPECT_FALSE(a.SameLayoutAs(c));
-}
-
-TEST(WorkerRegistryTest, RegisterKeepsIdsAndExpiresSilentWorkers) {
-  WorkerRegistry r(absl::Milliseconds(100), 3);
-  const absl::Time t0 = absl::FromUnixSeconds(1000);
-  ASSERT_OK_AND_ASSIGN(int64_t a, r.Register("h:1", 1, 0, -1, t0));
-  ASSERT_OK_AND_ASSIGN(int64_t b, r.Register("h:2", 1, 0, -1, t0));
-  EXPECT_NE(a, b);
-  ASSERT_OK_AND_ASSIGN(int64_t again, r.Register("h:1", 1, 0, a, t0));
-  EXPECT_EQ(again, a);
-  EXPECT_THAT(r.Register("", 1, 0, -1, t0), StatusIs(absl::StatusCode::kInvalidArgument));
-  const int64_t epoch = r.epoch();
-  EXPECT_TRUE(r.Heartbeat(a, false, t0 + absl::Milliseconds(250)));
-  EXPECT_TRUE(r.ExpireDead(t0 + absl::Milliseconds(299)).empty());
-  EXPECT_THAT(r.ExpireDead(t0 + absl::Milliseconds(301)), ElementsAre(b));
-  EXPECT_GT(r.epoch(), epoch);
-  EXPECT_FALSE(r.IsAlive(b));
-  EXPECT_EQ(r.PlaceableWorkers().size(), 1u);
-  EXPECT_FALSE(r.Heartbeat(99, false, t0));
-  // A coordinator restart: an unknown previous id is adopted.
-  ASSERT_OK_AND_ASSIGN(int64_t adopted, r.Register("h:9", 1, 0, 42, t0));
-  EXPECT_EQ(adopted, 42);
-}
-
-TEST(WorkerRegistryTest, DrainingAndSuspects) {
-  WorkerRegistry r(absl::Milliseconds(100), 3);
-  const absl::Time t0 = absl::Now();
-  ASSERT_OK_AND_ASSIGN(int64_t a, r.Register("h:1", 1, 0, -1, t0));
-  r.Heartbeat(a, /*draining=*/true, t0);
-  EXPECT_TRUE(r.PlaceableWorkers().empty());
-  EXPECT_TRUE(r.IsAlive(a));
-  r.MarkSuspect(a);
-  EXPECT_THAT(r.SuspectWorkers(), ElementsAre(a));
-  r.MarkDead(a);
-  EXPECT_FALSE(r.IsAlive(a));
-  EXPECT_TRUE(r.SuspectWorkers().empty());
 }
 
 }  // namespace

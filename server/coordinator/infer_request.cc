@@ -1,0 +1,125 @@
+#include "server/coordinator/infer_request.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/status_macros.h"
+#include "common/base/status_util.h"
+#include "common/sharding/partition_spec.h"
+
+namespace meshserve {
+namespace {
+
+// [8,2]: the form of the program cache key and of these errors (ShapeToString
+// of common/tensor/tensor.h writes [8, 2]).
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+}
+
+absl::Status ValidateInput(const ModelFile& model, const InputDef& def,
+                           const InferInput& in) {
+  const std::string where = absl::StrCat("model '", model.name, "' input '", in.name, "'");
+  if (in.dtype != def.dtype) {
+    return InvalidArgument(where, ": dtype ", DTypeName(in.dtype), ", expected ",
+                           DTypeName(def.dtype));
+  }
+  if (in.shape.size() != def.shape.size()) {
+    return InvalidArgument(where, ": shape ", ShapeText(in.shape), " has rank ",
+                           in.shape.size(), ", expected rank ", def.shape.size(), " ",
+                           ShapeText(def.shape));
+  }
+  for (size_t i = 0; i < in.shape.size(); ++i) {
+    if (in.shape[i] < 1) {
+      return InvalidArgument(where, ": shape ", ShapeText(in.shape), " dim ", i, " is ",
+                             in.shape[i], ", must be >= 1");
+    }
+    if (def.shape[i] != -1 && def.shape[i] != in.shape[i]) {
+      return InvalidArgument(where, ": shape ", ShapeText(in.shape), " dim ", i, " is ",
+                             in.shape[i], ", expected ", def.shape[i], " (model shape ",
+                             ShapeText(def.shape), ")");
+    }
+  }
+  int64_t bytes = DTypeSize(in.dtype);
+  for (int64_t d : in.shape) {
+    if (__builtin_mul_overflow(bytes, d, &bytes)) {
+      return InvalidArgument(where, ": shape ", ShapeText(in.shape), " overflows int64");
+    }
+  }
+  if (static_cast<int64_t>(in.data.size()) != bytes) {
+    return InvalidArgument(where, ": ", in.data.size(), " bytes of data, expected ", bytes,
+                           " (shape ", ShapeText(in.shape), " ", DTypeName(in.dtype), ")");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateOutputs(const ModelFile& model, const InferRequest& request,
+                             std::vector<std::string>* outputs, OutShardings* specs) {
+  const std::string known = absl::StrJoin(model.outputs, ", ");
+  auto is_output = [&](const std::string& name) {
+    return std::find(model.outputs.begin(), model.outputs.end(), name) != model.outputs.end();
+  };
+  for (const std::string& name : request.requested_outputs) {
+    if (!is_output(name)) {
+      return InvalidArgument("model '", model.name, "' has no output '", name,
+                             "' (outputs: ", known, ")");
+    }
+  }
+  for (const std::string& name : model.outputs) {
+    const auto& req = request.requested_outputs;
+    if (req.empty() || std::find(req.begin(), req.end(), name) != req.end()) {
+      outputs->push_back(name);
+    }
+  }
+  for (const auto& [name, text] : request.out_shardings) {
+    if (!is_output(name)) {
+      return InvalidArgument("out_sharding for unknown output '", name, "' of model '",
+                             model.name, "' (outputs: ", known, ")");
+    }
+    absl::StatusOr<PartitionSpec> spec = ParsePartitionSpec(text);
+    if (!spec.ok()) {
+      return InvalidArgument("output '", name, "': bad out_sharding '", text,
+                             "': ", spec.status().message());
+    }
+    (*specs)[name] = *std::move(spec);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ValidatedRequest> ValidateInferRequest(
+    std::shared_ptr<const ModelFile> model_file, const InferRequest& request) {
+  if (model_file == nullptr) return Internal("request for model '", request.model, "': no model");
+  ValidatedRequest v;
+  v.model = std::move(model_file);
+  const ModelFile& model = *v.model;
+  for (const InferInput& in : request.inputs) {
+    const InputDef* def = model.FindInput(in.name);
+    if (def == nullptr) {
+      std::vector<std::string> names;
+      for (const InputDef& d : model.inputs) names.push_back(d.name);
+      return InvalidArgument("model '", model.name, "' has no input '", in.name,
+                             "' (inputs: ", absl::StrJoin(names, ", "), ")");
+    }
+    if (!v.inputs.emplace(in.name, &in).second) {
+      return InvalidArgument("input '", in.name, "' given twice");
+    }
+    MS_RETURN_IF_ERROR(ValidateInput(model, *def, in));
+    v.shapes[in.name] = in.shape;
+  }
+  for (const InputDef& def : model.inputs) {
+    if (!v.inputs.count(def.name)) {
+      return InvalidArgument("model '", model.name, "': missing input '", def.name, "'");
+    }
+  }
+  MS_RETURN_IF_ERROR(ValidateOutputs(model, request, &v.outputs, &v.out_specs));
+  std::vector<std::string> key;
+  for (const auto& [name, shape] : v.shapes) key.push_back(name + ShapeText(shape));
+  for (const auto& [name, spec] : v.out_specs) key.push_back(name + "=" + spec.ToString());
+  v.cache_key_suffix = absl::StrJoin(key, ";");
+  return v;
+}
+
+}  // namespace meshserve

@@ -1,0 +1,89 @@
+// A request to the coordinator (InferRequest, its inputs), its answer
+// (InferResponse, its outputs), and the check of a request against its model.
+//
+// ValidateInferRequest accepts a request when:
+//   - every input names a model input, at most once, and every model input is
+//     given;
+//   - each input has the model's dtype and rank, dims >= 1 that equal the
+//     model's where it fixes them (-1 in the model: any size), and exactly
+//     dtype size x product(shape) bytes of data;
+//   - every requested output and every out_sharding key names a model output,
+//     and every out_sharding parses as a JAX PartitionSpec ("P('data', None)").
+// Whether an out_sharding fits the mesh is the compiler's check (Compile).
+// All errors are kInvalidArgument and name the model, the value and what was
+// expected, e.g.
+//   model 'fixed' input 'x': shape [6,8] dim 0 is 6, expected 8 (model shape [8,6])
+//
+// Thread-safety: plain values and a pure function.
+#ifndef MESHSERVE_SERVER_COORDINATOR_INFER_REQUEST_H_
+#define MESHSERVE_SERVER_COORDINATOR_INFER_REQUEST_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/base/dtype.h"
+#include "common/model/model_file.h"
+#include "server/compiler/model_compiler.h"
+
+namespace meshserve {
+
+// One input tensor of a request (the client's HostTensor on the wire).
+struct InferInput {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  std::string data;  // raw little-endian, row-major
+};
+
+// What the inference service hands to Coordinator::Infer.
+struct InferRequest {
+  std::string model;
+  std::string id;
+  std::vector<InferInput> inputs;
+  std::vector<std::string> requested_outputs;  // empty: all
+  std::map<std::string, std::string> out_shardings;  // output -> JAX spec text
+  absl::Duration timeout = absl::ZeroDuration();     // <= 0: options default
+};
+
+// One output tensor, assembled; type_str is its JAX type (float32[8@data,6]).
+struct InferOutput {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  std::string data;
+  std::string type_str;
+};
+
+// The answer to an InferRequest, from one generation of the model's placement.
+struct InferResponse {
+  std::string model;
+  std::string id;
+  int64_t generation = 0;
+  std::vector<InferOutput> outputs;
+};
+
+// A request that passed ValidateInferRequest, in the compiler's terms. It
+// points into the request (`inputs`), which must outlive it.
+struct ValidatedRequest {
+  std::shared_ptr<const ModelFile> model;
+  InputShapes shapes;
+  OutShardings out_specs;
+  std::vector<std::string> outputs;  // requested, in model order
+  std::map<std::string, const InferInput*> inputs;
+  // Identifies (shapes, out_specs) in the program cache (program_cache.h).
+  std::string cache_key_suffix;
+};
+
+// \error kInvalidArgument for a request the model does not accept (see the
+//   file comment).
+absl::StatusOr<ValidatedRequest> ValidateInferRequest(
+    std::shared_ptr<const ModelFile> model, const InferRequest& request);
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_SERVER_COORDINATOR_INFER_REQUEST_H_

@@ -1,0 +1,185 @@
+#include "server/coordinator/program_cache.h"
+
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/coordinator/testing/fake_worker_client.h"
+#include "tests/testing/status_matchers.h"
+
+namespace meshserve {
+namespace {
+
+using ::meshserve::testing::StatusIs;
+
+// mesh[data=4,model=2]; y = relu(x), x: float32[8@data,6@model].
+std::shared_ptr<const ModelFile> FixedModel() {
+  auto model = std::make_shared<ModelFile>();
+  model->name = "fixed";
+  model->mesh_axes = {{"data", 4}, {"model", 2}};
+  absl::StatusOr<PartitionSpec> spec = ParsePartitionSpec("P('data', 'model')");
+  EXPECT_OK(spec.status());
+  model->inputs.push_back({"x", {8, 6}, *spec, DType::kFloat32});
+  LayerDef y;
+  y.name = "y";
+  y.op = "relu";
+  y.inputs = {"x"};
+  model->layers.push_back(std::move(y));
+  model->outputs = {"y"};
+  return model;
+}
+
+class ProgramCacheTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    model_ = FixedModel();
+    const absl::Time now = absl::Now();
+    for (int i = 0; i < 2; ++i) {
+      const std::string address = absl::StrCat("127.0.0.1:", 9000 + i);
+      ASSERT_OK_AND_ASSIGN(int64_t id, registry_.Register(address, 2, 1 << 30, -1, now));
+      workers_.push_back({id, address});
+    }
+    request_.model = "fixed";
+    request_.inputs.push_back({"x", DType::kFloat32, {8, 6}, std::string(48 * 4, '\0')});
+  }
+
+  // A placement of generation `generation`, loaded on its (fake) workers.
+  std::shared_ptr<const Placement> Place(int64_t generation) {
+    absl::StatusOr<Placement> placement = ComputePlacement(*model_, workers_, generation);
+    EXPECT_OK(placement.status());
+    for (const auto& [id, devices] : placement->devices_by_worker) {
+      LoadModelIr call;
+      call.model = placement->model;
+      call.generation = generation;
+      call.devices = devices;
+      call.device_workers = placement->device_workers;
+      EXPECT_OK(cluster_.Worker(id)->LoadModel(call, absl::ZeroDuration()).status());
+    }
+    return std::make_shared<const Placement>(*std::move(placement));
+  }
+
+  ValidatedRequest Validated(const InferRequest& request) {
+    absl::StatusOr<ValidatedRequest> v = ValidateInferRequest(model_, request);
+    EXPECT_OK(v.status());
+    return *std::move(v);
+  }
+
+  FakeCluster cluster_;
+  FakeModelCompiler compiler_;
+  WorkerRegistry registry_{absl::Milliseconds(500), 3};
+  ProgramCache cache_{&compiler_, cluster_.Factory(), &registry_, absl::Seconds(1)};
+  std::shared_ptr<const ModelFile> model_;
+  std::vector<PlacementWorker> workers_;
+  InferRequest request_;
+};
+
+TEST_F(ProgramCacheTest, CompilesAndInstallsOncePerKey) {
+  std::shared_ptr<const Placement> placement = Place(1);
+  const ValidatedRequest v = Validated(request_);
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const CompiledPlan> first,
+                       cache_.GetOrCompile(v, placement));
+  EXPECT_EQ(first->generation, 1);
+  EXPECT_EQ(first->program_id.rfind("fixed/g1/p", 0), 0u) << first->program_id;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_OK_AND_ASSIGN(std::shared_ptr<const CompiledPlan> again,
+                         cache_.GetOrCompile(v, placement));
+    EXPECT_EQ(again, first);
+  }
+  EXPECT_EQ(compiler_.compiles(), 1);
+  EXPECT_EQ(cache_.size(), 1u);
+  for (const PlacementWorker& w : workers_) {
+    EXPECT_EQ(cluster_.Worker(w.worker_id)->install_calls(), 1) << "worker " << w.worker_id;
+  }
+}
+
+TEST_F(ProgramCacheTest, OtherOutShardingsAreAnotherProgram) {
+  std::shared_ptr<const Placement> placement = Place(1);
+  ASSERT_OK(cache_.GetOrCompile(Validated(request_), placement).status());
+  InferRequest replicated = request_;
+  replicated.out_shardings["y"] = "P()";
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const CompiledPlan> plan,
+                       cache_.GetOrCompile(Validated(replicated), placement));
+  EXPECT_EQ(compiler_.compiles(), 2);
+  EXPECT_EQ(cache_.size(), 2u);
+  EXPECT_EQ(plan->outputs.at(0).type_str, "float32[8,6]");
+}
+
+TEST_F(ProgramCacheTest, ConcurrentRequestsShareOneCompile) {
+  std::shared_ptr<const Placement> placement = Place(1);
+  const ValidatedRequest v = Validated(request_);
+  std::vector<std::shared_ptr<const CompiledPlan>> plans(8);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    threads.emplace_back([&, i] {
+      absl::StatusOr<std::shared_ptr<const CompiledPlan>> plan = cache_.GetOrCompile(v, placement);
+      if (plan.ok()) plans[i] = *plan;
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(compiler_.compiles(), 1);
+  for (const auto& plan : plans) EXPECT_EQ(plan, plans[0]);
+  EXPECT_NE(plans[0], nullptr);
+}
+
+TEST_F(ProgramCacheTest, LostWorkerDuringInstallIsUnavailableAndNotCached) {
+  std::shared_ptr<const Placement> placement = Place(1);
+  const int64_t lost = workers_[1].worker_id;
+  cluster_.Worker(lost)->SetDown(true);
+  const ValidatedRequest v = Validated(request_);
+  EXPECT_THAT(cache_.GetOrCompile(v, placement),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       absl::StrCat("InstallProgram on worker ", lost)));
+  EXPECT_TRUE(registry_.IsSuspect(lost));
+  EXPECT_FALSE(registry_.IsSuspect(workers_[0].worker_id));
+  EXPECT_EQ(cache_.size(), 0u);
+  cluster_.Worker(lost)->SetDown(false);
+  ASSERT_OK(cache_.GetOrCompile(v, placement).status());
+  EXPECT_EQ(compiler_.compiles(), 2) << "the failed install was not cached";
+}
+
+TEST_F(ProgramCacheTest, OtherInstallErrorsKeepTheirCode) {
+  std::shared_ptr<const Placement> placement = Place(1);
+  const int64_t w1 = workers_[1].worker_id;
+  ASSERT_OK(cluster_.Worker(w1)->UnloadModel("fixed", 1, absl::ZeroDuration()));
+  EXPECT_THAT(cache_.GetOrCompile(Validated(request_), placement),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       absl::StrCat("InstallProgram on worker ", w1)));
+  EXPECT_FALSE(registry_.IsSuspect(w1));
+  EXPECT_EQ(cache_.size(), 0u);
+}
+
+TEST_F(ProgramCacheTest, CompileErrorIsNotCached) {
+  std::shared_ptr<const Placement> placement = Place(1);
+  InferRequest bad = request_;
+  bad.out_shardings["y"] = "P('nope')";
+  const ValidatedRequest v = Validated(bad);
+  EXPECT_THAT(cache_.GetOrCompile(v, placement),
+              StatusIs(absl::StatusCode::kInvalidArgument, "nope"));
+  EXPECT_EQ(cache_.size(), 0u);
+  EXPECT_FALSE(cache_.GetOrCompile(v, placement).ok());
+  EXPECT_EQ(compiler_.compiles(), 2);
+  for (const PlacementWorker& w : workers_) {
+    EXPECT_EQ(cluster_.Worker(w.worker_id)->install_calls(), 0);
+  }
+}
+
+TEST_F(ProgramCacheTest, EraseGenerationDropsOnlyItsPlans) {
+  std::shared_ptr<const Placement> g1 = Place(1);
+  std::shared_ptr<const Placement> g2 = Place(2);
+  const ValidatedRequest v = Validated(request_);
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const CompiledPlan> on_g1, cache_.GetOrCompile(v, g1));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const CompiledPlan> on_g2, cache_.GetOrCompile(v, g2));
+  EXPECT_NE(on_g1->program_id, on_g2->program_id);
+  EXPECT_EQ(on_g2->generation, 2);
+  EXPECT_EQ(cache_.size(), 2u);
+  cache_.EraseGeneration("fixed", 1);
+  EXPECT_EQ(cache_.size(), 1u);
+  ASSERT_OK(cache_.GetOrCompile(v, g2).status());
+  EXPECT_EQ(compiler_.compiles(), 2) << "generation 2 is still cached";
+}
+
+}  // namespace
+}  // namespace meshserve
