@@ -43,6 +43,14 @@ void MembershipClient::Stop(bool draining) {
   }
 }
 
+absl::Status MembershipClient::DrainingHeartbeat() {
+  if (worker_id() < 0) return absl::FailedPreconditionError("not registered");
+  bool known = false;
+  MS_RETURN_IF_ERROR(Heartbeat(/*draining=*/true, &known));
+  if (!known) return absl::NotFoundError("the coordinator does not know this worker");
+  return absl::OkStatus();
+}
+
 absl::Status MembershipClient::Register() {
   grpc::ClientContext context;
   SetDeadline(&context, absl::Seconds(2));

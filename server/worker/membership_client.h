@@ -7,6 +7,8 @@
 // coordinator may be restarting). `on_registered` runs after every successful
 // registration with the worker id. Stop(draining=true) sends one draining
 // heartbeat (bounded by a 400 ms deadline) and stops the thread.
+// DrainingHeartbeat, after Stop, sends one more: a leaving worker repeats it
+// while the coordinator moves its models away.
 //
 // Thread-safety: Start/Stop from one thread; worker_id() from any.
 #ifndef MESHSERVE_SERVER_WORKER_MEMBERSHIP_CLIENT_H_
@@ -45,6 +47,9 @@ class MembershipClient {
 
   void Start();
   void Stop(bool draining);
+  // One draining heartbeat (400 ms deadline), after Stop. OK when the
+  // coordinator answered and knows this worker.
+  absl::Status DrainingHeartbeat();
   int64_t worker_id() const { return worker_id_.load(); }
 
  private:

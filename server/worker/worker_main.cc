@@ -6,7 +6,8 @@
 // with the coordinator and heartbeat; prints
 //   meshserve-worker ready id=<id> address=<addr> blas=<core>
 // on stdout once registered (id=-1 without --coordinator). SIGTERM/SIGINT: a
-// draining heartbeat, then a clean exit within ~2 s.
+// draining heartbeat; it keeps serving until the coordinator has moved its
+// models away (at most 10 s; at once when the coordinator is gone), then exits.
 #include <signal.h>
 #include <unistd.h>
 
@@ -22,6 +23,9 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/base/flags_usage.h"
 #include "common/base/logging.h"
 #include "common/tensor/blas.h"
@@ -51,6 +55,26 @@ std::string AdvertisedAddress(const std::string& host, int port) {
     h = gethostname(name, sizeof(name) - 1) == 0 ? name : "127.0.0.1";
   }
   return absl::StrCat(h, ":", port);
+}
+
+// A leaving worker keeps serving until the coordinator has moved its models
+// to a generation without it and unloaded them here (so no request is routed
+// to a closed port), at most kDrainTimeout, and not at all once the
+// coordinator stops answering (it is shutting down too).
+void DrainModels(const ShardWorker& worker, MembershipClient& membership) {
+  constexpr absl::Duration kDrainTimeout = absl::Seconds(10);
+  const absl::Time give_up = absl::Now() + kDrainTimeout;
+  while (!worker.engine().Status().models.empty()) {
+    if (absl::Now() >= give_up) {
+      MS_LOG(WARNING) << "models still hosted after " << kDrainTimeout << "; exiting";
+      return;
+    }
+    if (absl::Status s = membership.DrainingHeartbeat(); !s.ok()) {
+      MS_LOG(INFO) << "coordinator gone while draining (" << s << "); exiting";
+      return;
+    }
+    absl::SleepFor(absl::Milliseconds(100));
+  }
 }
 
 int Run() {
@@ -117,10 +141,22 @@ int Run() {
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   MS_LOG(INFO) << "signal " << signal_number << ": draining and exiting";
-  if (membership != nullptr) membership->Stop(/*draining=*/true);
-  server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
-  // Skip destructors: the pool may still hold an Execute waiting on a receive
-  // until its deadline; everything that matters is shut down.
+  if (membership != nullptr) {
+    membership->Stop(/*draining=*/true);
+    DrainModels(worker, *membership);
+  }
+  // Shutdown cancels calls still running after 300 ms, but then waits for their
+  // handlers, and an Execute on the pool may wait on a peer's receive until its
+  // deadline: give it 1 s in all, then exit regardless (the coordinator already
+  // knows we left; skipping destructors loses nothing).
+  absl::Notification shut_down;
+  std::thread([&server, &shut_down] {
+    server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
+    shut_down.Notify();
+  }).detach();
+  if (!shut_down.WaitForNotificationWithTimeout(absl::Seconds(1))) {
+    MS_LOG(WARNING) << "requests still running after 1 s; exiting without them";
+  }
   std::fflush(stdout);
   std::_Exit(0);
 }
