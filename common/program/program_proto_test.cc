@@ -159,7 +159,7 @@ TEST(ProgramProtoTest, UnknownDTypeNumbersSurviveForTheValidator) {
   TensorSlice proto;
   SliceFromIr(ir, &proto);
   EXPECT_EQ(SliceToIr(&proto).dtype, 42);
-  EXPECT_THAT(DTypeFromWire(42), StatusIs(absl::StatusCode::kInvalidArgument, "42"));
+  EXPECT_THAT(DTypeFromProto(42), StatusIs(absl::StatusCode::kInvalidArgument, "42"));
 }
 
 TEST(ProgramProtoTest, WorkerStatusRoundTripsThroughProto) {
@@ -198,11 +198,11 @@ TEST(IrConvTest, CoreTypesRoundTripThroughTheIr) {
   for (DType d : {DType::kFloat32, DType::kBFloat16, DType::kInt32, DType::kInt64,
                   DType::kFloat16, DType::kFloat64, DType::kInt8, DType::kUInt8,
                   DType::kBool}) {
-    EXPECT_THAT(DTypeFromWire(DTypeToWire(d)), IsOkAndHolds(d));
+    EXPECT_THAT(DTypeFromProto(DTypeToProto(d)), IsOkAndHolds(d));
   }
-  EXPECT_EQ(DTypeToWire(DType::kFloat32), FLOAT32);
-  EXPECT_EQ(DTypeToWire(DType::kBool), BOOL);
-  EXPECT_THAT(DTypeFromWire(kWireInvalid), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(DTypeToProto(DType::kFloat32), FLOAT32);
+  EXPECT_EQ(DTypeToProto(DType::kBool), BOOL);
+  EXPECT_THAT(DTypeFromProto(kWireInvalid), StatusIs(absl::StatusCode::kInvalidArgument));
   ASSERT_OK_AND_ASSIGN(Mesh mesh, Mesh::Create({{"data", 2}, {"model", 4}}));
   EXPECT_THAT(MeshFromIr(MeshToIr(mesh)), IsOkAndHolds(mesh));
 }

@@ -297,7 +297,7 @@ absl::StatusOr<std::map<int64_t, ExecuteCall>> BuildCalls(
     slice.name = s.input;
     slice.device = s.device;
     slice.box = BoxToIr(s.box);
-    slice.dtype = DTypeToWire(it->second.tensor.dtype());
+    slice.dtype = DTypeToProto(it->second.tensor.dtype());
     MS_ASSIGN_OR_RETURN(slice.data, ExtractBox(it->second, s.box), "input '", s.input,
                         "' box ", s.box.ToString());
     auto call = calls.find(s.worker);
@@ -406,7 +406,7 @@ absl::StatusOr<InferResponse> Coordinator::RunOnce(const Validated& v,
         return Internal("worker ", piece.worker, " did not return output '", out.name,
                         "' box ", piece.box.ToString(), " of device ", piece.device);
       }
-      if (found->dtype != DTypeToWire(out.dtype)) {
+      if (found->dtype != DTypeToProto(out.dtype)) {
         return Internal("worker ", piece.worker, " returned output '", out.name,
                         "' with wire dtype ", found->dtype, ", expected ",
                         DTypeName(out.dtype));

@@ -96,7 +96,7 @@ absl::StatusOr<BoxTensor> RunComputeStep(const StepIr& step,
   if (step.partial) {
     out = DType::kFloat32;
   } else if (step.out_dtype != kWireInvalid) {
-    MS_ASSIGN_OR_RETURN(out, DTypeFromWire(step.out_dtype), where, ": out_dtype");
+    MS_ASSIGN_OR_RETURN(out, DTypeFromProto(step.out_dtype), where, ": out_dtype");
   } else if (!inputs.empty()) {
     out = inputs[0]->tensor.dtype();
   }

@@ -163,7 +163,7 @@ absl::StatusOr<BoxTensor*> RequestRun::GetOrCreate(int64_t device, const std::st
   auto it = buffers_.find(BufferKey(device, name));
   if (it != buffers_.end()) {
     if (dtype != kWireInvalid) {
-      MS_ASSIGN_OR_RETURN(DType want, DTypeFromWire(dtype));
+      MS_ASSIGN_OR_RETURN(DType want, DTypeFromProto(dtype));
       if (want != it->second.tensor.dtype()) {
         return InvalidArgument("dtype mismatch: buffer '", name, "' on device ", device,
                                " is ", DTypeName(it->second.tensor.dtype()),
@@ -177,7 +177,7 @@ absl::StatusOr<BoxTensor*> RequestRun::GetOrCreate(int64_t device, const std::st
     return InvalidArgument("buffer '", name, "' on device ", device,
                            " does not exist and the step gives no dtype to create it");
   }
-  MS_ASSIGN_OR_RETURN(DType dt, DTypeFromWire(dtype), "buffer '", name, "'");
+  MS_ASSIGN_OR_RETURN(DType dt, DTypeFromProto(dtype), "buffer '", name, "'");
   MS_ASSIGN_OR_RETURN(BoxTensor created, BoxTensor::Create(dt, buffer_box));
   return &(buffers_[BufferKey(device, name)] = std::move(created));
 }
@@ -220,7 +220,7 @@ absl::Status RequestRun::RunSend(const StepIr& step) {
   OutgoingSlice slice;
   MS_ASSIGN_OR_RETURN(slice.bytes, ExtractBox(*src, box));
   const int64_t self = program_.worker >= 0 ? program_.worker : context_.worker_id;
-  slice.dtype = DTypeToWire(src->tensor.dtype());
+  slice.dtype = DTypeToProto(src->tensor.dtype());
   if (step.dst_worker == self) {  // a local copy: no network
     return context_.rendezvous->DeliverSlice(request_id_, step.tag, std::move(slice.bytes),
                                              self, slice.dtype);
@@ -265,7 +265,7 @@ absl::Status RequestRun::RunRecv(const StepIr& step) {
   MS_ASSIGN_OR_RETURN(BoxTensor * dst,
                       GetOrCreate(step.device, step.buffer, step.buffer_box, step.dtype));
   if (received.dtype != kWireInvalid) {
-    MS_ASSIGN_OR_RETURN(DType sent, DTypeFromWire(received.dtype), "the sender's dtype");
+    MS_ASSIGN_OR_RETURN(DType sent, DTypeFromProto(received.dtype), "the sender's dtype");
     if (sent != dst->tensor.dtype()) {
       // E.g. a float32 partial sum reduced into a bfloat16 buffer.
       MS_ASSIGN_OR_RETURN(Tensor t, Tensor::FromBytes(sent, box.shape(), received.bytes),
@@ -283,7 +283,7 @@ absl::Status RequestRun::RunCopy(const StepIr& step) {
   if (step.device == step.dst_device && step.buffer == step.dst) {
     return InvalidArgument("copy from a buffer onto itself");
   }
-  const int dtype = step.dtype != kWireInvalid ? step.dtype : DTypeToWire(src->tensor.dtype());
+  const int dtype = step.dtype != kWireInvalid ? step.dtype : DTypeToProto(src->tensor.dtype());
   MS_ASSIGN_OR_RETURN(BoxTensor * dst,
                       GetOrCreate(step.dst_device, step.dst, step.buffer_box, dtype));
   if (dst->tensor.dtype() != src->tensor.dtype()) {
@@ -312,7 +312,7 @@ absl::Status RequestRun::RunOutput(const StepIr& step) {
   out.name = step.output;
   out.device = step.device;
   out.box = BoxToIr(box);
-  out.dtype = DTypeToWire(src->tensor.dtype());
+  out.dtype = DTypeToProto(src->tensor.dtype());
   outputs_.push_back(std::move(out));
   return absl::OkStatus();
 }

@@ -27,7 +27,7 @@ absl::Status CheckBox(absl::string_view field, const BoxIr& box) {
 
 absl::Status CheckDType(absl::string_view field, int dtype, bool required) {
   if (dtype == kWireInvalid && !required) return absl::OkStatus();
-  return AnnotateStatus(DTypeFromWire(dtype).status(), field);
+  return AnnotateStatus(DTypeFromProto(dtype).status(), field);
 }
 
 absl::Status ValidateStep(const StepIr& step, absl::flat_hash_set<std::string>* send_tags,

@@ -193,7 +193,7 @@ absl::StatusOr<ExecuteResult> FakeWorkerClient::Execute(ExecuteCall call,
   std::map<std::pair<int64_t, std::string>, BoxTensor> inputs;
   for (const SliceIr& s : call.inputs) {
     MS_ASSIGN_OR_RETURN(Box box, BoxFromIr(s.box));
-    MS_ASSIGN_OR_RETURN(DType dtype, DTypeFromWire(s.dtype));
+    MS_ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(s.dtype));
     MS_ASSIGN_OR_RETURN(Tensor t, Tensor::FromBytes(dtype, box.shape(), s.data));
     inputs[{s.device, s.name}] = BoxTensor{box, std::move(t)};
   }
@@ -217,7 +217,7 @@ absl::StatusOr<ExecuteResult> FakeWorkerClient::Execute(ExecuteCall call,
       out.name = f[1];
       out.device = device;
       out.box = BoxToIr(box);
-      out.dtype = DTypeToWire(in->second.tensor.dtype());
+      out.dtype = DTypeToProto(in->second.tensor.dtype());
       MS_ASSIGN_OR_RETURN(out.data, ExtractBox(in->second, box));
       result.outputs.push_back(std::move(out));
     }
