@@ -156,8 +156,8 @@ absl::StatusOr<Coordinator::Validated> Coordinator::Validate(
 }
 
 absl::Status Coordinator::Install(const CompiledPlan& plan, const Placement& placement) {
-  std::vector<std::pair<int64_t, const std::string*>> parts;
-  for (const auto& [worker, bytes] : plan.serialized_programs) parts.push_back({worker, &bytes});
+  std::vector<std::pair<int64_t, const ProgramIr*>> parts;
+  for (const auto& [worker, program] : plan.programs) parts.push_back({worker, &program});
   std::vector<absl::Status> results(parts.size());
   std::vector<std::thread> threads;
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -278,7 +278,7 @@ absl::StatusOr<std::map<int64_t, ExecuteCall>> BuildCalls(
     const CompiledPlan& plan, const std::map<std::string, const InferInput*>& inputs,
     const std::string& request_id, absl::Duration timeout) {
   std::map<int64_t, ExecuteCall> calls;
-  for (const auto& [worker, bytes] : plan.serialized_programs) {
+  for (const auto& [worker, program] : plan.programs) {
     ExecuteCall& call = calls[worker];
     call.program_id = plan.program_id;
     call.request_id = request_id;

@@ -44,7 +44,7 @@ void CheckOnWorkers(const std::string& file, const std::map<std::string, std::ve
   ASSERT_OK_AND_ASSIGN(Mesh mesh, ResolveMesh(m, 8));
   ASSERT_OK_AND_ASSIGN(TypedModel tm, TypeModel(m, mesh, shapes));
   std::vector<int64_t> device_workers = BlockWorkers(mesh.num_devices(), num_workers);
-  ASSERT_OK_AND_ASSIGN(CompiledModel cm, CompileModel(tm, device_workers, {"e2e", 1}));
+  ASSERT_OK_AND_ASSIGN(CompiledPlan cm, CompileModel(tm, device_workers, {"e2e", 1}));
   std::map<std::string, Tensor> inputs;
   uint64_t seed = 1;
   for (const auto& [name, shape] : shapes) inputs[name] = RandomTensor(shape, seed++);
