@@ -58,7 +58,7 @@ Box UncheckedBoxFromIr(const BoxIr& box) {
   return Box(std::move(dims));
 }
 
-absl::StatusOr<DType> DTypeFromWire(int dtype) {
+absl::StatusOr<DType> DTypeFromProto(int dtype) {
   switch (dtype) {
     case kWireFloat32: return DType::kFloat32;
     case kWireBFloat16: return DType::kBFloat16;
@@ -76,7 +76,7 @@ absl::StatusOr<DType> DTypeFromWire(int dtype) {
   }
 }
 
-int DTypeToWire(DType dtype) {
+int DTypeToProto(DType dtype) {
   switch (dtype) {
     case DType::kFloat32: return kWireFloat32;
     case DType::kBFloat16: return kWireBFloat16;
@@ -115,7 +115,7 @@ std::vector<MeshAxisIr> MeshToIr(const Mesh& mesh) {
 
 absl::StatusOr<BoxTensor> BoxTensorFromSlice(const SliceIr& slice) {
   MS_ASSIGN_OR_RETURN(Box box, BoxFromIr(slice.box), "slice '", slice.name, "'");
-  MS_ASSIGN_OR_RETURN(DType dtype, DTypeFromWire(slice.dtype), "slice '", slice.name, "'");
+  MS_ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(slice.dtype), "slice '", slice.name, "'");
   int64_t bytes = 0;
   if (!CheckedMul(box.NumElements(), DTypeSize(dtype), &bytes)) {
     return InvalidArgument("slice '", slice.name, "' box ", box.ToString(),

@@ -32,8 +32,8 @@ BoxIr BoxToIr(const Box& box);
 Box UncheckedBoxFromIr(const BoxIr& box);
 
 // \error kInvalidArgument for kWireInvalid or an unknown number.
-absl::StatusOr<DType> DTypeFromWire(int dtype);
-int DTypeToWire(DType dtype);
+absl::StatusOr<DType> DTypeFromProto(int dtype);
+int DTypeToProto(DType dtype);
 
 // Runs Mesh::Create; an empty axis type is Explicit.
 // \error kInvalidArgument from Mesh::Create or for an unknown axis type.

@@ -1,18 +1,24 @@
 // The program IR: plain C++ values for the messages of proto/program.proto
 // (Program, Step, TensorSlice) and proto/worker_service.proto (LoadModelRequest,
-// WorkerStatusResponse), shared by the coordinator's compiler and client
-// (server/coordinator) and the worker's engine (server/worker).
+// WorkerStatusResponse). It is the one program contract: the compiler
+// (server/compiler) produces ProgramIr, the coordinator hands it to
+// WorkerClient::InstallProgram, and the worker's engine (server/worker) and the
+// reference interpreter run it. Only the gRPC edges (GrpcWorkerClient,
+// ShardWorker) convert it to and from the wire (program_proto.h).
 //
 // Why plain values and not the generated messages: the transport-free cores
-// (ms_coordinator's compiler, ms_worker_engine) build, validate and run
-// programs without protobuf. The IR is the wire's shape (boxes as begin/end
-// vectors, dtypes as tensor.proto's DTypeProto numbers), so that a malformed
-// peer message survives conversion and is rejected, with a Status naming the
-// value, where the core types are built (ir_conv.h). The one proto <-> IR
-// conversion is program_proto.h.
+// (ms_coordinator, ms_compiler, ms_worker_engine) build, validate and run
+// programs without protobuf. A step is a std::variant of one struct per kind,
+// field for field the Step oneof. The IR is otherwise the wire's shape (boxes
+// as begin/end vectors, dtypes as tensor.proto's DTypeProto numbers), so that a
+// malformed peer message survives conversion and is rejected, with a Status
+// naming the value, where the core types are built (ir_conv.h); only the
+// compute op is parsed at the edge (compute_op.h).
 //
-//   program_ir.h     this header: std only.
+//   program_ir.h     this header: std, absl::string_view and compute_op.h.
+//   compute_op.h     the op table.
 //   ir_conv.h        IR <-> core types (Box, DType, Mesh, BoxTensor).
+//   compute_step.h   runs one compute step (ms_compute_step).
 //   program_proto.h  IR <-> generated messages (ms_program_proto).
 //
 // dtype fields hold tensor.proto's DTypeProto numbers (kWireFloat32 == FLOAT32
@@ -25,9 +31,36 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/string_view.h"
+#include "common/program/compute_op.h"
+
 namespace meshserve {
+
+// Buffer names. Every device hosted by a worker has its own namespace of
+// buffers: "param/<param>" is the resident box of a parameter (loaded by
+// LoadModel, read-only), "in/<input>" a request's input slice (filled from
+// ExecuteRequest), anything else a temporary of one request.
+inline constexpr absl::string_view kParamBufferPrefix = "param/";
+inline constexpr absl::string_view kInputBufferPrefix = "in/";
+
+inline std::string ParamBuffer(absl::string_view param) {
+  return std::string(kParamBufferPrefix) + std::string(param);
+}
+inline std::string InputBuffer(absl::string_view input) {
+  return std::string(kInputBufferPrefix) + std::string(input);
+}
+inline bool IsParamBuffer(absl::string_view buffer) {
+  return absl::StartsWith(buffer, kParamBufferPrefix);
+}
+// The parameter of a "param/<param>" buffer. Precondition: IsParamBuffer.
+inline absl::string_view ParamOfBuffer(absl::string_view buffer) {
+  return buffer.substr(kParamBufferPrefix.size());
+}
 
 // tensor.proto's DTypeProto enum values.
 enum WireDType : int {
@@ -62,37 +95,81 @@ struct SliceIr {
   std::string data;
 };
 
-// One Step of a Program, flattened (fields unused by a kind stay default).
-struct StepIr {
-  enum class Kind { kNone, kCompute, kSend, kRecv, kCopy, kFree, kOutput };
-  Kind kind = Kind::kNone;
-  // The device the step runs on: compute/send/recv/free/output `device`,
-  // copy `src_device`.
-  int64_t device = 0;
-
-  // compute
-  std::string op;
-  std::vector<std::string> inputs;
-  std::string output;  // compute: buffer; output step: the output's name
+// The steps of a Program: one struct per message of the Step oneof
+// (ComputeStep ... OutputStep), field for field and in the proto's field
+// order (so aggregate initialization follows program.proto), with the compute
+// op parsed (compute_op.h). StepIr is the oneof.
+struct ComputeStepIr {
+  ComputeOp op = ComputeOp::kDotGeneral;
+  std::vector<std::string> inputs;  // buffer names
+  std::string output;               // buffer name
   BoxIr out_box;
-  int out_dtype = kWireInvalid;
+  int out_dtype = kWireInvalid;  // kWireInvalid: the first input's dtype
   std::vector<int64_t> lhs_contracting, rhs_contracting, lhs_batch, rhs_batch;
-  std::vector<int64_t> perm;
+  std::vector<int64_t> perm;  // transpose: the permutation; softmax: axis in perm[0]
   float epsilon = 0;
   bool partial = false;
+  int64_t device = 0;
+};
 
-  // send / recv / copy / free / output
-  std::string buffer;  // copy: src
+struct SendStepIr {
+  std::string buffer;
+  BoxIr box;
+  int64_t dst_worker = -1;
+  int64_t dst_device = -1;
+  std::string tag;
+  int64_t device = 0;
+};
+
+struct RecvStepIr {
+  std::string buffer;
   BoxIr box;
   std::string tag;
-  int64_t dst_worker = -1;
-  int64_t dst_device = -1;  // send and copy
-  int64_t src_worker = -1;  // recv
   bool accumulate = false;
-  BoxIr buffer_box;  // recv: buffer_box; copy: dst_box
+  BoxIr buffer_box;
   int dtype = kWireInvalid;
-  std::string dst;  // copy
+  int64_t src_worker = -1;
+  int64_t device = 0;
 };
+
+struct CopyStepIr {
+  std::string src;
+  int64_t src_device = 0;
+  std::string dst;
+  BoxIr box;
+  bool accumulate = false;
+  BoxIr dst_box;
+  int dtype = kWireInvalid;
+  int64_t dst_device = -1;
+};
+
+struct FreeStepIr {
+  std::string buffer;
+  int64_t device = 0;
+};
+
+struct OutputStepIr {
+  std::string buffer;
+  BoxIr box;
+  std::string output;
+  int64_t device = 0;
+};
+
+using StepIr = std::variant<ComputeStepIr, SendStepIr, RecvStepIr, CopyStepIr, FreeStepIr,
+                            OutputStepIr>;
+
+// The device a step runs on (copy: src_device).
+inline int64_t StepDevice(const StepIr& step) {
+  return std::visit(
+      [](const auto& s) -> int64_t {
+        if constexpr (std::is_same_v<std::decay_t<decltype(s)>, CopyStepIr>) {
+          return s.src_device;
+        } else {
+          return s.device;
+        }
+      },
+      step);
+}
 
 struct ProgramIr {
   std::string program_id;

@@ -4,6 +4,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/base/status_macros.h"
+#include "common/base/status_util.h"
 #include "proto/program.pb.h"
 #include "proto/worker_service.pb.h"
 
@@ -42,167 +44,153 @@ void SetInts(const std::vector<int64_t>& values, Field* field) {
   for (int64_t v : values) field->Add(v);
 }
 
-StepIr StepToIr(const Step& step) {
-  StepIr ir;
-  switch (step.kind_case()) {
-    case Step::kCompute: {
-      const auto& c = step.compute();
-      ir.kind = StepIr::Kind::kCompute;
-      ir.device = c.device();
-      ir.op = c.op();
-      ir.inputs.assign(c.inputs().begin(), c.inputs().end());
-      ir.output = c.output();
-      ir.out_box = BoxToIr(c.out_box());
-      ir.out_dtype = static_cast<int>(c.out_dtype());
-      ir.lhs_contracting = Ints(c.lhs_contracting());
-      ir.rhs_contracting = Ints(c.rhs_contracting());
-      ir.lhs_batch = Ints(c.lhs_batch());
-      ir.rhs_batch = Ints(c.rhs_batch());
-      ir.perm = Ints(c.perm());
-      ir.epsilon = c.epsilon();
-      ir.partial = c.partial();
-      break;
-    }
-    case Step::kSend: {
-      const auto& s = step.send();
-      ir.kind = StepIr::Kind::kSend;
-      ir.device = s.device();
-      ir.buffer = s.buffer();
-      ir.box = BoxToIr(s.box());
-      ir.dst_worker = s.dst_worker();
-      ir.dst_device = s.dst_device();
-      ir.tag = s.tag();
-      break;
-    }
-    case Step::kRecv: {
-      const auto& r = step.recv();
-      ir.kind = StepIr::Kind::kRecv;
-      ir.device = r.device();
-      ir.buffer = r.buffer();
-      ir.box = BoxToIr(r.box());
-      ir.tag = r.tag();
-      ir.accumulate = r.accumulate();
-      ir.buffer_box = BoxToIr(r.buffer_box());
-      ir.dtype = static_cast<int>(r.dtype());
-      ir.src_worker = r.src_worker();
-      break;
-    }
-    case Step::kCopy: {
-      const auto& c = step.copy();
-      ir.kind = StepIr::Kind::kCopy;
-      ir.device = c.src_device();
-      ir.buffer = c.src();
-      ir.dst = c.dst();
-      ir.box = BoxToIr(c.box());
-      ir.accumulate = c.accumulate();
-      ir.buffer_box = BoxToIr(c.dst_box());
-      ir.dtype = static_cast<int>(c.dtype());
-      ir.dst_device = c.dst_device();
-      break;
-    }
-    case Step::kFree:
-      ir.kind = StepIr::Kind::kFree;
-      ir.device = step.free().device();
-      ir.buffer = step.free().buffer();
-      break;
-    case Step::kOutput: {
-      const auto& o = step.output();
-      ir.kind = StepIr::Kind::kOutput;
-      ir.device = o.device();
-      ir.buffer = o.buffer();
-      ir.box = BoxToIr(o.box());
-      ir.output = o.output();
-      break;
-    }
-    case Step::KIND_NOT_SET:
-      break;
-  }
+// The IR keeps unknown dtype numbers as they are (proto3 enums are open).
+int DTypeNumber(DTypeProto dtype) { return static_cast<int>(dtype); }
+DTypeProto AsDTypeProto(int value) { return static_cast<DTypeProto>(value); }
+
+// One conversion per kind, both ways.
+
+absl::StatusOr<ComputeStepIr> ComputeToIr(const ComputeStep& c) {
+  ComputeStepIr ir;
+  MS_ASSIGN_OR_RETURN(ir.op, ParseComputeOp(c.op()));
+  ir.inputs.assign(c.inputs().begin(), c.inputs().end());
+  ir.output = c.output();
+  ir.out_box = BoxToIr(c.out_box());
+  ir.out_dtype = DTypeNumber(c.out_dtype());
+  ir.lhs_contracting = Ints(c.lhs_contracting());
+  ir.rhs_contracting = Ints(c.rhs_contracting());
+  ir.lhs_batch = Ints(c.lhs_batch());
+  ir.rhs_batch = Ints(c.rhs_batch());
+  ir.perm = Ints(c.perm());
+  ir.epsilon = c.epsilon();
+  ir.partial = c.partial();
+  ir.device = c.device();
   return ir;
 }
 
-// The IR keeps unknown numbers as they are (proto3 enums are open).
-DTypeProto AsDTypeProto(int value) { return static_cast<DTypeProto>(value); }
-
-void StepFromIr(const StepIr& ir, Step* step) {
-  switch (ir.kind) {
-    case StepIr::Kind::kCompute: {
-      auto* c = step->mutable_compute();
-      c->set_device(ir.device);
-      c->set_op(ir.op);
-      for (const std::string& in : ir.inputs) c->add_inputs(in);
-      c->set_output(ir.output);
-      BoxFromIr(ir.out_box, c->mutable_out_box());
-      c->set_out_dtype(AsDTypeProto(ir.out_dtype));
-      SetInts(ir.lhs_contracting, c->mutable_lhs_contracting());
-      SetInts(ir.rhs_contracting, c->mutable_rhs_contracting());
-      SetInts(ir.lhs_batch, c->mutable_lhs_batch());
-      SetInts(ir.rhs_batch, c->mutable_rhs_batch());
-      SetInts(ir.perm, c->mutable_perm());
-      c->set_epsilon(ir.epsilon);
-      c->set_partial(ir.partial);
-      break;
-    }
-    case StepIr::Kind::kSend: {
-      auto* s = step->mutable_send();
-      s->set_device(ir.device);
-      s->set_buffer(ir.buffer);
-      BoxFromIr(ir.box, s->mutable_box());
-      s->set_dst_worker(ir.dst_worker);
-      s->set_dst_device(ir.dst_device);
-      s->set_tag(ir.tag);
-      break;
-    }
-    case StepIr::Kind::kRecv: {
-      auto* r = step->mutable_recv();
-      r->set_device(ir.device);
-      r->set_buffer(ir.buffer);
-      BoxFromIr(ir.box, r->mutable_box());
-      r->set_tag(ir.tag);
-      r->set_accumulate(ir.accumulate);
-      BoxFromIr(ir.buffer_box, r->mutable_buffer_box());
-      r->set_dtype(AsDTypeProto(ir.dtype));
-      r->set_src_worker(ir.src_worker);
-      break;
-    }
-    case StepIr::Kind::kCopy: {
-      auto* c = step->mutable_copy();
-      c->set_src_device(ir.device);
-      c->set_src(ir.buffer);
-      c->set_dst(ir.dst);
-      BoxFromIr(ir.box, c->mutable_box());
-      c->set_accumulate(ir.accumulate);
-      BoxFromIr(ir.buffer_box, c->mutable_dst_box());
-      c->set_dtype(AsDTypeProto(ir.dtype));
-      c->set_dst_device(ir.dst_device);
-      break;
-    }
-    case StepIr::Kind::kFree:
-      step->mutable_free()->set_device(ir.device);
-      step->mutable_free()->set_buffer(ir.buffer);
-      break;
-    case StepIr::Kind::kOutput: {
-      auto* o = step->mutable_output();
-      o->set_device(ir.device);
-      o->set_buffer(ir.buffer);
-      BoxFromIr(ir.box, o->mutable_box());
-      o->set_output(ir.output);
-      break;
-    }
-    case StepIr::Kind::kNone:
-      break;
-  }
+void ComputeFromIr(const ComputeStepIr& ir, ComputeStep* c) {
+  c->set_op(std::string(ComputeOpName(ir.op)));
+  for (const std::string& in : ir.inputs) c->add_inputs(in);
+  c->set_output(ir.output);
+  BoxFromIr(ir.out_box, c->mutable_out_box());
+  c->set_out_dtype(AsDTypeProto(ir.out_dtype));
+  SetInts(ir.lhs_contracting, c->mutable_lhs_contracting());
+  SetInts(ir.rhs_contracting, c->mutable_rhs_contracting());
+  SetInts(ir.lhs_batch, c->mutable_lhs_batch());
+  SetInts(ir.rhs_batch, c->mutable_rhs_batch());
+  SetInts(ir.perm, c->mutable_perm());
+  c->set_epsilon(ir.epsilon);
+  c->set_partial(ir.partial);
+  c->set_device(ir.device);
 }
+
+SendStepIr SendToIr(const SendStep& s) {
+  return SendStepIr{s.buffer(), BoxToIr(s.box()), s.dst_worker(), s.dst_device(), s.tag(),
+                    s.device()};
+}
+
+// The (buffer, box) pair that starts SendStep, RecvStep and OutputStep.
+template <typename StepMessage>
+void SetBufferAndBox(const std::string& buffer, const BoxIr& box, StepMessage* step) {
+  step->set_buffer(buffer);
+  BoxFromIr(box, step->mutable_box());
+}
+
+void SendFromIr(const SendStepIr& ir, SendStep* s) {
+  SetBufferAndBox(ir.buffer, ir.box, s);
+  s->set_dst_worker(ir.dst_worker);
+  s->set_dst_device(ir.dst_device);
+  s->set_tag(ir.tag);
+  s->set_device(ir.device);
+}
+
+RecvStepIr RecvToIr(const RecvStep& r) {
+  return RecvStepIr{r.buffer(),  BoxToIr(r.box()), r.tag(), r.accumulate(),
+                    BoxToIr(r.buffer_box()), DTypeNumber(r.dtype()), r.src_worker(),
+                    r.device()};
+}
+
+void RecvFromIr(const RecvStepIr& ir, RecvStep* r) {
+  SetBufferAndBox(ir.buffer, ir.box, r);
+  r->set_tag(ir.tag);
+  r->set_accumulate(ir.accumulate);
+  BoxFromIr(ir.buffer_box, r->mutable_buffer_box());
+  r->set_dtype(AsDTypeProto(ir.dtype));
+  r->set_src_worker(ir.src_worker);
+  r->set_device(ir.device);
+}
+
+CopyStepIr CopyToIr(const CopyStep& c) {
+  return CopyStepIr{c.src(),        c.src_device(),         c.dst(),
+                    BoxToIr(c.box()), c.accumulate(),       BoxToIr(c.dst_box()),
+                    DTypeNumber(c.dtype()), c.dst_device()};
+}
+
+void CopyFromIr(const CopyStepIr& ir, CopyStep* c) {
+  c->set_src(ir.src);
+  c->set_src_device(ir.src_device);
+  c->set_dst(ir.dst);
+  BoxFromIr(ir.box, c->mutable_box());
+  c->set_accumulate(ir.accumulate);
+  BoxFromIr(ir.dst_box, c->mutable_dst_box());
+  c->set_dtype(AsDTypeProto(ir.dtype));
+  c->set_dst_device(ir.dst_device);
+}
+
+FreeStepIr FreeToIr(const FreeStep& f) { return FreeStepIr{f.buffer(), f.device()}; }
+
+void FreeFromIr(const FreeStepIr& ir, FreeStep* f) {
+  f->set_buffer(ir.buffer);
+  f->set_device(ir.device);
+}
+
+OutputStepIr OutputToIr(const OutputStep& o) {
+  return OutputStepIr{o.buffer(), BoxToIr(o.box()), o.output(), o.device()};
+}
+
+void OutputFromIr(const OutputStepIr& ir, OutputStep* o) {
+  SetBufferAndBox(ir.buffer, ir.box, o);
+  o->set_output(ir.output);
+  o->set_device(ir.device);
+}
+
+absl::StatusOr<StepIr> StepToIr(const Step& step) {
+  switch (step.kind_case()) {
+    case Step::kCompute: return ComputeToIr(step.compute());
+    case Step::kSend: return SendToIr(step.send());
+    case Step::kRecv: return RecvToIr(step.recv());
+    case Step::kCopy: return CopyToIr(step.copy());
+    case Step::kFree: return FreeToIr(step.free());
+    case Step::kOutput: return OutputToIr(step.output());
+    case Step::KIND_NOT_SET: break;
+  }
+  return InvalidArgument("step has no kind");
+}
+
+struct StepFromIr {
+  Step* step;
+  void operator()(const ComputeStepIr& ir) const { ComputeFromIr(ir, step->mutable_compute()); }
+  void operator()(const SendStepIr& ir) const { SendFromIr(ir, step->mutable_send()); }
+  void operator()(const RecvStepIr& ir) const { RecvFromIr(ir, step->mutable_recv()); }
+  void operator()(const CopyStepIr& ir) const { CopyFromIr(ir, step->mutable_copy()); }
+  void operator()(const FreeStepIr& ir) const { FreeFromIr(ir, step->mutable_free()); }
+  void operator()(const OutputStepIr& ir) const { OutputFromIr(ir, step->mutable_output()); }
+};
 
 }  // namespace
 
-ProgramIr ProgramToIr(const Program& program) {
+absl::StatusOr<ProgramIr> ProgramToIr(const Program& program) {
   ProgramIr ir;
   ir.program_id = program.program_id();
   ir.model = program.model();
   ir.generation = program.generation();
   ir.worker = program.worker();
   ir.steps.reserve(program.steps_size());
-  for (const Step& step : program.steps()) ir.steps.push_back(StepToIr(step));
+  for (int i = 0; i < program.steps_size(); ++i) {
+    MS_ASSIGN_OR_RETURN(StepIr step, StepToIr(program.steps(i)), "program '",
+                        program.program_id(), "' step ", i);
+    ir.steps.push_back(std::move(step));
+  }
   return ir;
 }
 
@@ -218,7 +206,7 @@ void ProgramFromIr(const ProgramIr& ir, Program* program) {
   program->set_model(ir.model);
   program->set_generation(ir.generation);
   program->set_worker(ir.worker);
-  for (const StepIr& step : ir.steps) StepFromIr(step, program->add_steps());
+  for (const StepIr& step : ir.steps) std::visit(StepFromIr{program->add_steps()}, step);
 }
 
 LoadModelIr LoadModelToIr(const LoadModelRequest& request) {
@@ -261,7 +249,7 @@ SliceIr SliceToIr(TensorSlice* slice) {
   ir.name = slice->name();
   ir.device = slice->device();
   ir.box = BoxToIr(slice->box());
-  ir.dtype = static_cast<int>(slice->dtype());
+  ir.dtype = DTypeNumber(slice->dtype());
   ir.data = std::move(*slice->mutable_data());
   return ir;
 }

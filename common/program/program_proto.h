@@ -1,9 +1,10 @@
 // The one conversion between the program IR (program_ir.h) and the generated
-// messages of proto/program.proto and proto/worker_service.proto, used by the
-// worker's ShardWorker and by the coordinator (compiler, GrpcWorkerClient).
-// The messages are forward-declared here; include the .pb.h files to build
-// them. Decoding copies the wire values as they are (validation happens in
-// ir_conv.h); encoding cannot fail.
+// messages of proto/program.proto and proto/worker_service.proto, used only by
+// the gRPC edges: the worker's ShardWorker and the coordinator's
+// GrpcWorkerClient. The messages are forward-declared here; include the .pb.h
+// files to build them. Decoding copies the wire values as they are (validation
+// happens in ir_conv.h) except a step's kind and compute op, which the typed
+// IR cannot hold unparsed; encoding cannot fail.
 //
 // Thread-safety: pure functions.
 #ifndef MESHSERVE_COMMON_PROGRAM_PROGRAM_PROTO_H_
@@ -11,6 +12,7 @@
 
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "common/program/program_ir.h"
 
 namespace meshserve {
@@ -20,7 +22,9 @@ class LoadModelRequest;
 class TensorSlice;
 class WorkerStatusResponse;
 
-ProgramIr ProgramToIr(const Program& program);
+// \error kInvalidArgument naming the step for a step without a kind or with
+//   an unknown compute op (ParseComputeOp).
+absl::StatusOr<ProgramIr> ProgramToIr(const Program& program);
 void ProgramFromIr(const ProgramIr& ir, Program* program);
 // The serialized meshserve.Program of `ir`.
 std::string SerializeProgram(const ProgramIr& ir);

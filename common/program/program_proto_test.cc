@@ -4,10 +4,12 @@
 
 #include <string>
 #include <utility>
+#include <variant>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/program/ir_conv.h"
+#include "common/program/testing/program_ir_builder.h"
 #include "proto/program.pb.h"
 #include "proto/worker_service.pb.h"
 #include "tests/testing/status_matchers.h"
@@ -18,21 +20,11 @@ namespace {
 using ::meshserve::testing::IsOkAndHolds;
 using ::meshserve::testing::StatusIs;
 using ::testing::ElementsAre;
+using namespace ::meshserve::program_testing;  // NOLINT
 
 ProgramIr EveryStepKind() {
-  ProgramIr p;
-  p.program_id = "prog";
-  p.model = "m";
-  p.generation = 3;
-  p.worker = 1;
-  StepIr compute;
-  compute.kind = StepIr::Kind::kCompute;
-  compute.device = 2;
-  compute.op = "dot_general";
-  compute.inputs = {"in/x", "param/w"};
-  compute.output = "t0/y";
-  compute.out_box = {{0, 0}, {4, 8}};
-  compute.out_dtype = kWireBFloat16;
+  ComputeStepIr compute = Compute(2, ComputeOp::kDotGeneral, {"in/x", "param/w"}, "t0/y",
+                                      IrBox({{0, 4}, {0, 8}}), kWireBFloat16);
   compute.lhs_contracting = {1};
   compute.rhs_contracting = {0};
   compute.lhs_batch = {};
@@ -40,51 +32,14 @@ ProgramIr EveryStepKind() {
   compute.perm = {1, 0};
   compute.epsilon = 1e-5f;
   compute.partial = true;
-  p.steps.push_back(compute);
-  StepIr send;
-  send.kind = StepIr::Kind::kSend;
-  send.device = 2;
-  send.buffer = "t0/y";
-  send.box = {{0, 0}, {2, 8}};
-  send.dst_worker = 0;
-  send.dst_device = 5;
-  send.tag = "prog/0";
-  p.steps.push_back(send);
-  StepIr recv;
-  recv.kind = StepIr::Kind::kRecv;
-  recv.device = 3;
-  recv.buffer = "t1/z";
-  recv.box = {{2, 0}, {4, 8}};
-  recv.tag = "prog/1";
-  recv.accumulate = true;
-  recv.buffer_box = {{0, 0}, {4, 8}};
-  recv.dtype = kWireFloat32;
-  recv.src_worker = 0;
-  p.steps.push_back(recv);
-  StepIr copy;
-  copy.kind = StepIr::Kind::kCopy;
-  copy.device = 2;
-  copy.buffer = "t0/y";
-  copy.dst = "t1/z";
-  copy.dst_device = 3;
-  copy.box = {{0, 0}, {2, 8}};
-  copy.accumulate = true;
-  copy.buffer_box = {{0, 0}, {4, 8}};
-  copy.dtype = kWireFloat32;
-  p.steps.push_back(copy);
-  StepIr free;
-  free.kind = StepIr::Kind::kFree;
-  free.device = 2;
-  free.buffer = "t0/y";
-  p.steps.push_back(free);
-  StepIr output;
-  output.kind = StepIr::Kind::kOutput;
-  output.device = 3;
-  output.buffer = "t1/z";
-  output.box = {{0, 0}, {4, 8}};
-  output.output = "y";
-  p.steps.push_back(output);
-  return p;
+  return ProgramOf(
+      "prog", "m", 3, 1,
+      {compute, Send(2, "t0/y", IrBox({{0, 2}, {0, 8}}), 0, 5, "prog/0"),
+       Recv(3, "t1/z", IrBox({{2, 4}, {0, 8}}), "prog/1", /*accumulate=*/true,
+                IrBox({{0, 4}, {0, 8}}), kWireFloat32, 0),
+       Copy(2, "t0/y", IrBox({{0, 2}, {0, 8}}), 3, "t1/z", IrBox({{0, 4}, {0, 8}}),
+                kWireFloat32, /*accumulate=*/true),
+       Free(2, "t0/y"), Output(3, "t1/z", IrBox({{0, 4}, {0, 8}}), "y")});
 }
 
 TEST(ProgramProtoTest, ProgramRoundTripsThroughProto) {
@@ -92,23 +47,47 @@ TEST(ProgramProtoTest, ProgramRoundTripsThroughProto) {
   Program proto;
   ProgramFromIr(ir, &proto);
   ASSERT_EQ(proto.steps_size(), 6);
+  EXPECT_EQ(proto.steps(0).compute().op(), "dot_general");
   EXPECT_EQ(proto.steps(0).compute().out_dtype(), BFLOAT16);
   EXPECT_EQ(proto.steps(2).recv().dtype(), FLOAT32);
   EXPECT_THAT(proto.steps(3).copy().dst_box().end(), ElementsAre(4, 8));
-  const ProgramIr back = ProgramToIr(proto);
+  ASSERT_OK_AND_ASSIGN(const ProgramIr back, ProgramToIr(proto));
   EXPECT_EQ(SerializeProgram(back), SerializeProgram(ir));
   EXPECT_EQ(SerializeProgram(ir), proto.SerializeAsString());
   ASSERT_EQ(back.steps.size(), ir.steps.size());
   for (size_t i = 0; i < ir.steps.size(); ++i) {
-    EXPECT_EQ(back.steps[i].kind, ir.steps[i].kind) << i;
-    EXPECT_EQ(back.steps[i].device, ir.steps[i].device) << i;
-    EXPECT_EQ(back.steps[i].box, ir.steps[i].box) << i;
-    EXPECT_EQ(back.steps[i].buffer_box, ir.steps[i].buffer_box) << i;
+    EXPECT_EQ(back.steps[i].index(), ir.steps[i].index()) << i;
+    EXPECT_EQ(StepDevice(back.steps[i]), StepDevice(ir.steps[i])) << i;
   }
-  EXPECT_EQ(back.steps[0].out_box, ir.steps[0].out_box);
-  EXPECT_EQ(back.steps[0].out_dtype, kWireBFloat16);
-  EXPECT_EQ(back.steps[3].dst, "t1/z");
-  EXPECT_EQ(back.steps[3].dst_device, 3);
+  const auto& compute = std::get<ComputeStepIr>(back.steps[0]);
+  EXPECT_EQ(compute.op, ComputeOp::kDotGeneral);
+  EXPECT_EQ(compute.out_box, std::get<ComputeStepIr>(ir.steps[0]).out_box);
+  EXPECT_EQ(compute.out_dtype, kWireBFloat16);
+  EXPECT_EQ(std::get<SendStepIr>(back.steps[1]).box, std::get<SendStepIr>(ir.steps[1]).box);
+  const auto& recv = std::get<RecvStepIr>(back.steps[2]);
+  EXPECT_EQ(recv.box, std::get<RecvStepIr>(ir.steps[2]).box);
+  EXPECT_EQ(recv.buffer_box, std::get<RecvStepIr>(ir.steps[2]).buffer_box);
+  const auto& copy = std::get<CopyStepIr>(back.steps[3]);
+  EXPECT_EQ(copy.box, std::get<CopyStepIr>(ir.steps[3]).box);
+  EXPECT_EQ(copy.dst_box, std::get<CopyStepIr>(ir.steps[3]).dst_box);
+  EXPECT_EQ(copy.dst, "t1/z");
+  EXPECT_EQ(copy.dst_device, 3);
+  EXPECT_EQ(std::get<OutputStepIr>(back.steps[5]).box, std::get<OutputStepIr>(ir.steps[5]).box);
+}
+
+// What the typed IR cannot hold is rejected at the proto edge, naming the step.
+TEST(ProgramProtoTest, UnknownComputeOpAndStepWithoutKindAreRejected) {
+  Program proto;
+  proto.set_program_id("bad");
+  ComputeStep* conv = proto.add_steps()->mutable_compute();
+  conv->set_op("conv");
+  EXPECT_THAT(ProgramToIr(proto),
+              StatusIs(absl::StatusCode::kInvalidArgument, "unknown compute op 'conv'"));
+  EXPECT_THAT(ProgramToIr(proto), StatusIs(absl::StatusCode::kInvalidArgument, "step 0"));
+  conv->set_op("relu");
+  proto.add_steps();
+  EXPECT_THAT(ProgramToIr(proto), StatusIs(absl::StatusCode::kInvalidArgument, "no kind"));
+  EXPECT_THAT(ProgramToIr(proto), StatusIs(absl::StatusCode::kInvalidArgument, "step 1"));
 }
 
 TEST(ProgramProtoTest, LoadModelRoundTripsThroughProto) {
@@ -159,7 +138,7 @@ TEST(ProgramProtoTest, UnknownDTypeNumbersSurviveForTheValidator) {
   TensorSlice proto;
   SliceFromIr(ir, &proto);
   EXPECT_EQ(SliceToIr(&proto).dtype, 42);
-  EXPECT_THAT(DTypeFromWire(42), StatusIs(absl::StatusCode::kInvalidArgument, "42"));
+  EXPECT_THAT(DTypeFromProto(42), StatusIs(absl::StatusCode::kInvalidArgument, "42"));
 }
 
 TEST(ProgramProtoTest, WorkerStatusRoundTripsThroughProto) {
@@ -198,11 +177,11 @@ TEST(IrConvTest, CoreTypesRoundTripThroughTheIr) {
   for (DType d : {DType::kFloat32, DType::kBFloat16, DType::kInt32, DType::kInt64,
                   DType::kFloat16, DType::kFloat64, DType::kInt8, DType::kUInt8,
                   DType::kBool}) {
-    EXPECT_THAT(DTypeFromWire(DTypeToWire(d)), IsOkAndHolds(d));
+    EXPECT_THAT(DTypeFromProto(DTypeToProto(d)), IsOkAndHolds(d));
   }
-  EXPECT_EQ(DTypeToWire(DType::kFloat32), FLOAT32);
-  EXPECT_EQ(DTypeToWire(DType::kBool), BOOL);
-  EXPECT_THAT(DTypeFromWire(kWireInvalid), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(DTypeToProto(DType::kFloat32), FLOAT32);
+  EXPECT_EQ(DTypeToProto(DType::kBool), BOOL);
+  EXPECT_THAT(DTypeFromProto(kWireInvalid), StatusIs(absl::StatusCode::kInvalidArgument));
   ASSERT_OK_AND_ASSIGN(Mesh mesh, Mesh::Create({{"data", 2}, {"model", 4}}));
   EXPECT_THAT(MeshFromIr(MeshToIr(mesh)), IsOkAndHolds(mesh));
 }

@@ -1,21 +1,31 @@
-// How one request is routed over a compiled program: which box of each input
-// each (worker, device) receives, and which (worker, device) returns which box
-// of each output. Built by the compiler (compiler.h, CompiledModel) and handed
-// unchanged to the runtime (program_builder.h, CompiledPlan).
+// What compiling a (model, input shapes, out_shardings, generation) produces,
+// and what the coordinator runtime keeps and runs: one program per worker (the
+// program IR of common/program/program_ir.h, the one program type from the
+// compiler to WorkerClient::InstallProgram), which box of each input each
+// (worker, device) receives, which (worker, device) returns which box of each
+// output, the outputs' types, and a per-layer description with its costs.
+// Built by the compiler (compiler.h, CompileModel) and handed unchanged to the
+// runtime (model_compiler.h, ModelCompiler::Compile). Nothing here is
+// serialized; only the gRPC worker client turns a program into bytes.
 //
 // Thread-safety: plain values.
 #ifndef MESHSERVE_SERVER_COMPILER_COMPILED_PLAN_H_
 #define MESHSERVE_SERVER_COMPILER_COMPILED_PLAN_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
+#include "common/base/dtype.h"
+#include "common/program/program_ir.h"
 #include "common/sharding/box.h"
+#include "common/sharding/partition_spec.h"
 
 namespace meshserve {
 
 // Device `device` (on `worker`) receives `box` of input `input` as buffer
-// "in/<input>".
+// InputBuffer(input) ("in/<input>").
 struct InputSlice {
   std::string input;
   int64_t worker = -1;
@@ -30,6 +40,46 @@ struct OutputPiece {
   int64_t worker = -1;
   int64_t device = -1;
   Box box;
+};
+
+struct PlanOutput {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  std::string type_str;  // JAX type string, e.g. float32[8@data,32]
+  PartitionSpec spec;
+};
+
+// One layout change of one layer: which value, why, and what it costs.
+struct CollectiveInfo {
+  std::string value;    // the value moved ("x", "gate_proj.kernel", "y (partial)")
+  std::string purpose;  // "lhs", "rhs", "operand", "result", "output", ...
+  std::string pattern;  // the planner's pattern ("all-gather", "reduce-scatter", ...)
+  std::string from;     // source spec, e.g. P('fsdp', None, None)
+  std::string to;       // destination spec
+  int64_t bytes = 0;    // network bytes per request
+};
+
+struct LayerPlanInfo {
+  std::string layer;
+  std::string op;
+  std::string type;      // the typed result, "float32[8@fsdp,16,64@model]"
+  std::string strategy;  // e.g. "dot: fsdp->d(contract) model->f"
+  std::vector<CollectiveInfo> collectives;  // network and local ones
+  int64_t bytes_moved = 0;                  // sum over collectives
+  int64_t max_device_flops = 0;             // GEMM work of the busiest device
+};
+
+struct CompiledPlan {
+  std::string program_id;
+  int64_t generation = 0;
+  std::map<int64_t, ProgramIr> programs;  // by worker id
+  std::vector<InputSlice> input_slices;
+  std::vector<OutputPiece> output_pieces;
+  std::vector<PlanOutput> outputs;    // in the model's output order
+  std::vector<LayerPlanInfo> layers;  // in model order (+ one "outputs" entry if needed)
+  int64_t bytes_moved = 0;            // per request, all layers
+  std::string ToString() const;       // the per-layer description
 };
 
 }  // namespace meshserve

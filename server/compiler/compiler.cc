@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
@@ -52,17 +51,19 @@ class Compiler {
            const CompileOptions& options)
       : typed_(typed), em_(typed.mesh, device_workers, options.program_id) {}
 
-  absl::StatusOr<CompiledModel> Run(const CompileOptions& options) {
+  absl::StatusOr<CompiledPlan> Run(const CompileOptions& options) {
     const ModelFile& m = typed_.model;
+    out_.program_id = options.program_id;
+    out_.generation = options.generation;
     for (const InputDef& in : m.inputs) {
-      values_[in.name] = PlacedOf(absl::StrCat("in/", in.name), typed_.TypeOf(in.name));
+      values_[in.name] = PlacedOf(InputBuffer(in.name), typed_.TypeOf(in.name));
       for (int64_t d = 0; d < em_.num_devices(); ++d) {
         Box box = values_[in.name].BoxFor(d);
         out_.input_slices.push_back({in.name, em_.WorkerOf(d), d, box});
       }
     }
     for (const ParamDef& p : m.params) {
-      values_[p.name] = PlacedOf(absl::StrCat("param/", p.name), typed_.TypeOf(p.name));
+      values_[p.name] = PlacedOf(ParamBuffer(p.name), typed_.TypeOf(p.name));
     }
     std::map<std::string, size_t> last = LastUses(m);
     for (size_t i = 0; i < m.layers.size(); ++i) {
@@ -116,7 +117,7 @@ class Compiler {
     if (it == values_.end()) return;
     std::string buffer = it->second.buffer;
     values_.erase(it);
-    if (absl::StartsWith(buffer, "param/")) return;
+    if (IsParamBuffer(buffer)) return;
     for (const auto& [n, v] : values_) {
       if (v.buffer == buffer) return;
     }
@@ -129,10 +130,14 @@ class Compiler {
     info.op = "gather";
     info.strategy = "one replica per box";
     for (const std::string& name : typed_.model.outputs) {
+      const ArrayType* type = typed_.Find(name);
+      if (type == nullptr) {
+        return Internal("model '", typed_.model.name, "': output '", name, "' untyped");
+      }
+      out_.outputs.push_back({name, type->dtype, type->shape, type->ToString(), type->spec()});
       Placed v = values_.at(name);
       if (v.partial()) {
-        const ArrayType& t = typed_.TypeOf(name);
-        MS_ASSIGN_OR_RETURN(v, em_.Reshard(v, Reduced(v.sharding), t.dtype, name, "output",
+        MS_ASSIGN_OR_RETURN(v, em_.Reshard(v, Reduced(v.sharding), type->dtype, name, "output",
                                            &info));
       }
       for (const std::vector<int64_t>& group : ReplicaGroups(v.sharding)) {
@@ -150,31 +155,14 @@ class Compiler {
   const TypedModel& typed_;
   ProgramEmitter em_;
   std::map<std::string, Placed> values_;
-  CompiledModel out_;
+  CompiledPlan out_;
 };
 
 }  // namespace
 
-std::string CompiledModel::ToString() const {
-  std::string out;
-  for (const LayerPlanInfo& l : layers) {
-    absl::StrAppend(&out, l.layer, " = ", l.op, " -> ", l.type, "\n    strategy: ", l.strategy,
-                    "\n");
-    if (l.max_device_flops > 0) {
-      absl::StrAppend(&out, "    max flops per device: ", l.max_device_flops, "\n");
-    }
-    for (const CollectiveInfo& c : l.collectives) {
-      absl::StrAppend(&out, "    ", c.purpose, " ", c.value, ": ", c.from, " -> ", c.to, "  ",
-                      c.pattern, ", ", c.bytes, " bytes\n");
-    }
-  }
-  absl::StrAppend(&out, "bytes moved per request: ", bytes_moved, "\n");
-  return out;
-}
-
-absl::StatusOr<CompiledModel> CompileModel(const TypedModel& typed,
-                                           const std::vector<int64_t>& device_workers,
-                                           const CompileOptions& options) {
+absl::StatusOr<CompiledPlan> CompileModel(const TypedModel& typed,
+                                          const std::vector<int64_t>& device_workers,
+                                          const CompileOptions& options) {
   if (static_cast<int64_t>(device_workers.size()) != typed.mesh.num_devices()) {
     return InvalidArgument("device_workers has ", device_workers.size(), " entries for ",
                            typed.mesh.ToString(), " (", typed.mesh.num_devices(), " devices)");

@@ -7,6 +7,7 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <variant>
 #include <vector>
 
 #include "absl/strings/str_replace.h"
@@ -39,7 +40,7 @@ void CheckCase(const Case& c, int num_workers, InterpreterStats* stats_out = nul
   ASSERT_OK_AND_ASSIGN(Mesh mesh, ResolveMesh(m, 8));
   ASSERT_OK_AND_ASSIGN(TypedModel tm, TypeModel(m, mesh, c.shapes, c.overrides));
   CompileOptions opts{"p1", 3};
-  ASSERT_OK_AND_ASSIGN(CompiledModel cm,
+  ASSERT_OK_AND_ASSIGN(CompiledPlan cm,
                        CompileModel(tm, BlockWorkers(mesh.num_devices(), num_workers), opts));
   EXPECT_EQ(static_cast<int>(cm.programs.size()), num_workers);
   for (const auto& [w, p] : cm.programs) {
@@ -62,7 +63,7 @@ void CheckCase(const Case& c, int num_workers, InterpreterStats* stats_out = nul
   }
   std::map<std::string, Tensor> params = RandomParams(m);
   InterpreterStats stats;
-  auto got = RunCompiledModel(cm, tm, inputs, params, &stats);
+  auto got = RunCompiledPlan(cm, tm, inputs, params, &stats);
   ASSERT_TRUE(got.ok()) << got.status() << "\n" << cm.ToString();
   ASSERT_OK_AND_ASSIGN(auto want, Reference(m, inputs, params));
   for (const std::string& o : m.outputs) {
@@ -137,7 +138,7 @@ TEST(CompilerTest, InputSlicesAndOutputPieces) {
   ASSERT_OK_AND_ASSIGN(ModelFile m, ParseModelFile(Swiglu(16, 32), ""));
   ASSERT_OK_AND_ASSIGN(Mesh mesh, ResolveMesh(m, 8));
   ASSERT_OK_AND_ASSIGN(TypedModel tm, TypeModel(m, mesh, {{"x", {4, 2, 16}}}));
-  ASSERT_OK_AND_ASSIGN(CompiledModel cm, CompileModel(tm, BlockWorkers(8, 2), {"p", 0}));
+  ASSERT_OK_AND_ASSIGN(CompiledPlan cm, CompileModel(tm, BlockWorkers(8, 2), {"p", 0}));
   // x is P('fsdp'): one slice per device; devices 0-3 (fsdp=0) get rows 0:2.
   ASSERT_EQ(cm.input_slices.size(), 8u);
   EXPECT_EQ(cm.input_slices[0].box.ToString(), "[0:2, 0:2, 0:16]");
@@ -155,7 +156,7 @@ TEST(CompilerTest, OneReplicaPerBoxForReplicatedOutputs) {
   ASSERT_OK_AND_ASSIGN(ModelFile m, ParseModelFile(Swiglu(16, 32, "[]"), ""));
   ASSERT_OK_AND_ASSIGN(Mesh mesh, ResolveMesh(m, 8));
   ASSERT_OK_AND_ASSIGN(TypedModel tm, TypeModel(m, mesh, {{"x", {4, 2, 16}}}));
-  ASSERT_OK_AND_ASSIGN(CompiledModel cm, CompileModel(tm, BlockWorkers(8, 4), {"p", 0}));
+  ASSERT_OK_AND_ASSIGN(CompiledPlan cm, CompileModel(tm, BlockWorkers(8, 4), {"p", 0}));
   ASSERT_EQ(cm.output_pieces.size(), 1u);
   EXPECT_EQ(cm.output_pieces[0].box.ToString(), "[0:4, 0:2, 0:16]");
 }
@@ -164,17 +165,17 @@ TEST(CompilerTest, TagsAreUniqueAndTemporariesAreFreed) {
   ASSERT_OK_AND_ASSIGN(ModelFile m, ParseModelFile(TransformerBlock(), ""));
   ASSERT_OK_AND_ASSIGN(Mesh mesh, ResolveMesh(m, 8));
   ASSERT_OK_AND_ASSIGN(TypedModel tm, TypeModel(m, mesh, {{"x", {2, 4, 16}}}));
-  ASSERT_OK_AND_ASSIGN(CompiledModel cm, CompileModel(tm, BlockWorkers(8, 8), {"prog", 0}));
+  ASSERT_OK_AND_ASSIGN(CompiledPlan cm, CompileModel(tm, BlockWorkers(8, 8), {"prog", 0}));
   std::map<std::string, int> sends, recvs;
   std::map<std::pair<int64_t, std::string>, bool> live;
   for (const auto& [w, p] : cm.programs) {
-    for (const StepIr& s : p.steps) {
-      if (s.kind == StepIr::Kind::kSend) ++sends[s.tag];
-      if (s.kind == StepIr::Kind::kRecv) ++recvs[s.tag];
-      if (s.kind == StepIr::Kind::kCompute) live[{s.device, s.output}] = true;
-      if (s.kind == StepIr::Kind::kRecv) live[{s.device, s.buffer}] = true;
-      if (s.kind == StepIr::Kind::kCopy) live[{s.dst_device, s.dst}] = true;
-      if (s.kind == StepIr::Kind::kFree) live.erase({s.device, s.buffer});
+    for (const StepIr& step : p.steps) {
+      if (const auto* s = std::get_if<SendStepIr>(&step)) ++sends[s->tag];
+      if (const auto* s = std::get_if<RecvStepIr>(&step)) ++recvs[s->tag];
+      if (const auto* s = std::get_if<ComputeStepIr>(&step)) live[{s->device, s->output}] = true;
+      if (const auto* s = std::get_if<RecvStepIr>(&step)) live[{s->device, s->buffer}] = true;
+      if (const auto* s = std::get_if<CopyStepIr>(&step)) live[{s->dst_device, s->dst}] = true;
+      if (const auto* s = std::get_if<FreeStepIr>(&step)) live.erase({s->device, s->buffer});
     }
   }
   EXPECT_FALSE(sends.empty());

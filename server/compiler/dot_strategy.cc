@@ -230,8 +230,8 @@ absl::StatusOr<Placed> CompileDotLayer(const LayerContext& ctx) {
   for (char x : p.labels.lhs) {
     if (Has(p.labels.rhs, x) && Has(p.labels.out, x)) batch += x;
   }
-  StepIr proto;
-  proto.op = "dot_general";
+  ComputeStepIr proto;
+  proto.op = ComputeOp::kDotGeneral;
   proto.inputs = {lhs_c.buffer, rhs_c.buffer};
   proto.lhs_contracting = Positions(p.labels.lhs, contract);
   proto.rhs_contracting = Positions(p.labels.rhs, contract);
@@ -241,8 +241,8 @@ absl::StatusOr<Placed> CompileDotLayer(const LayerContext& ctx) {
   Placed out = dot;
   if (c.dot_labels != p.labels.out) {
     out = Placed{em.NewBuffer(ctx.layer->name), ShapeOf(p.labels.out, p.sizes), c.out, dtype};
-    StepIr t;
-    t.op = "transpose";
+    ComputeStepIr t;
+    t.op = ComputeOp::kTranspose;
     t.inputs = {dot.buffer};
     t.perm = Positions(c.dot_labels, p.labels.out);
     em.ComputeEverywhere(out, [&](int64_t) { return t; });
@@ -257,8 +257,8 @@ absl::StatusOr<Placed> CompileDotLayer(const LayerContext& ctx) {
                                                 ctx.operand_names[2], "bias", ctx.info));
   Placed with_bias{em.NewBuffer(ctx.layer->name), result.shape, result.sharding,
                    ctx.result.dtype};
-  StepIr add;
-  add.op = "add";
+  ComputeStepIr add;
+  add.op = ComputeOp::kAdd;
   add.inputs = {result.buffer, bias_c.buffer};
   em.ComputeEverywhere(with_bias, [&](int64_t) { return add; });
   return with_bias;

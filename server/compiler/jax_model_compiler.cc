@@ -6,7 +6,6 @@
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/model/typed_model.h"
-#include "common/program/program_proto.h"
 #include "common/sharding/visualize.h"
 #include "server/compiler/compiler.h"
 
@@ -24,22 +23,8 @@ absl::StatusOr<CompiledPlan> JaxModelCompiler::Compile(const CompileRequest& req
   CompileOptions options;
   options.program_id = request.program_id;
   options.generation = placement.generation;
-  MS_ASSIGN_OR_RETURN(CompiledModel compiled,
-                      CompileModel(typed, placement.device_workers, options),
+  MS_ASSIGN_OR_RETURN(CompiledPlan plan, CompileModel(typed, placement.device_workers, options),
                       "compiling model '", model.name, "'");
-  CompiledPlan plan;
-  plan.program_id = request.program_id;
-  plan.generation = placement.generation;
-  for (const auto& [worker, program] : compiled.programs) {
-    plan.serialized_programs[worker] = SerializeProgram(program);
-  }
-  plan.input_slices = std::move(compiled.input_slices);
-  plan.output_pieces = std::move(compiled.output_pieces);
-  for (const std::string& name : model.outputs) {
-    const ArrayType* type = typed.Find(name);
-    if (type == nullptr) return Internal("model '", model.name, "': output '", name, "' untyped");
-    plan.outputs.push_back({name, type->dtype, type->shape, type->ToString(), type->spec()});
-  }
   return plan;
 }
 
@@ -93,7 +78,7 @@ absl::StatusOr<DescribeResult> JaxModelCompiler::Describe(const ModelFile& model
   CompileOptions options;
   options.program_id = "describe";
   options.generation = placement.generation;
-  MS_ASSIGN_OR_RETURN(CompiledModel compiled,
+  MS_ASSIGN_OR_RETURN(CompiledPlan compiled,
                       CompileModel(typed, placement.device_workers, options),
                       "compiling model '", model.name, "'");
   for (const LayerPlanInfo& layer : compiled.layers) {

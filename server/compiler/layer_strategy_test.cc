@@ -18,14 +18,14 @@ using ::meshserve::testing::StatusIs;
 using ::testing::HasSubstr;
 using namespace ::meshserve::compiler_testing;  // NOLINT
 
-const LayerPlanInfo* FindLayer(const CompiledModel& cm, const std::string& name) {
+const LayerPlanInfo* FindLayer(const CompiledPlan& cm, const std::string& name) {
   for (const LayerPlanInfo& l : cm.layers) {
     if (l.layer == name) return &l;
   }
   return nullptr;
 }
 
-absl::StatusOr<CompiledModel> CompileSwiglu(int d, int f, std::vector<int64_t> x_shape,
+absl::StatusOr<CompiledPlan> CompileSwiglu(int d, int f, std::vector<int64_t> x_shape,
                                             int num_workers, TypedModel* typed = nullptr) {
   auto m = ParseModelFile(Swiglu(d, f), "");
   if (!m.ok()) return m.status();
@@ -42,7 +42,7 @@ absl::StatusOr<CompiledModel> CompileSwiglu(int d, int f, std::vector<int64_t> x
 // all-gathering W when W is larger than the activations, as in serving.
 TEST(StrategyTest, SwigluGateProjectionIsWeightStationary) {
   TypedModel tm;
-  ASSERT_OK_AND_ASSIGN(CompiledModel cm, CompileSwiglu(256, 256, {2, 4, 256}, 8, &tm));
+  ASSERT_OK_AND_ASSIGN(CompiledPlan cm, CompileSwiglu(256, 256, {2, 4, 256}, 8, &tm));
   const LayerPlanInfo* gate = FindLayer(cm, "gate");
   ASSERT_NE(gate, nullptr);
   EXPECT_THAT(gate->strategy, HasSubstr("fsdp->y(contract)"));
@@ -67,7 +67,7 @@ TEST(StrategyTest, SwigluGateProjectionIsWeightStationary) {
 // Same layer, but activations far larger than the weights: all-gathering the
 // weights is now cheaper, and the compiler says so.
 TEST(StrategyTest, LargeActivationsGatherTheWeightsInstead) {
-  ASSERT_OK_AND_ASSIGN(CompiledModel cm, CompileSwiglu(8, 8, {64, 32, 8}, 8));
+  ASSERT_OK_AND_ASSIGN(CompiledPlan cm, CompileSwiglu(8, 8, {64, 32, 8}, 8));
   const LayerPlanInfo* gate = FindLayer(cm, "gate");
   ASSERT_NE(gate, nullptr);
   bool moved_weights = false;
@@ -81,7 +81,7 @@ TEST(StrategyTest, LargeActivationsGatherTheWeightsInstead) {
 // On one worker every layout change is free; the tie-break is GEMM work, so
 // every mesh axis shards the gate projection (8-way split of the flops).
 TEST(StrategyTest, OneWorkerBalancesGemmWork) {
-  ASSERT_OK_AND_ASSIGN(CompiledModel cm, CompileSwiglu(64, 64, {2, 4, 64}, 1));
+  ASSERT_OK_AND_ASSIGN(CompiledPlan cm, CompileSwiglu(64, 64, {2, 4, 64}, 1));
   const LayerPlanInfo* gate = FindLayer(cm, "gate");
   ASSERT_NE(gate, nullptr);
   EXPECT_EQ(gate->bytes_moved, 0);
@@ -93,7 +93,7 @@ TEST(StrategyTest, OneWorkerBalancesGemmWork) {
 // h [B@fsdp,T,F@model] . W [F@model, D@fsdp]: contracting over model
 // (partial sums), then a reduce-scatter into the typed result.
 TEST(StrategyTest, DownProjectionReducesPartialSums) {
-  ASSERT_OK_AND_ASSIGN(CompiledModel cm, CompileSwiglu(256, 256, {2, 4, 256}, 8));
+  ASSERT_OK_AND_ASSIGN(CompiledPlan cm, CompileSwiglu(256, 256, {2, 4, 256}, 8));
   const LayerPlanInfo* y = FindLayer(cm, "y");
   ASSERT_NE(y, nullptr);
   EXPECT_THAT(y->strategy, HasSubstr("model->y(contract)"));
@@ -106,7 +106,7 @@ TEST(StrategyTest, DownProjectionReducesPartialSums) {
 }
 
 TEST(StrategyTest, DescriptionNamesLayersPatternsAndBytes) {
-  ASSERT_OK_AND_ASSIGN(CompiledModel cm, CompileSwiglu(256, 256, {2, 4, 256}, 8));
+  ASSERT_OK_AND_ASSIGN(CompiledPlan cm, CompileSwiglu(256, 256, {2, 4, 256}, 8));
   std::string text = cm.ToString();
   EXPECT_THAT(text, HasSubstr("gate = linear -> float32[2@fsdp,4,256@model]"));
   EXPECT_THAT(text, HasSubstr("reduce-scatter"));

@@ -1,6 +1,7 @@
 // The non-dot strategies (strategy.h): elementwise, unary, norms, softmax,
 // reshape, transpose, embed, reshard.
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -19,11 +20,17 @@ Entries EntriesOf(const NamedSharding& s, int rank) {
   return e;
 }
 
-StepIr Op(const std::string& op, std::vector<std::string> inputs) {
-  StepIr s;
+ComputeStepIr Op(ComputeOp op, std::vector<std::string> inputs) {
+  ComputeStepIr s;
   s.op = op;
   s.inputs = std::move(inputs);
   return s;
+}
+
+// The compute op of a layer whose model op has the same name (add, relu, ...).
+absl::StatusOr<ComputeStepIr> SameNamedOp(const LayerContext& ctx) {
+  MS_ASSIGN_OR_RETURN(ComputeOp op, ParseComputeOp(ctx.layer->op), "layer op");
+  return Op(op, {});
 }
 
 absl::Status RequireReducedResult(const LayerContext& ctx) {
@@ -38,7 +45,7 @@ absl::Status RequireReducedResult(const LayerContext& ctx) {
 // compute layout of the result), then lays it out as the typed result.
 absl::StatusOr<Placed> ComputeThenPlace(const LayerContext& ctx, const NamedSharding& compute,
                                         std::vector<std::pair<int, NamedSharding>> layouts,
-                                        StepIr step, absl::string_view strategy) {
+                                        ComputeStepIr step, absl::string_view strategy) {
   ProgramEmitter& em = *ctx.emitter;
   ctx.info->strategy = std::string(strategy);
   step.inputs.clear();
@@ -73,14 +80,16 @@ absl::StatusOr<Placed> Elementwise(const LayerContext& ctx) {
     }
     layouts.emplace_back(k, ShardingOf(ctx.emitter->mesh(), r, e, unreduced));
   }
-  return ComputeThenPlace(ctx, ctx.result.sharding, layouts, Op(ctx.layer->op, {}),
+  MS_ASSIGN_OR_RETURN(ComputeStepIr step, SameNamedOp(ctx));
+  return ComputeThenPlace(ctx, ctx.result.sharding, layouts, std::move(step),
                           "elementwise in the result's layout");
 }
 
 absl::StatusOr<Placed> Unary(const LayerContext& ctx) {
   MS_RETURN_IF_ERROR(RequireReducedResult(ctx));
-  return ComputeThenPlace(ctx, ctx.result.sharding, {{0, ctx.result.sharding}},
-                          Op(ctx.layer->op, {}), "elementwise in the result's layout");
+  MS_ASSIGN_OR_RETURN(ComputeStepIr step, SameNamedOp(ctx));
+  return ComputeThenPlace(ctx, ctx.result.sharding, {{0, ctx.result.sharding}}, std::move(step),
+                          "elementwise in the result's layout");
 }
 
 // The result's layout with dim `axis` unsharded.
@@ -97,7 +106,7 @@ absl::StatusOr<Placed> Norm(const LayerContext& ctx) {
   NamedSharding replicated1 = ShardingOf(ctx.emitter->mesh(), 1, {{}});
   std::vector<std::pair<int, NamedSharding>> layouts = {{0, compute}, {1, replicated1}};
   if (ctx.layer->op == "layer_norm") layouts.emplace_back(2, replicated1);
-  StepIr step = Op(ctx.layer->op, {});
+  MS_ASSIGN_OR_RETURN(ComputeStepIr step, SameNamedOp(ctx));
   step.epsilon = static_cast<float>(ctx.layer->epsilon);
   return ComputeThenPlace(ctx, compute, layouts, step, "normalised dim gathered, local");
 }
@@ -107,7 +116,7 @@ absl::StatusOr<Placed> Softmax(const LayerContext& ctx) {
   const int rank = ctx.result.rank();
   int axis = static_cast<int>(ctx.layer->axis < 0 ? ctx.layer->axis + rank : ctx.layer->axis);
   NamedSharding compute = WithDimGathered(ctx, axis);
-  StepIr step = Op("softmax", {});
+  ComputeStepIr step = Op(ComputeOp::kSoftmax, {});
   step.perm = {axis};
   return ComputeThenPlace(ctx, compute, {{0, compute}}, step, "softmax axis gathered, local");
 }
@@ -178,11 +187,11 @@ absl::StatusOr<Placed> Reshape(const LayerContext& ctx) {
   Placed typed_out{"", ctx.result.shape, ctx.result.sharding, ctx.result.dtype};
   if (ReshapeIsLocal(reduced_in, typed_out, em.num_devices())) {
     return ComputeThenPlace(ctx, ctx.result.sharding, {{0, reduced_in.sharding}},
-                            Op("reshape", {}), "local reshape");
+                            Op(ComputeOp::kReshape, {}), "local reshape");
   }
   NamedSharding in_full = ShardingOf(em.mesh(), in.shape.size(), {});
   NamedSharding out_full = ShardingOf(em.mesh(), ctx.result.rank(), {});
-  return ComputeThenPlace(ctx, out_full, {{0, in_full}}, Op("reshape", {}),
+  return ComputeThenPlace(ctx, out_full, {{0, in_full}}, Op(ComputeOp::kReshape, {}),
                           "gather, reshape, slice");
 }
 
@@ -193,7 +202,7 @@ absl::StatusOr<Placed> Transpose(const LayerContext& ctx) {
   Entries in_e = EntriesOf(in.sharding, rank), out_e;
   for (int64_t p : ctx.layer->perm) out_e.push_back(in_e[p]);
   NamedSharding compute = ShardingOf(ctx.emitter->mesh(), rank, out_e);
-  StepIr step = Op("transpose", {});
+  ComputeStepIr step = Op(ComputeOp::kTranspose, {});
   step.perm = ctx.layer->perm;
   return ComputeThenPlace(ctx, compute, {{0, Reduced(in.sharding)}}, step, "local transpose");
 }
@@ -222,7 +231,8 @@ absl::StatusOr<Placed> Embed(const LayerContext& ctx) {
                                                  ctx.operand_names[1], "operand", ctx.info));
   Placed out{em.NewBuffer(ctx.layer->name), ctx.result.shape, compute,
              vocab.empty() ? ctx.result.dtype : DType::kFloat32};
-  em.ComputeEverywhere(out, [&](int64_t) { return Op("embed", {ids_c.buffer, table_c.buffer}); });
+  const ComputeStepIr embed = Op(ComputeOp::kEmbed, {ids_c.buffer, table_c.buffer});
+  em.ComputeEverywhere(out, [&](int64_t) { return embed; });
   return em.Reshard(out, ctx.result.sharding, ctx.result.dtype, ctx.layer->name, "result",
                     ctx.info);
 }

@@ -4,11 +4,11 @@
 //
 // The production implementation (jax_model_compiler.h) wraps
 // common/model/typed_model.h (TypeModel/ValidateModel) and
-// server/compiler/compiler.h. A CompiledPlan is everything a request needs:
-// each worker's serialized meshserve.Program, which box of each input each
-// (worker, device) receives, and which (worker, device) returns which box of
-// each output (one replica per box: the pieces of one output tile it exactly
-// once).
+// server/compiler/compiler.h. A CompiledPlan (compiled_plan.h) is everything a
+// request needs: each worker's program (ProgramIr), which box of each input
+// each (worker, device) receives, and which (worker, device) returns which box
+// of each output (one replica per box: the pieces of one output tile it
+// exactly once).
 //
 // Thread-safety: implementations must allow concurrent calls.
 #ifndef MESHSERVE_SERVER_COMPILER_MODEL_COMPILER_H_
@@ -21,7 +21,6 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/base/dtype.h"
 #include "common/model/model_file.h"
 #include "common/sharding/partition_spec.h"
 #include "common/sharding/mesh.h"
@@ -31,23 +30,6 @@ namespace meshserve {
 
 using InputShapes = std::map<std::string, std::vector<int64_t>>;
 using OutShardings = std::map<std::string, PartitionSpec>;
-
-struct PlanOutput {
-  std::string name;
-  DType dtype = DType::kFloat32;
-  std::vector<int64_t> shape;
-  std::string type_str;  // JAX type string, e.g. float32[8@data,32]
-  PartitionSpec spec;
-};
-
-struct CompiledPlan {
-  std::string program_id;
-  int64_t generation = 0;
-  std::map<int64_t, std::string> serialized_programs;  // worker -> Program bytes
-  std::vector<InputSlice> input_slices;
-  std::vector<OutputPiece> output_pieces;
-  std::vector<PlanOutput> outputs;  // in the model's output order
-};
 
 // The compiler's view of a placement (server/coordinator/placement.h): the
 // model's mesh and which worker hosts each of its devices.

@@ -1,4 +1,4 @@
-// ProgramEmitter (compiler_emitter.h): turns planner transfers into steps.
+// ProgramEmitter (program_emitter.h): turns planner transfers into steps.
 #include "server/compiler/program_emitter.h"
 
 #include <algorithm>
@@ -45,13 +45,6 @@ std::string ProgramEmitter::NewBuffer(absl::string_view hint) {
 }
 
 std::string ProgramEmitter::NewTag() { return absl::StrCat(program_id_, "/", next_tag_++); }
-
-StepIr& ProgramEmitter::Append(int64_t worker, StepIr::Kind kind, int64_t device) {
-  StepIr& s = programs_[worker].steps.emplace_back();
-  s.kind = kind;
-  s.device = device;
-  return s;
-}
 
 absl::StatusOr<ProgramEmitter::Cost> ProgramEmitter::PlanCost(const Placed& src,
                                                               const NamedSharding& dst) const {
@@ -108,17 +101,11 @@ absl::StatusOr<Placed> ProgramEmitter::Reshard(const Placed& src, const NamedSha
 
 void ProgramEmitter::EmitTransfer(const Transfer& t, const Placed& src, const Placed& dst) {
   const Box dst_box = dst.BoxFor(t.dst_device);
-  const int dst_dtype = DTypeToWire(dst.dtype);
+  const int dst_dtype = DTypeToProto(dst.dtype);
   auto local_copy = [&](const std::string& from, int64_t from_device, bool accumulate,
                         const std::string& to, int64_t to_device, const Box& to_box, int dtype) {
-    StepIr& s = Append(WorkerOf(from_device), StepIr::Kind::kCopy, from_device);
-    s.buffer = from;
-    s.dst = to;
-    s.dst_device = to_device;
-    s.box = BoxToIr(t.box);
-    s.accumulate = accumulate;
-    s.buffer_box = BoxToIr(to_box);
-    s.dtype = dtype;
+    Append(WorkerOf(from_device), CopyStepIr{from, from_device, to, BoxToIr(t.box), accumulate,
+                                             BoxToIr(to_box), dtype, to_device});
   };
   switch (t.kind) {
     case TransferKind::kLocalForward:
@@ -136,43 +123,33 @@ void ProgramEmitter::EmitTransfer(const Transfer& t, const Placed& src, const Pl
       if (!t.src_addends.empty()) {
         // Pre-add the sender's partial sums into one temporary box.
         payload = NewBuffer("presum");
-        int wire = DTypeToWire(src.dtype);
+        int wire = DTypeToProto(src.dtype);
         local_copy(src.buffer, t.src_device, false, payload, t.src_device, t.box, wire);
         for (int64_t a : t.src_addends) {
           local_copy(src.buffer, a, true, payload, t.src_device, t.box, wire);
         }
       }
       std::string tag = NewTag();
-      StepIr& send = Append(t.src_worker, StepIr::Kind::kSend, t.src_device);
-      send.buffer = payload;
-      send.box = BoxToIr(t.box);
-      send.dst_worker = t.dst_worker;
-      send.dst_device = t.dst_device;
-      send.tag = tag;
-      StepIr& recv = Append(t.dst_worker, StepIr::Kind::kRecv, t.dst_device);
-      recv.buffer = dst.buffer;
-      recv.box = BoxToIr(t.box);
-      recv.tag = tag;
-      recv.accumulate = t.kind == TransferKind::kReduce;
-      recv.buffer_box = BoxToIr(dst_box);
-      recv.dtype = dst_dtype;
-      recv.src_worker = t.src_worker;
+      Append(t.src_worker,
+             SendStepIr{payload, BoxToIr(t.box), t.dst_worker, t.dst_device, tag, t.src_device});
+      Append(t.dst_worker, RecvStepIr{dst.buffer, BoxToIr(t.box), tag,
+                                      /*accumulate=*/t.kind == TransferKind::kReduce,
+                                      BoxToIr(dst_box), dst_dtype, t.src_worker, t.dst_device});
       return;
     }
   }
 }
 
 void ProgramEmitter::ComputeEverywhere(const Placed& out,
-                                       const std::function<StepIr(int64_t)>& make) {
+                                       const std::function<ComputeStepIr(int64_t)>& make) {
   for (int64_t d = 0; d < num_devices(); ++d) {
     Box box = out.BoxFor(d);
     if (box.IsEmpty()) continue;
-    StepIr step = make(d);
-    step.kind = StepIr::Kind::kCompute;
+    ComputeStepIr step = make(d);
     step.device = d;
     step.output = out.buffer;
     step.out_box = BoxToIr(box);
-    step.out_dtype = DTypeToWire(out.dtype);
+    step.out_dtype = DTypeToProto(out.dtype);
     step.partial = out.partial();
     programs_[WorkerOf(d)].steps.push_back(std::move(step));
   }
@@ -180,16 +157,12 @@ void ProgramEmitter::ComputeEverywhere(const Placed& out,
 
 void ProgramEmitter::AddOutput(int64_t device, const std::string& buffer, const Box& box,
                                const std::string& output) {
-  StepIr& s = Append(WorkerOf(device), StepIr::Kind::kOutput, device);
-  s.buffer = buffer;
-  s.box = BoxToIr(box);
-  s.output = output;
+  Append(WorkerOf(device), OutputStepIr{buffer, BoxToIr(box), output, device});
 }
 
 void ProgramEmitter::Free(const std::string& buffer) {
   for (int64_t d = 0; d < num_devices(); ++d) {
-    StepIr& s = Append(WorkerOf(d), StepIr::Kind::kFree, d);
-    s.buffer = buffer;
+    Append(WorkerOf(d), FreeStepIr{buffer, d});
   }
 }
 

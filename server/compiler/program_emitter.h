@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -73,7 +74,7 @@ class ProgramEmitter {
   // For every device with a non-empty box of `out`: `make(device)` returns a
   // compute step (op, inputs and op fields); output, out_box, out_dtype,
   // partial and device are filled here.
-  void ComputeEverywhere(const Placed& out, const std::function<StepIr(int64_t)>& make);
+  void ComputeEverywhere(const Placed& out, const std::function<ComputeStepIr(int64_t)>& make);
   void AddOutput(int64_t device, const std::string& buffer, const Box& box,
                  const std::string& output);
   // Frees `buffer` on every device.
@@ -84,7 +85,7 @@ class ProgramEmitter {
   std::map<int64_t, ProgramIr> TakePrograms() { return std::move(programs_); }
 
  private:
-  StepIr& Append(int64_t worker, StepIr::Kind kind, int64_t device);
+  void Append(int64_t worker, StepIr step) { programs_[worker].steps.push_back(std::move(step)); }
   void EmitTransfer(const Transfer& t, const Placed& src, const Placed& dst);
 
   Mesh mesh_;

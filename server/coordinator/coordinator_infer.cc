@@ -74,7 +74,7 @@ absl::StatusOr<std::map<int64_t, ExecuteCall>> BuildCalls(
     const CompiledPlan& plan, const std::map<std::string, const InferInput*>& inputs,
     const std::string& request_id, absl::Duration timeout) {
   std::map<int64_t, ExecuteCall> calls;
-  for (const auto& [worker, bytes] : plan.serialized_programs) {
+  for (const auto& [worker, program] : plan.programs) {
     ExecuteCall& call = calls[worker];
     call.program_id = plan.program_id;
     call.request_id = request_id;
@@ -93,7 +93,7 @@ absl::StatusOr<std::map<int64_t, ExecuteCall>> BuildCalls(
     slice.name = s.input;
     slice.device = s.device;
     slice.box = BoxToIr(s.box);
-    slice.dtype = DTypeToWire(it->second.tensor.dtype());
+    slice.dtype = DTypeToProto(it->second.tensor.dtype());
     MS_ASSIGN_OR_RETURN(slice.data, ExtractBox(it->second, s.box), "input '", s.input,
                         "' box ", s.box.ToString());
     auto call = calls.find(s.worker);
@@ -127,7 +127,7 @@ absl::StatusOr<InferOutput> AssembleOutput(const PlanOutput& out, const Compiled
       return Internal("worker ", piece.worker, " did not return output '", out.name,
                       "' box ", piece.box.ToString(), " of device ", piece.device);
     }
-    if (found->dtype != DTypeToWire(out.dtype)) {
+    if (found->dtype != DTypeToProto(out.dtype)) {
       return Internal("worker ", piece.worker, " returned output '", out.name,
                       "' with wire dtype ", found->dtype, ", expected ",
                       DTypeName(out.dtype));

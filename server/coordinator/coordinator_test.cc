@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/coordinator/testing/fake_cluster.h"
+#include "server/coordinator/testing/fake_model_compiler.h"
 #include "server/coordinator/testing/fake_worker_client.h"
 #include "tests/testing/status_matchers.h"
 

@@ -18,7 +18,7 @@ ProgramCache::ProgramCache(ModelCompiler* compiler, WorkerClientFactory clients,
 
 absl::Status ProgramCache::Install(const CompiledPlan& plan, const Placement& placement) {
   std::vector<int64_t> ids;
-  for (const auto& [worker, bytes] : plan.serialized_programs) ids.push_back(worker);
+  for (const auto& [worker, program] : plan.programs) ids.push_back(worker);
   std::vector<absl::Status> results = ParallelCall(ids, [&](int64_t id) {
     auto addr = placement.worker_addresses.find(id);
     if (addr == placement.worker_addresses.end()) {
@@ -26,7 +26,7 @@ absl::Status ProgramCache::Install(const CompiledPlan& plan, const Placement& pl
     }
     absl::StatusOr<std::shared_ptr<WorkerClient>> client = clients_(id, addr->second);
     absl::Status result = client.ok() ? (*client)->InstallProgram(
-                                            plan.serialized_programs.at(id), install_timeout_)
+                                            plan.programs.at(id), install_timeout_)
                                       : client.status();
     return AnnotateStatus(result, "InstallProgram on worker ", id);
   });

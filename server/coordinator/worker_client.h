@@ -1,13 +1,13 @@
 // How the coordinator talks to a worker: an abstract WorkerClient over the
 // calls of proto/worker_service.proto, implemented by
-// GrpcWorkerClient (grpc_worker_client.h) and by FakeWorkerClient
-// (fake_worker_client.h, tests).
+// GrpcWorkerClient (grpc/grpc_worker_client.h) and by FakeWorkerClient
+// (testing/fake_worker_client.h).
 //
-// The messages are the program IR shared with the worker
-// (common/program/program_ir.h: LoadModelIr, SliceIr, WorkerStatusIr), so this
-// header and the transport-free core (ms_coordinator) include no .pb.h or gRPC
-// header; a compiled Program travels as its serialized bytes. Only
-// grpc_worker_client.cc sees the generated classes (through
+// The messages are the program IR shared with the compiler and the worker
+// (common/program/program_ir.h: ProgramIr, LoadModelIr, SliceIr,
+// WorkerStatusIr), so this header and the transport-free core (ms_coordinator)
+// include no .pb.h or gRPC header and link no protobuf. Only
+// grpc_worker_client.cc sees the generated classes and serializes (through
 // common/program/program_proto.h).
 //
 // Every call takes a timeout (<= 0: none). Implementations return
@@ -52,9 +52,8 @@ class WorkerClient {
   // generation -1: every generation.
   virtual absl::Status UnloadModel(const std::string& model, int64_t generation,
                                    absl::Duration timeout) = 0;
-  // `serialized_program` is a meshserve.Program message.
-  virtual absl::Status InstallProgram(const std::string& serialized_program,
-                                      absl::Duration timeout) = 0;
+  // This worker's part of a compiled plan (program.worker is its id).
+  virtual absl::Status InstallProgram(const ProgramIr& program, absl::Duration timeout) = 0;
   // By value: the input slices' bytes move into the RPC, not copied again.
   virtual absl::StatusOr<ExecuteResult> Execute(ExecuteCall call,
                                                 absl::Duration timeout) = 0;

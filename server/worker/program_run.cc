@@ -2,24 +2,22 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/node_hash_map.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/program/compute_step.h"
 #include "common/program/ir_conv.h"
 #include "common/tensor/copy_box.h"
-#include "server/worker/compute_step.h"
 #include "server/worker/worker_engine_internal.h"
 
 namespace meshserve {
 namespace {
-
-constexpr absl::string_view kParamPrefix = "param/";
 
 // Counts a request's sends in flight and keeps the first failure. Shared with
 // the transport's callbacks, which may outlive the run.
@@ -59,28 +57,27 @@ class SendTracker {
   absl::Status first_error_ ABSL_GUARDED_BY(mu_);
 };
 
-std::string StepName(const StepIr& step) {
-  switch (step.kind) {
-    case StepIr::Kind::kCompute:
-      return absl::StrCat("compute '", step.op, "' -> '", step.output, "'");
-    case StepIr::Kind::kSend:
-      return absl::StrCat("send '", step.buffer, "' tag '", step.tag, "' to worker ",
-                          step.dst_worker);
-    case StepIr::Kind::kRecv:
-      return absl::StrCat("recv '", step.buffer, "' tag '", step.tag, "' from worker ",
-                          step.src_worker);
-    case StepIr::Kind::kCopy:
-      return absl::StrCat("copy '", step.buffer, "' -> device ", step.dst_device, " '",
-                          step.dst, "'");
-    case StepIr::Kind::kFree:
-      return absl::StrCat("free '", step.buffer, "'");
-    case StepIr::Kind::kOutput:
-      return absl::StrCat("output '", step.output, "' from '", step.buffer, "'");
-    case StepIr::Kind::kNone:
-      break;
+// For error messages: "compute 'add' -> 'y'", "send 'x' tag 't' to worker 1", ...
+struct StepName {
+  std::string operator()(const ComputeStepIr& s) const {
+    return absl::StrCat("compute '", ComputeOpName(s.op), "' -> '", s.output, "'");
   }
-  return "empty step";
-}
+  std::string operator()(const SendStepIr& s) const {
+    return absl::StrCat("send '", s.buffer, "' tag '", s.tag, "' to worker ", s.dst_worker);
+  }
+  std::string operator()(const RecvStepIr& s) const {
+    return absl::StrCat("recv '", s.buffer, "' tag '", s.tag, "' from worker ", s.src_worker);
+  }
+  std::string operator()(const CopyStepIr& s) const {
+    return absl::StrCat("copy '", s.src, "' -> device ", s.dst_device, " '", s.dst, "'");
+  }
+  std::string operator()(const FreeStepIr& s) const {
+    return absl::StrCat("free '", s.buffer, "'");
+  }
+  std::string operator()(const OutputStepIr& s) const {
+    return absl::StrCat("output '", s.output, "' from '", s.buffer, "'");
+  }
+};
 
 class RequestRun {
  public:
@@ -108,13 +105,20 @@ class RequestRun {
   absl::StatusOr<BoxTensor*> GetOrCreate(int64_t device, const std::string& name,
                                          const BoxIr& box, int dtype);
 
-  absl::Status RunStep(const StepIr& step);
-  absl::Status RunCompute(const StepIr& step);
-  absl::Status RunSend(const StepIr& step);
-  absl::Status RunRecv(const StepIr& step);
-  absl::Status RunCopy(const StepIr& step);
-  absl::Status RunFree(const StepIr& step);
-  absl::Status RunOutput(const StepIr& step);
+  // One Run per step kind (std::visit calls them).
+  struct StepRunner {
+    RequestRun* run;
+    template <typename Step>
+    absl::Status operator()(const Step& step) const {
+      return run->Run(step);
+    }
+  };
+  absl::Status Run(const ComputeStepIr& step);
+  absl::Status Run(const SendStepIr& step);
+  absl::Status Run(const RecvStepIr& step);
+  absl::Status Run(const CopyStepIr& step);
+  absl::Status Run(const FreeStepIr& step);
+  absl::Status Run(const OutputStepIr& step);
 
   const ProgramIr& program_;
   const LoadedModel& model_;
@@ -137,13 +141,12 @@ absl::Status RequestRun::CheckDevice(int64_t device) const {
 absl::StatusOr<const BoxTensor*> RequestRun::Lookup(int64_t device,
                                                     const std::string& name) const {
   MS_RETURN_IF_ERROR(CheckDevice(device));
-  if (absl::StartsWith(name, kParamPrefix)) {
+  if (IsParamBuffer(name)) {
     const auto& params = model_.params.at(device);
-    auto it = params.find(absl::string_view(name).substr(kParamPrefix.size()));
+    auto it = params.find(ParamOfBuffer(name));
     if (it == params.end()) {
       return NotFound("unknown buffer '", name, "' on device ", device, ": model '",
-                      model_.model, "' has no param '", name.substr(kParamPrefix.size()),
-                      "'");
+                      model_.model, "' has no param '", ParamOfBuffer(name), "'");
     }
     return it->second.get();
   }
@@ -157,13 +160,13 @@ absl::StatusOr<const BoxTensor*> RequestRun::Lookup(int64_t device,
 absl::StatusOr<BoxTensor*> RequestRun::GetOrCreate(int64_t device, const std::string& name,
                                                    const BoxIr& box, int dtype) {
   MS_RETURN_IF_ERROR(CheckDevice(device));
-  if (absl::StartsWith(name, kParamPrefix)) {
+  if (IsParamBuffer(name)) {
     return InvalidArgument("buffer '", name, "' is a resident parameter (read-only)");
   }
   auto it = buffers_.find(BufferKey(device, name));
   if (it != buffers_.end()) {
     if (dtype != kWireInvalid) {
-      MS_ASSIGN_OR_RETURN(DType want, DTypeFromWire(dtype));
+      MS_ASSIGN_OR_RETURN(DType want, DTypeFromProto(dtype));
       if (want != it->second.tensor.dtype()) {
         return InvalidArgument("dtype mismatch: buffer '", name, "' on device ", device,
                                " is ", DTypeName(it->second.tensor.dtype()),
@@ -177,7 +180,7 @@ absl::StatusOr<BoxTensor*> RequestRun::GetOrCreate(int64_t device, const std::st
     return InvalidArgument("buffer '", name, "' on device ", device,
                            " does not exist and the step gives no dtype to create it");
   }
-  MS_ASSIGN_OR_RETURN(DType dt, DTypeFromWire(dtype), "buffer '", name, "'");
+  MS_ASSIGN_OR_RETURN(DType dt, DTypeFromProto(dtype), "buffer '", name, "'");
   MS_ASSIGN_OR_RETURN(BoxTensor created, BoxTensor::Create(dt, buffer_box));
   return &(buffers_[BufferKey(device, name)] = std::move(created));
 }
@@ -189,7 +192,7 @@ absl::Status RequestRun::AddInputs(std::vector<SliceIr> inputs) {
     slice.data.clear();
     slice.data.shrink_to_fit();
     auto [it, inserted] =
-        buffers_.try_emplace(BufferKey(slice.device, absl::StrCat("in/", slice.name)));
+        buffers_.try_emplace(BufferKey(slice.device, InputBuffer(slice.name)));
     if (!inserted) {
       return InvalidArgument("input '", slice.name, "' given twice for device ",
                              slice.device);
@@ -199,14 +202,14 @@ absl::Status RequestRun::AddInputs(std::vector<SliceIr> inputs) {
   return absl::OkStatus();
 }
 
-absl::Status RequestRun::RunCompute(const StepIr& step) {
+absl::Status RequestRun::Run(const ComputeStepIr& step) {
   std::vector<const BoxTensor*> inputs;
   for (const std::string& name : step.inputs) {
     MS_ASSIGN_OR_RETURN(const BoxTensor* input, Lookup(step.device, name));
     inputs.push_back(input);
   }
   MS_RETURN_IF_ERROR(CheckDevice(step.device));
-  if (absl::StartsWith(step.output, kParamPrefix)) {
+  if (IsParamBuffer(step.output)) {
     return InvalidArgument("buffer '", step.output, "' is a resident parameter (read-only)");
   }
   MS_ASSIGN_OR_RETURN(BoxTensor result, RunComputeStep(step, inputs));
@@ -214,13 +217,13 @@ absl::Status RequestRun::RunCompute(const StepIr& step) {
   return absl::OkStatus();
 }
 
-absl::Status RequestRun::RunSend(const StepIr& step) {
+absl::Status RequestRun::Run(const SendStepIr& step) {
   MS_ASSIGN_OR_RETURN(const BoxTensor* src, Lookup(step.device, step.buffer));
   MS_ASSIGN_OR_RETURN(Box box, BoxFromIr(step.box));
   OutgoingSlice slice;
   MS_ASSIGN_OR_RETURN(slice.bytes, ExtractBox(*src, box));
   const int64_t self = program_.worker >= 0 ? program_.worker : context_.worker_id;
-  slice.dtype = DTypeToWire(src->tensor.dtype());
+  slice.dtype = DTypeToProto(src->tensor.dtype());
   if (step.dst_worker == self) {  // a local copy: no network
     return context_.rendezvous->DeliverSlice(request_id_, step.tag, std::move(slice.bytes),
                                              self, slice.dtype);
@@ -256,7 +259,7 @@ absl::Status RequestRun::RunSend(const StepIr& step) {
   return absl::OkStatus();
 }
 
-absl::Status RequestRun::RunRecv(const StepIr& step) {
+absl::Status RequestRun::Run(const RecvStepIr& step) {
   MS_RETURN_IF_ERROR(CheckDevice(step.device));
   MS_ASSIGN_OR_RETURN(Box box, BoxFromIr(step.box));
   MS_ASSIGN_OR_RETURN(Rendezvous::Received received,
@@ -265,7 +268,7 @@ absl::Status RequestRun::RunRecv(const StepIr& step) {
   MS_ASSIGN_OR_RETURN(BoxTensor * dst,
                       GetOrCreate(step.device, step.buffer, step.buffer_box, step.dtype));
   if (received.dtype != kWireInvalid) {
-    MS_ASSIGN_OR_RETURN(DType sent, DTypeFromWire(received.dtype), "the sender's dtype");
+    MS_ASSIGN_OR_RETURN(DType sent, DTypeFromProto(received.dtype), "the sender's dtype");
     if (sent != dst->tensor.dtype()) {
       // E.g. a float32 partial sum reduced into a bfloat16 buffer.
       MS_ASSIGN_OR_RETURN(Tensor t, Tensor::FromBytes(sent, box.shape(), received.bytes),
@@ -277,15 +280,15 @@ absl::Status RequestRun::RunRecv(const StepIr& step) {
   return InsertBox(dst, box, received.bytes, step.accumulate);
 }
 
-absl::Status RequestRun::RunCopy(const StepIr& step) {
-  MS_ASSIGN_OR_RETURN(const BoxTensor* src, Lookup(step.device, step.buffer));
+absl::Status RequestRun::Run(const CopyStepIr& step) {
+  MS_ASSIGN_OR_RETURN(const BoxTensor* src, Lookup(step.src_device, step.src));
   MS_ASSIGN_OR_RETURN(Box box, BoxFromIr(step.box));
-  if (step.device == step.dst_device && step.buffer == step.dst) {
+  if (step.src_device == step.dst_device && step.src == step.dst) {
     return InvalidArgument("copy from a buffer onto itself");
   }
-  const int dtype = step.dtype != kWireInvalid ? step.dtype : DTypeToWire(src->tensor.dtype());
+  const int dtype = step.dtype != kWireInvalid ? step.dtype : DTypeToProto(src->tensor.dtype());
   MS_ASSIGN_OR_RETURN(BoxTensor * dst,
-                      GetOrCreate(step.dst_device, step.dst, step.buffer_box, dtype));
+                      GetOrCreate(step.dst_device, step.dst, step.dst_box, dtype));
   if (dst->tensor.dtype() != src->tensor.dtype()) {
     // Converted once per element (e.g. float32 partials into bfloat16).
     MS_ASSIGN_OR_RETURN(std::string bytes, ExtractBox(*src, box));
@@ -296,7 +299,7 @@ absl::Status RequestRun::RunCopy(const StepIr& step) {
   return CopyBox(*src, dst, box, step.accumulate);
 }
 
-absl::Status RequestRun::RunFree(const StepIr& step) {
+absl::Status RequestRun::Run(const FreeStepIr& step) {
   MS_RETURN_IF_ERROR(CheckDevice(step.device));
   // Freeing a buffer that does not exist on this device is a no-op: the
   // compiler frees a value on every device, and some never held a box.
@@ -304,7 +307,7 @@ absl::Status RequestRun::RunFree(const StepIr& step) {
   return absl::OkStatus();
 }
 
-absl::Status RequestRun::RunOutput(const StepIr& step) {
+absl::Status RequestRun::Run(const OutputStepIr& step) {
   MS_ASSIGN_OR_RETURN(const BoxTensor* src, Lookup(step.device, step.buffer));
   MS_ASSIGN_OR_RETURN(Box box, BoxFromIr(step.box));
   SliceIr out;
@@ -312,28 +315,16 @@ absl::Status RequestRun::RunOutput(const StepIr& step) {
   out.name = step.output;
   out.device = step.device;
   out.box = BoxToIr(box);
-  out.dtype = DTypeToWire(src->tensor.dtype());
+  out.dtype = DTypeToProto(src->tensor.dtype());
   outputs_.push_back(std::move(out));
   return absl::OkStatus();
-}
-
-absl::Status RequestRun::RunStep(const StepIr& step) {
-  switch (step.kind) {
-    case StepIr::Kind::kCompute: return RunCompute(step);
-    case StepIr::Kind::kSend: return RunSend(step);
-    case StepIr::Kind::kRecv: return RunRecv(step);
-    case StepIr::Kind::kCopy: return RunCopy(step);
-    case StepIr::Kind::kFree: return RunFree(step);
-    case StepIr::Kind::kOutput: return RunOutput(step);
-    case StepIr::Kind::kNone: break;
-  }
-  return InvalidArgument("step has no kind");
 }
 
 absl::Status RequestRun::RunSteps() {
   for (size_t i = 0; i < program_.steps.size(); ++i) {
     const StepIr& step = program_.steps[i];
-    MS_RETURN_IF_ERROR(RunStep(step), "step ", i, " (", StepName(step), ")");
+    MS_RETURN_IF_ERROR(std::visit(StepRunner{this}, step), "step ", i, " (",
+                       std::visit(StepName(), step), ")");
   }
   return absl::OkStatus();
 }

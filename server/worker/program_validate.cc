@@ -1,13 +1,12 @@
 // WorkerEngine::InstallProgram's structural checks.
 #include <string>
+#include <variant>
 
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/program/ir_conv.h"
-#include "server/worker/compute_step.h"
 #include "server/worker/worker_engine_internal.h"
 
 namespace meshserve {
@@ -15,7 +14,7 @@ namespace {
 
 absl::Status CheckName(absl::string_view field, const std::string& name, bool writable) {
   if (name.empty()) return InvalidArgument(field, " is empty");
-  if (writable && absl::StartsWith(name, "param/")) {
+  if (writable && IsParamBuffer(name)) {
     return InvalidArgument(field, " '", name, "' is a resident parameter (read-only)");
   }
   return absl::OkStatus();
@@ -27,55 +26,59 @@ absl::Status CheckBox(absl::string_view field, const BoxIr& box) {
 
 absl::Status CheckDType(absl::string_view field, int dtype, bool required) {
   if (dtype == kWireInvalid && !required) return absl::OkStatus();
-  return AnnotateStatus(DTypeFromWire(dtype).status(), field);
+  return AnnotateStatus(DTypeFromProto(dtype).status(), field);
 }
 
-absl::Status ValidateStep(const StepIr& step, absl::flat_hash_set<std::string>* send_tags,
-                          absl::flat_hash_set<std::string>* recv_tags) {
-  if (step.device < 0) return OutOfRange("device ", step.device, " is negative");
-  switch (step.kind) {
-    case StepIr::Kind::kNone:
-      return InvalidArgument("step has no kind");
-    case StepIr::Kind::kCompute:
-      if (!IsKnownComputeOp(step.op)) return InvalidArgument("unknown compute op '", step.op, "'");
-      MS_RETURN_IF_ERROR(CheckName("compute output", step.output, true));
-      MS_RETURN_IF_ERROR(CheckBox("compute out_box", step.out_box));
-      return CheckDType("compute out_dtype", step.out_dtype, false);
-    case StepIr::Kind::kSend:
-      MS_RETURN_IF_ERROR(CheckName("send buffer", step.buffer, false));
-      MS_RETURN_IF_ERROR(CheckName("send tag", step.tag, false));
-      MS_RETURN_IF_ERROR(CheckBox("send box", step.box));
-      if (step.dst_worker < 0) return InvalidArgument("send dst_worker ", step.dst_worker);
-      if (!send_tags->insert(step.tag).second) {
-        return InvalidArgument("send tag '", step.tag, "' is used twice");
-      }
-      return absl::OkStatus();
-    case StepIr::Kind::kRecv:
-      MS_RETURN_IF_ERROR(CheckName("recv buffer", step.buffer, true));
-      MS_RETURN_IF_ERROR(CheckName("recv tag", step.tag, false));
-      MS_RETURN_IF_ERROR(CheckBox("recv box", step.box));
-      MS_RETURN_IF_ERROR(CheckBox("recv buffer_box", step.buffer_box));
-      MS_RETURN_IF_ERROR(CheckDType("recv dtype", step.dtype, false));
-      if (!recv_tags->insert(step.tag).second) {
-        return InvalidArgument("recv tag '", step.tag, "' is used twice");
-      }
-      return absl::OkStatus();
-    case StepIr::Kind::kCopy:
-      MS_RETURN_IF_ERROR(CheckName("copy src", step.buffer, false));
-      MS_RETURN_IF_ERROR(CheckName("copy dst", step.dst, true));
-      MS_RETURN_IF_ERROR(CheckBox("copy box", step.box));
-      MS_RETURN_IF_ERROR(CheckBox("copy dst_box", step.buffer_box));
-      if (step.dst_device < 0) return OutOfRange("copy dst_device ", step.dst_device);
-      return CheckDType("copy dtype", step.dtype, false);
-    case StepIr::Kind::kFree:
-      return CheckName("free buffer", step.buffer, true);
-    case StepIr::Kind::kOutput:
-      MS_RETURN_IF_ERROR(CheckName("output buffer", step.buffer, false));
-      MS_RETURN_IF_ERROR(CheckName("output name", step.output, false));
-      return CheckBox("output box", step.box);
-  }
-  return InvalidArgument("unknown step kind");
+// A send's (or recv's) tag is not empty and used once per program.
+absl::Status CheckTag(absl::string_view field, const std::string& tag,
+                      absl::flat_hash_set<std::string>* used) {
+  MS_RETURN_IF_ERROR(CheckName(field, tag, false));
+  if (!used->insert(tag).second) return InvalidArgument(field, " '", tag, "' is used twice");
+  return absl::OkStatus();
 }
+
+// One check per step kind.
+class StepValidator {
+ public:
+  absl::Status operator()(const ComputeStepIr& step) {
+    MS_RETURN_IF_ERROR(CheckName("compute output", step.output, true));
+    MS_RETURN_IF_ERROR(CheckBox("compute out_box", step.out_box));
+    return CheckDType("compute out_dtype", step.out_dtype, false);
+  }
+  absl::Status operator()(const SendStepIr& step) {
+    MS_RETURN_IF_ERROR(CheckName("send buffer", step.buffer, false));
+    MS_RETURN_IF_ERROR(CheckTag("send tag", step.tag, &send_tags_));
+    MS_RETURN_IF_ERROR(CheckBox("send box", step.box));
+    if (step.dst_worker < 0) return InvalidArgument("send dst_worker ", step.dst_worker);
+    return absl::OkStatus();
+  }
+  absl::Status operator()(const RecvStepIr& step) {
+    MS_RETURN_IF_ERROR(CheckName("recv buffer", step.buffer, true));
+    MS_RETURN_IF_ERROR(CheckTag("recv tag", step.tag, &recv_tags_));
+    MS_RETURN_IF_ERROR(CheckBox("recv box", step.box));
+    MS_RETURN_IF_ERROR(CheckBox("recv buffer_box", step.buffer_box));
+    return CheckDType("recv dtype", step.dtype, false);
+  }
+  absl::Status operator()(const CopyStepIr& step) {
+    MS_RETURN_IF_ERROR(CheckName("copy src", step.src, false));
+    MS_RETURN_IF_ERROR(CheckName("copy dst", step.dst, true));
+    MS_RETURN_IF_ERROR(CheckBox("copy box", step.box));
+    MS_RETURN_IF_ERROR(CheckBox("copy dst_box", step.dst_box));
+    if (step.dst_device < 0) return OutOfRange("copy dst_device ", step.dst_device);
+    return CheckDType("copy dtype", step.dtype, false);
+  }
+  absl::Status operator()(const FreeStepIr& step) {
+    return CheckName("free buffer", step.buffer, true);
+  }
+  absl::Status operator()(const OutputStepIr& step) {
+    MS_RETURN_IF_ERROR(CheckName("output buffer", step.buffer, false));
+    MS_RETURN_IF_ERROR(CheckName("output name", step.output, false));
+    return CheckBox("output box", step.box);
+  }
+
+ private:
+  absl::flat_hash_set<std::string> send_tags_, recv_tags_;
+};
 
 }  // namespace
 
@@ -83,10 +86,13 @@ absl::Status ValidateProgram(const ProgramIr& program) {
   if (program.program_id.empty()) return InvalidArgument("program_id is empty");
   const std::string where = absl::StrCat("program '", program.program_id, "'");
   if (program.model.empty()) return InvalidArgument(where, ": model is empty");
-  absl::flat_hash_set<std::string> send_tags, recv_tags;
+  StepValidator validator;
   for (size_t i = 0; i < program.steps.size(); ++i) {
-    MS_RETURN_IF_ERROR(ValidateStep(program.steps[i], &send_tags, &recv_tags), where,
-                       " step ", i);
+    const StepIr& step = program.steps[i];
+    if (StepDevice(step) < 0) {
+      return OutOfRange(where, " step ", i, ": device ", StepDevice(step), " is negative");
+    }
+    MS_RETURN_IF_ERROR(std::visit(validator, step), where, " step ", i);
   }
   return absl::OkStatus();
 }

@@ -24,7 +24,8 @@ absl::Status ShardWorker::UnloadModel(const UnloadModelRequest& request) {
 }
 
 absl::Status ShardWorker::InstallProgram(const Program& program) {
-  return engine_.InstallProgram(ProgramToIr(program));
+  MS_ASSIGN_OR_RETURN(ProgramIr ir, ProgramToIr(program));
+  return engine_.InstallProgram(std::move(ir));
 }
 
 absl::Status ShardWorker::Execute(ExecuteRequest* request, ExecuteResponse* response) {

@@ -13,7 +13,7 @@
 // param box of the program's (model, generation) on that device (read-only),
 // "in/<name>" the request's input slice for that device, anything else a
 // temporary of the request. All boxes are in global coordinates.
-//   compute  runs a kernel on local buffers (see compute_step.h for each op)
+//   compute  runs a kernel on local buffers (common/program/compute_step.h)
 //            and creates/replaces the output buffer with out_box/out_dtype.
 //   send     extracts `box` of the buffer and hands it to the PeerTransport for
 //            (dst_worker, tag); it never blocks. dst_worker == this worker

@@ -16,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/program/ir_conv.h"
+#include "common/program/testing/program_ir_builder.h"
 #include "common/sharding/box.h"
 #include "common/tensor/initializers.h"
 #include "common/tensor/safetensors.h"
@@ -29,8 +30,10 @@ namespace {
 using ::meshserve::testing::IsOk;
 using ::meshserve::testing::StatusIs;
 using ::testing::HasSubstr;
+using namespace ::meshserve::program_testing;  // NOLINT
 
 constexpr int64_t kM = 4, kK = 8, kN = 6;
+constexpr auto& B = IrBox;
 
 // y = x @ w with x [M, K] split over K (P(None, 'x')) and w [K, N] split over
 // K (P('x', None)); y is reduce-scattered to P('x', None).
@@ -46,15 +49,6 @@ std::string MatmulModelJson(const std::string& extra = "") {
       {{"'", "\""}, {"EXTRA", extra}});
 }
 
-BoxIr B(std::vector<std::pair<int64_t, int64_t>> dims) {
-  BoxIr box;
-  for (auto [b, e] : dims) {
-    box.begin.push_back(b);
-    box.end.push_back(e);
-  }
-  return box;
-}
-
 LoadModelIr MatmulLoad(std::vector<int64_t> devices, std::vector<int64_t> device_workers,
                        const std::string& json = MatmulModelJson()) {
   LoadModelIr load;
@@ -65,53 +59,6 @@ LoadModelIr MatmulLoad(std::vector<int64_t> devices, std::vector<int64_t> device
   load.devices = std::move(devices);
   load.device_workers = std::move(device_workers);
   return load;
-}
-
-StepIr Compute(int64_t device, std::string op, std::vector<std::string> inputs,
-               std::string output, BoxIr out_box) {
-  StepIr s;
-  s.kind = StepIr::Kind::kCompute;
-  s.device = device;
-  s.op = std::move(op);
-  s.inputs = std::move(inputs);
-  s.output = std::move(output);
-  s.out_box = std::move(out_box);
-  return s;
-}
-StepIr Send(int64_t device, std::string buffer, BoxIr box, int64_t dst_worker,
-            int64_t dst_device, std::string tag) {
-  StepIr s;
-  s.kind = StepIr::Kind::kSend;
-  s.device = device;
-  s.buffer = std::move(buffer);
-  s.box = std::move(box);
-  s.dst_worker = dst_worker;
-  s.dst_device = dst_device;
-  s.tag = std::move(tag);
-  return s;
-}
-StepIr Recv(int64_t device, std::string buffer, BoxIr box, std::string tag, bool accumulate,
-            BoxIr buffer_box, int dtype, int64_t src_worker) {
-  StepIr s;
-  s.kind = StepIr::Kind::kRecv;
-  s.device = device;
-  s.buffer = std::move(buffer);
-  s.box = std::move(box);
-  s.tag = std::move(tag);
-  s.accumulate = accumulate;
-  s.buffer_box = std::move(buffer_box);
-  s.dtype = dtype;
-  s.src_worker = src_worker;
-  return s;
-}
-StepIr Output(int64_t device, std::string buffer, BoxIr box, std::string output) {
-  StepIr s;
-  s.kind = StepIr::Kind::kOutput;
-  s.device = device;
-  s.buffer = std::move(buffer);
-  s.box = std::move(box);
-  s.output = std::move(output);
-  return s;
 }
 
 // Worker d (device d): partial = x_d @ w_d; send the other half's rows of the
@@ -125,8 +72,8 @@ ProgramIr MatmulProgram(int64_t worker) {
   p.model = "mm";
   p.generation = 1;
   p.worker = worker;
-  StepIr dot = Compute(worker, "dot_general", {"in/x", "param/w"}, "partial",
-                       B({{0, kM}, {0, kN}}));
+  ComputeStepIr dot = Compute(worker, ComputeOp::kDotGeneral, {"in/x", "param/w"}, "partial",
+                              B({{0, kM}, {0, kN}}));
   dot.lhs_contracting = {1};
   dot.rhs_contracting = {0};
   dot.partial = true;
@@ -341,16 +288,8 @@ TEST(WorkerEngineTest, LocalCopyAndSendToSelfBetweenDevicesOfOneWorker) {
   p.generation = 1;
   p.worker = 0;
   // w's rows [0:4) live on device 0, [4:8) on device 1: gather them on device 1.
-  StepIr copy;
-  copy.kind = StepIr::Kind::kCopy;
-  copy.device = 0;
-  copy.buffer = "param/w";
-  copy.box = B({{0, 4}, {0, kN}});
-  copy.dst = "full";
-  copy.dst_device = 1;
-  copy.buffer_box = B({{0, kK}, {0, kN}});
-  copy.dtype = kWireFloat32;
-  p.steps.push_back(copy);
+  p.steps.push_back(Copy(0, "param/w", B({{0, 4}, {0, kN}}), 1, "full",
+                         B({{0, kK}, {0, kN}}), kWireFloat32));
   p.steps.push_back(Send(1, "param/w", B({{4, 8}, {0, kN}}), 0, 1, "self"));
   p.steps.push_back(Recv(1, "full", B({{4, 8}, {0, kN}}), "self", false, {}, kWireInvalid, 0));
   p.steps.push_back(Output(1, "full", B({{0, kK}, {0, kN}}), "w"));
@@ -406,9 +345,9 @@ TEST_F(EngineErrorTest, ModelNotLoadedIsFailedPrecondition) {
 }
 
 TEST_F(EngineErrorTest, UnknownBufferIsNotFound) {
-  EXPECT_THAT(Run({Compute(0, "relu", {"tmp"}, "y", B({{0, 1}}))}),
+  EXPECT_THAT(Run({Compute(0, ComputeOp::kRelu, {"tmp"}, "y", B({{0, 1}}))}),
               StatusIs(absl::StatusCode::kNotFound, "unknown buffer 'tmp' on device 0"));
-  EXPECT_THAT(Run({Compute(0, "relu", {"param/nope"}, "y", B({{0, 1}}))}),
+  EXPECT_THAT(Run({Compute(0, ComputeOp::kRelu, {"param/nope"}, "y", B({{0, 1}}))}),
               StatusIs(absl::StatusCode::kNotFound, "has no param 'nope'"));
 }
 
@@ -447,23 +386,24 @@ TEST_F(EngineErrorTest, PeerSliceWithWrongByteLengthIsInvalidArgument) {
 TEST_F(EngineErrorTest, RecvIntoBufferOfAnotherDTypeIsInvalidArgument) {
   ASSERT_OK(engine_.rendezvous().DeliverSlice("req1", "t", std::string(8, '\0'), 1));
   EXPECT_THAT(
-      Run({Compute(0, "zeros", {}, "buf", B({{0, 4}})),  // float32 (default)
+      Run({Compute(0, ComputeOp::kZeros, {}, "buf", B({{0, 4}})),  // float32 (default)
            Recv(0, "buf", B({{0, 4}}), "t", false, B({{0, 4}}), kWireBFloat16, 1)}),
       StatusIs(absl::StatusCode::kInvalidArgument, "dtype mismatch"));
 }
 
 TEST_F(EngineErrorTest, WritingAParamIsRejected) {
-  EXPECT_THAT(Run({Compute(0, "zeros", {}, "param/w", B({{0, 4}}))}),
+  EXPECT_THAT(Run({Compute(0, ComputeOp::kZeros, {}, "param/w", B({{0, 4}}))}),
               StatusIs(absl::StatusCode::kInvalidArgument, "read-only"));
 }
 
 TEST_F(EngineErrorTest, KernelShapeErrorsAreInvalidArgument) {
-  StepIr dot = Compute(0, "dot_general", {"in/x", "param/w"}, "y", B({{0, kM}, {0, kN}}));
+  ComputeStepIr dot =
+      Compute(0, ComputeOp::kDotGeneral, {"in/x", "param/w"}, "y", B({{0, kM}, {0, kN}}));
   dot.lhs_contracting = {0};  // x's dim 0 has 4, w's dim 0 has 4 but x's local K is 4...
   dot.rhs_contracting = {1};  // ... w's dim 1 has 6: mismatch
   EXPECT_THAT(Run({dot}, {X()}), StatusIs(absl::StatusCode::kInvalidArgument));
   // A result whose shape is not out_box's.
-  EXPECT_THAT(Run({Compute(0, "relu", {"in/x"}, "y", B({{0, 1}}))}, {X()}),
+  EXPECT_THAT(Run({Compute(0, ComputeOp::kRelu, {"in/x"}, "y", B({{0, 1}}))}, {X()}),
               StatusIs(absl::StatusCode::kInvalidArgument, "does not match out_box"));
 }
 
@@ -524,21 +464,8 @@ TEST_F(EngineErrorTest, RecvAndCopyConvertBetweenDTypesAndFreeOfAbsentBufferIsAN
   // float32 param -> (send to self) -> bfloat16 buffer -> (copy) -> float32.
   p.steps.push_back(Send(0, "param/w", rows, 0, 0, "t"));
   p.steps.push_back(Recv(0, "h", rows, "t", false, rows, kWireBFloat16, 0));
-  StepIr copy;
-  copy.kind = StepIr::Kind::kCopy;
-  copy.device = 0;
-  copy.buffer = "h";
-  copy.box = rows;
-  copy.dst = "f";
-  copy.dst_device = 0;
-  copy.buffer_box = rows;
-  copy.dtype = kWireFloat32;
-  p.steps.push_back(copy);
-  StepIr free;
-  free.kind = StepIr::Kind::kFree;
-  free.device = 0;
-  free.buffer = "never-created";
-  p.steps.push_back(free);
+  p.steps.push_back(Copy(0, "h", rows, 0, "f", rows, kWireFloat32));
+  p.steps.push_back(Free(0, "never-created"));
   p.steps.push_back(Output(0, "h", rows, "h"));
   p.steps.push_back(Output(0, "f", rows, "f"));
   ASSERT_OK(engine_.InstallProgram(p));
@@ -589,15 +516,12 @@ TEST(ProgramValidationTest, BadProgramsAreRejectedAtInstall) {
     p.steps = std::move(steps);
     return engine.InstallProgram(p);
   };
-  EXPECT_THAT(install({Compute(0, "conv", {"a"}, "b", B({{0, 1}}))}),
-              StatusIs(absl::StatusCode::kInvalidArgument, "unknown compute op 'conv'"));
   EXPECT_THAT(install({Output(0, "a", B({{2, 1}}), "o")}),
               StatusIs(absl::StatusCode::kInvalidArgument, "step 0"));
-  EXPECT_THAT(install({Send(0, "a", B({{0, 1}}), 1, 0, "t"), Send(0, "a", B({{0, 1}}), 1, 0, "t")}),
-              StatusIs(absl::StatusCode::kInvalidArgument, "tag 't' is used twice"));
-  StepIr empty;
-  EXPECT_THAT(install({empty}), StatusIs(absl::StatusCode::kInvalidArgument, "no kind"));
-  StepIr bad_dtype = Recv(0, "a", B({{0, 1}}), "t", false, B({{0, 1}}), 42, 1);
+  EXPECT_THAT(
+      install({Send(0, "a", B({{0, 1}}), 1, 0, "t"), Send(0, "a", B({{0, 1}}), 1, 0, "t")}),
+      StatusIs(absl::StatusCode::kInvalidArgument, "tag 't' is used twice"));
+  RecvStepIr bad_dtype = Recv(0, "a", B({{0, 1}}), "t", false, B({{0, 1}}), 42, 1);
   EXPECT_THAT(install({bad_dtype}), StatusIs(absl::StatusCode::kInvalidArgument, "dtype 42"));
 }
 

@@ -44,7 +44,7 @@ void CheckOnWorkers(const std::string& json_without_checkpoint,
   ASSERT_OK_AND_ASSIGN(Mesh mesh, ResolveMesh(m, 8));
   ASSERT_OK_AND_ASSIGN(TypedModel tm, TypeModel(m, mesh, shapes, {}));
   const std::vector<int64_t> device_workers = BlockWorkers(mesh.num_devices(), num_workers);
-  ASSERT_OK_AND_ASSIGN(CompiledModel cm, CompileModel(tm, device_workers, {"prog", 3}));
+  ASSERT_OK_AND_ASSIGN(CompiledPlan cm, CompileModel(tm, device_workers, {"prog", 3}));
 
   InMemoryTransport transport;
   std::vector<std::unique_ptr<WorkerEngine>> engines;
@@ -88,7 +88,7 @@ void CheckOnWorkers(const std::string& json_without_checkpoint,
     slice.name = s.input;
     slice.device = s.device;
     slice.box = BoxToIr(s.box);
-    slice.dtype = DTypeToWire(full.dtype());
+    slice.dtype = DTypeToProto(full.dtype());
     ASSERT_OK_AND_ASSIGN(slice.data, ExtractBox(whole, s.box));
     slices[s.worker].push_back(std::move(slice));
   }
@@ -104,7 +104,7 @@ void CheckOnWorkers(const std::string& json_without_checkpoint,
   for (int w = 0; w < num_workers; ++w) {
     ASSERT_OK(results[w].status());
     for (const SliceIr& s : *results[w]) {
-      ASSERT_OK_AND_ASSIGN(DType dtype, DTypeFromWire(s.dtype));
+      ASSERT_OK_AND_ASSIGN(DType dtype, DTypeFromProto(s.dtype));
       if (!outputs.count(s.name)) {
         ASSERT_OK_AND_ASSIGN(outputs[s.name],
                              BoxTensor::Create(dtype, Box::FromShape(tm.TypeOf(s.name).shape)));
@@ -113,7 +113,7 @@ void CheckOnWorkers(const std::string& json_without_checkpoint,
       ASSERT_OK(InsertBox(&outputs[s.name], box, s.data, false));
     }
   }
-  ASSERT_OK_AND_ASSIGN(auto reference, RunCompiledModel(cm, tm, inputs, params, nullptr));
+  ASSERT_OK_AND_ASSIGN(auto reference, RunCompiledPlan(cm, tm, inputs, params, nullptr));
   for (const std::string& name : m.outputs) {
     ASSERT_TRUE(outputs.count(name)) << name;
     EXPECT_LT(MaxAbsDiff(outputs[name].tensor, reference.at(name)), 1e-4) << name;

@@ -44,7 +44,7 @@ void CheckOnWorkers(const std::string& file, const std::map<std::string, std::ve
   ASSERT_OK_AND_ASSIGN(Mesh mesh, ResolveMesh(m, 8));
   ASSERT_OK_AND_ASSIGN(TypedModel tm, TypeModel(m, mesh, shapes));
   std::vector<int64_t> device_workers = BlockWorkers(mesh.num_devices(), num_workers);
-  ASSERT_OK_AND_ASSIGN(CompiledModel cm, CompileModel(tm, device_workers, {"e2e", 1}));
+  ASSERT_OK_AND_ASSIGN(CompiledPlan cm, CompileModel(tm, device_workers, {"e2e", 1}));
   std::map<std::string, Tensor> inputs;
   uint64_t seed = 1;
   for (const auto& [name, shape] : shapes) inputs[name] = RandomTensor(shape, seed++);
@@ -59,7 +59,7 @@ void CheckOnWorkers(const std::string& file, const std::map<std::string, std::ve
     const Tensor& full = inputs.at(s.input);
     ASSERT_OK_AND_ASSIGN(BoxTensor whole, BoxTensor::Wrap(Box::FromShape(full.shape()), full));
     ASSERT_OK_AND_ASSIGN(std::string data, ExtractBox(whole, s.box));
-    slices.push_back({s.input, s.device, BoxToIr(s.box), DTypeToWire(full.dtype()), data});
+    slices.push_back({s.input, s.device, BoxToIr(s.box), DTypeToProto(full.dtype()), data});
   }
   LoadModelIr load;
   load.model = m.name;

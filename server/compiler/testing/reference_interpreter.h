@@ -1,8 +1,9 @@
 // An in-process executor of compiled programs (compiler.h), for tests and for
 // checking a compilation without workers: every worker's step list runs in
 // one thread, round-robin; a worker runs until a Recv whose tag has not been
-// sent yet, then the next worker runs. Kernels are common/tensor's, as on the
-// real workers, so the numbers are the workers' numbers.
+// sent yet, then the next worker runs. Compute steps run through the one step
+// executor the real workers use (common/program/compute_step.h), so the numbers
+// are the workers' numbers; this is a reference for the *scheduling*.
 //
 // It checks what the IR promises: every Recv is eventually satisfied (else
 // kInternal "deadlock"), tags are used once, boxes lie in their buffers, and
@@ -19,7 +20,7 @@
 #include "absl/status/statusor.h"
 #include "common/model/typed_model.h"
 #include "common/tensor/tensor.h"
-#include "server/compiler/compiler.h"
+#include "server/compiler/compiled_plan.h"
 
 namespace meshserve {
 
@@ -32,8 +33,8 @@ struct InterpreterStats {
 // `inputs` and `params`: full (unsharded) tensors by name; each device gets
 // its boxes (inputs: the compiled input slices; params: the typed sharding).
 // Returns every output, assembled.
-absl::StatusOr<std::map<std::string, Tensor>> RunCompiledModel(
-    const CompiledModel& compiled, const TypedModel& typed,
+absl::StatusOr<std::map<std::string, Tensor>> RunCompiledPlan(
+    const CompiledPlan& compiled, const TypedModel& typed,
     const std::map<std::string, Tensor>& inputs, const std::map<std::string, Tensor>& params,
     InterpreterStats* stats = nullptr);
 

@@ -39,12 +39,10 @@ class GrpcWorkerClient : public WorkerClient {
     return Check(stub_->UnloadModel(&context, request, &response), "UnloadModel");
   }
 
-  absl::Status InstallProgram(const std::string& serialized_program,
-                              absl::Duration timeout) override {
+  // The one place a compiled program is serialized (into the request).
+  absl::Status InstallProgram(const ProgramIr& program, absl::Duration timeout) override {
     InstallProgramRequest request;
-    if (!request.mutable_program()->ParseFromString(serialized_program)) {
-      return absl::InternalError("InstallProgram: the program does not parse");
-    }
+    ProgramFromIr(program, request.mutable_program());
     InstallProgramResponse response;
     grpc::ClientContext context;
     SetDeadline(&context, timeout);

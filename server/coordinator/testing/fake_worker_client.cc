@@ -1,126 +1,16 @@
 #include "server/coordinator/testing/fake_worker_client.h"
 
 #include <algorithm>
-#include <sstream>
+#include <utility>
+#include <variant>
 
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/numbers.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/program/ir_conv.h"
-#include "common/sharding/named_sharding.h"
-#include "common/sharding/shard_layout.h"
 #include "common/tensor/copy_box.h"
 #include "common/tensor/tensor.h"
 
 namespace meshserve {
-namespace {
-
-// The model input an output is the identity of.
-absl::StatusOr<const InputDef*> TraceToInput(const ModelFile& model, std::string name) {
-  for (int hops = 0; hops < 1000; ++hops) {
-    if (const InputDef* in = model.FindInput(name)) return in;
-    const LayerDef* layer = model.FindLayer(name);
-    if (layer == nullptr || layer->inputs.empty()) {
-      return Unimplemented("fake builder: '", name, "' does not lead to an input");
-    }
-    name = layer->inputs.front();
-  }
-  return Unimplemented("fake builder: cycle at '", name, "'");
-}
-
-}  // namespace
-
-absl::Status FakeModelCompiler::ValidateModel(const ModelFile& model) {
-  if (reject_.count(model.name)) {
-    return InvalidArgument("model '", model.name, "': rejected by the fake rules");
-  }
-  return absl::OkStatus();
-}
-
-int FakeModelCompiler::compiles() const {
-  absl::MutexLock lock(&mu_);
-  return compiles_;
-}
-
-absl::StatusOr<CompiledPlan> FakeModelCompiler::Compile(const CompileRequest& request) {
-  {
-    absl::MutexLock lock(&mu_);
-    ++compiles_;
-  }
-  const ModelFile& model = *request.model;
-  const DeviceAssignment& placement = request.devices;
-  const int64_t num_devices = placement.mesh.num_devices();
-  CompiledPlan plan;
-  plan.program_id = request.program_id;
-  std::map<int64_t, std::string> text;
-  for (const auto& [worker, devices] : placement.DevicesByWorker()) {
-    text[worker] = absl::StrCat("model ", model.name, " ", placement.generation, " ",
-                                request.program_id, "\n");
-  }
-  std::map<std::string, std::vector<Box>> input_boxes;  // per device
-  for (const InputDef& in : model.inputs) {
-    const std::vector<int64_t>& shape = request.input_shapes.at(in.name);
-    MS_ASSIGN_OR_RETURN(NamedSharding sharding,
-                        NamedSharding::Create(placement.mesh, in.sharding,
-                                              static_cast<int>(shape.size())),
-                        "input '", in.name, "'");
-    MS_RETURN_IF_ERROR(CheckDivisible(shape, sharding), "input '", in.name, "'");
-    input_boxes[in.name] = ShardBoxesByDevice(shape, sharding);
-    for (int64_t d = 0; d < num_devices; ++d) {
-      plan.input_slices.push_back(
-          {in.name, placement.device_workers[d], d, input_boxes[in.name][d]});
-    }
-  }
-  for (const std::string& out : model.outputs) {
-    MS_ASSIGN_OR_RETURN(const InputDef* in, TraceToInput(model, out));
-    const std::vector<int64_t>& shape = request.input_shapes.at(in->name);
-    auto override_it = request.out_shardings.find(out);
-    PartitionSpec spec =
-        override_it != request.out_shardings.end() ? override_it->second : in->sharding;
-    MS_ASSIGN_OR_RETURN(ArrayType type,
-                        MakeArrayType(in->dtype, shape, placement.mesh, spec),
-                        "output '", out, "'");
-    plan.outputs.push_back({out, in->dtype, shape, type.ToString(), spec});
-    // Each output box, cut along the input's shards (one replica each).
-    MS_ASSIGN_OR_RETURN(NamedSharding in_sharding,
-                        NamedSharding::Create(placement.mesh, in->sharding,
-                                              static_cast<int>(shape.size())));
-    for (const std::vector<int64_t>& group : ReplicaGroups(type.sharding)) {
-      const Box box = ShardBoxForDevice(shape, type.sharding, group.front());
-      for (const std::vector<int64_t>& in_group : ReplicaGroups(in_sharding)) {
-        const int64_t source = in_group.front();
-        const Box piece = Intersect(box, input_boxes[in->name][source]);
-        if (piece.IsEmpty()) continue;
-        const int64_t worker = placement.device_workers[source];
-        plan.output_pieces.push_back({out, worker, source, piece});
-        absl::StrAppend(&text[worker], "output ", out, " ", source, " ", in->name, " ",
-                        piece.ToString(), "\n");
-      }
-    }
-  }
-  plan.serialized_programs = std::move(text);
-  return plan;
-}
-
-absl::StatusOr<DescribeResult> FakeModelCompiler::Describe(const ModelFile& model,
-                                                            const DeviceAssignment& placement,
-                                                            const InputShapes& input_shapes) {
-  DescribeResult result;
-  result.model = model.name;
-  result.mesh = placement.mesh.ToString();
-  for (const InputDef& in : model.inputs) {
-    auto it = input_shapes.find(in.name);
-    std::vector<int64_t> shape = it != input_shapes.end() ? it->second : in.shape;
-    MS_ASSIGN_OR_RETURN(ArrayType type,
-                        MakeArrayType(in.dtype, shape, placement.mesh, in.sharding),
-                        "input '", in.name, "'");
-    result.values.push_back({in.name, "input", type.ToString(), "", ""});
-  }
-  result.text = absl::StrCat(model.name, " on ", result.mesh);
-  return result;
-}
 
 absl::Status FakeWorkerClient::CheckUp() const {
   if (down_) return Unavailable("fake worker ", worker_id_, " is down");
@@ -152,20 +42,15 @@ absl::Status FakeWorkerClient::UnloadModel(const std::string& model, int64_t gen
   return absl::OkStatus();
 }
 
-absl::Status FakeWorkerClient::InstallProgram(const std::string& program, absl::Duration) {
+absl::Status FakeWorkerClient::InstallProgram(const ProgramIr& program, absl::Duration) {
   absl::MutexLock lock(&mu_);
   MS_RETURN_IF_ERROR(CheckUp());
   ++install_calls_;
-  std::istringstream lines(program);
-  std::string model;
-  int64_t generation = -1;
-  std::string word, program_id;
-  lines >> word >> model >> generation >> program_id;
-  if (word != "model" || !loaded_.count({model, generation})) {
-    return FailedPrecondition("fake worker ", worker_id_, ": model '", model,
-                              "' generation ", generation, " not loaded");
+  if (!loaded_.count({program.model, program.generation})) {
+    return FailedPrecondition("fake worker ", worker_id_, ": model '", program.model,
+                              "' generation ", program.generation, " not loaded");
   }
-  programs_[program_id] = program;
+  programs_[program.program_id] = program;
   return absl::OkStatus();
 }
 
@@ -193,9 +78,9 @@ absl::StatusOr<ExecuteResult> FakeWorkerClient::Execute(ExecuteCall call,
   std::map<std::pair<int64_t, std::string>, BoxTensor> inputs;
   for (const SliceIr& s : call.inputs) {
     MS_ASSIGN_OR_RETURN(Box box, BoxFromIr(s.box));
-    MS_ASSIGN_OR_RETURN(DType dtype, DTypeFromWire(s.dtype));
+    MS_ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(s.dtype));
     MS_ASSIGN_OR_RETURN(Tensor t, Tensor::FromBytes(dtype, box.shape(), s.data));
-    inputs[{s.device, s.name}] = BoxTensor{box, std::move(t)};
+    inputs[{s.device, InputBuffer(s.name)}] = BoxTensor{box, std::move(t)};
   }
   ExecuteResult result;
   auto program = programs_.find(call.program_id);
@@ -203,24 +88,20 @@ absl::StatusOr<ExecuteResult> FakeWorkerClient::Execute(ExecuteCall call,
     return FailedPrecondition("fake worker ", worker_id_, ": unknown program '",
                               call.program_id, "'");
   }
-  {
-    const std::string& text = program->second;
-    std::vector<std::string> lines = absl::StrSplit(text, '\n', absl::SkipEmpty());
-    for (size_t i = 1; i < lines.size(); ++i) {
-      std::vector<std::string> f = absl::StrSplit(lines[i], absl::MaxSplits(' ', 4));
-      int64_t device = 0;
-      if (f.size() != 5 || !absl::SimpleAtoi(f[2], &device)) continue;
-      auto in = inputs.find({device, f[3]});
-      if (in == inputs.end()) continue;
-      MS_ASSIGN_OR_RETURN(Box box, ParseBox(f[4]));
-      SliceIr out;
-      out.name = f[1];
-      out.device = device;
-      out.box = BoxToIr(box);
-      out.dtype = DTypeToWire(in->second.tensor.dtype());
-      MS_ASSIGN_OR_RETURN(out.data, ExtractBox(in->second, box));
-      result.outputs.push_back(std::move(out));
-    }
+  // Only Output steps: each returns a box of an input buffer it was sent.
+  for (const StepIr& step : program->second.steps) {
+    const auto* output = std::get_if<OutputStepIr>(&step);
+    if (output == nullptr) continue;
+    auto in = inputs.find({output->device, output->buffer});
+    if (in == inputs.end()) continue;
+    MS_ASSIGN_OR_RETURN(Box box, BoxFromIr(output->box));
+    SliceIr out;
+    out.name = output->output;
+    out.device = output->device;
+    out.box = output->box;
+    out.dtype = DTypeToProto(in->second.tensor.dtype());
+    MS_ASSIGN_OR_RETURN(out.data, ExtractBox(in->second, box));
+    result.outputs.push_back(std::move(out));
   }
   return result;
 }
@@ -286,18 +167,6 @@ std::vector<std::pair<std::string, int64_t>> FakeWorkerClient::unloaded() const 
 int64_t FakeWorkerClient::max_concurrent_executes() const {
   absl::MutexLock lock(&mu_);
   return max_running_;
-}
-
-WorkerClientFactory FakeCluster::Factory() {
-  return [this](int64_t id, const std::string&)
-             -> absl::StatusOr<std::shared_ptr<WorkerClient>> { return Worker(id); };
-}
-
-std::shared_ptr<FakeWorkerClient> FakeCluster::Worker(int64_t worker_id) {
-  absl::MutexLock lock(&mu_);
-  auto& w = workers_[worker_id];
-  if (w == nullptr) w = std::make_shared<FakeWorkerClient>(worker_id);
-  return w;
 }
 
 }  // namespace meshserve

@@ -169,5 +169,19 @@ TEST(InProcessWorkersTest, BadWorkerIdsAreInvalidArgument) {
   EXPECT_THAT(cluster.InstallPrograms({p}), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// The typed IR cannot hold an unknown op or a step without a kind: ShardWorker
+// rejects both at install, where the proto becomes IR.
+TEST(InProcessWorkersTest, UnknownComputeOpAndStepWithoutKindAreRejectedAtInstall) {
+  InProcessWorkers cluster(2);
+  Program conv = MatmulProgram(0, true);
+  conv.mutable_steps(0)->mutable_compute()->set_op("conv");
+  EXPECT_THAT(cluster.InstallPrograms({conv}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "unknown compute op 'conv'"));
+  Program empty = MatmulProgram(0, true);
+  empty.add_steps();
+  EXPECT_THAT(cluster.InstallPrograms({empty}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "no kind"));
+}
+
 }  // namespace
 }  // namespace meshserve

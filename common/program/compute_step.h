@@ -1,6 +1,9 @@
-// Runs one ComputeStep (program.proto) on local boxes through the tensor
-// kernels (common/tensor/kernels.h). Pure: the caller resolves the input
-// buffers and stores the result.
+// The one step executor: runs one compute step (ComputeStepIr, program.proto's
+// ComputeStep) on local boxes through the tensor kernels
+// (common/tensor/kernels.h), dispatching on the op table (compute_op.h). The
+// worker (server/worker/program_run.cc) and the compiler's reference
+// interpreter (server/compiler/testing) both call it, so they compute the same
+// numbers. Pure: the caller resolves the input buffers and stores the result.
 //
 // Semantics per op, on the *local* tensors (each input's tensor is its box's
 // elements; dims below are local dims):
@@ -22,13 +25,14 @@
 // (float32 for zeros). `partial` results are float32 whatever out_dtype says.
 // The result must have out_box's shape (reshape: the same element count).
 //
-// \error kInvalidArgument naming the op and the values: unknown op, wrong
-//   number of inputs, bad out_box/out_dtype, kernel shape errors, a result
-//   whose shape is not out_box's; kOutOfRange for copy's out_box outside x.
+// \error kInvalidArgument naming the op and the values: a number of inputs
+//   other than ComputeOpArity, bad out_box/out_dtype, kernel shape errors, a
+//   result whose shape is not out_box's; kOutOfRange for copy's out_box
+//   outside x.
 //
 // Thread-safety: pure function (DotGeneral uses OpenBLAS threads).
-#ifndef MESHSERVE_SERVER_WORKER_COMPUTE_STEP_H_
-#define MESHSERVE_SERVER_WORKER_COMPUTE_STEP_H_
+#ifndef MESHSERVE_COMMON_PROGRAM_COMPUTE_STEP_H_
+#define MESHSERVE_COMMON_PROGRAM_COMPUTE_STEP_H_
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -37,12 +41,9 @@
 
 namespace meshserve {
 
-// True for the ops listed above.
-bool IsKnownComputeOp(absl::string_view op);
-
-absl::StatusOr<BoxTensor> RunComputeStep(const StepIr& step,
+absl::StatusOr<BoxTensor> RunComputeStep(const ComputeStepIr& step,
                                          absl::Span<const BoxTensor* const> inputs);
 
 }  // namespace meshserve
 
-#endif  // MESHSERVE_SERVER_WORKER_COMPUTE_STEP_H_
+#endif  // MESHSERVE_COMMON_PROGRAM_COMPUTE_STEP_H_

@@ -1,0 +1,88 @@
+#include "common/program/compute_step.h"
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "common/base/status_util.h"
+#include "common/program/ir_conv.h"
+#include "common/tensor/copy_box.h"
+#include "common/tensor/kernels.h"
+
+namespace meshserve {
+namespace {
+
+// Runs the kernel of step.op on local tensors (as many as its arity); the
+// result's dtype is `out`. No default: -Wswitch names an op of the table
+// without a kernel.
+absl::StatusOr<Tensor> RunKernel(const ComputeStepIr& step,
+                                 absl::Span<const BoxTensor* const> in,
+                                 const Box& out_box, DType out) {
+  switch (step.op) {
+    case ComputeOp::kDotGeneral:
+      return DotGeneral(in[0]->tensor, in[1]->tensor, step.lhs_contracting,
+                        step.rhs_contracting, step.lhs_batch, step.rhs_batch, out);
+    case ComputeOp::kAdd: return Add(in[0]->tensor, in[1]->tensor, out);
+    case ComputeOp::kMul: return Mul(in[0]->tensor, in[1]->tensor, out);
+    case ComputeOp::kRelu: return Relu(in[0]->tensor, out);
+    case ComputeOp::kGelu: return Gelu(in[0]->tensor, out);
+    case ComputeOp::kSilu: return Silu(in[0]->tensor, out);
+    case ComputeOp::kTanh: return Tanh(in[0]->tensor, out);
+    case ComputeOp::kRmsNorm:
+      return RmsNorm(in[0]->tensor, in[1]->tensor, step.epsilon, out);
+    case ComputeOp::kLayerNorm:
+      return LayerNorm(in[0]->tensor, in[1]->tensor, in[2]->tensor, step.epsilon, out);
+    case ComputeOp::kSoftmax:
+      return Softmax(in[0]->tensor, step.perm.empty() ? -1 : step.perm[0], out);
+    case ComputeOp::kEmbed: return Embed(in[0]->tensor, *in[1], out);
+    case ComputeOp::kTranspose: {
+      MS_ASSIGN_OR_RETURN(Tensor t, Transpose(in[0]->tensor, step.perm));
+      return ConvertDType(t, out);
+    }
+    case ComputeOp::kReshape: {
+      MS_ASSIGN_OR_RETURN(Tensor t, Reshape(in[0]->tensor, out_box.shape()));
+      if (t.dtype() == out) return t;
+      return ConvertDType(t, out);
+    }
+    case ComputeOp::kCopy: {
+      MS_ASSIGN_OR_RETURN(std::string bytes, ExtractBox(*in[0], out_box));
+      MS_ASSIGN_OR_RETURN(Tensor t, Tensor::FromBytes(in[0]->tensor.dtype(), out_box.shape(),
+                                                      bytes));
+      if (t.dtype() == out) return t;
+      return ConvertDType(t, out);
+    }
+    case ComputeOp::kZeros: return Tensor::Create(out, out_box.shape());
+  }
+  return InvalidArgument("compute op ", static_cast<int>(step.op), " has no kernel");
+}
+
+}  // namespace
+
+absl::StatusOr<BoxTensor> RunComputeStep(const ComputeStepIr& step,
+                                         absl::Span<const BoxTensor* const> inputs) {
+  const std::string where = absl::StrCat("compute '", ComputeOpName(step.op), "' -> '",
+                                         step.output, "'");
+  const int arity = ComputeOpArity(step.op);
+  if (inputs.size() != static_cast<size_t>(arity)) {
+    return InvalidArgument(where, ": takes ", arity, " inputs, got ", inputs.size());
+  }
+  MS_ASSIGN_OR_RETURN(Box out_box, BoxFromIr(step.out_box), where, ": out_box");
+  DType out = DType::kFloat32;
+  if (step.partial) {
+    out = DType::kFloat32;
+  } else if (step.out_dtype != kWireInvalid) {
+    MS_ASSIGN_OR_RETURN(out, DTypeFromProto(step.out_dtype), where, ": out_dtype");
+  } else if (!inputs.empty()) {
+    out = inputs[0]->tensor.dtype();
+  }
+  MS_ASSIGN_OR_RETURN(Tensor result, RunKernel(step, inputs, out_box, out), where);
+  if (result.shape() != out_box.shape()) {
+    return InvalidArgument(where, ": result shape ", ShapeToString(result.shape()),
+                           " does not match out_box ", out_box.ToString(), " (shape ",
+                           ShapeToString(out_box.shape()), ")");
+  }
+  return BoxTensor::Wrap(std::move(out_box), std::move(result));
+}
+
+}  // namespace meshserve
