@@ -72,9 +72,6 @@ nlohmann::ordered_json RulesOutcomeToJson(const RulesCaseOutcome& outcome);
 // The JSON spec of a result: null / "a" / ["a","b"] per dim (Explicit only).
 nlohmann::ordered_json SpecToJson(const ArrayType& type);
 
-// The type string printed for a result (JAX's str(jax.typeof(x))).
-std::string ResultTypeString(const ArrayType& type);
-
 }  // namespace meshserve
 
 #endif  // MESHSERVE_COMMON_CONFORMANCE_RULES_CASES_H_
