@@ -17,6 +17,7 @@
 #include "common/sharding/visualize.h"
 
 namespace meshserve {
+namespace client {
 namespace {
 
 void Print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
@@ -165,7 +166,9 @@ int RunDemo(int argc, char** argv) {
 }
 
 }  // namespace
+}  // namespace client
 }  // namespace meshserve
 
-MS_REGISTER_COMMAND("demo", "demo                            the seed's two examples with their reshard plans",
-                    meshserve::RunDemo);
+MS_REGISTER_COMMAND(meshserve::client::RawCommand{
+    "demo", "demo                            the seed's two examples with their reshard plans",
+    {}, meshserve::client::RunDemo});

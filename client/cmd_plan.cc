@@ -10,6 +10,7 @@
 #include "common/conformance/plan_request.h"
 
 namespace meshserve {
+namespace client {
 namespace {
 
 int RunPlan(int argc, char** argv) {
@@ -55,7 +56,9 @@ int RunPlan(int argc, char** argv) {
 }
 
 }  // namespace
+}  // namespace client
 }  // namespace meshserve
 
-MS_REGISTER_COMMAND("plan", "plan [--human] REQUEST.json   reshard plan of one request",
-                    meshserve::RunPlan);
+MS_REGISTER_COMMAND(meshserve::client::RawCommand{
+    "plan", "plan [--human] REQUEST.json   reshard plan of one request",
+    {{"human", meshserve::client::FlagDef::kBool}}, meshserve::client::RunPlan});
