@@ -404,40 +404,38 @@ int RunBench(const CliArgs& args) {
   return stats.errors == 0 ? 0 : kExitError;
 }
 
+MS_REGISTER_COMMAND(FlagCommand{"infer",
+                                kInferUsage,
+                                {{"target", FlagDef::kValue, true},
+                                 {"model", FlagDef::kValue, true},
+                                 {"input", FlagDef::kRepeated},
+                                 {"out_sharding", FlagDef::kRepeated},
+                                 {"output_dir"},
+                                 {"timeout_s"}},
+                                RunInfer,
+                                /*rejects_positional=*/true});
+MS_REGISTER_COMMAND(FlagCommand{"describe",
+                                kDescribeUsage,
+                                {{"target", FlagDef::kValue, true},
+                                 {"model"},
+                                 {"input_shape", FlagDef::kRepeated},
+                                 {"timeout_s"}},
+                                RunDescribe});
+MS_REGISTER_COMMAND(FlagCommand{
+    "status", kStatusUsage, {{"target", FlagDef::kValue, true}, {"timeout_s"}}, RunStatus});
+MS_REGISTER_COMMAND(FlagCommand{"bench",
+                                kBenchUsage,
+                                {{"target", FlagDef::kValue, true},
+                                 {"model", FlagDef::kValue, true},
+                                 {"input_shape", FlagDef::kRepeated, true},
+                                 {"concurrency"},
+                                 {"requests"},
+                                 {"warmup"},
+                                 {"out_sharding", FlagDef::kRepeated},
+                                 {"seed"},
+                                 {"timeout_s"}},
+                                RunBench});
+
 }  // namespace
 }  // namespace client
 }  // namespace meshserve
-
-namespace ms = ::meshserve::client;
-using Flag = ms::FlagDef;
-MS_REGISTER_COMMAND(ms::FlagCommand{"infer",
-                                    ms::kInferUsage,
-                                    {{"target", Flag::kValue, true},
-                                     {"model", Flag::kValue, true},
-                                     {"input", Flag::kRepeated},
-                                     {"out_sharding", Flag::kRepeated},
-                                     {"output_dir"},
-                                     {"timeout_s"}},
-                                    ms::RunInfer,
-                                    /*rejects_positional=*/true});
-MS_REGISTER_COMMAND(ms::FlagCommand{"describe",
-                                    ms::kDescribeUsage,
-                                    {{"target", Flag::kValue, true},
-                                     {"model"},
-                                     {"input_shape", Flag::kRepeated},
-                                     {"timeout_s"}},
-                                    ms::RunDescribe});
-MS_REGISTER_COMMAND(ms::FlagCommand{
-    "status", ms::kStatusUsage, {{"target", Flag::kValue, true}, {"timeout_s"}}, ms::RunStatus});
-MS_REGISTER_COMMAND(ms::FlagCommand{"bench",
-                                    ms::kBenchUsage,
-                                    {{"target", Flag::kValue, true},
-                                     {"model", Flag::kValue, true},
-                                     {"input_shape", Flag::kRepeated, true},
-                                     {"concurrency"},
-                                     {"requests"},
-                                     {"warmup"},
-                                     {"out_sharding", Flag::kRepeated},
-                                     {"seed"},
-                                     {"timeout_s"}},
-                                    ms::RunBench});

@@ -165,10 +165,10 @@ int RunDemo(int argc, char** argv) {
   return 0;
 }
 
+MS_REGISTER_COMMAND(RawCommand{
+    "demo", "demo                            the seed's two examples with their reshard plans",
+    {}, RunDemo});
+
 }  // namespace
 }  // namespace client
 }  // namespace meshserve
-
-MS_REGISTER_COMMAND(meshserve::client::RawCommand{
-    "demo", "demo                            the seed's two examples with their reshard plans",
-    {}, meshserve::client::RunDemo});

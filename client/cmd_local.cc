@@ -393,20 +393,20 @@ int RunLocal(const CliArgs& args) {
   return exit_code;
 }
 
-}  // namespace
-}  // namespace client
-}  // namespace meshserve
-
-MS_REGISTER_COMMAND(meshserve::client::FlagCommand{
+MS_REGISTER_COMMAND(FlagCommand{
     "local",
-    meshserve::client::kLocalUsage,
-    {{"workers", meshserve::client::FlagDef::kValue, true},
-     {"model_dir", meshserve::client::FlagDef::kValue, true},
+    kLocalUsage,
+    {{"workers", FlagDef::kValue, true},
+     {"model_dir", FlagDef::kValue, true},
      {"port"},
      {"host"},
      {"log_dir"},
      {"ready_timeout_s"},
      {"then"},
-     {"verbose", meshserve::client::FlagDef::kBool}},
-    meshserve::client::RunLocal,
+     {"verbose", FlagDef::kBool}},
+    RunLocal,
     /*rejects_positional=*/true});
+
+}  // namespace
+}  // namespace client
+}  // namespace meshserve

@@ -55,10 +55,10 @@ int RunPlan(int argc, char** argv) {
   return 0;
 }
 
+MS_REGISTER_COMMAND(RawCommand{
+    "plan", "plan [--human] REQUEST.json   reshard plan of one request",
+    {{"human", FlagDef::kBool}}, RunPlan});
+
 }  // namespace
 }  // namespace client
 }  // namespace meshserve
-
-MS_REGISTER_COMMAND(meshserve::client::RawCommand{
-    "plan", "plan [--human] REQUEST.json   reshard plan of one request",
-    {{"human", meshserve::client::FlagDef::kBool}}, meshserve::client::RunPlan});

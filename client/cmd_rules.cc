@@ -87,10 +87,10 @@ int RunRules(int argc, char** argv) {
   return 0;
 }
 
+MS_REGISTER_COMMAND(RawCommand{
+    "rules", "rules [--human] CASES.json   run sharding-rule cases (JSON lines)",
+    {{"human", FlagDef::kBool}}, RunRules});
+
 }  // namespace
 }  // namespace client
 }  // namespace meshserve
-
-MS_REGISTER_COMMAND(meshserve::client::RawCommand{
-    "rules", "rules [--human] CASES.json   run sharding-rule cases (JSON lines)",
-    {{"human", meshserve::client::FlagDef::kBool}}, meshserve::client::RunRules});
