@@ -22,6 +22,8 @@
 //    "pattern": "all-gather", "strategy": "PlanByBoxIntersection"}
 // "transfers" lists the network transfers only, in execution order; local
 // copies and forwards are counted in "local_transfers".
+//
+// Thread-safety: pure functions over plain values.
 #ifndef MESHSERVE_COMMON_CONFORMANCE_PLAN_REQUEST_H_
 #define MESHSERVE_COMMON_CONFORMANCE_PLAN_REQUEST_H_
 

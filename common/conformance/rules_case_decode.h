@@ -1,5 +1,7 @@
 // Internal to rules_cases.cc / rules_case_ops.cc: typed access to a case's
 // JSON fields with errors that name the field and the offending value.
+//
+// Thread-safety: pure functions.
 #ifndef MESHSERVE_COMMON_CONFORMANCE_RULES_CASE_DECODE_H_
 #define MESHSERVE_COMMON_CONFORMANCE_RULES_CASE_DECODE_H_
 

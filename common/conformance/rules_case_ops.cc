@@ -10,6 +10,7 @@
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/conformance/rules_case_decode.h"
+#include "common/model/model_op.h"
 #include "common/sharding/rules/sharding_rules.h"
 
 namespace meshserve {
@@ -160,22 +161,58 @@ std::optional<ArrayType> OptInput(Inputs in, size_t i) {
 absl::StatusOr<ArrayType> RunShapeOp(absl::string_view op, const Json& p, Inputs in,
                                      const Out& out);
 
+// One group of ops each: nullopt when `op` is not in the group.
+using MaybeResult = std::optional<absl::StatusOr<ArrayType>>;
+using OpGroup = MaybeResult (*)(absl::string_view op, const Json& p, Inputs in, const Out& out);
+
+// The model-file ops (model_op.h) that have their own rule here; the rest
+// (add, mul, activations, reshape, transpose) are JAX primitives below.
+MaybeResult RunModelOp(ModelOp kind, absl::string_view op, const Json& p, Inputs in,
+                       const Out& out) {
+  switch (kind) {
+    case ModelOp::kEinsum: {
+      MS_RETURN_IF_ERROR(WantInputs(op, in, 2));
+      MS_ASSIGN_OR_RETURN(std::string eq, GetString(p, "equation", "params"));
+      MS_ASSIGN_OR_RETURN(std::optional<DType> pet, OptDType(p, "preferred_element_type"));
+      return EinsumRule(eq, in[0], in[1], out, pet);
+    }
+    case ModelOp::kReshard:
+      MS_RETURN_IF_ERROR(WantInputs(op, in, 1));
+      return ReshardRule(in[0], out);
+    case ModelOp::kLinear:
+      if (in.size() != 2 && in.size() != 3) return InvalidArgument("linear expects 2 or 3 inputs (x, kernel[, bias]), got ", in.size());
+      return LinearRule(in[0], in[1], OptInput(in, 2), out);
+    case ModelOp::kRmsNorm:
+    case ModelOp::kLayerNorm:
+      MS_RETURN_IF_ERROR(NoOutSharding(op, out));
+      if (in.empty() || in.size() > 3) return InvalidArgument(op, " expects 1 to 3 inputs (x[, scale[, bias]]), got ", in.size());
+      return NormRule(op, in[0], OptInput(in, 1), OptInput(in, 2));
+    case ModelOp::kSoftmax:
+      MS_RETURN_IF_ERROR(NoOutSharding(op, out));
+      MS_RETURN_IF_ERROR(WantInputs(op, in, 1));
+      return SoftmaxRule(in[0]);
+    case ModelOp::kEmbed:
+      MS_RETURN_IF_ERROR(WantInputs(op, in, 2));
+      return EmbedRule(in[0], in[1], out);
+    default:
+      return std::nullopt;
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<ArrayType> RunOp(absl::string_view op, const Json& p, Inputs in,
                                 const Out& out) {
+  if (std::optional<ModelOp> kind = ModelOpFromName(op)) {
+    MaybeResult result = RunModelOp(*kind, op, p, in, out);
+    if (result.has_value()) return *std::move(result);
+  }
   const std::string name(op);
   if (name == "dot_general" || name == "dot" || name == "matmul") {
     MS_RETURN_IF_ERROR(WantInputs(op, in, 2));
     MS_ASSIGN_OR_RETURN(DotDimensionNumbers d, DotDims(p));
     MS_ASSIGN_OR_RETURN(std::optional<DType> pet, OptDType(p, "preferred_element_type"));
     return DotGeneralRule(in[0], in[1], d, out, pet);
-  }
-  if (name == "einsum") {
-    MS_RETURN_IF_ERROR(WantInputs(op, in, 2));
-    MS_ASSIGN_OR_RETURN(std::string eq, GetString(p, "equation", "params"));
-    MS_ASSIGN_OR_RETURN(std::optional<DType> pet, OptDType(p, "preferred_element_type"));
-    return EinsumRule(eq, in[0], in[1], out, pet);
   }
   if (BinaryOps().contains(name)) {
     MS_RETURN_IF_ERROR(NoOutSharding(op, out));
@@ -191,10 +228,6 @@ absl::StatusOr<ArrayType> RunOp(absl::string_view op, const Json& p, Inputs in,
     MS_RETURN_IF_ERROR(NoOutSharding(op, out));
     MS_RETURN_IF_ERROR(WantInputs(op, in, 1));
     return UnaryRule(op, in[0]);
-  }
-  if (name == "reshard") {
-    MS_RETURN_IF_ERROR(WantInputs(op, in, 1));
-    return ReshardRule(in[0], out);
   }
   if (name == "auto_axes") {
     MS_ASSIGN_OR_RETURN(std::string inner, GetString(p, "inner_op", "params"));
@@ -214,24 +247,6 @@ absl::StatusOr<ArrayType> RunOp(absl::string_view op, const Json& p, Inputs in,
     MS_RETURN_IF_ERROR(NoOutSharding(op, out));
     MS_ASSIGN_OR_RETURN(auto manual, OptAxisNames(p, {"manual_axes", "axis_names", "axes"}));
     return ShardMapBodyTypeRule(in[0], manual);
-  }
-  if (name == "linear") {
-    if (in.size() != 2 && in.size() != 3) return InvalidArgument("linear expects 2 or 3 inputs (x, kernel[, bias]), got ", in.size());
-    return LinearRule(in[0], in[1], OptInput(in, 2), out);
-  }
-  if (name == "rms_norm" || name == "layer_norm") {
-    MS_RETURN_IF_ERROR(NoOutSharding(op, out));
-    if (in.empty() || in.size() > 3) return InvalidArgument(op, " expects 1 to 3 inputs (x[, scale[, bias]]), got ", in.size());
-    return NormRule(op, in[0], OptInput(in, 1), OptInput(in, 2));
-  }
-  if (name == "softmax") {
-    MS_RETURN_IF_ERROR(NoOutSharding(op, out));
-    MS_RETURN_IF_ERROR(WantInputs(op, in, 1));
-    return SoftmaxRule(in[0]);
-  }
-  if (name == "embed") {
-    MS_RETURN_IF_ERROR(WantInputs(op, in, 2));
-    return EmbedRule(in[0], in[1], out);
   }
   if (name == "embed_attend") {
     MS_RETURN_IF_ERROR(WantInputs(op, in, 2));
@@ -262,10 +277,6 @@ absl::StatusOr<std::vector<std::array<int64_t, 3>>> PaddingConfigFromJson(const 
   }
   return config;
 }
-
-// One group of ops each: nullopt when `op` is not in the group.
-using MaybeResult = std::optional<absl::StatusOr<ArrayType>>;
-using OpGroup = MaybeResult (*)(absl::string_view op, const Json& p, Inputs in, const Out& out);
 
 // reshape, transpose, expand_dims, squeeze, broadcast.
 MaybeResult RunLayoutOp(absl::string_view op, const Json& p, Inputs in, const Out& out) {

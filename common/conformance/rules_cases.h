@@ -34,6 +34,8 @@
 // Robustness: malformed input (broken JSON, missing fields, wrong types,
 // unknown op, bad spec) never crashes: a broken file is an error naming the
 // problem; a broken case becomes an error line for that case.
+//
+// Thread-safety: pure functions over plain values.
 #ifndef MESHSERVE_COMMON_CONFORMANCE_RULES_CASES_H_
 #define MESHSERVE_COMMON_CONFORMANCE_RULES_CASES_H_
 

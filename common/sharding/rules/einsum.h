@@ -21,6 +21,8 @@
 // Implicit output (no "->") is numpy's: labels used once, sorted. Ellipsis and
 // repeated labels within one operand (traces) are not supported
 // (kUnimplemented).
+//
+// Thread-safety: pure functions.
 #ifndef MESHSERVE_COMMON_SHARDING_RULES_EINSUM_H_
 #define MESHSERVE_COMMON_SHARDING_RULES_EINSUM_H_
 

@@ -18,6 +18,8 @@
 //
 // Every ShardingTypeError/TypeError/ValueError of JAX maps to
 // kInvalidArgument; a missing rule maps to kUnimplemented.
+//
+// Thread-safety: pure functions.
 #ifndef MESHSERVE_COMMON_SHARDING_RULES_RULE_UTIL_H_
 #define MESHSERVE_COMMON_SHARDING_RULES_RULE_UTIL_H_
 

@@ -3,6 +3,8 @@
 //   ArrayType x = Arr(mesh, {8, 2}, "P('x', None)");
 //   EXPECT_THAT(DotGeneralRule(x, w, Matmul(), std::nullopt), HasType("float32[8@x,8]"));
 // Header-only; used by *_test.cc in this folder.
+//
+// Thread-safety: pure test helpers.
 #ifndef MESHSERVE_COMMON_SHARDING_RULES_RULES_TESTING_H_
 #define MESHSERVE_COMMON_SHARDING_RULES_RULES_TESTING_H_
 
