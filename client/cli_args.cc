@@ -7,6 +7,7 @@
 #include "common/base/status_util.h"
 
 namespace meshserve {
+namespace client {
 namespace {
 
 const FlagDef* FindDef(const std::vector<FlagDef>& defs, absl::string_view name) {
@@ -121,4 +122,5 @@ absl::StatusOr<std::pair<std::string, std::string>> SplitNameValue(
                         std::string(text.substr(eq + 1)));
 }
 
+}  // namespace client
 }  // namespace meshserve

@@ -26,6 +26,7 @@
 #include "absl/strings/string_view.h"
 
 namespace meshserve {
+namespace client {
 
 struct FlagDef {
   std::string name;  // without dashes
@@ -64,6 +65,7 @@ class CliArgs {
 absl::StatusOr<std::pair<std::string, std::string>> SplitNameValue(
     absl::string_view flag, absl::string_view text);
 
+}  // namespace client
 }  // namespace meshserve
 
 #endif  // MESHSERVE_CLIENT_CLI_ARGS_H_

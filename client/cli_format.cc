@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/base/shape_string.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/sharding/mesh.h"
@@ -14,16 +15,13 @@
 #include "common/sharding/visualize.h"
 
 namespace meshserve {
+namespace client {
 namespace {
 
 int KindOrder(const std::string& kind) {
   if (kind == "input") return 0;
   if (kind == "param") return 1;
   return 2;  // activation, output
-}
-
-std::string PlainType(DType dtype, const std::vector<int64_t>& shape) {
-  return absl::StrCat(DTypeName(dtype), "[", absl::StrJoin(shape, ","), "]");
 }
 
 }  // namespace
@@ -118,27 +116,24 @@ const absl::StatusOr<DescribeResponse>& OutputTypeResolver::Described() {
 
 OutputType OutputTypeResolver::Resolve(const InferOutput& output) {
   OutputType derived = Derive(output.tensor);
-  // The server's own type ("type_str", or meshserve's "type") wins; the
-  // derived grid is kept only when it draws that same type.
-  for (const char* key : {"type_str", "type"}) {
-    auto it = output.parameters.find(key);
-    if (it == output.parameters.end() || it->second.empty()) continue;
-    OutputType out{it->second, ""};
-    auto vis = output.parameters.find("visualization");
-    if (vis != output.parameters.end()) {
-      out.visualization = vis->second;
-    } else if (derived.type_str == it->second) {
-      out.visualization = derived.visualization;
-    }
-    return out;
+  // The server's own type (output parameter "type") wins; the derived grid
+  // is kept only when it draws that same type.
+  auto it = output.parameters.find("type");
+  if (it == output.parameters.end() || it->second.empty()) return derived;
+  OutputType out{it->second, ""};
+  auto vis = output.parameters.find("visualization");
+  if (vis != output.parameters.end()) {
+    out.visualization = vis->second;
+  } else if (derived.type_str == it->second) {
+    out.visualization = derived.visualization;
   }
-  return derived;
+  return out;
 }
 
 OutputType OutputTypeResolver::Derive(const HostTensor& tensor) {
   const absl::StatusOr<DescribeResponse>& described = Described();
   if (!described.ok()) {
-    return {absl::StrCat(PlainType(tensor.dtype, tensor.shape), " (sharding unknown: ",
+    return {absl::StrCat(DTypeName(tensor.dtype), ShapeToCompactString(tensor.shape), " (sharding unknown: ",
                          described.status().ToString(), ")"),
             ""};
   }
@@ -146,7 +141,7 @@ OutputType OutputTypeResolver::Derive(const HostTensor& tensor) {
   if (spec != out_shardings_.end()) {
     auto type = TypeFromSpec(tensor.dtype, tensor.shape, described->mesh(), spec->second);
     if (type.ok()) return *type;
-    return {absl::StrCat(PlainType(tensor.dtype, tensor.shape), " (sharding unknown: ",
+    return {absl::StrCat(DTypeName(tensor.dtype), ShapeToCompactString(tensor.shape), " (sharding unknown: ",
                          type.status().message(), ")"),
             ""};
   }
@@ -156,11 +151,12 @@ OutputType OutputTypeResolver::Derive(const HostTensor& tensor) {
     if (found == nullptr || value.kind() == "output") found = &value;
   }
   if (found == nullptr) {
-    return {absl::StrCat(PlainType(tensor.dtype, tensor.shape),
+    return {absl::StrCat(DTypeName(tensor.dtype), ShapeToCompactString(tensor.shape),
                          " (sharding unknown: describe has no value '", tensor.name, "')"),
             ""};
   }
   return {found->type_str(), found->visualization()};
 }
 
+}  // namespace client
 }  // namespace meshserve

@@ -32,6 +32,7 @@
 #include "proto/cluster_service.pb.h"
 
 namespace meshserve {
+namespace client {
 
 std::string FormatDescribe(const DescribeResponse& response);
 std::string FormatStatus(const ClusterStatusResponse& response);
@@ -50,8 +51,8 @@ absl::StatusOr<OutputType> TypeFromSpec(DType dtype, const std::vector<int64_t>&
                                         absl::string_view mesh_text,
                                         absl::string_view spec_text);
 
-// Finds each output's type: the server's "type_str" (or "type") and
-// "visualization" output parameters when it sends them; else, for an output with a per-request
+// Finds each output's type: the server's "type" and "visualization" output
+// parameters when it sends them; else, for an output with a per-request
 // out_sharding, TypeFromSpec on the model's mesh; else the value of that name
 // in Describe(model, input_shapes). Describe is called at most once.
 class OutputTypeResolver {
@@ -83,6 +84,7 @@ class OutputTypeResolver {
   std::optional<absl::StatusOr<DescribeResponse>> described_;
 };
 
+}  // namespace client
 }  // namespace meshserve
 
 #endif  // MESHSERVE_CLIENT_CLI_FORMAT_H_

@@ -37,21 +37,8 @@
 #include "common/tensor/tensor.h"
 
 namespace meshserve {
+namespace client {
 namespace {
-
-constexpr int kExitError = 1;
-constexpr int kExitUsage = 2;
-
-int UsageError(const char* command, const char* usage, const absl::Status& status) {
-  std::fprintf(stderr, "meshserve %s: %s\nusage: meshserve %s\n", command,
-               std::string(status.message()).c_str(), usage);
-  return kExitUsage;
-}
-
-int Fail(const char* command, const absl::Status& status) {
-  std::fprintf(stderr, "meshserve %s: %s\n", command, status.ToString().c_str());
-  return kExitError;
-}
 
 absl::Time DeadlineFromFlag(const CliArgs& args, double fallback_s) {
   double seconds = args.GetDouble("timeout_s", fallback_s).value_or(fallback_s);
@@ -134,70 +121,92 @@ constexpr char kInferUsage[] =
     "infer --target HOST:PORT --model NAME --input NAME=FILE.npy [--input ...] "
     "[--out_sharding OUTPUT=SPEC ...] [--output_dir DIR] [--timeout_s S]";
 
-int RunInfer(int argc, char** argv) {
-  auto args = CliArgs::Parse(argc, argv,
-                             {{"target", FlagDef::kValue, true},
-                              {"model", FlagDef::kValue, true},
-                              {"input", FlagDef::kRepeated, false},
-                              {"out_sharding", FlagDef::kRepeated, false},
-                              {"output_dir", FlagDef::kValue, false},
-                              {"timeout_s", FlagDef::kValue, false}});
-  if (!args.ok()) return UsageError("infer", kInferUsage, args.status());
-  if (!args->positional().empty()) {
-    return UsageError("infer", kInferUsage,
-                      InvalidArgument("unexpected argument '", args->positional()[0], "'"));
-  }
-  auto out_shardings = ParseOutShardings(*args);
-  if (!out_shardings.ok()) return UsageError("infer", kInferUsage, out_shardings.status());
-  if (auto timeout = args->GetDouble("timeout_s", 120); !timeout.ok() || *timeout <= 0) {
-    return UsageError("infer", kInferUsage,
-                      InvalidArgument("flag --timeout_s: '", args->Get("timeout_s"),
-                                      "' is not a positive number"));
-  }
-  auto client = InferenceClient::Create(args->Get("target"));
-  if (!client.ok()) return UsageError("infer", kInferUsage, client.status());
-  absl::Time deadline = DeadlineFromFlag(*args, 120);
-  std::string model = args->Get("model");
+// What `infer` asks for, from its flags (the inputs are read later, once the
+// model's dtypes are known).
+struct InferRequestFlags {
+  std::string model;
+  std::map<std::string, std::string> out_shardings;
+  std::string output_dir;
+  absl::Time deadline;
+};
 
-  std::map<std::string, DType> want = ModelInputDTypes(**client, model, deadline);
+absl::StatusOr<InferRequestFlags> InferRequestFromFlags(const CliArgs& args) {
+  InferRequestFlags r;
+  MS_ASSIGN_OR_RETURN(r.out_shardings, ParseOutShardings(args));
+  if (auto timeout = args.GetDouble("timeout_s", 120); !timeout.ok() || *timeout <= 0) {
+    return InvalidArgument("flag --timeout_s: '", args.Get("timeout_s"),
+                           "' is not a positive number");
+  }
+  r.model = args.Get("model");
+  r.output_dir = args.Get("output_dir");
+  r.deadline = DeadlineFromFlag(args, 120);
+  return r;
+}
+
+absl::StatusOr<std::vector<HostTensor>> ReadInputFlags(const CliArgs& args,
+                                                       const std::map<std::string, DType>& want) {
   std::vector<HostTensor> inputs;
-  for (const std::string& text : args->GetAll("input")) {
-    auto input = ReadInputFlag(text, want);
-    if (!input.ok()) {
-      return input.status().code() == absl::StatusCode::kInvalidArgument &&
-                     input.status().message().find("NAME=VALUE") != absl::string_view::npos
-                 ? UsageError("infer", kInferUsage, input.status())
-                 : Fail("infer", input.status());
-    }
-    inputs.push_back(*std::move(input));
+  for (const std::string& text : args.GetAll("input")) {
+    MS_ASSIGN_OR_RETURN(HostTensor input, ReadInputFlag(text, want));
+    inputs.push_back(std::move(input));
   }
-  auto result = (*client)->Infer(model, inputs, *out_shardings, deadline);
-  if (!result.ok()) return Fail("infer", result.status());
+  return inputs;
+}
 
-  std::string output_dir = args->Get("output_dir");
-  if (!output_dir.empty()) {
-    std::error_code error;
-    std::filesystem::create_directories(output_dir, error);
-    if (error) {
-      return Fail("infer", Unavailable("--output_dir '", output_dir,
-                                       "' cannot be created: ", error.message()));
-    }
+// A malformed --input flag (usage) rather than a file that cannot be read.
+bool IsInputSyntaxError(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kInvalidArgument &&
+         status.message().find("NAME=VALUE") != absl::string_view::npos;
+}
+
+absl::Status MakeOutputDir(const std::string& dir) {
+  if (dir.empty()) return absl::OkStatus();
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return Unavailable("--output_dir '", dir, "' cannot be created: ", error.message());
   }
+  return absl::OkStatus();
+}
+
+// Prints each output's type (and its grid), writing it to --output_dir.
+absl::Status PrintOutputs(InferenceClient& client, const InferRequestFlags& request,
+                          const std::vector<HostTensor>& inputs, const InferResult& result) {
   std::map<std::string, std::vector<int64_t>> input_shapes;
   for (const HostTensor& input : inputs) input_shapes[input.name] = input.shape;
-  OutputTypeResolver types(**client, model, input_shapes, *out_shardings, deadline);
-  for (const InferOutput& output : result->outputs) {
+  OutputTypeResolver types(client, request.model, input_shapes, request.out_shardings,
+                           request.deadline);
+  for (const InferOutput& output : result.outputs) {
     const HostTensor& tensor = output.tensor;
     OutputType type = types.Resolve(output);
     std::printf("%s: %s\n", tensor.name.c_str(), type.type_str.c_str());
     if (!type.visualization.empty()) std::printf("%s\n", type.visualization.c_str());
-    if (!output_dir.empty()) {
-      absl::Status written = WriteOutput(output_dir, tensor);
-      if (!written.ok()) return Fail("infer", written);
-      std::printf("  wrote %s/%s.npy (float32)\n", output_dir.c_str(),
-                  tensor.name.c_str());
-    }
+    if (request.output_dir.empty()) continue;
+    MS_RETURN_IF_ERROR(WriteOutput(request.output_dir, tensor));
+    std::printf("  wrote %s/%s.npy (float32)\n", request.output_dir.c_str(),
+                tensor.name.c_str());
   }
+  return absl::OkStatus();
+}
+
+int RunInfer(const CliArgs& args) {
+  auto request = InferRequestFromFlags(args);
+  if (!request.ok()) return UsageError("infer", kInferUsage, request.status());
+  auto client = InferenceClient::Create(args.Get("target"));
+  if (!client.ok()) return UsageError("infer", kInferUsage, client.status());
+  auto inputs =
+      ReadInputFlags(args, ModelInputDTypes(**client, request->model, request->deadline));
+  if (!inputs.ok()) {
+    return IsInputSyntaxError(inputs.status())
+               ? UsageError("infer", kInferUsage, inputs.status())
+               : Fail("infer", inputs.status());
+  }
+  auto result =
+      (*client)->Infer(request->model, *inputs, request->out_shardings, request->deadline);
+  if (!result.ok()) return Fail("infer", result.status());
+  absl::Status printed = MakeOutputDir(request->output_dir);
+  if (printed.ok()) printed = PrintOutputs(**client, *request, *inputs, *result);
+  if (!printed.ok()) return Fail("infer", printed);
   std::fflush(stdout);
   return 0;
 }
@@ -205,25 +214,19 @@ int RunInfer(int argc, char** argv) {
 constexpr char kDescribeUsage[] =
     "describe --target HOST:PORT MODEL [--input_shape NAME=D0,D1,... ...]";
 
-int RunDescribe(int argc, char** argv) {
-  auto args = CliArgs::Parse(argc, argv,
-                             {{"target", FlagDef::kValue, true},
-                              {"model", FlagDef::kValue, false},
-                              {"input_shape", FlagDef::kRepeated, false},
-                              {"timeout_s", FlagDef::kValue, false}});
-  if (!args.ok()) return UsageError("describe", kDescribeUsage, args.status());
-  std::string model = args->Get("model");
-  if (args->positional().size() == 1 && model.empty()) {
-    model = args->positional()[0];
-  } else if (!args->positional().empty() || model.empty()) {
+int RunDescribe(const CliArgs& args) {
+  std::string model = args.Get("model");
+  if (args.positional().size() == 1 && model.empty()) {
+    model = args.positional()[0];
+  } else if (!args.positional().empty() || model.empty()) {
     return UsageError("describe", kDescribeUsage,
                       InvalidArgument("expected exactly one MODEL argument"));
   }
-  auto shapes = ParseShapeFlags(*args, "input_shape");
+  auto shapes = ParseShapeFlags(args, "input_shape");
   if (!shapes.ok()) return UsageError("describe", kDescribeUsage, shapes.status());
-  auto client = InferenceClient::Create(args->Get("target"));
+  auto client = InferenceClient::Create(args.Get("target"));
   if (!client.ok()) return UsageError("describe", kDescribeUsage, client.status());
-  auto response = (*client)->Describe(model, *shapes, DeadlineFromFlag(*args, 60));
+  auto response = (*client)->Describe(model, *shapes, DeadlineFromFlag(args, 60));
   if (!response.ok()) return Fail("describe", response.status());
   std::printf("%s", FormatDescribe(*response).c_str());
   std::fflush(stdout);
@@ -232,14 +235,10 @@ int RunDescribe(int argc, char** argv) {
 
 constexpr char kStatusUsage[] = "status --target HOST:PORT";
 
-int RunStatus(int argc, char** argv) {
-  auto args = CliArgs::Parse(argc, argv,
-                             {{"target", FlagDef::kValue, true},
-                              {"timeout_s", FlagDef::kValue, false}});
-  if (!args.ok()) return UsageError("status", kStatusUsage, args.status());
-  auto client = InferenceClient::Create(args->Get("target"));
+int RunStatus(const CliArgs& args) {
+  auto client = InferenceClient::Create(args.Get("target"));
   if (!client.ok()) return UsageError("status", kStatusUsage, client.status());
-  auto response = (*client)->Status(DeadlineFromFlag(*args, 30));
+  auto response = (*client)->Status(DeadlineFromFlag(args, 30));
   if (!response.ok()) return Fail("status", response.status());
   std::printf("%s", FormatStatus(*response).c_str());
   std::fflush(stdout);
@@ -287,108 +286,156 @@ constexpr char kBenchUsage[] =
     "[--concurrency C] [--requests N] [--warmup W] [--out_sharding OUTPUT=SPEC] "
     "[--timeout_s S]";
 
-int RunBench(int argc, char** argv) {
-  auto args = CliArgs::Parse(argc, argv,
-                             {{"target", FlagDef::kValue, true},
-                              {"model", FlagDef::kValue, true},
-                              {"input_shape", FlagDef::kRepeated, true},
-                              {"concurrency", FlagDef::kValue, false},
-                              {"requests", FlagDef::kValue, false},
-                              {"warmup", FlagDef::kValue, false},
-                              {"out_sharding", FlagDef::kRepeated, false},
-                              {"seed", FlagDef::kValue, false},
-                              {"timeout_s", FlagDef::kValue, false}});
-  if (!args.ok()) return UsageError("bench", kBenchUsage, args.status());
-  auto shapes = ParseShapeFlags(*args, "input_shape");
-  if (!shapes.ok()) return UsageError("bench", kBenchUsage, shapes.status());
-  auto concurrency = args->GetInt("concurrency", 1, 1, 1024);
-  if (!concurrency.ok()) return UsageError("bench", kBenchUsage, concurrency.status());
-  auto requests = args->GetInt("requests", 100, 1, int64_t{1} << 30);
-  if (!requests.ok()) return UsageError("bench", kBenchUsage, requests.status());
-  auto warmup = args->GetInt("warmup", 1, 0, 1 << 20);
-  if (!warmup.ok()) return UsageError("bench", kBenchUsage, warmup.status());
-  auto seed = args->GetInt("seed", 0, 0, INT64_MAX);
-  if (!seed.ok()) return UsageError("bench", kBenchUsage, seed.status());
-  auto out_shardings = ParseOutShardings(*args);
-  if (!out_shardings.ok()) return UsageError("bench", kBenchUsage, out_shardings.status());
-  auto timeout_s = args->GetDouble("timeout_s", 60);
-  if (!timeout_s.ok()) return UsageError("bench", kBenchUsage, timeout_s.status());
-  auto client = InferenceClient::Create(args->Get("target"));
-  if (!client.ok()) return UsageError("bench", kBenchUsage, client.status());
-  std::string model = args->Get("model");
+struct BenchOptions {
+  std::string model;
+  std::map<std::string, std::vector<int64_t>> shapes;
+  int64_t concurrency = 1, requests = 100, warmup = 1, seed = 0;
+  std::map<std::string, std::string> out_shardings;
+  double timeout_s = 60;
 
-  auto dtypes = ModelInputDTypes(**client, model, absl::Now() + absl::Seconds(*timeout_s));
-  // A few distinct random inputs, made up front so that generating them is
-  // not measured.
-  int num_variants = static_cast<int>(std::min<int64_t>(*concurrency, 4));
+  absl::Time Deadline() const { return absl::Now() + absl::Seconds(timeout_s); }
+};
+
+absl::StatusOr<BenchOptions> BenchOptionsFromFlags(const CliArgs& args) {
+  BenchOptions o;
+  o.model = args.Get("model");
+  MS_ASSIGN_OR_RETURN(o.shapes, ParseShapeFlags(args, "input_shape"));
+  MS_ASSIGN_OR_RETURN(o.concurrency, args.GetInt("concurrency", 1, 1, 1024));
+  MS_ASSIGN_OR_RETURN(o.requests, args.GetInt("requests", 100, 1, int64_t{1} << 30));
+  MS_ASSIGN_OR_RETURN(o.warmup, args.GetInt("warmup", 1, 0, 1 << 20));
+  MS_ASSIGN_OR_RETURN(o.seed, args.GetInt("seed", 0, 0, INT64_MAX));
+  MS_ASSIGN_OR_RETURN(o.out_shardings, ParseOutShardings(args));
+  MS_ASSIGN_OR_RETURN(o.timeout_s, args.GetDouble("timeout_s", 60));
+  return o;
+}
+
+// A few distinct random inputs, made up front so that generating them is not
+// measured.
+absl::StatusOr<std::vector<std::vector<HostTensor>>> MakeInputVariants(
+    const BenchOptions& o, const std::map<std::string, DType>& dtypes) {
+  const int num_variants = static_cast<int>(std::min<int64_t>(o.concurrency, 4));
   std::vector<std::vector<HostTensor>> variants;
   for (int v = 0; v < num_variants; ++v) {
-    auto inputs = RandomInputs(*shapes, dtypes, *seed + v);
-    if (!inputs.ok()) return UsageError("bench", kBenchUsage, inputs.status());
-    variants.push_back(*std::move(inputs));
+    MS_ASSIGN_OR_RETURN(std::vector<HostTensor> inputs, RandomInputs(o.shapes, dtypes, o.seed + v));
+    variants.push_back(std::move(inputs));
   }
-  std::string first_error;
-  for (int64_t i = 0; i < *warmup; ++i) {  // compiles and installs the program
-    auto result = (*client)->Infer(model, variants[0], *out_shardings,
-                                   absl::Now() + absl::Seconds(*timeout_s));
+  return variants;
+}
+
+// Requests that compile and install the program before the measurement.
+void Warmup(InferenceClient& client, const BenchOptions& o,
+            const std::vector<HostTensor>& inputs) {
+  for (int64_t i = 0; i < o.warmup; ++i) {
+    auto result = client.Infer(o.model, inputs, o.out_shardings, o.Deadline());
     if (!result.ok()) {
-      std::fprintf(stderr, "meshserve bench: warmup: %s\n",
-                   result.status().ToString().c_str());
-      break;
+      std::fprintf(stderr, "meshserve bench: warmup: %s\n", result.status().ToString().c_str());
+      return;
     }
   }
+}
 
+struct BenchStats {
+  std::vector<double> latencies_ms;  // of the successful requests
+  int64_t errors = 0;
+  std::string first_error;
+  double wall_s = 0;
+};
+
+// o.requests requests from o.concurrency threads, each sending one variant.
+BenchStats RunLoad(InferenceClient& client, const BenchOptions& o,
+                   const std::vector<std::vector<HostTensor>>& variants) {
+  BenchStats stats;
+  stats.latencies_ms.reserve(o.requests);
   std::atomic<int64_t> next{0};
-  std::atomic<int64_t> errors{0};
   absl::Mutex mu;
-  std::vector<double> latencies_ms;
-  latencies_ms.reserve(*requests);
   auto worker = [&](int thread) {
-    const std::vector<HostTensor>& inputs = variants[thread % num_variants];
-    while (next.fetch_add(1) < *requests) {
+    const std::vector<HostTensor>& inputs = variants[thread % variants.size()];
+    while (next.fetch_add(1) < o.requests) {
       auto start = std::chrono::steady_clock::now();
-      auto result = (*client)->Infer(model, inputs, *out_shardings,
-                                     absl::Now() + absl::Seconds(*timeout_s));
+      auto result = client.Infer(o.model, inputs, o.out_shardings, o.Deadline());
       double ms = std::chrono::duration<double, std::milli>(
                       std::chrono::steady_clock::now() - start)
                       .count();
       absl::MutexLock lock(&mu);
       if (result.ok()) {
-        latencies_ms.push_back(ms);
+        stats.latencies_ms.push_back(ms);
       } else {
-        errors.fetch_add(1);
-        if (first_error.empty()) first_error = result.status().ToString();
+        ++stats.errors;
+        if (stats.first_error.empty()) stats.first_error = result.status().ToString();
       }
     }
   };
   auto start = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
-  for (int t = 0; t < *concurrency; ++t) threads.emplace_back(worker, t);
+  for (int t = 0; t < o.concurrency; ++t) threads.emplace_back(worker, t);
   for (std::thread& t : threads) t.join();
-  double wall_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-
-  if (!first_error.empty()) {
-    std::fprintf(stderr, "meshserve bench: first error: %s\n", first_error.c_str());
-  }
-  int64_t ok = static_cast<int64_t>(latencies_ms.size());
-  std::printf("model %s, %lld requests, concurrency %lld, %lld ok, %lld errors, %.3f s\n",
-              model.c_str(), static_cast<long long>(*requests),
-              static_cast<long long>(*concurrency), static_cast<long long>(ok),
-              static_cast<long long>(errors.load()), wall_s);
-  std::printf("{\"requests\": %lld, \"errors\": %lld, \"p50_ms\": %.3f, \"p99_ms\": %.3f, "
-              "\"requests_per_s\": %.3f}\n",
-              static_cast<long long>(*requests), static_cast<long long>(errors.load()),
-              Percentile(latencies_ms, 0.50), Percentile(latencies_ms, 0.99),
-              wall_s > 0 ? ok / wall_s : 0.0);
-  std::fflush(stdout);
-  return errors.load() == 0 ? 0 : kExitError;
+  stats.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return stats;
 }
 
-}  // namespace
-}  // namespace meshserve
+void PrintBenchReport(const BenchOptions& o, const BenchStats& stats) {
+  if (!stats.first_error.empty()) {
+    std::fprintf(stderr, "meshserve bench: first error: %s\n", stats.first_error.c_str());
+  }
+  const int64_t ok = static_cast<int64_t>(stats.latencies_ms.size());
+  std::printf("model %s, %lld requests, concurrency %lld, %lld ok, %lld errors, %.3f s\n",
+              o.model.c_str(), static_cast<long long>(o.requests),
+              static_cast<long long>(o.concurrency), static_cast<long long>(ok),
+              static_cast<long long>(stats.errors), stats.wall_s);
+  std::printf("{\"requests\": %lld, \"errors\": %lld, \"p50_ms\": %.3f, \"p99_ms\": %.3f, "
+              "\"requests_per_s\": %.3f}\n",
+              static_cast<long long>(o.requests), static_cast<long long>(stats.errors),
+              Percentile(stats.latencies_ms, 0.50), Percentile(stats.latencies_ms, 0.99),
+              stats.wall_s > 0 ? ok / stats.wall_s : 0.0);
+  std::fflush(stdout);
+}
 
-MS_REGISTER_COMMAND("infer", meshserve::kInferUsage, meshserve::RunInfer);
-MS_REGISTER_COMMAND("describe", meshserve::kDescribeUsage, meshserve::RunDescribe);
-MS_REGISTER_COMMAND("status", meshserve::kStatusUsage, meshserve::RunStatus);
-MS_REGISTER_COMMAND("bench", meshserve::kBenchUsage, meshserve::RunBench);
+int RunBench(const CliArgs& args) {
+  auto options = BenchOptionsFromFlags(args);
+  if (!options.ok()) return UsageError("bench", kBenchUsage, options.status());
+  auto client = InferenceClient::Create(args.Get("target"));
+  if (!client.ok()) return UsageError("bench", kBenchUsage, client.status());
+  auto dtypes = ModelInputDTypes(**client, options->model, options->Deadline());
+  auto variants = MakeInputVariants(*options, dtypes);
+  if (!variants.ok()) return UsageError("bench", kBenchUsage, variants.status());
+  Warmup(**client, *options, variants->front());
+  BenchStats stats = RunLoad(**client, *options, *variants);
+  PrintBenchReport(*options, stats);
+  return stats.errors == 0 ? 0 : kExitError;
+}
+
+MS_REGISTER_COMMAND(FlagCommand{"infer",
+                                kInferUsage,
+                                {{"target", FlagDef::kValue, true},
+                                 {"model", FlagDef::kValue, true},
+                                 {"input", FlagDef::kRepeated},
+                                 {"out_sharding", FlagDef::kRepeated},
+                                 {"output_dir"},
+                                 {"timeout_s"}},
+                                RunInfer,
+                                /*rejects_positional=*/true});
+MS_REGISTER_COMMAND(FlagCommand{"describe",
+                                kDescribeUsage,
+                                {{"target", FlagDef::kValue, true},
+                                 {"model"},
+                                 {"input_shape", FlagDef::kRepeated},
+                                 {"timeout_s"}},
+                                RunDescribe});
+MS_REGISTER_COMMAND(FlagCommand{
+    "status", kStatusUsage, {{"target", FlagDef::kValue, true}, {"timeout_s"}}, RunStatus});
+MS_REGISTER_COMMAND(FlagCommand{"bench",
+                                kBenchUsage,
+                                {{"target", FlagDef::kValue, true},
+                                 {"model", FlagDef::kValue, true},
+                                 {"input_shape", FlagDef::kRepeated, true},
+                                 {"concurrency"},
+                                 {"requests"},
+                                 {"warmup"},
+                                 {"out_sharding", FlagDef::kRepeated},
+                                 {"seed"},
+                                 {"timeout_s"}},
+                                RunBench});
+
+}  // namespace
+}  // namespace client
+}  // namespace meshserve

@@ -17,6 +17,7 @@
 #include "common/sharding/visualize.h"
 
 namespace meshserve {
+namespace client {
 namespace {
 
 void Print(const std::string& text) { std::fwrite(text.data(), 1, text.size(), stdout); }
@@ -164,8 +165,10 @@ int RunDemo(int argc, char** argv) {
   return 0;
 }
 
-}  // namespace
-}  // namespace meshserve
+MS_REGISTER_COMMAND(RawCommand{
+    "demo", "demo                            the seed's two examples with their reshard plans",
+    {}, RunDemo});
 
-MS_REGISTER_COMMAND("demo", "demo                            the seed's two examples with their reshard plans",
-                    meshserve::RunDemo);
+}  // namespace
+}  // namespace client
+}  // namespace meshserve

@@ -47,9 +47,11 @@
 #include "client/cli_args.h"
 #include "client/command.h"
 #include "client/inference_client.h"
+#include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 
 namespace meshserve {
+namespace client {
 namespace {
 
 volatile std::sig_atomic_t g_stop_signal = 0;
@@ -241,98 +243,96 @@ constexpr char kLocalUsage[] =
     "local --workers N --model_dir DIR [--port P] [--host 127.0.0.1] [--log_dir D] "
     "[--ready_timeout_s S] [--then \"COMMAND\"] [--verbose]";
 
-int LocalUsageError(const absl::Status& status) {
-  std::fprintf(stderr, "meshserve local: %s\nusage: meshserve %s\n",
-               std::string(status.message()).c_str(), kLocalUsage);
-  return 2;
+struct LocalOptions {
+  int64_t workers = 1;
+  int64_t port = 8500;
+  int64_t ready_timeout_s = 180;
+  std::string model_dir;
+  std::string host;
+  std::string target;  // host:port
+  std::string log_dir;
+  bool has_then = false;  // --then given: run it once ready, then stop
+  std::string then;
+  bool verbose = false;
+};
+
+// The flags, checked (usage errors).
+absl::StatusOr<LocalOptions> LocalOptionsFromFlags(const CliArgs& args) {
+  LocalOptions o;
+  MS_ASSIGN_OR_RETURN(o.workers, args.GetInt("workers", 1, 1, 256));
+  MS_ASSIGN_OR_RETURN(o.port, args.GetInt("port", 8500, 1, 65535));
+  MS_ASSIGN_OR_RETURN(o.ready_timeout_s, args.GetInt("ready_timeout_s", 180, 1, 86400));
+  o.model_dir = args.Get("model_dir");
+  struct stat st;
+  if (stat(o.model_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return InvalidArgument("flag --model_dir: '", o.model_dir, "' is not a directory");
+  }
+  o.host = args.Get("host", "127.0.0.1");
+  o.target = absl::StrCat(o.host, ":", o.port);
+  o.log_dir = args.Get("log_dir");
+  o.has_then = args.Has("then");
+  o.then = args.Get("then");
+  o.verbose = args.Has("verbose");
+  return o;
 }
 
-int RunLocal(int argc, char** argv) {
-  auto args = CliArgs::Parse(argc, argv,
-                             {{"workers", FlagDef::kValue, true},
-                              {"model_dir", FlagDef::kValue, true},
-                              {"port", FlagDef::kValue, false},
-                              {"host", FlagDef::kValue, false},
-                              {"log_dir", FlagDef::kValue, false},
-                              {"ready_timeout_s", FlagDef::kValue, false},
-                              {"then", FlagDef::kValue, false},
-                              {"verbose", FlagDef::kBool, false}});
-  if (!args.ok()) return LocalUsageError(args.status());
-  if (!args->positional().empty()) {
-    return LocalUsageError(InvalidArgument("unexpected argument '", args->positional()[0], "'"));
+// --log_dir, or a fresh /tmp/meshserve-local-XXXXXX.
+absl::Status PrepareLogDir(LocalOptions& o) {
+  if (!o.log_dir.empty()) {
+    mkdir(o.log_dir.c_str(), 0755);
+    return absl::OkStatus();
   }
-  auto workers = args->GetInt("workers", 1, 1, 256);
-  if (!workers.ok()) return LocalUsageError(workers.status());
-  auto port = args->GetInt("port", 8500, 1, 65535);
-  if (!port.ok()) return LocalUsageError(port.status());
-  auto ready_timeout_s = args->GetInt("ready_timeout_s", 180, 1, 86400);
-  if (!ready_timeout_s.ok()) return LocalUsageError(ready_timeout_s.status());
-  std::string model_dir = args->Get("model_dir");
-  struct stat st;
-  if (stat(model_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return LocalUsageError(InvalidArgument("flag --model_dir: '", model_dir,
-                                           "' is not a directory"));
-  }
-  std::string host = args->Get("host", "127.0.0.1");
-  std::string target = absl::StrCat(host, ":", *port);
-  std::string bin_dir = SelfDirectory();
-  std::string coordinator_bin = bin_dir + "/meshserve-coordinator";
-  std::string worker_bin = bin_dir + "/meshserve-worker";
-  for (const std::string& bin : {coordinator_bin, worker_bin}) {
-    if (access(bin.c_str(), X_OK) != 0) {
-      std::fprintf(stderr, "meshserve local: %s not found (build it first)\n", bin.c_str());
-      return 1;
-    }
-  }
-  std::string log_dir = args->Get("log_dir");
-  if (log_dir.empty()) {
-    char templ[] = "/tmp/meshserve-local-XXXXXX";
-    if (mkdtemp(templ) == nullptr) {
-      std::fprintf(stderr, "meshserve local: mkdtemp: %s\n", std::strerror(errno));
-      return 1;
-    }
-    log_dir = templ;
-  } else {
-    mkdir(log_dir.c_str(), 0755);
-  }
+  char templ[] = "/tmp/meshserve-local-XXXXXX";
+  if (mkdtemp(templ) == nullptr) return Internal("mkdtemp: ", std::strerror(errno));
+  o.log_dir = templ;
+  return absl::OkStatus();
+}
 
+void InstallStopHandlers() {
   struct sigaction action;
   std::memset(&action, 0, sizeof(action));
   action.sa_handler = OnStopSignal;
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
   signal(SIGPIPE, SIG_IGN);
+}
 
-  bool verbose = args->Has("verbose");
-  std::vector<std::unique_ptr<Child>> children;
+// Starts the coordinator (children[0]) and the workers, printing their pids.
+absl::Status StartCluster(const LocalOptions& o, const std::string& bin_dir,
+                          std::vector<std::unique_ptr<Child>>& children) {
   auto start = [&](std::string name, std::vector<std::string> child_argv) {
     children.push_back(std::make_unique<Child>());
     children.back()->name = std::move(name);
-    return Spawn(children.back().get(), child_argv, log_dir, verbose);
+    return Spawn(children.back().get(), child_argv, o.log_dir, o.verbose);
   };
   absl::Status started =
-      start("coordinator", {coordinator_bin, "--host", host, "--port", absl::StrCat(*port),
-                            "--model_dir", model_dir, "--min_workers",
-                            absl::StrCat(*workers)});
-  std::printf("meshserve local: coordinator %s pid %d, logs in %s\n", target.c_str(),
-              children.back()->pid, log_dir.c_str());
-  for (int64_t w = 0; started.ok() && w < *workers; ++w) {
+      start("coordinator", {bin_dir + "/meshserve-coordinator", "--host", o.host, "--port",
+                            absl::StrCat(o.port), "--model_dir", o.model_dir, "--min_workers",
+                            absl::StrCat(o.workers)});
+  std::printf("meshserve local: coordinator %s pid %d, logs in %s\n", o.target.c_str(),
+              children.back()->pid, o.log_dir.c_str());
+  for (int64_t w = 0; started.ok() && w < o.workers; ++w) {
     started = start(absl::StrCat("worker-", w),
-                    {worker_bin, "--port", "0", "--coordinator", target});
+                    {bin_dir + "/meshserve-worker", "--port", "0", "--coordinator", o.target});
     std::printf("meshserve local: worker %lld pid %d\n", static_cast<long long>(w),
                 children.back()->pid);
   }
   std::fflush(stdout);
-  if (!started.ok()) {
-    std::fprintf(stderr, "meshserve local: %s\n", started.ToString().c_str());
-    StopAll(children, absl::Seconds(5));
-    return 1;
-  }
+  return started;
+}
 
-  auto client = InferenceClient::Create(target);
-  absl::Time ready_deadline = absl::Now() + absl::Seconds(*ready_timeout_s);
+// True when the coordinator has printed its ready line.
+bool CoordinatorReady(std::vector<std::unique_ptr<Child>>& children) {
+  absl::MutexLock lock(&children.front()->mu);
+  return children.front()->ready_line;
+}
+
+// Waits for readiness, runs --then, and reports deaths until a signal; returns
+// the exit code. The coordinator dying ends it (exit 1); a worker dying does not.
+int SuperviseCluster(const LocalOptions& o, std::vector<std::unique_ptr<Child>>& children) {
+  auto client = InferenceClient::Create(o.target);
+  const absl::Time ready_deadline = absl::Now() + absl::Seconds(o.ready_timeout_s);
   bool ready = false;
-  int exit_code = 0;
   while (g_stop_signal == 0) {
     bool coordinator_died = false;
     for (Child* child : ReapChildren(children)) {
@@ -341,35 +341,49 @@ int RunLocal(int argc, char** argv) {
     }
     if (coordinator_died) {
       std::fprintf(stderr, "meshserve local: the coordinator died; stopping the cluster\n");
-      exit_code = 1;
-      break;
+      return 1;
     }
-    if (!ready) {
-      bool line_seen;
-      {
-        absl::MutexLock lock(&children.front()->mu);
-        line_seen = children.front()->ready_line;
-      }
-      if (line_seen && client.ok()) {
-        ready = true;
-        std::printf("meshserve local: ready: coordinator %s, %lld workers%s\n",
-                    target.c_str(), static_cast<long long>(*workers),
-                    ModelSummary(**client).c_str());
-        std::fflush(stdout);
-        if (args->Has("then")) {
-          exit_code = RunThen(args->Get("then"), target);
-          break;
-        }
-      } else if (absl::Now() > ready_deadline) {
-        std::fprintf(stderr,
-                     "meshserve local: not ready after %llds; stopping (logs in %s)\n",
-                     static_cast<long long>(*ready_timeout_s), log_dir.c_str());
-        exit_code = 1;
-        break;
-      }
+    if (!ready && CoordinatorReady(children) && client.ok()) {
+      ready = true;
+      std::printf("meshserve local: ready: coordinator %s, %lld workers%s\n", o.target.c_str(),
+                  static_cast<long long>(o.workers), ModelSummary(**client).c_str());
+      std::fflush(stdout);
+      if (o.has_then) return RunThen(o.then, o.target);
+    } else if (!ready && absl::Now() > ready_deadline) {
+      std::fprintf(stderr, "meshserve local: not ready after %llds; stopping (logs in %s)\n",
+                   static_cast<long long>(o.ready_timeout_s), o.log_dir.c_str());
+      return 1;
     }
     absl::SleepFor(absl::Milliseconds(100));
   }
+  return 0;
+}
+
+int RunLocal(const CliArgs& args) {
+  auto options = LocalOptionsFromFlags(args);
+  if (!options.ok()) return UsageError("local", kLocalUsage, options.status());
+  const std::string bin_dir = SelfDirectory();
+  for (const char* name : {"/meshserve-coordinator", "/meshserve-worker"}) {
+    const std::string bin = bin_dir + name;
+    if (access(bin.c_str(), X_OK) != 0) {
+      std::fprintf(stderr, "meshserve local: %s not found (build it first)\n", bin.c_str());
+      return 1;
+    }
+  }
+  absl::Status log_dir = PrepareLogDir(*options);
+  if (!log_dir.ok()) {
+    std::fprintf(stderr, "meshserve local: %s\n", std::string(log_dir.message()).c_str());
+    return 1;
+  }
+  InstallStopHandlers();
+  std::vector<std::unique_ptr<Child>> children;
+  absl::Status started = StartCluster(*options, bin_dir, children);
+  if (!started.ok()) {
+    std::fprintf(stderr, "meshserve local: %s\n", started.ToString().c_str());
+    StopAll(children, absl::Seconds(5));
+    return 1;
+  }
+  const int exit_code = SuperviseCluster(*options, children);
   if (g_stop_signal != 0) {
     std::printf("meshserve local: signal %d: stopping\n", static_cast<int>(g_stop_signal));
   }
@@ -379,7 +393,20 @@ int RunLocal(int argc, char** argv) {
   return exit_code;
 }
 
-}  // namespace
-}  // namespace meshserve
+MS_REGISTER_COMMAND(FlagCommand{
+    "local",
+    kLocalUsage,
+    {{"workers", FlagDef::kValue, true},
+     {"model_dir", FlagDef::kValue, true},
+     {"port"},
+     {"host"},
+     {"log_dir"},
+     {"ready_timeout_s"},
+     {"then"},
+     {"verbose", FlagDef::kBool}},
+    RunLocal,
+    /*rejects_positional=*/true});
 
-MS_REGISTER_COMMAND("local", meshserve::kLocalUsage, meshserve::RunLocal);
+}  // namespace
+}  // namespace client
+}  // namespace meshserve

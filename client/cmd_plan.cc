@@ -10,6 +10,7 @@
 #include "common/conformance/plan_request.h"
 
 namespace meshserve {
+namespace client {
 namespace {
 
 int RunPlan(int argc, char** argv) {
@@ -54,8 +55,10 @@ int RunPlan(int argc, char** argv) {
   return 0;
 }
 
-}  // namespace
-}  // namespace meshserve
+MS_REGISTER_COMMAND(RawCommand{
+    "plan", "plan [--human] REQUEST.json   reshard plan of one request",
+    {{"human", FlagDef::kBool}}, RunPlan});
 
-MS_REGISTER_COMMAND("plan", "plan [--human] REQUEST.json   reshard plan of one request",
-                    meshserve::RunPlan);
+}  // namespace
+}  // namespace client
+}  // namespace meshserve

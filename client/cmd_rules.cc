@@ -17,19 +17,20 @@
 #include "common/sharding/visualize.h"
 
 namespace meshserve {
+namespace client {
 namespace {
 
 void PrintHuman(const RulesCaseOutcome& o) {
   std::printf("== %s (%s)\n", o.id.c_str(), o.op.c_str());
   for (size_t i = 0; i < o.inputs.size(); ++i) {
-    std::printf("  in[%zu]:  %s\n", i, ResultTypeString(o.inputs[i]).c_str());
+    std::printf("  in[%zu]:  %s\n", i, o.inputs[i].ToString().c_str());
   }
   if (!o.result.ok()) {
     std::printf("  error:  %s\n\n", std::string(o.result.status().message()).c_str());
     return;
   }
   const ArrayType& t = *o.result;
-  std::printf("  result: %s\n", ResultTypeString(t).c_str());
+  std::printf("  result: %s\n", t.ToString().c_str());
   if (t.rank() >= 1 && t.rank() <= 2 && !t.sharding.mesh().empty()) {
     absl::StatusOr<std::string> picture = VisualizeSharding(t.shape, t.sharding);
     if (picture.ok()) std::printf("%s", picture->c_str());
@@ -86,8 +87,10 @@ int RunRules(int argc, char** argv) {
   return 0;
 }
 
-}  // namespace
-}  // namespace meshserve
+MS_REGISTER_COMMAND(RawCommand{
+    "rules", "rules [--human] CASES.json   run sharding-rule cases (JSON lines)",
+    {{"human", FlagDef::kBool}}, RunRules});
 
-MS_REGISTER_COMMAND("rules", "rules [--human] CASES.json   run sharding-rule cases (JSON lines)",
-                    meshserve::RunRules);
+}  // namespace
+}  // namespace client
+}  // namespace meshserve

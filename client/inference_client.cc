@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/base/shape_string.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/rpc/channel.h"
@@ -21,6 +22,7 @@
 #include "grpcpp/grpcpp.h"
 
 namespace meshserve {
+namespace client {
 namespace {
 
 // A grpc::Status as an absl::Status (common/rpc's single conversion point:
@@ -34,10 +36,6 @@ void SetDeadlineAt(grpc::ClientContext* context, absl::Time deadline) {
   if (deadline != absl::InfiniteFuture()) {
     context->set_deadline(absl::ToChronoTime(deadline));
   }
-}
-
-std::string ShapeString(absl::Span<const int64_t> shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
 }
 
 float BFloat16BitsToFloat(uint16_t bits) {
@@ -82,10 +80,10 @@ absl::StatusOr<HostTensor> HostTensor::Create(std::string name, DType dtype,
   for (int64_t dim : shape) {
     if (dim < 0) {
       return InvalidArgument("tensor '", name, "': negative dim in shape ",
-                             ShapeString(shape));
+                             ShapeToCompactString(shape));
     }
     if (dim != 0 && num_elements > (int64_t{1} << 50) / dim) {
-      return InvalidArgument("tensor '", name, "': shape ", ShapeString(shape),
+      return InvalidArgument("tensor '", name, "': shape ", ShapeToCompactString(shape),
                              " is too large");
     }
     num_elements *= dim;
@@ -93,7 +91,7 @@ absl::StatusOr<HostTensor> HostTensor::Create(std::string name, DType dtype,
   int64_t expected = num_elements * DTypeSize(dtype);
   if (static_cast<int64_t>(bytes.size()) != expected) {
     return InvalidArgument("tensor '", name, "': ", DTypeName(dtype),
-                           ShapeString(shape), " needs ", expected,
+                           ShapeToCompactString(shape), " needs ", expected,
                            " bytes, got ", bytes.size());
   }
   HostTensor tensor;
@@ -258,7 +256,7 @@ absl::StatusOr<InferResult> InferenceClient::Infer(
     int64_t expected = input.NumElements() * DTypeSize(input.dtype);
     if (static_cast<int64_t>(input.bytes.size()) != expected) {
       return InvalidArgument("input '", input.name, "': ", DTypeName(input.dtype),
-                             ShapeString(input.shape), " needs ", expected,
+                             ShapeToCompactString(input.shape), " needs ", expected,
                              " bytes, got ", input.bytes.size());
     }
     auto* tensor = request.add_inputs();
@@ -377,4 +375,5 @@ absl::Status InferenceClient::WaitReady(absl::Time deadline, absl::string_view m
   }
 }
 
+}  // namespace client
 }  // namespace meshserve

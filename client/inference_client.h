@@ -39,6 +39,7 @@
 #include "proto/inference.grpc.pb.h"
 
 namespace meshserve {
+namespace client {
 
 // A named dense tensor held by the client: raw little-endian row-major bytes.
 struct HostTensor {
@@ -60,7 +61,8 @@ struct HostTensor {
 };
 
 // One output of a request: its tensor and the string parameters the server
-// attached to it (meshserve adds e.g. "type_str" when it knows it).
+// attached to it (meshserve adds "type", the JAX type string, and
+// "visualization").
 struct InferOutput {
   HostTensor tensor;
   std::map<std::string, std::string> parameters;
@@ -155,6 +157,7 @@ absl::StatusOr<HostTensor> DecodeOutputTensor(
 //   dim < 0.
 absl::StatusOr<std::vector<int64_t>> ParseDims(absl::string_view text);
 
+}  // namespace client
 }  // namespace meshserve
 
 #endif  // MESHSERVE_CLIENT_INFERENCE_CLIENT_H_

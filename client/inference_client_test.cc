@@ -16,6 +16,7 @@
 #include "tests/testing/status_matchers.h"
 
 namespace meshserve {
+namespace client {
 namespace {
 
 using ::meshserve::testing::StatusIs;
@@ -322,4 +323,5 @@ TEST(FormatStatusTest, ListsWorkersAndModels) {
 }
 
 }  // namespace
+}  // namespace client
 }  // namespace meshserve

@@ -1,5 +1,6 @@
 // `meshserve`: one CLI for the sharding tools and the cluster client.
-// Sub-commands live in cmd_*.cc; `meshserve help` lists them.
+// Sub-commands live in cmd_*.cc; `meshserve help` lists them and
+// `meshserve COMMAND --help` shows one.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -7,12 +8,7 @@
 #include "client/command.h"
 
 namespace meshserve {
-
-std::map<std::string, CommandInfo>& CommandRegistry() {
-  static auto* registry = new std::map<std::string, CommandInfo>();
-  return *registry;
-}
-
+namespace client {
 namespace {
 
 void PrintUsage(FILE* out) {
@@ -22,21 +18,40 @@ void PrintUsage(FILE* out) {
   }
 }
 
-}  // namespace
-}  // namespace meshserve
+bool IsHelpFlag(const char* arg) {
+  return std::strcmp(arg, "help") == 0 || std::strcmp(arg, "--help") == 0 ||
+         std::strcmp(arg, "-h") == 0;
+}
 
-int main(int argc, char** argv) {
-  using meshserve::CommandRegistry;
-  if (argc < 2 || std::strcmp(argv[1], "help") == 0 ||
-      std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
-    meshserve::PrintUsage(argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
+// `--help` anywhere, or `-h` first, among a command's arguments.
+bool WantsCommandHelp(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "-h") == 0) return true;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0) return true;
+  }
+  return false;
+}
+
+int Main(int argc, char** argv) {
+  if (argc < 2 || IsHelpFlag(argv[1])) {
+    PrintUsage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? kExitUsage : 0;
   }
   auto it = CommandRegistry().find(argv[1]);
   if (it == CommandRegistry().end()) {
     std::fprintf(stderr, "meshserve: unknown command '%s'\n", argv[1]);
-    meshserve::PrintUsage(stderr);
-    return 2;
+    PrintUsage(stderr);
+    return kExitUsage;
+  }
+  if (WantsCommandHelp(argc - 1, argv + 1)) {
+    PrintCommandHelp(it->second, stdout);
+    return 0;
   }
   return it->second.run(argc - 1, argv + 1);
 }
+
+}  // namespace
+}  // namespace client
+}  // namespace meshserve
+
+int main(int argc, char** argv) { return meshserve::client::Main(argc, argv); }

@@ -7,11 +7,12 @@
 //            "devices": [0, 0, 1, 1]},    (optional: worker id per mesh device,
 //                                          default 0..n-1)
 //    "dst": {same fields}}
-// "mesh" keeps its key order (axis order). "spec" is a list whose entries are
-// null, an axis name, or a list of names; a string in JAX syntax
-// ("P('x', None)") is accepted too. Each side is validated like a JAX array
-// type (MakeArrayType: known axes, no axis twice, spec not longer than the
-// rank, every dim divisible by its shard count).
+// "mesh" keeps its key order (axis order). "spec" takes the one PartitionSpec
+// grammar of common/json/sharding_json.h: a list whose entries are null, an
+// axis name or a list of names, a string in JAX syntax ("P('x', None)"), or
+// {"spec": ..., "unreduced": [...]}. Each side (ReshardEndpointFromJson) is
+// validated like a JAX array type (MakeArrayType: known axes, no axis twice,
+// spec not longer than the rank, every dim divisible by its shard count).
 //
 // Plan:
 //   {"transfers": [{"src": 0, "dst": 1, "box": [[0, 4], [0, 2]],
@@ -21,6 +22,8 @@
 //    "pattern": "all-gather", "strategy": "PlanByBoxIntersection"}
 // "transfers" lists the network transfers only, in execution order; local
 // copies and forwards are counted in "local_transfers".
+//
+// Thread-safety: pure functions over plain values.
 #ifndef MESHSERVE_COMMON_CONFORMANCE_PLAN_REQUEST_H_
 #define MESHSERVE_COMMON_CONFORMANCE_PLAN_REQUEST_H_
 

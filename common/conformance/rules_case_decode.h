@@ -1,5 +1,7 @@
 // Internal to rules_cases.cc / rules_case_ops.cc: typed access to a case's
 // JSON fields with errors that name the field and the offending value.
+//
+// Thread-safety: pure functions.
 #ifndef MESHSERVE_COMMON_CONFORMANCE_RULES_CASE_DECODE_H_
 #define MESHSERVE_COMMON_CONFORMANCE_RULES_CASE_DECODE_H_
 
@@ -15,15 +17,10 @@
 #include "common/sharding/mesh.h"
 #include "common/sharding/named_sharding.h"
 #include "common/sharding/partition_spec.h"
-#include "nlohmann/json.hpp"
+#include "common/json/json_util.h"
 
 namespace meshserve {
 namespace rules_case {
-
-using Json = nlohmann::ordered_json;
-
-// A short rendering of `j` for messages (truncated).
-std::string Describe(const Json& j);
 
 // Field access on the object `obj` (`where` prefixes messages: "params").
 // Missing or null fields are nullopt for the Opt variants and an error
@@ -44,12 +41,8 @@ absl::StatusOr<std::optional<std::vector<std::string>>> GetOptStringList(
 // The first of `keys` present (and non-null) in obj, or nullptr.
 const char* FirstKey(const Json& obj, std::initializer_list<const char*> keys);
 
-// A JSON spec: list of null | "a" | ["a", ...], or a string in JAX syntax.
-absl::StatusOr<PartitionSpec> SpecFromJson(const Json& j, absl::string_view where);
-// null -> nullopt; spec; or {"spec": spec, "unreduced": [...]}.
+// null -> nullopt; otherwise PartitionSpecFromJson (common/json/sharding_json.h).
 absl::StatusOr<std::optional<PartitionSpec>> OutShardingFromJson(const Json& j);
-// {"axis": size, ...} in order, with optional {"axis": "Explicit"|...} types.
-absl::StatusOr<Mesh> MeshFromJson(const Json& mesh, const Json* axis_types);
 // One input; `dtype` is the case default (an input's own "dtype" wins).
 absl::StatusOr<ArrayType> InputFromJson(const Json& input, const Mesh& mesh, DType dtype,
                                         absl::string_view where);

@@ -10,6 +10,7 @@
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/conformance/rules_case_decode.h"
+#include "common/model/model_op.h"
 #include "common/sharding/rules/sharding_rules.h"
 
 namespace meshserve {
@@ -77,7 +78,7 @@ absl::StatusOr<ConvParams> ConvParamsFromJson(const Json& p) {
     if (!dn.is_array() || dn.size() != 3 || !dn[0].is_string() || !dn[1].is_string() ||
         !dn[2].is_string()) {
       return InvalidArgument("params.dimension_numbers must be [lhs_spec, rhs_spec, out_spec] "
-                             "strings such as [\"NWC\", \"WIO\", \"NWC\"], got ", Describe(dn));
+                             "strings such as [\"NWC\", \"WIO\", \"NWC\"], got ", ShowJson(dn));
     }
     c.lhs_spec = dn[0].get<std::string>();
     c.rhs_spec = dn[1].get<std::string>();
@@ -94,13 +95,13 @@ absl::StatusOr<ConvParams> ConvParamsFromJson(const Json& p) {
                                        absl::StrCat("params.padding[", i, "]")));
         if (pair.size() != 2) {
           return InvalidArgument("params.padding[", i, "] must be a (low, high) pair, got ",
-                                 Describe(pad[i]));
+                                 ShowJson(pad[i]));
         }
         c.explicit_padding.emplace_back(pair[0], pair[1]);
       }
     } else {
       return InvalidArgument("params.padding must be \"SAME\", \"VALID\" or (low, high) pairs, "
-                             "got ", Describe(pad));
+                             "got ", ShowJson(pad));
     }
   }
   MS_ASSIGN_OR_RETURN(auto ws, GetOptIntList(p, "window_strides", "params"));
@@ -160,22 +161,58 @@ std::optional<ArrayType> OptInput(Inputs in, size_t i) {
 absl::StatusOr<ArrayType> RunShapeOp(absl::string_view op, const Json& p, Inputs in,
                                      const Out& out);
 
+// One group of ops each: nullopt when `op` is not in the group.
+using MaybeResult = std::optional<absl::StatusOr<ArrayType>>;
+using OpGroup = MaybeResult (*)(absl::string_view op, const Json& p, Inputs in, const Out& out);
+
+// The model-file ops (model_op.h) that have their own rule here; the rest
+// (add, mul, activations, reshape, transpose) are JAX primitives below.
+MaybeResult RunModelOp(ModelOp kind, absl::string_view op, const Json& p, Inputs in,
+                       const Out& out) {
+  switch (kind) {
+    case ModelOp::kEinsum: {
+      MS_RETURN_IF_ERROR(WantInputs(op, in, 2));
+      MS_ASSIGN_OR_RETURN(std::string eq, GetString(p, "equation", "params"));
+      MS_ASSIGN_OR_RETURN(std::optional<DType> pet, OptDType(p, "preferred_element_type"));
+      return EinsumRule(eq, in[0], in[1], out, pet);
+    }
+    case ModelOp::kReshard:
+      MS_RETURN_IF_ERROR(WantInputs(op, in, 1));
+      return ReshardRule(in[0], out);
+    case ModelOp::kLinear:
+      if (in.size() != 2 && in.size() != 3) return InvalidArgument("linear expects 2 or 3 inputs (x, kernel[, bias]), got ", in.size());
+      return LinearRule(in[0], in[1], OptInput(in, 2), out);
+    case ModelOp::kRmsNorm:
+    case ModelOp::kLayerNorm:
+      MS_RETURN_IF_ERROR(NoOutSharding(op, out));
+      if (in.empty() || in.size() > 3) return InvalidArgument(op, " expects 1 to 3 inputs (x[, scale[, bias]]), got ", in.size());
+      return NormRule(op, in[0], OptInput(in, 1), OptInput(in, 2));
+    case ModelOp::kSoftmax:
+      MS_RETURN_IF_ERROR(NoOutSharding(op, out));
+      MS_RETURN_IF_ERROR(WantInputs(op, in, 1));
+      return SoftmaxRule(in[0]);
+    case ModelOp::kEmbed:
+      MS_RETURN_IF_ERROR(WantInputs(op, in, 2));
+      return EmbedRule(in[0], in[1], out);
+    default:
+      return std::nullopt;
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<ArrayType> RunOp(absl::string_view op, const Json& p, Inputs in,
                                 const Out& out) {
+  if (std::optional<ModelOp> kind = ModelOpFromName(op)) {
+    MaybeResult result = RunModelOp(*kind, op, p, in, out);
+    if (result.has_value()) return *std::move(result);
+  }
   const std::string name(op);
   if (name == "dot_general" || name == "dot" || name == "matmul") {
     MS_RETURN_IF_ERROR(WantInputs(op, in, 2));
     MS_ASSIGN_OR_RETURN(DotDimensionNumbers d, DotDims(p));
     MS_ASSIGN_OR_RETURN(std::optional<DType> pet, OptDType(p, "preferred_element_type"));
     return DotGeneralRule(in[0], in[1], d, out, pet);
-  }
-  if (name == "einsum") {
-    MS_RETURN_IF_ERROR(WantInputs(op, in, 2));
-    MS_ASSIGN_OR_RETURN(std::string eq, GetString(p, "equation", "params"));
-    MS_ASSIGN_OR_RETURN(std::optional<DType> pet, OptDType(p, "preferred_element_type"));
-    return EinsumRule(eq, in[0], in[1], out, pet);
   }
   if (BinaryOps().contains(name)) {
     MS_RETURN_IF_ERROR(NoOutSharding(op, out));
@@ -191,10 +228,6 @@ absl::StatusOr<ArrayType> RunOp(absl::string_view op, const Json& p, Inputs in,
     MS_RETURN_IF_ERROR(NoOutSharding(op, out));
     MS_RETURN_IF_ERROR(WantInputs(op, in, 1));
     return UnaryRule(op, in[0]);
-  }
-  if (name == "reshard") {
-    MS_RETURN_IF_ERROR(WantInputs(op, in, 1));
-    return ReshardRule(in[0], out);
   }
   if (name == "auto_axes") {
     MS_ASSIGN_OR_RETURN(std::string inner, GetString(p, "inner_op", "params"));
@@ -215,24 +248,6 @@ absl::StatusOr<ArrayType> RunOp(absl::string_view op, const Json& p, Inputs in,
     MS_ASSIGN_OR_RETURN(auto manual, OptAxisNames(p, {"manual_axes", "axis_names", "axes"}));
     return ShardMapBodyTypeRule(in[0], manual);
   }
-  if (name == "linear") {
-    if (in.size() != 2 && in.size() != 3) return InvalidArgument("linear expects 2 or 3 inputs (x, kernel[, bias]), got ", in.size());
-    return LinearRule(in[0], in[1], OptInput(in, 2), out);
-  }
-  if (name == "rms_norm" || name == "layer_norm") {
-    MS_RETURN_IF_ERROR(NoOutSharding(op, out));
-    if (in.empty() || in.size() > 3) return InvalidArgument(op, " expects 1 to 3 inputs (x[, scale[, bias]]), got ", in.size());
-    return NormRule(op, in[0], OptInput(in, 1), OptInput(in, 2));
-  }
-  if (name == "softmax") {
-    MS_RETURN_IF_ERROR(NoOutSharding(op, out));
-    MS_RETURN_IF_ERROR(WantInputs(op, in, 1));
-    return SoftmaxRule(in[0]);
-  }
-  if (name == "embed") {
-    MS_RETURN_IF_ERROR(WantInputs(op, in, 2));
-    return EmbedRule(in[0], in[1], out);
-  }
   if (name == "embed_attend") {
     MS_RETURN_IF_ERROR(WantInputs(op, in, 2));
     return EmbedAttendRule(in[0], in[1], out);
@@ -242,8 +257,29 @@ absl::StatusOr<ArrayType> RunOp(absl::string_view op, const Json& p, Inputs in,
 
 namespace {
 
-absl::StatusOr<ArrayType> RunShapeOp(absl::string_view op, const Json& p, Inputs in,
-                                     const Out& out) {
+// params.padding_config: one [low, high, interior] per dim.
+absl::StatusOr<std::vector<std::array<int64_t, 3>>> PaddingConfigFromJson(const Json& p) {
+  const char* k = FirstKey(p, {"padding_config"});
+  if (k == nullptr || !p[k].is_array()) {
+    return InvalidArgument("params.padding_config must be a list of [low, high, interior], got ",
+                           k == nullptr ? "nothing" : ShowJson(p[k]));
+  }
+  std::vector<std::array<int64_t, 3>> config;
+  for (size_t i = 0; i < p[k].size(); ++i) {
+    MS_ASSIGN_OR_RETURN(std::vector<int64_t> t,
+                        GetIntList(Json::object({{"c", p[k][i]}}), "c",
+                                   absl::StrCat("params.padding_config[", i, "]")));
+    if (t.size() != 3) {
+      return InvalidArgument("params.padding_config[", i, "] must be [low, high, interior], got ",
+                             ShowJson(p[k][i]));
+    }
+    config.push_back({t[0], t[1], t[2]});
+  }
+  return config;
+}
+
+// reshape, transpose, expand_dims, squeeze, broadcast.
+MaybeResult RunLayoutOp(absl::string_view op, const Json& p, Inputs in, const Out& out) {
   const std::string name(op);
   if (name == "reshape") {
     MS_RETURN_IF_ERROR(WantInputs(op, in, 1));
@@ -261,6 +297,29 @@ absl::StatusOr<ArrayType> RunShapeOp(absl::string_view op, const Json& p, Inputs
     }
     return TransposeRule(in[0], *perm);
   }
+  if (name == "expand_dims") {
+    MS_RETURN_IF_ERROR(NoOutSharding(op, out));
+    MS_RETURN_IF_ERROR(WantInputs(op, in, 1));
+    MS_ASSIGN_OR_RETURN(std::vector<int64_t> axes, IntsAny(p, {"axis", "dimensions", "axes"}));
+    return ExpandDimsRule(in[0], axes);
+  }
+  if (name == "squeeze") {
+    MS_RETURN_IF_ERROR(NoOutSharding(op, out));
+    MS_RETURN_IF_ERROR(WantInputs(op, in, 1));
+    MS_ASSIGN_OR_RETURN(auto dims, OptIntsAny(p, {"dimensions", "axis", "axes"}));
+    return SqueezeRule(in[0], dims);
+  }
+  if (name == "broadcast_to" || name == "broadcast_in_dim") {
+    MS_RETURN_IF_ERROR(WantInputs(op, in, 1));
+    MS_ASSIGN_OR_RETURN(std::vector<int64_t> shape, IntsAny(p, {"shape"}));
+    return BroadcastToRule(in[0], shape, out);
+  }
+  return std::nullopt;
+}
+
+// reductions and cumulative ops.
+MaybeResult RunReduceOp(absl::string_view op, const Json& p, Inputs in, const Out& out) {
+  const std::string name(op);
   if (name.rfind("reduce_", 0) == 0 || name == "sum" || name == "argmax" || name == "argmin") {
     MS_RETURN_IF_ERROR(WantInputs(op, in, 1));
     MS_ASSIGN_OR_RETURN(auto axes, OptIntsAny(p, {"axes", "axis", "dimensions"}));
@@ -273,6 +332,12 @@ absl::StatusOr<ArrayType> RunShapeOp(absl::string_view op, const Json& p, Inputs
     MS_ASSIGN_OR_RETURN(std::optional<int64_t> axis, GetOptInt(p, "axis", "params"));
     return CumulativeRule(op, in[0], axis);
   }
+  return std::nullopt;
+}
+
+// concatenate, stack, split, slice, pad, tile.
+MaybeResult RunConcatSliceOp(absl::string_view op, const Json& p, Inputs in, const Out& out) {
+  const std::string name(op);
   if (name == "concatenate") {
     MS_RETURN_IF_ERROR(NoOutSharding(op, out));
     MS_ASSIGN_OR_RETURN(int64_t dim, IntAny(p, {"dimension", "axis"}, 0));
@@ -303,22 +368,7 @@ absl::StatusOr<ArrayType> RunShapeOp(absl::string_view op, const Json& p, Inputs
   if (name == "pad") {
     MS_RETURN_IF_ERROR(NoOutSharding(op, out));
     if (in.empty() || in.size() > 2) return InvalidArgument("pad expects 1 input (and an optional padding value), got ", in.size());
-    const char* k = FirstKey(p, {"padding_config"});
-    if (k == nullptr || !p[k].is_array()) {
-      return InvalidArgument("params.padding_config must be a list of [low, high, interior], got ",
-                             k == nullptr ? "nothing" : Describe(p[k]));
-    }
-    std::vector<std::array<int64_t, 3>> config;
-    for (size_t i = 0; i < p[k].size(); ++i) {
-      MS_ASSIGN_OR_RETURN(std::vector<int64_t> t,
-                          GetIntList(Json::object({{"c", p[k][i]}}), "c",
-                                     absl::StrCat("params.padding_config[", i, "]")));
-      if (t.size() != 3) {
-        return InvalidArgument("params.padding_config[", i, "] must be [low, high, interior], got ",
-                               Describe(p[k][i]));
-      }
-      config.push_back({t[0], t[1], t[2]});
-    }
+    MS_ASSIGN_OR_RETURN(auto config, PaddingConfigFromJson(p));
     return PadRule(in[0], config);
   }
   if (name == "tile") {
@@ -327,27 +377,25 @@ absl::StatusOr<ArrayType> RunShapeOp(absl::string_view op, const Json& p, Inputs
     MS_ASSIGN_OR_RETURN(std::vector<int64_t> reps, IntsAny(p, {"reps"}));
     return TileRule(in[0], reps);
   }
-  if (name == "expand_dims") {
-    MS_RETURN_IF_ERROR(NoOutSharding(op, out));
-    MS_RETURN_IF_ERROR(WantInputs(op, in, 1));
-    MS_ASSIGN_OR_RETURN(std::vector<int64_t> axes, IntsAny(p, {"axis", "dimensions", "axes"}));
-    return ExpandDimsRule(in[0], axes);
-  }
-  if (name == "squeeze") {
-    MS_RETURN_IF_ERROR(NoOutSharding(op, out));
-    MS_RETURN_IF_ERROR(WantInputs(op, in, 1));
-    MS_ASSIGN_OR_RETURN(auto dims, OptIntsAny(p, {"dimensions", "axis", "axes"}));
-    return SqueezeRule(in[0], dims);
-  }
-  if (name == "broadcast_to" || name == "broadcast_in_dim") {
-    MS_RETURN_IF_ERROR(WantInputs(op, in, 1));
-    MS_ASSIGN_OR_RETURN(std::vector<int64_t> shape, IntsAny(p, {"shape"}));
-    return BroadcastToRule(in[0], shape, out);
-  }
+  return std::nullopt;
+}
+
+// conv_general_dilated.
+MaybeResult RunConvOp(absl::string_view op, const Json& p, Inputs in, const Out& out) {
+  const std::string name(op);
   if (name == "conv_general_dilated" || name == "conv") {
     MS_RETURN_IF_ERROR(WantInputs(op, in, 2));
     MS_ASSIGN_OR_RETURN(ConvParams c, ConvParamsFromJson(p));
     return ConvGeneralDilatedRule(in[0], in[1], c, out);
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<ArrayType> RunShapeOp(absl::string_view op, const Json& p, Inputs in,
+                                     const Out& out) {
+  for (OpGroup group : {RunLayoutOp, RunReduceOp, RunConcatSliceOp, RunConvOp}) {
+    MaybeResult result = group(op, p, in, out);
+    if (result.has_value()) return *std::move(result);
   }
   return Unimplemented("sharding rule for ", op,
                        " is not implemented (unknown op '", op,

@@ -1,6 +1,5 @@
 #include "common/conformance/rules_cases.h"
 
-#include <exception>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -9,12 +8,11 @@
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/conformance/rules_case_decode.h"
+#include "common/json/sharding_json.h"
 #include "common/sharding/rules/rule_util.h"
 
 namespace meshserve {
 namespace {
-
-using rules_case::Json;
 
 // The dtype convention (see the header): an input's own dtype wins (applied in
 // InputFromJson), then params.dtype, then the case's dtype, then bfloat16 for
@@ -26,7 +24,7 @@ absl::StatusOr<DType> CaseDType(const Json& c) {
     auto it = obj->find("dtype");
     if (it == obj->end() || it->is_null()) continue;
     if (!it->is_string()) {
-      return InvalidArgument("dtype must be a string, got ", rules_case::Describe(*it));
+      return InvalidArgument("dtype must be a string, got ", ShowJson(*it));
     }
     return ParseDType(it->get<std::string>());
   }
@@ -40,14 +38,14 @@ absl::StatusOr<DType> CaseDType(const Json& c) {
 
 absl::StatusOr<ArrayType> RunCase(const Json& c, RulesCaseOutcome* outcome) {
   if (!c.is_object()) {
-    return InvalidArgument("a case must be a JSON object, got ", rules_case::Describe(c));
+    return InvalidArgument("a case must be a JSON object, got ", ShowJson(c));
   }
   MS_ASSIGN_OR_RETURN(outcome->op, rules_case::GetString(c, "op", "case"));
   static const Json kEmpty = Json::object();
   const Json* params = &kEmpty;
   if (auto it = c.find("params"); it != c.end() && !it->is_null()) {
     if (!it->is_object()) {
-      return InvalidArgument("params must be an object, got ", rules_case::Describe(*it));
+      return InvalidArgument("params must be an object, got ", ShowJson(*it));
     }
     params = &*it;
   }
@@ -55,12 +53,12 @@ absl::StatusOr<ArrayType> RunCase(const Json& c, RulesCaseOutcome* outcome) {
   if (auto it = c.find("mesh_axis_types"); it != c.end()) types = &*it;
   auto mesh_it = c.find("mesh");
   if (mesh_it == c.end()) return InvalidArgument("case.mesh is required");
-  MS_ASSIGN_OR_RETURN(Mesh mesh, rules_case::MeshFromJson(*mesh_it, types));
+  MS_ASSIGN_OR_RETURN(Mesh mesh, MeshFromJson(*mesh_it, "mesh", types));
   MS_ASSIGN_OR_RETURN(DType dtype, CaseDType(c));
   auto inputs_it = c.find("inputs");
   if (inputs_it == c.end() || !inputs_it->is_array()) {
     return InvalidArgument("case.inputs must be a list of {shape, spec}, got ",
-                           inputs_it == c.end() ? "nothing" : rules_case::Describe(*inputs_it));
+                           inputs_it == c.end() ? "nothing" : ShowJson(*inputs_it));
   }
   for (size_t i = 0; i < inputs_it->size(); ++i) {
     MS_ASSIGN_OR_RETURN(ArrayType t, rules_case::InputFromJson((*inputs_it)[i], mesh, dtype,
@@ -96,18 +94,11 @@ RulesCaseOutcome RunRulesCase(const Json& case_json, size_t index) {
 }
 
 absl::StatusOr<std::vector<RulesCaseOutcome>> RunRulesCaseFile(absl::string_view text) {
-  Json cases;
-  try {
-    cases = Json::parse(text.begin(), text.end());
-  } catch (const nlohmann::json::parse_error& e) {
-    return InvalidArgument("case file is not valid JSON: ", e.what());
-  } catch (const std::exception& e) {
-    return InvalidArgument("case file could not be read as JSON: ", e.what());
-  }
+  MS_ASSIGN_OR_RETURN(Json cases, ParseJsonText(text), "case file is not valid JSON");
   if (cases.is_object()) cases = Json::array({cases});
   if (!cases.is_array()) {
     return InvalidArgument("case file must hold a JSON array of cases, got ",
-                           rules_case::Describe(cases));
+                           ShowJson(cases));
   }
   std::vector<RulesCaseOutcome> out;
   for (size_t i = 0; i < cases.size(); ++i) out.push_back(RunRulesCase(cases[i], i));
@@ -128,12 +119,6 @@ Json SpecToJson(const ArrayType& type) {
   return spec;
 }
 
-std::string ResultTypeString(const ArrayType& type) {
-  return rules::TypeString(type.dtype, type.shape, type.sharding.mesh(),
-                           rules::ExplicitEntries(type), type.spec().unreduced(), type.varying,
-                           /*short_dtype=*/false);
-}
-
 Json RulesOutcomeToJson(const RulesCaseOutcome& outcome) {
   Json j = Json::object();
   j["id"] = outcome.id;
@@ -143,7 +128,7 @@ Json RulesOutcomeToJson(const RulesCaseOutcome& outcome) {
   }
   const ArrayType& t = *outcome.result;
   j["spec"] = SpecToJson(t);
-  j["type_str"] = ResultTypeString(t);
+  j["type_str"] = t.ToString();
   if (!t.spec().unreduced().empty()) j["unreduced"] = t.spec().unreduced();
   if (!t.varying.empty()) j["varying"] = t.varying;
   return j;

@@ -34,6 +34,8 @@
 // Robustness: malformed input (broken JSON, missing fields, wrong types,
 // unknown op, bad spec) never crashes: a broken file is an error naming the
 // problem; a broken case becomes an error line for that case.
+//
+// Thread-safety: pure functions over plain values.
 #ifndef MESHSERVE_COMMON_CONFORMANCE_RULES_CASES_H_
 #define MESHSERVE_COMMON_CONFORMANCE_RULES_CASES_H_
 
@@ -71,9 +73,6 @@ nlohmann::ordered_json RulesOutcomeToJson(const RulesCaseOutcome& outcome);
 
 // The JSON spec of a result: null / "a" / ["a","b"] per dim (Explicit only).
 nlohmann::ordered_json SpecToJson(const ArrayType& type);
-
-// The type string printed for a result (JAX's str(jax.typeof(x))).
-std::string ResultTypeString(const ArrayType& type);
 
 }  // namespace meshserve
 

@@ -67,8 +67,8 @@ TEST(RulesCasesTest, PublicCasesMatchExpectations) {
       EXPECT_EQ(CanonSpec(got["spec"]), CanonSpec(expect["spec"])) << cases[i]["id"];
       if (expect.contains("type_str")) EXPECT_EQ(got["type_str"], expect["type_str"]);
       if (expect.contains("unreduced")) EXPECT_EQ(got["unreduced"], expect["unreduced"]);
-      // Our type string agrees with the sharding core's ArrayType::ToString.
-      EXPECT_EQ(ResultTypeString(*outcomes[i].result), outcomes[i].result->ToString());
+      // The printed type string is the sharding core's ArrayType::ToString.
+      EXPECT_EQ(got["type_str"].get<std::string>(), outcomes[i].result->ToString());
     }
     passed += !::testing::Test::HasFailure();
   }

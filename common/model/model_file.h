@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/base/dtype.h"
+#include "common/model/model_op.h"
 #include "common/sharding/mesh.h"
 #include "common/sharding/partition_spec.h"
 
@@ -46,8 +47,8 @@ struct InputDef {
 
 struct LayerDef {
   std::string name;
-  std::string op;  // linear einsum embed rms_norm layer_norm relu gelu silu tanh
-                   // add mul softmax reshape transpose reshard
+  std::string op;  // the op's name as written (ModelOpName(kind))
+  ModelOp kind = ModelOp::kLinear;  // the op (model_op.h)
   std::vector<std::string> inputs;  // "input" or "inputs", in order
   std::string kernel, bias, scale, table;  // param names where the op has them
   std::string equation;                    // einsum

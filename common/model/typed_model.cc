@@ -9,16 +9,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/logging.h"
+#include "common/base/shape_string.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/sharding/rules/sharding_rules.h"
 
 namespace meshserve {
 namespace {
-
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
-}
 
 absl::StatusOr<std::vector<int64_t>> FillInputShape(const InputDef& in,
                                                     const std::vector<int64_t>& given) {
@@ -27,8 +24,8 @@ absl::StatusOr<std::vector<int64_t>> FillInputShape(const InputDef& in,
     ok = given[i] >= 1 && (in.shape[i] == -1 || in.shape[i] == given[i]);
   }
   if (!ok) {
-    return InvalidArgument("input '", in.name, "': request shape ", ShapeText(given),
-                           " does not match ", ShapeText(in.shape));
+    return InvalidArgument("input '", in.name, "': request shape ", ShapeToCompactString(given),
+                           " does not match ", ShapeToCompactString(in.shape));
   }
   return given;
 }
@@ -49,7 +46,7 @@ absl::StatusOr<std::vector<int64_t>> ResolveNewShape(const std::vector<int64_t>&
   std::vector<int64_t> out = to;
   if (minus >= 0) {
     if (known == 0 || total % known != 0) {
-      return InvalidArgument("cannot reshape ", ShapeText(from), " into ", ShapeText(to));
+      return InvalidArgument("cannot reshape ", ShapeToCompactString(from), " into ", ShapeToCompactString(to));
     }
     out[minus] = total / known;
   }
@@ -65,55 +62,62 @@ struct Operands {
 absl::StatusOr<ArrayType> ApplyRule(const LayerDef& layer, const TypedModel& tm,
                                     absl::Span<const ArrayType> args,
                                     const std::optional<PartitionSpec>& out) {
-  const std::string& op = layer.op;
-  auto param = [&](const std::string& name) -> std::optional<ArrayType> {
-    if (name.empty()) return std::nullopt;
-    return tm.TypeOf(name);
+  const std::string& name = layer.op;
+  auto param = [&](const std::string& param_name) -> std::optional<ArrayType> {
+    if (param_name.empty()) return std::nullopt;
+    return tm.TypeOf(param_name);
   };
-  if (op == "linear") return LinearRule(args[0], args[1], param(layer.bias), out);
-  if (op == "einsum") return EinsumRule(layer.equation, args[0], args[1], out);
-  if (op == "embed") return EmbedRule(args[0], args[1], out);
-  if (op == "rms_norm" || op == "layer_norm") {
-    return NormRule(op, args[0], param(layer.scale), param(layer.bias));
-  }
-  if (op == "softmax") {
-    int64_t rank = args[0].rank();
-    if (layer.axis < -rank || layer.axis >= rank) {
-      return InvalidArgument("softmax axis ", layer.axis, " is out of range for rank ", rank);
+  switch (layer.kind) {
+    case ModelOp::kLinear:
+      return LinearRule(args[0], args[1], param(layer.bias), out);
+    case ModelOp::kEinsum:
+      return EinsumRule(layer.equation, args[0], args[1], out);
+    case ModelOp::kEmbed:
+      return EmbedRule(args[0], args[1], out);
+    case ModelOp::kRmsNorm:
+    case ModelOp::kLayerNorm:
+      return NormRule(name, args[0], param(layer.scale), param(layer.bias));
+    case ModelOp::kSoftmax: {
+      int64_t rank = args[0].rank();
+      if (layer.axis < -rank || layer.axis >= rank) {
+        return InvalidArgument("softmax axis ", layer.axis, " is out of range for rank ", rank);
+      }
+      return SoftmaxRule(args[0]);
     }
-    return SoftmaxRule(args[0]);
+    case ModelOp::kRelu:
+    case ModelOp::kGelu:
+    case ModelOp::kSilu:
+    case ModelOp::kTanh:
+      return ActivationRule(name, args[0]);
+    case ModelOp::kAdd:
+    case ModelOp::kMul:
+      return ElementwiseRule(name, args);
+    case ModelOp::kReshape: {
+      MS_ASSIGN_OR_RETURN(std::vector<int64_t> shape,
+                          ResolveNewShape(args[0].shape, layer.shape));
+      return ReshapeRule(args[0], shape, out);
+    }
+    case ModelOp::kTranspose:
+      return TransposeRule(args[0], layer.perm);
+    case ModelOp::kReshard:
+      return ReshardRule(args[0], out);
   }
-  if (op == "relu" || op == "gelu" || op == "silu" || op == "tanh") {
-    return ActivationRule(op, args[0]);
-  }
-  if (op == "add" || op == "mul") return ElementwiseRule(op, args);
-  if (op == "reshape") {
-    MS_ASSIGN_OR_RETURN(std::vector<int64_t> shape, ResolveNewShape(args[0].shape, layer.shape));
-    return ReshapeRule(args[0], shape, out);
-  }
-  if (op == "transpose") return TransposeRule(args[0], layer.perm);
-  if (op == "reshard") return ReshardRule(args[0], out);
-  return InvalidArgument("unknown op '", op, "'");
-}
-
-bool TakesOutSharding(absl::string_view op) {
-  return op == "linear" || op == "einsum" || op == "embed" || op == "reshape" ||
-         op == "reshard";
+  return InvalidArgument("unknown op '", name, "'");
 }
 
 absl::StatusOr<ArrayType> TypeLayer(const LayerDef& layer, const TypedModel& tm,
                                     const std::optional<PartitionSpec>& out_sharding) {
   std::vector<ArrayType> args;
   for (const std::string& in : layer.inputs) args.push_back(tm.TypeOf(in));
-  if (layer.op == "linear") args.push_back(tm.TypeOf(layer.kernel));
-  if (layer.op == "embed") args.push_back(tm.TypeOf(layer.table));
+  if (layer.kind == ModelOp::kLinear) args.push_back(tm.TypeOf(layer.kernel));
+  if (layer.kind == ModelOp::kEmbed) args.push_back(tm.TypeOf(layer.table));
   if (layer.auto_axes) {
     auto inner = [&](absl::Span<const ArrayType> a) {
       return ApplyRule(layer, tm, a, std::nullopt);
     };
     return AutoAxesRule(args, out_sharding, std::nullopt, inner);
   }
-  if (TakesOutSharding(layer.op)) return ApplyRule(layer, tm, args, out_sharding);
+  if (ModelOpTakesOutSharding(layer.kind)) return ApplyRule(layer, tm, args, out_sharding);
   MS_ASSIGN_OR_RETURN(ArrayType result, ApplyRule(layer, tm, args, std::nullopt));
   if (out_sharding.has_value()) return ReshardRule(result, out_sharding);
   return result;

@@ -10,57 +10,14 @@
 #include "common/base/checked_math.h"
 #include "common/base/logging.h"
 #include "common/base/status_util.h"
+#include "common/sharding/repr.h"
 
 namespace meshserve {
 namespace {
 
-// Python's repr of a tuple of strings: (), ('x',), ('x', 'y').
-std::string PyTuple(const std::vector<std::string>& names) {
-  std::string out = "(";
-  for (size_t i = 0; i < names.size(); ++i) {
-    absl::StrAppend(&out, i == 0 ? "" : ", ", "'", names[i], "'");
-  }
-  if (names.size() == 1) out += ",";
-  out += ")";
-  return out;
-}
-
-// Python's repr of a shape tuple: (), (5,), (5, 2).
-std::string PyShape(absl::Span<const int64_t> shape) {
-  std::string out = absl::StrCat("(", absl::StrJoin(shape, ", "));
-  if (shape.size() == 1) out += ",";
-  out += ")";
-  return out;
-}
-
-std::vector<std::string> MeshAxisNames(const Mesh& mesh) {
-  std::vector<std::string> names;
-  for (const MeshAxis& a : mesh.axes()) names.push_back(a.name);
-  return names;
-}
-
-// `names` (deduplicated) reordered to mesh order; unknown names go last.
-std::vector<std::string> InMeshOrder(const Mesh& mesh,
-                                     const std::vector<std::string>& names) {
-  std::vector<std::string> out;
-  for (const MeshAxis& a : mesh.axes()) {
-    for (const std::string& n : names) {
-      if (n == a.name) {
-        out.push_back(n);
-        break;
-      }
-    }
-  }
-  for (const std::string& n : names) {
-    if (!mesh.AxisIndex(n).has_value()) out.push_back(n);
-  }
-  return out;
-}
-
-// "x" or "(x,y)".
-std::string AxisSet(const std::vector<std::string>& names) {
-  if (names.size() == 1) return names[0];
-  return absl::StrCat("(", absl::StrJoin(names, ","), ")");
+bool KeptInTypeString(const Mesh& mesh, const std::string& axis) {
+  std::optional<int> index = mesh.AxisIndex(axis);
+  return !index.has_value() || mesh.axis(*index).type == AxisType::kExplicit;
 }
 
 }  // namespace
@@ -75,7 +32,7 @@ absl::StatusOr<NamedSharding> NamedSharding::Create(Mesh mesh,
       if (!mesh.AxisIndex(axis).has_value()) {
         return InvalidArgument("Resource axis: ", axis, " of ", spec.ToString(),
                                " is not found in mesh: ",
-                               PyTuple(MeshAxisNames(mesh)), ".");
+                               MeshAxisNamesRepr(mesh), ".");
       }
       if (!used.insert(axis).second) {
         return InvalidArgument(
@@ -89,7 +46,7 @@ absl::StatusOr<NamedSharding> NamedSharding::Create(Mesh mesh,
     if (!mesh.AxisIndex(axis).has_value()) {
       return InvalidArgument("Unreduced axis: ", axis, " of ", spec.ToString(),
                              " is not found in mesh: ",
-                             PyTuple(MeshAxisNames(mesh)), ".");
+                             MeshAxisNamesRepr(mesh), ".");
     }
     if (used.contains(axis)) {
       return InvalidArgument(
@@ -132,10 +89,7 @@ std::string NamedSharding::ToString() const {
 }
 
 PartitionSpec ExplicitOnlySpec(const Mesh& mesh, const PartitionSpec& spec) {
-  auto keep = [&mesh](const std::string& axis) {
-    std::optional<int> index = mesh.AxisIndex(axis);
-    return !index.has_value() || mesh.axis(*index).type == AxisType::kExplicit;
-  };
+  auto keep = [&mesh](const std::string& axis) { return KeptInTypeString(mesh, axis); };
   std::vector<PartitionSpec::Entry> entries;
   entries.reserve(spec.size());
   for (const PartitionSpec::Entry& entry : spec.entries()) {
@@ -165,10 +119,10 @@ absl::Status CheckDivisible(absl::Span<const int64_t> shape,
     }
     if (shape[dim] % total != 0) {
       return InvalidArgument(
-          "Sharding spec ", PyTuple(entry), " implies that array axis ", dim,
+          "Sharding spec ", PyTupleRepr(entry), " implies that array axis ", dim,
           " is partitioned ", total,
           " times, but does not evenly divide the dimension size ", shape[dim],
-          ". Got shape: ", PyShape(shape), " and sharding ",
+          ". Got shape: ", PyTupleRepr(shape), " and sharding ",
           spec.WithoutTrailingNones().ToString());
     }
   }
@@ -181,25 +135,41 @@ int64_t ArrayType::NumElements() const {
   return n;
 }
 
-std::string ArrayType::ToString(bool short_dtype) const {
-  const Mesh& mesh = sharding.mesh();
-  const PartitionSpec spec = ExplicitOnlySpec(mesh, sharding.spec());
+std::string TypeStringFromParts(DType dtype, absl::Span<const int64_t> shape,
+                                const Mesh& mesh,
+                                absl::Span<const PartitionSpec::Entry> entries,
+                                absl::Span<const std::string> unreduced,
+                                absl::Span<const std::string> varying, bool short_dtype) {
   std::string out(short_dtype ? DTypeShortName(dtype) : DTypeName(dtype));
   out += "[";
-  for (int dim = 0; dim < rank(); ++dim) {
+  for (size_t dim = 0; dim < shape.size(); ++dim) {
     if (dim > 0) out += ",";
     absl::StrAppend(&out, shape[dim]);
-    const PartitionSpec::Entry& entry = spec.entry(dim);
-    if (!entry.empty()) absl::StrAppend(&out, "@", AxisSet(entry));
+    std::vector<std::string> axes;
+    if (dim < entries.size()) {
+      for (const std::string& axis : entries[dim]) {
+        if (KeptInTypeString(mesh, axis)) axes.push_back(axis);
+      }
+    }
+    if (!axes.empty()) absl::StrAppend(&out, "@", AxisSetRepr(axes));
   }
   out += "]";
   std::vector<std::string> parts;
-  std::vector<std::string> vary = InMeshOrder(mesh, varying);
-  if (!vary.empty()) parts.push_back(absl::StrCat("V:", AxisSet(vary)));
-  std::vector<std::string> unreduced = InMeshOrder(mesh, spec.unreduced());
-  if (!unreduced.empty()) parts.push_back(absl::StrCat("U:", AxisSet(unreduced)));
+  std::vector<std::string> vary = InMeshOrder(mesh, {varying.begin(), varying.end()});
+  if (!vary.empty()) parts.push_back(absl::StrCat("V:", AxisSetRepr(vary)));
+  std::vector<std::string> kept;
+  for (const std::string& axis : unreduced) {
+    if (KeptInTypeString(mesh, axis)) kept.push_back(axis);
+  }
+  kept = InMeshOrder(mesh, std::move(kept));
+  if (!kept.empty()) parts.push_back(absl::StrCat("U:", AxisSetRepr(kept)));
   if (!parts.empty()) absl::StrAppend(&out, "{", absl::StrJoin(parts, ", "), "}");
   return out;
+}
+
+std::string ArrayType::ToString(bool short_dtype) const {
+  return TypeStringFromParts(dtype, shape, sharding.mesh(), sharding.spec().entries(),
+                             sharding.spec().unreduced(), varying, short_dtype);
 }
 
 absl::StatusOr<ArrayType> MakeArrayType(DType dtype, std::vector<int64_t> shape,
@@ -207,13 +177,13 @@ absl::StatusOr<ArrayType> MakeArrayType(DType dtype, std::vector<int64_t> shape,
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] < 0) {
       return InvalidArgument("negative dimension ", shape[i], " at dim ", i,
-                             " of shape ", PyShape(shape));
+                             " of shape ", PyTupleRepr(shape));
     }
   }
   int64_t num_bytes = DTypeSize(dtype);
   for (int64_t d : shape) {
     if (!CheckedMul(num_bytes, d, &num_bytes)) {
-      return InvalidArgument("shape ", PyShape(shape), " of ", DTypeName(dtype),
+      return InvalidArgument("shape ", PyTupleRepr(shape), " of ", DTypeName(dtype),
                              " overflows int64 bytes");
     }
   }

@@ -128,6 +128,17 @@ struct ArrayType {
   }
 };
 
+// The type string from raw parts, without validation, so error messages can
+// show an illegal result ("f32[8@x,8@x]"). Auto and Manual axes are dropped
+// from `entries` and `unreduced` (names unknown to `mesh` are kept); suffix
+// sets are in InMeshOrder (repr.h). ArrayType::ToString is this function on
+// the type's own parts.
+std::string TypeStringFromParts(DType dtype, absl::Span<const int64_t> shape,
+                                const Mesh& mesh,
+                                absl::Span<const PartitionSpec::Entry> entries,
+                                absl::Span<const std::string> unreduced,
+                                absl::Span<const std::string> varying, bool short_dtype);
+
 // Validates `spec` against mesh and shape (NamedSharding::Create, then
 // CheckDivisible on Explicit axes) and builds the type.
 absl::StatusOr<ArrayType> MakeArrayType(DType dtype, std::vector<int64_t> shape,

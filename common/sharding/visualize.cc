@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/status_util.h"
+#include "common/sharding/repr.h"
 #include "common/sharding/shard_layout.h"
 
 namespace meshserve {
@@ -51,11 +52,6 @@ std::string CellLine(const Tile& tile, int width, int line) {
                       std::string(tile.right + excess - excess / 2, ' '));
 }
 
-std::string PyShape(absl::Span<const int64_t> shape) {
-  return absl::StrCat("(", absl::StrJoin(shape, ", "),
-                      shape.size() == 1 ? ",)" : ")");
-}
-
 absl::Status ValidateInput(absl::Span<const int64_t> shape,
                            const NamedSharding& sharding,
                            const VisualizeOptions& options) {
@@ -63,15 +59,15 @@ absl::Status ValidateInput(absl::Span<const int64_t> shape,
   if (rank < 1 || rank > 2) {
     return InvalidArgument(
         "`visualize_sharding` only works for shapes with 1 and 2 dimensions. "
-        "Got shape ", PyShape(shape));
+        "Got shape ", PyTupleRepr(shape));
   }
   if (rank != sharding.rank()) {
-    return InvalidArgument("shape ", PyShape(shape), " does not match the rank ",
+    return InvalidArgument("shape ", PyTupleRepr(shape), " does not match the rank ",
                            sharding.rank(), " of ", sharding.ToString());
   }
   for (int64_t d : shape) {
     if (d <= 0) {
-      return InvalidArgument("cannot visualize shape ", PyShape(shape),
+      return InvalidArgument("cannot visualize shape ", PyTupleRepr(shape),
                              ": dimensions must be positive");
     }
   }

@@ -23,10 +23,6 @@ using kernel_internal::CheckFloat;
 using kernel_internal::FinishFloat32;
 using kernel_internal::TransposeBytes;
 
-std::string DimsString(absl::Span<const int64_t> dims) {
-  return absl::StrCat("[", absl::StrJoin(dims, ", "), "]");
-}
-
 // Checks that `contracting` and `batch` are distinct dims of a rank-`rank`
 // operand and returns the remaining (free) dims in order.
 absl::StatusOr<std::vector<int64_t>> FreeDims(absl::string_view role, int rank,
@@ -42,7 +38,7 @@ absl::StatusOr<std::vector<int64_t>> FreeDims(absl::string_view role, int rank,
       if (used[d]) {
         return InvalidArgument("DotGeneral: ", role, " dim ", d,
                                " appears more than once in contracting ",
-                               DimsString(contracting), " / batch ", DimsString(batch));
+                               ShapeToString(contracting), " / batch ", ShapeToString(batch));
       }
       used[d] = true;
     }
@@ -168,8 +164,8 @@ absl::StatusOr<Tensor> DotGeneral(const Tensor& lhs, const Tensor& rhs,
   MS_RETURN_IF_ERROR(CheckFloat("DotGeneral", "out_dtype", out_dtype));
   const std::string dims_text =
       absl::StrCat("lhs ", lhs.ToString(), " rhs ", rhs.ToString(), " contracting ",
-                   DimsString(lhs_contracting), "/", DimsString(rhs_contracting), " batch ",
-                   DimsString(lhs_batch), "/", DimsString(rhs_batch));
+                   ShapeToString(lhs_contracting), "/", ShapeToString(rhs_contracting), " batch ",
+                   ShapeToString(lhs_batch), "/", ShapeToString(rhs_batch));
   if (lhs_contracting.size() != rhs_contracting.size() ||
       lhs_batch.size() != rhs_batch.size()) {
     return InvalidArgument("DotGeneral: ", dims_text,

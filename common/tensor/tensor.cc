@@ -16,10 +16,6 @@
 
 namespace meshserve {
 
-std::string ShapeToString(absl::Span<const int64_t> shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
 absl::StatusOr<int64_t> NumElementsOfShape(absl::Span<const int64_t> shape) {
   int64_t n = 1;
   for (int64_t d : shape) {

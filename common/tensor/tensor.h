@@ -34,15 +34,13 @@
 #include "absl/types/span.h"
 #include "common/base/dtype.h"
 #include "common/base/logging.h"
+#include "common/base/shape_string.h"  // ShapeToString, for this header's users
 #include "common/sharding/box.h"
 
 namespace meshserve {
 
 // Alignment of every Tensor buffer (one cache line; AVX-512 friendly).
 inline constexpr size_t kTensorAlignment = 64;
-
-// "[2, 3]"; "[]" for rank 0.
-std::string ShapeToString(absl::Span<const int64_t> shape);
 
 // Product of `shape`. \error kInvalidArgument for a negative dim or overflow.
 absl::StatusOr<int64_t> NumElementsOfShape(absl::Span<const int64_t> shape);

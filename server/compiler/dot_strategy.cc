@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/sharding/rules/einsum.h"
 #include "server/compiler/layer_strategy.h"
 
 namespace meshserve {
@@ -175,28 +176,16 @@ absl::StatusOr<Problem> MakeProblem(const LayerContext& ctx) {
 
 }  // namespace
 
+// ParseEinsumEquation's grammar, restricted to what the compiler lowers:
+// an explicit output and no label summed away in one operand.
 absl::StatusOr<DotSpecLabels> ParseEinsumLabels(absl::string_view equation) {
-  std::string eq;
-  for (char c : equation) {
-    if (c != ' ') eq += c;
-  }
-  std::vector<std::string> io = absl::StrSplit(eq, "->");
-  if (io.size() != 2) return InvalidArgument("einsum equation '", equation, "' needs '->'");
-  std::vector<std::string> ops = absl::StrSplit(io[0], ',');
-  if (ops.size() != 2) {
-    return InvalidArgument("einsum equation '", equation, "' needs two operands");
-  }
-  DotSpecLabels l{ops[0], ops[1], io[1]};
+  MS_ASSIGN_OR_RETURN(EinsumEquation e, ParseEinsumEquation(equation));
+  if (!e.explicit_output) return InvalidArgument("einsum equation '", equation, "' needs '->'");
+  DotSpecLabels l{e.lhs, e.rhs, e.out};
   for (char c : l.lhs + l.rhs) {
     if (!Has(l.out, c) && (Has(l.lhs, c) != Has(l.rhs, c))) {
       return Unimplemented("einsum equation '", equation, "': label '", std::string(1, c),
                            "' is summed away in one operand");
-    }
-  }
-  for (char c : l.out) {
-    if (!Has(l.lhs, c) && !Has(l.rhs, c)) {
-      return InvalidArgument("einsum equation '", equation, "': output label '",
-                             std::string(1, c), "' is in no operand");
     }
   }
   return l;

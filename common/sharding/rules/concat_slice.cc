@@ -9,6 +9,7 @@
 #include "common/base/checked_math.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/sharding/repr.h"
 #include "common/sharding/rules/rule_util.h"
 
 namespace meshserve {
@@ -52,7 +53,7 @@ absl::StatusOr<ArrayType> ConcatenateRule(absl::Span<const ArrayType> operands,
     for (int d = 0; ok && d < t.rank(); ++d) ok = d == dim || t.shape[d] == first.shape[d];
     if (!ok) {
       std::vector<std::string> shapes;
-      for (const ArrayType& k : operands) shapes.push_back(rules::ShapeRepr(k.shape));
+      for (const ArrayType& k : operands) shapes.push_back(PyTupleRepr(k.shape));
       return InvalidArgument("concatenate requires all operands to have the same shape except "
                              "along dimension ", dim, ", got ", absl::StrJoin(shapes, ", "), ".");
     }
@@ -67,7 +68,7 @@ absl::StatusOr<ArrayType> ConcatenateRule(absl::Span<const ArrayType> operands,
       std::vector<std::string> specs;
       for (const ArrayType& k : operands) {
         specs.push_back(absl::StrCat("NamedSharding(mesh=", mesh.ToString(),
-                                     ", spec=", rules::EntriesTupleRepr(rules::ExplicitEntries(k)),
+                                     ", spec=", EntriesTupleRepr(rules::ExplicitEntries(k)),
                                      ")"));
       }
       return InvalidArgument("All operands should have the same sharding. Got shardings ",
@@ -85,8 +86,8 @@ absl::StatusOr<ArrayType> StackRule(absl::Span<const ArrayType> operands, int64_
   for (const ArrayType& t : operands) {
     if (t.shape != operands[0].shape) {
       return InvalidArgument("All input arrays must have the same shape. Got ",
-                             rules::ShapeRepr(operands[0].shape), " and ",
-                             rules::ShapeRepr(t.shape));
+                             PyTupleRepr(operands[0].shape), " and ",
+                             PyTupleRepr(t.shape));
     }
     Shape shape = t.shape;
     Entries e = rules::ExplicitEntries(t);
@@ -108,13 +109,13 @@ absl::StatusOr<std::vector<ArrayType>> SplitRule(const ArrayType& operand,
   for (int64_t s : sizes) {
     if (s < 0 || !CheckedAdd(total, s, &total)) {
       return InvalidArgument("split sizes must be non-negative and not overflow, got ",
-                             rules::ShapeRepr(sizes));
+                             PyTupleRepr(sizes));
     }
   }
   if (total != operand.shape[a]) {
     return InvalidArgument("Sum of sizes ", total, " must be equal to dimension ",
                            operand.shape[a], " of the operand shape ",
-                           rules::ShapeRepr(operand.shape), " at axis ", a);
+                           PyTupleRepr(operand.shape), " at axis ", a);
   }
   std::vector<ArrayType> out;
   for (int64_t s : sizes) {
@@ -134,8 +135,8 @@ absl::StatusOr<ArrayType> SliceRule(const ArrayType& operand, const std::vector<
       (strides.has_value() && strides->size() != rank)) {
     return InvalidArgument("slice start_indices, limit_indices and strides must have length "
                            "equal to the number of dimensions of the operand, got ",
-                           rules::ShapeRepr(start), ", ", rules::ShapeRepr(limit),
-                           " for operand shape ", rules::ShapeRepr(operand.shape), ".");
+                           PyTupleRepr(start), ", ", PyTupleRepr(limit),
+                           " for operand shape ", PyTupleRepr(operand.shape), ".");
   }
   Shape out(rank);
   for (size_t d = 0; d < rank; ++d) {
@@ -143,7 +144,7 @@ absl::StatusOr<ArrayType> SliceRule(const ArrayType& operand, const std::vector<
     if (start[d] < 0 || limit[d] > operand.shape[d] || start[d] > limit[d] || stride < 1) {
       return InvalidArgument("slice indices out of range for dim ", d, ": start ", start[d],
                              ", limit ", limit[d], ", stride ", stride, " for operand shape ",
-                             rules::ShapeRepr(operand.shape), ".");
+                             PyTupleRepr(operand.shape), ".");
     }
     out[d] = limit[d] == start[d] ? 0 : (limit[d] - start[d] - 1) / stride + 1;
   }
@@ -161,7 +162,7 @@ absl::StatusOr<ArrayType> PadRule(const ArrayType& operand,
   if (padding_config.size() != operand.shape.size()) {
     return InvalidArgument("length of padding_config must equal the number of axes of "
                            "operand, got padding_config of length ", padding_config.size(),
-                           " for operand shape ", rules::ShapeRepr(operand.shape));
+                           " for operand shape ", PyTupleRepr(operand.shape));
   }
   Shape out(operand.shape.size());
   for (size_t d = 0; d < out.size(); ++d) {
@@ -198,7 +199,7 @@ absl::StatusOr<ArrayType> TileRule(const ArrayType& operand, const std::vector<i
   for (int d = 0; d < rank; ++d) {
     if (r[d] < 0 || !CheckedMul(a_shape[d], r[d], &shape[d])) {
       return InvalidArgument("tile reps must be non-negative and not overflow, got ",
-                             rules::ShapeRepr(reps));
+                             PyTupleRepr(reps));
     }
   }
   const ArrayType* ptrs[] = {&operand};
@@ -207,10 +208,10 @@ absl::StatusOr<ArrayType> TileRule(const ArrayType& operand, const std::vector<i
   for (int d = 0; d < rank; ++d) {
     if (r[d] != 1 && !in[d].empty()) {
       return InvalidArgument("jnp.tile: dimension ", d, " of the input (sharded over ",
-                             rules::EntryRepr(in[d]), ") cannot be sharded when its tiling "
+                             EntryRepr(in[d]), ") cannot be sharded when its tiling "
                              "is non-trivial (reps=", r[d], "): tiling is non-trivial for a "
-                             "sharded dimension. Got input type=", rules::ShortTypeString(operand),
-                             " and reps=", rules::ShapeRepr(reps));
+                             "sharded dimension. Got input type=", operand.ToString(true),
+                             " and reps=", PyTupleRepr(reps));
     }
   }
   return rules::FinishResult("tile", ptrs, operand.dtype, std::move(shape), mesh, std::move(in));

@@ -164,8 +164,8 @@ absl::StatusOr<ArrayType> ConvGeneralDilatedRule(const ArrayType& lhs, const Arr
   if (!rhs_replicated || !l[lp[1]].empty()) {
     return InvalidArgument(
         "Please specify the output sharding via `out_sharding` parameter of "
-        "`conv_general_dilated`. Got lhs=", rules::ShortTypeString(lhs),
-        " and rhs=", rules::ShortTypeString(rhs),
+        "`conv_general_dilated`. Got lhs=", lhs.ToString(true),
+        " and rhs=", rhs.ToString(true),
         " (the rule needs a fully replicated rhs and an unsharded lhs feature dim)");
   }
   MS_ASSIGN_OR_RETURN(Entries entries, rules::VaryingOutShapeEntries("conv_general_dilated",

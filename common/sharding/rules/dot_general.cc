@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/sharding/repr.h"
 #include "common/sharding/rules/rule_util.h"
 
 namespace meshserve {
@@ -117,16 +118,16 @@ absl::Status CheckUnreduced(const ArrayType& lhs, const ArrayType& rhs,
                             const std::optional<PartitionSpec>& out) {
   if (!lhs.spec().unreduced().empty() || !rhs.spec().unreduced().empty()) {
     return InvalidArgument("lhs or rhs passed to dot_general cannot be unreduced. Got lhs=",
-                           rules::ShortTypeString(lhs), " and rhs=",
-                           rules::ShortTypeString(rhs));
+                           lhs.ToString(true), " and rhs=",
+                           rhs.ToString(true));
   }
   if (!out.has_value() || out->unreduced().empty()) return absl::OkStatus();
   if (lhs_contracting_spec != rhs_contracting_spec) {
     return InvalidArgument(
         "lhs and rhs contracting dims should be sharded identically when out_sharding "
         "provided to dot_general mentions unreduced_axes. Got lhs_contracting_spec=",
-        rules::EntriesTupleRepr(lhs_contracting_spec),
-        ", rhs_contracting_spec=", rules::EntriesTupleRepr(rhs_contracting_spec));
+        EntriesTupleRepr(lhs_contracting_spec),
+        ", rhs_contracting_spec=", EntriesTupleRepr(rhs_contracting_spec));
   }
   absl::flat_hash_set<std::string> contracting_axes;
   for (const Entry& e : lhs_contracting_spec) contracting_axes.insert(e.begin(), e.end());
@@ -135,7 +136,7 @@ absl::Status CheckUnreduced(const ArrayType& lhs, const ArrayType& rhs,
     return InvalidArgument(
         "out_sharding's unreduced axes should be equal to the contracting specs. Got "
         "unreduced axes={", absl::StrJoin(out->unreduced(), ", "),
-        "} and contracting spec=", rules::EntriesTupleRepr(lhs_contracting_spec));
+        "} and contracting spec=", EntriesTupleRepr(lhs_contracting_spec));
   }
   return absl::OkStatus();
 }
@@ -180,8 +181,8 @@ absl::StatusOr<ArrayType> DotGeneralRule(const ArrayType& lhs, const ArrayType& 
   if (lhs_batch_spec != rhs_batch_spec) {
     return InvalidArgument(
         "dot_general requires lhs batch dimensions and rhs batch dimensions to have the "
-        "same sharding, got ", rules::EntriesTupleRepr(lhs_batch_spec), " and ",
-        rules::EntriesTupleRepr(rhs_batch_spec),
+        "same sharding, got ", EntriesTupleRepr(lhs_batch_spec), " and ",
+        EntriesTupleRepr(rhs_batch_spec),
         ". (Newer JAX: dot_general requires lhs batch dimensions and rhs batch dimensions "
         "to have the consistent sharding.)");
   }
@@ -191,8 +192,8 @@ absl::StatusOr<ArrayType> DotGeneralRule(const ArrayType& lhs, const ArrayType& 
           "Contracting dimensions are sharded and it is ambiguous how the output should "
           "be sharded. Please specify the output sharding via the `out_sharding` "
           "parameter. Got lhs_contracting_spec=",
-          rules::EntriesTupleRepr(lhs_contracting_spec),
-          " and rhs_contracting_spec=", rules::EntriesTupleRepr(rhs_contracting_spec),
+          EntriesTupleRepr(lhs_contracting_spec),
+          " and rhs_contracting_spec=", EntriesTupleRepr(rhs_contracting_spec),
           lhs_contracting_spec[i] == rhs_contracting_spec[i]
               ? ""
               : " (dot_general requires contracting dimensions to have consistent "

@@ -19,11 +19,31 @@ namespace {
 
 using rules::Entries;
 
-struct Equation {
-  std::string lhs, rhs, out;
-};
 
-absl::StatusOr<Equation> ParseEquation(absl::string_view text) {
+// Drops the dims whose label is in neither `other` nor `out` (reduce_sum).
+absl::StatusOr<ArrayType> SumAwayUnique(const ArrayType& t, std::string* names,
+                                        const std::string& other, const std::string& out) {
+  rules::Shape shape;
+  Entries entries;
+  std::string kept;
+  Entries in = rules::ExplicitEntries(t);
+  for (size_t i = 0; i < names->size(); ++i) {
+    char c = (*names)[i];
+    if (other.find(c) == std::string::npos && out.find(c) == std::string::npos) continue;
+    kept.push_back(c);
+    shape.push_back(t.shape[i]);
+    entries.push_back(in[i]);
+  }
+  *names = kept;
+  MS_ASSIGN_OR_RETURN(ArrayType r, MakeArrayType(t.dtype, std::move(shape), t.sharding.mesh(),
+                                                 PartitionSpec(std::move(entries))));
+  r.varying = t.varying;
+  return r;
+}
+
+}  // namespace
+
+absl::StatusOr<EinsumEquation> ParseEinsumEquation(absl::string_view text) {
   std::string eq;
   for (char c : text) {
     if (!absl::ascii_isspace(static_cast<unsigned char>(c))) eq.push_back(c);
@@ -31,14 +51,13 @@ absl::StatusOr<Equation> ParseEquation(absl::string_view text) {
   if (eq.find("...") != std::string::npos) {
     return Unimplemented("einsum equation '", text, "': ellipsis is not supported");
   }
-  Equation e;
+  EinsumEquation e;
   std::string inputs = eq;
-  bool explicit_out = false;
   size_t arrow = eq.find("->");
   if (arrow != std::string::npos) {
     inputs = eq.substr(0, arrow);
     e.out = eq.substr(arrow + 2);
-    explicit_out = true;
+    e.explicit_output = true;
   }
   std::vector<std::string> ops = absl::StrSplit(inputs, ',');
   if (ops.size() != 2) {
@@ -55,7 +74,7 @@ absl::StatusOr<Equation> ParseEquation(absl::string_view text) {
       }
     }
   }
-  if (!explicit_out) {
+  if (!e.explicit_output) {
     std::string all = e.lhs + e.rhs;
     for (char c : all) {
       if (std::count(all.begin(), all.end(), c) == 1) e.out.push_back(c);
@@ -83,34 +102,12 @@ absl::StatusOr<Equation> ParseEquation(absl::string_view text) {
   return e;
 }
 
-// Drops the dims whose label is in neither `other` nor `out` (reduce_sum).
-absl::StatusOr<ArrayType> SumAwayUnique(const ArrayType& t, std::string* names,
-                                        const std::string& other, const std::string& out) {
-  rules::Shape shape;
-  Entries entries;
-  std::string kept;
-  Entries in = rules::ExplicitEntries(t);
-  for (size_t i = 0; i < names->size(); ++i) {
-    char c = (*names)[i];
-    if (other.find(c) == std::string::npos && out.find(c) == std::string::npos) continue;
-    kept.push_back(c);
-    shape.push_back(t.shape[i]);
-    entries.push_back(in[i]);
-  }
-  *names = kept;
-  MS_ASSIGN_OR_RETURN(ArrayType r, MakeArrayType(t.dtype, std::move(shape), t.sharding.mesh(),
-                                                 PartitionSpec(std::move(entries))));
-  r.varying = t.varying;
-  return r;
-}
-
-}  // namespace
-
+// Long on purpose: mirrors jax/_src/numpy/einsum.py _einsum (two operands) one to one.
 absl::StatusOr<ArrayType> EinsumRule(absl::string_view equation, const ArrayType& lhs,
                                      const ArrayType& rhs,
                                      const std::optional<PartitionSpec>& out_sharding,
                                      std::optional<DType> out_dtype) {
-  MS_ASSIGN_OR_RETURN(Equation eq, ParseEquation(equation));
+  MS_ASSIGN_OR_RETURN(EinsumEquation eq, ParseEinsumEquation(equation));
   if (static_cast<int>(eq.lhs.size()) != lhs.rank() ||
       static_cast<int>(eq.rhs.size()) != rhs.rank()) {
     return InvalidArgument("einsum equation '", equation, "' has ", eq.lhs.size(), " and ",

@@ -21,10 +21,13 @@
 // Implicit output (no "->") is numpy's: labels used once, sorted. Ellipsis and
 // repeated labels within one operand (traces) are not supported
 // (kUnimplemented).
+//
+// Thread-safety: pure functions.
 #ifndef MESHSERVE_COMMON_SHARDING_RULES_EINSUM_H_
 #define MESHSERVE_COMMON_SHARDING_RULES_EINSUM_H_
 
 #include <optional>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -33,6 +36,20 @@
 #include "common/sharding/partition_spec.h"
 
 namespace meshserve {
+
+// A two-operand equation as labels, one char per dim: "bqhd,bkhd->bhqk" is
+// {lhs "bqhd", rhs "bkhd", out "bhqk"}. Without "->" the output is numpy's
+// implicit one (labels used once, sorted) and explicit_output is false.
+struct EinsumEquation {
+  std::string lhs, rhs, out;
+  bool explicit_output = false;
+};
+
+// The one einsum-equation parser of the tree (whitespace ignored).
+// \error kInvalidArgument naming the equation: not exactly two operands, a
+//   label that is not a letter, an output label repeated or in no operand.
+// \error kUnimplemented for ellipsis or a label repeated within one operand.
+absl::StatusOr<EinsumEquation> ParseEinsumEquation(absl::string_view text);
 
 // \error kInvalidArgument for a malformed equation (naming it), label/rank or
 //   size mismatches, and every dot_general sharding error.

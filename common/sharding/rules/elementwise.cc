@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/sharding/repr.h"
 #include "common/sharding/rules/rule_util.h"
 
 namespace meshserve {
@@ -44,7 +45,7 @@ absl::StatusOr<Shape> BroadcastShapes(absl::string_view op_name,
       if (l.shape[d] == 1) continue;
       if (size != 1 && size != l.shape[d]) {
         std::vector<std::string> shapes;
-        for (const Lifted& k : ops) shapes.push_back(rules::ShapeRepr(k.shape));
+        for (const Lifted& k : ops) shapes.push_back(PyTupleRepr(k.shape));
         return InvalidArgument(op_name, " got incompatible shapes for broadcasting: ",
                                absl::StrJoin(shapes, ", "), ".");
       }
@@ -84,7 +85,7 @@ absl::StatusOr<Entries> BroadcastEntries(absl::string_view op_name,
         result[d] = s;
       } else if (!result[d].empty() && !s.empty() && result[d] != s) {
         std::vector<std::string> specs;
-        for (const Lifted& k : ops) specs.push_back(rules::EntriesTupleRepr(k.entries));
+        for (const Lifted& k : ops) specs.push_back(EntriesTupleRepr(k.entries));
         return InvalidArgument(op_name, " got incompatible shardings for broadcasting: ",
                                absl::StrJoin(specs, ", "), ".");
       }
@@ -134,8 +135,8 @@ absl::StatusOr<ArrayType> ElementwiseRule(absl::string_view op_name,
     std::sort(u.begin(), u.end());
     if (!first && u != unreduced) {
       return InvalidArgument(op_name, " got operands with different unreduced axes: ",
-                             rules::ShortTypeString(operands[0]), " and ",
-                             rules::ShortTypeString(t));
+                             operands[0].ToString(true), " and ",
+                             t.ToString(true));
     }
     unreduced = std::move(u);
     first = false;
@@ -167,15 +168,15 @@ absl::StatusOr<ArrayType> SelectRule(const ArrayType& pred, const ArrayType& on_
   const Entries& f = on_false.rank() == 0 ? lifted[1].entries : lifted[2].entries;
   if (t != f) {
     return InvalidArgument("select cases must have the same shardings, got [",
-                           rules::EntriesTupleRepr(t), ", ", rules::EntriesTupleRepr(f),
-                           "] for on_true=", rules::ShortTypeString(on_true),
-                           " and on_false=", rules::ShortTypeString(on_false), ".");
+                           EntriesTupleRepr(t), ", ", EntriesTupleRepr(f),
+                           "] for on_true=", on_true.ToString(true),
+                           " and on_false=", on_false.ToString(true), ".");
   }
   if (pred.rank() > 0 && lifted[0].entries != t) {
     return InvalidArgument(
         "select `which` must be scalar or have the same sharding as cases, got `which` "
-        "sharding ", rules::EntriesTupleRepr(lifted[0].entries), " but case sharding ",
-        rules::EntriesTupleRepr(t), ".");
+        "sharding ", EntriesTupleRepr(lifted[0].entries), " but case sharding ",
+        EntriesTupleRepr(t), ".");
   }
   return rules::FinishResult("select", ptrs, dtype, std::move(shape), mesh, t);
 }

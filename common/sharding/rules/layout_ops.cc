@@ -5,6 +5,7 @@
 
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/sharding/repr.h"
 #include "common/sharding/rules/rule_util.h"
 
 namespace meshserve {
@@ -39,7 +40,7 @@ absl::StatusOr<ArrayType> TransposeRule(const ArrayType& operand,
   if (!ok) {
     return InvalidArgument(
         "transpose permutation isn't a permutation of operand dimensions, got permutation ",
-        rules::ShapeRepr(perm), " for operand shape ", rules::ShapeRepr(operand.shape), ".");
+        PyTupleRepr(perm), " for operand shape ", PyTupleRepr(operand.shape), ".");
   }
   Entries in = rules::ExplicitEntries(operand), out;
   Shape shape;
@@ -58,13 +59,13 @@ absl::StatusOr<ArrayType> SqueezeRule(const ArrayType& operand,
       MS_ASSIGN_OR_RETURN(int dim, rules::CanonicalizeDim(d, operand.rank(), "squeeze axis"));
       if (drop[dim]) {
         return InvalidArgument("squeeze dimensions must be unique, got ",
-                               rules::ShapeRepr(*dimensions));
+                               PyTupleRepr(*dimensions));
       }
       if (operand.shape[dim] != 1) {
         return InvalidArgument(
             "cannot select an axis to squeeze out which has size not equal to one, got "
-            "shape=", rules::ShapeRepr(operand.shape), " and dimensions=",
-            rules::ShapeRepr(*dimensions));
+            "shape=", PyTupleRepr(operand.shape), " and dimensions=",
+            PyTupleRepr(*dimensions));
       }
       drop[dim] = true;
     }
@@ -88,7 +89,7 @@ absl::StatusOr<ArrayType> ExpandDimsRule(const ArrayType& operand,
   for (int64_t a : axes) {
     MS_ASSIGN_OR_RETURN(int dim, rules::CanonicalizeDim(a, out_rank, "expand_dims axis"));
     if (is_new[dim]) {
-      return InvalidArgument("repeated axis in expand_dims: ", rules::ShapeRepr(axes));
+      return InvalidArgument("repeated axis in expand_dims: ", PyTupleRepr(axes));
     }
     is_new[dim] = true;
   }
@@ -119,8 +120,8 @@ absl::StatusOr<ArrayType> BroadcastToRule(const ArrayType& operand,
   for (int64_t s : shape) ok = ok && s >= 0;
   if (!ok) {
     return InvalidArgument("Incompatible shapes for broadcasting: ",
-                           rules::ShapeRepr(operand.shape), " and requested shape ",
-                           rules::ShapeRepr(shape));
+                           PyTupleRepr(operand.shape), " and requested shape ",
+                           PyTupleRepr(shape));
   }
   const ArrayType* ptrs[] = {&operand};
   MS_ASSIGN_OR_RETURN(Mesh mesh, rules::CommonMesh("broadcast_in_dim", ptrs));

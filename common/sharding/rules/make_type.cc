@@ -2,6 +2,7 @@
 
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/sharding/repr.h"
 #include "common/sharding/rules/rule_util.h"
 
 namespace meshserve {
@@ -9,7 +10,7 @@ namespace meshserve {
 absl::StatusOr<ArrayType> MakeTypeRule(DType dtype, const std::vector<int64_t>& shape,
                                        const Mesh& mesh, const PartitionSpec& spec) {
   for (int64_t d : shape) {
-    if (d < 0) return InvalidArgument("array dims must be non-negative, got shape ", rules::ShapeRepr(shape));
+    if (d < 0) return InvalidArgument("array dims must be non-negative, got shape ", PyTupleRepr(shape));
   }
   MS_ASSIGN_OR_RETURN(ArrayType t, MakeArrayType(dtype, shape, mesh, spec));
   // The type keeps only Explicit axes.

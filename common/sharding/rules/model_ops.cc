@@ -20,7 +20,7 @@ absl::Status CheckVector(absl::string_view op, absl::string_view what, const Arr
                          int64_t size) {
   if (v.rank() != 1 || v.shape[0] != size) {
     return InvalidArgument(op, ": ", what, " must have shape (", size, ",), got ",
-                           rules::ShortTypeString(v));
+                           v.ToString(true));
   }
   return absl::OkStatus();
 }
@@ -32,8 +32,8 @@ absl::StatusOr<ArrayType> LinearRule(const ArrayType& input, const ArrayType& ke
                                      const std::optional<PartitionSpec>& out_sharding) {
   if (kernel.rank() != 2 || input.rank() < 1) {
     return InvalidArgument("linear: kernel must be rank 2 and input rank >= 1, got input ",
-                           rules::ShortTypeString(input), " and kernel ",
-                           rules::ShortTypeString(kernel));
+                           input.ToString(true), " and kernel ",
+                           kernel.ToString(true));
   }
   DotDimensionNumbers dims;
   dims.lhs_contracting = {input.rank() - 1};
@@ -50,7 +50,7 @@ absl::StatusOr<ArrayType> NormRule(absl::string_view op_name, const ArrayType& i
                                    const std::optional<ArrayType>& bias) {
   if (input.rank() < 1) {
     return InvalidArgument(op_name, ": input must have rank >= 1, got ",
-                           rules::ShortTypeString(input));
+                           input.ToString(true));
   }
   const int64_t d = input.shape.back();
   if (scale.has_value()) {
@@ -78,12 +78,12 @@ absl::StatusOr<ArrayType> EmbedRule(const ArrayType& indices, const ArrayType& e
                                     const std::optional<PartitionSpec>& out_sharding) {
   if (embedding.rank() != 2) {
     return InvalidArgument("embed: embedding must be rank 2 [vocab, features], got ",
-                           rules::ShortTypeString(embedding));
+                           embedding.ToString(true));
   }
   if (indices.dtype != DType::kInt32 && indices.dtype != DType::kInt64 &&
       indices.dtype != DType::kUInt8 && indices.dtype != DType::kInt8) {
     return InvalidArgument("embed: indices must have an integer dtype, got ",
-                           rules::ShortTypeString(indices));
+                           indices.ToString(true));
   }
   rules::Shape shape = indices.shape;
   shape.push_back(embedding.shape[1]);
@@ -96,7 +96,7 @@ absl::StatusOr<ArrayType> EmbedRule(const ArrayType& indices, const ArrayType& e
       return InvalidArgument(
           "Use `.at[...].get(out_sharding=)` to provide output PartitionSpec for the gather "
           "indexing: the embedding's vocabulary dim is sharded. Got embedding=",
-          rules::ShortTypeString(args[1]), " and indices=", rules::ShortTypeString(args[0]));
+          args[1].ToString(true), " and indices=", args[0].ToString(true));
     }
     Entries out = rules::ExplicitEntries(args[0]);
     out.push_back(emb[1]);
@@ -111,8 +111,8 @@ absl::StatusOr<ArrayType> EmbedAttendRule(const ArrayType& query, const ArrayTyp
                                           const std::optional<PartitionSpec>& out_sharding) {
   if (embedding.rank() != 2 || query.rank() < 1) {
     return InvalidArgument("embed attend: embedding must be rank 2 and query rank >= 1, got ",
-                           rules::ShortTypeString(query), " and ",
-                           rules::ShortTypeString(embedding));
+                           query.ToString(true), " and ",
+                           embedding.ToString(true));
   }
   DotDimensionNumbers dims;
   dims.lhs_contracting = {query.rank() - 1};

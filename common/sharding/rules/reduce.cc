@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/sharding/repr.h"
 #include "common/sharding/rules/rule_util.h"
 
 namespace meshserve {
@@ -27,7 +28,7 @@ absl::StatusOr<ArrayType> ReduceRule(absl::string_view op_name, const ArrayType&
                                                         absl::StrCat(op_name, " axis")));
       if (reduced[d]) {
         return InvalidArgument(op_name, ": duplicate value in 'axes': ",
-                               rules::ShapeRepr(*axes));
+                               PyTupleRepr(*axes));
       }
       reduced[d] = true;
     }
@@ -65,7 +66,7 @@ absl::StatusOr<ArrayType> ReduceRule(absl::string_view op_name, const ArrayType&
         return InvalidArgument(
             "out_sharding's unreduced axes should be in operand's specs that were ",
             op_name, " over. Got unreduced axes={", absl::StrJoin(parsed->unreduced(), ", "),
-            "} and operand spec of reduced dims=", rules::EntriesTupleRepr(reduced_spec));
+            "} and operand spec of reduced dims=", EntriesTupleRepr(reduced_spec));
       }
     }
     return rules::FinishResult(op_name, ptrs, dtype, std::move(shape), mesh,
@@ -87,7 +88,7 @@ absl::StatusOr<ArrayType> CumulativeRule(absl::string_view op_name, const ArrayT
       if (!e.empty()) {
         return InvalidArgument(op_name, " with axis=None flattens its input: The input "
                                "should be fully replicated. Got input type=",
-                               rules::ShortTypeString(operand));
+                               operand.ToString(true));
       }
     }
     return rules::FinishResult(op_name, ptrs, operand.dtype, flat, mesh, Entries(1));
@@ -99,7 +100,7 @@ absl::StatusOr<ArrayType> CumulativeRule(absl::string_view op_name, const ArrayT
   }
   if (!in[d].empty()) {
     return InvalidArgument("Input should be unsharded over the axis being reduced. Got input "
-                           "type=", rules::ShortTypeString(operand), " and axis=", d);
+                           "type=", operand.ToString(true), " and axis=", d);
   }
   return rules::FinishResult(op_name, ptrs, operand.dtype, operand.shape, mesh, in);
 }

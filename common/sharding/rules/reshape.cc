@@ -7,6 +7,7 @@
 #include "common/base/checked_math.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/sharding/repr.h"
 #include "common/sharding/rules/rule_util.h"
 
 namespace meshserve {
@@ -98,10 +99,9 @@ absl::StatusOr<Entries> SplitPartitions(const Mesh& mesh, const Entry& axes,
   return out;
 }
 
-std::string SizesRepr(const Shape& s) { return rules::ShapeRepr(s); }
-
 }  // namespace
 
+// Long on purpose: mirrors jax/_src/lax/lax.py _reshape_sharding_rule one to one.
 absl::StatusOr<ArrayType> ReshapeRule(const ArrayType& operand,
                                       const std::vector<int64_t>& new_sizes,
                                       const std::optional<PartitionSpec>& out_sharding,
@@ -110,16 +110,16 @@ absl::StatusOr<ArrayType> ReshapeRule(const ArrayType& operand,
   for (int64_t s : new_sizes) {
     if (s < 0) {
       return InvalidArgument("reshape new_sizes must all be non-negative, got ",
-                             SizesRepr(new_sizes));
+                             PyTupleRepr(new_sizes));
     }
     if (!CheckedMul(total, s, &total) || total > (int64_t{1} << 62)) {
-      return InvalidArgument("reshape new_sizes ", SizesRepr(new_sizes), " are too large");
+      return InvalidArgument("reshape new_sizes ", PyTupleRepr(new_sizes), " are too large");
     }
   }
   if (total != operand.NumElements()) {
     return InvalidArgument("reshape total size must be unchanged, got new_sizes ",
-                           SizesRepr(new_sizes), " (", total, " elements) for shape ",
-                           SizesRepr(operand.shape), " (", operand.NumElements(),
+                           PyTupleRepr(new_sizes), " (", total, " elements) for shape ",
+                           PyTupleRepr(operand.shape), " (", operand.NumElements(),
                            " elements).");
   }
   if (dimensions.has_value()) {
@@ -131,7 +131,7 @@ absl::StatusOr<ArrayType> ReshapeRule(const ArrayType& operand,
     }
     if (!ok) {
       return InvalidArgument("reshape dimensions must be a permutation of the operand "
-                             "dimensions, got ", SizesRepr(*dimensions));
+                             "dimensions, got ", PyTupleRepr(*dimensions));
     }
   }
   const ArrayType* ptrs[] = {&operand};
@@ -149,7 +149,7 @@ absl::StatusOr<ArrayType> ReshapeRule(const ArrayType& operand,
   const absl::Status error = InvalidArgument(
       "This reshape is not supported. Please specify the sharding of the output via the "
       "`out_sharding` argument of jax.lax.reshape. Got operand type: ",
-      rules::ShortTypeString(operand), ", new sizes: ", SizesRepr(new_sizes));
+      operand.ToString(true), ", new sizes: ", PyTupleRepr(new_sizes));
   const Entries in = rules::ExplicitEntries(operand);
   auto finish = [&](Entries e) {
     return rules::FinishResult("reshape", ptrs, operand.dtype, new_sizes, mesh, std::move(e));

@@ -39,7 +39,7 @@ absl::StatusOr<ArrayType> ReshardRule(const ArrayType& operand,
   if (!out_sharding.has_value()) {
     return InvalidArgument("Reshard should only be used with out_shardings which are non-None. "
                            "Got out_shardings=None for input type ",
-                           rules::ShortTypeString(operand));
+                           operand.ToString(true));
   }
   const ArrayType* ptrs[] = {&operand};
   MS_ASSIGN_OR_RETURN(Mesh mesh, rules::CommonMesh("reshard", ptrs));

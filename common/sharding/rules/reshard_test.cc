@@ -56,7 +56,7 @@ TEST(AutoAxesRuleTest, BodySeesAxesRemoved) {  // test_auto_axes_no_context_mesh
   std::vector<ArrayType> args = {Arr(mesh, {8, 2}, "P('x', 'y')")};
   std::string seen;
   auto sin = [&](absl::Span<const ArrayType> in) -> absl::StatusOr<ArrayType> {
-    seen = rules_testing::TypeStr(in[0]);
+    seen = in[0].ToString();
     return in[0];
   };
   EXPECT_THAT(AutoAxesRule(args, Spec("P('x', 'y')"), std::vector<std::string>{"x"}, sin),

@@ -9,6 +9,7 @@
 #include "common/base/checked_math.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/sharding/repr.h"
 
 namespace meshserve {
 namespace rules {
@@ -17,29 +18,6 @@ namespace {
 bool IsExplicit(const Mesh& mesh, absl::string_view axis) {
   std::optional<int> i = mesh.AxisIndex(axis);
   return i.has_value() && mesh.axis(*i).type == AxisType::kExplicit;
-}
-
-// Axis names of `axes` sorted by mesh order (unknown names last, by name).
-std::vector<std::string> InMeshOrder(const Mesh& mesh, std::vector<std::string> axes) {
-  std::sort(axes.begin(), axes.end(), [&](const std::string& a, const std::string& b) {
-    std::optional<int> ia = mesh.AxisIndex(a), ib = mesh.AxisIndex(b);
-    int ka = ia.value_or(mesh.num_axes()), kb = ib.value_or(mesh.num_axes());
-    return ka != kb ? ka < kb : a < b;
-  });
-  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
-  return axes;
-}
-
-std::string AxisSetString(absl::Span<const std::string> axes) {
-  if (axes.size() == 1) return axes[0];
-  return absl::StrCat("(", absl::StrJoin(axes, ","), ")");
-}
-
-std::string MeshAxisNamesRepr(const Mesh& mesh) {
-  std::vector<std::string> names;
-  for (const MeshAxis& a : mesh.axes()) names.push_back(absl::StrCat("'", a.name, "'"));
-  if (names.size() == 1) return absl::StrCat("(", names[0], ",)");
-  return absl::StrCat("(", absl::StrJoin(names, ", "), ")");
 }
 
 }  // namespace
@@ -176,11 +154,11 @@ absl::StatusOr<ArrayType> FinishResult(absl::string_view prim,
   std::vector<std::string> varying = UnionVarying(mesh, operands);
   if (duplicate) {
     std::vector<std::string> ins;
-    for (const ArrayType* t : operands) ins.push_back(ShortTypeString(*t));
+    for (const ArrayType* t : operands) ins.push_back(t->ToString(/*short_dtype=*/true));
     return InvalidArgument(prim, " operation with inputs: ", absl::StrJoin(ins, ", "),
                            " produces an illegally sharded result: ",
-                           TypeString(dtype, shape, mesh, entries, unreduced, varying,
-                                      /*short_dtype=*/true));
+                           TypeStringFromParts(dtype, shape, mesh, entries, unreduced,
+                                               varying, /*short_dtype=*/true));
   }
   MS_ASSIGN_OR_RETURN(
       ArrayType out,
@@ -189,64 +167,6 @@ absl::StatusOr<ArrayType> FinishResult(absl::string_view prim,
       prim);
   out.varying = std::move(varying);
   return out;
-}
-
-std::string TypeString(DType dtype, absl::Span<const int64_t> shape, const Mesh& mesh,
-                       const Entries& entries, absl::Span<const std::string> unreduced,
-                       absl::Span<const std::string> varying, bool short_dtype) {
-  std::vector<std::string> dims;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    std::vector<std::string> axes;
-    if (d < entries.size()) {
-      for (const std::string& a : entries[d]) {
-        if (IsExplicit(mesh, a)) axes.push_back(a);
-      }
-    }
-    if (axes.empty()) {
-      dims.push_back(absl::StrCat(shape[d]));
-    } else {
-      dims.push_back(absl::StrCat(shape[d], "@", AxisSetString(axes)));
-    }
-  }
-  std::string out = absl::StrCat(short_dtype ? DTypeShortName(dtype) : DTypeName(dtype), "[",
-                                 absl::StrJoin(dims, ","), "]");
-  std::vector<std::string> parts;
-  std::vector<std::string> v = InMeshOrder(mesh, {varying.begin(), varying.end()});
-  if (!v.empty()) parts.push_back(absl::StrCat("V:", AxisSetString(v)));
-  std::vector<std::string> u;
-  for (const std::string& a : unreduced) {
-    if (IsExplicit(mesh, a)) u.push_back(a);
-  }
-  u = InMeshOrder(mesh, std::move(u));
-  if (!u.empty()) parts.push_back(absl::StrCat("U:", AxisSetString(u)));
-  if (!parts.empty()) absl::StrAppend(&out, "{", absl::StrJoin(parts, ", "), "}");
-  return out;
-}
-
-std::string ShortTypeString(const ArrayType& type) {
-  // A validated type prints itself; TypeString above is only for specs that
-  // cannot be an ArrayType (the illegal results named in errors).
-  return type.ToString(/*short_dtype=*/true);
-}
-
-std::string EntryRepr(const Entry& entry) {
-  if (entry.empty()) return "None";
-  if (entry.size() == 1) return absl::StrCat("'", entry[0], "'");
-  std::vector<std::string> q;
-  for (const std::string& a : entry) q.push_back(absl::StrCat("'", a, "'"));
-  return absl::StrCat("(", absl::StrJoin(q, ", "), ")");
-}
-
-std::string EntriesTupleRepr(const Entries& entries) {
-  std::vector<std::string> parts;
-  for (const Entry& e : entries) parts.push_back(EntryRepr(e));
-  if (parts.size() == 1) return absl::StrCat("(", parts[0], ",)");
-  return absl::StrCat("(", absl::StrJoin(parts, ", "), ")");
-}
-
-std::string ShapeRepr(absl::Span<const int64_t> shape) {
-  if (shape.size() == 1) return absl::StrCat("(", shape[0], ",)");
-  return absl::StrCat("(", absl::StrJoin(shape, ", "), ")");
 }
 
 absl::StatusOr<Entries> VaryingOutShapeEntries(absl::string_view name, const Mesh& mesh,
@@ -260,8 +180,8 @@ absl::StatusOr<Entries> VaryingOutShapeEntries(absl::string_view name, const Mes
       return InvalidArgument(name, " on sharded dims where out dim (", out_shape[d],
                              ") is not divisible by mesh axes (", k, ") with spec (",
                              EntryRepr(in[d]), ") is not implemented. Got input type=",
-                             ShortTypeString(operand), " and output shape=",
-                             ShapeRepr(out_shape));
+                             operand.ToString(/*short_dtype=*/true), " and output shape=",
+                             PyTupleRepr(out_shape));
     }
   }
   return in;
@@ -271,7 +191,7 @@ absl::Status CheckResultShape(absl::string_view prim, absl::Span<const int64_t> 
   int64_t n = 1;
   for (int64_t d : shape) {
     if (d < 0 || !CheckedMul(n, d, &n) || n > (int64_t{1} << 62)) {
-      return InvalidArgument(prim, ": result shape ", ShapeRepr(shape),
+      return InvalidArgument(prim, ": result shape ", PyTupleRepr(shape),
                              " is invalid or too large");
     }
   }

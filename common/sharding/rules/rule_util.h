@@ -18,6 +18,8 @@
 //
 // Every ShardingTypeError/TypeError/ValueError of JAX maps to
 // kInvalidArgument; a missing rule maps to kUnimplemented.
+//
+// Thread-safety: pure functions.
 #ifndef MESHSERVE_COMMON_SHARDING_RULES_RULE_UTIL_H_
 #define MESHSERVE_COMMON_SHARDING_RULES_RULE_UTIL_H_
 
@@ -91,22 +93,6 @@ absl::StatusOr<ArrayType> FinishResult(absl::string_view prim,
                                        DType dtype, Shape shape, const Mesh& mesh,
                                        Entries entries,
                                        std::vector<std::string> unreduced = {});
-
-// JAX's short type string built from raw parts (no validation, so it can show
-// an illegal spec): "f32[8@x,8@x]", "bf16[8@(x,y),4]{U:z}".
-std::string TypeString(DType dtype, absl::Span<const int64_t> shape,
-                       const Mesh& mesh, const Entries& entries,
-                       absl::Span<const std::string> unreduced,
-                       absl::Span<const std::string> varying, bool short_dtype);
-// Short type string of an operand ("f32[8@x,2]").
-std::string ShortTypeString(const ArrayType& type);
-
-// Python reprs used in JAX's messages: None, 'x', ('x', 'y').
-std::string EntryRepr(const Entry& entry);
-// A tuple of entries as Python prints it: ('x', None), ('x',), ().
-std::string EntriesTupleRepr(const Entries& entries);
-// (8, 2), (8,), ().
-std::string ShapeRepr(absl::Span<const int64_t> shape);
 
 // slicing._get_sharding_for_varying_out_shape: each dim of `operand` whose
 // size changes in `out_shape` (compared position by position) and is sharded

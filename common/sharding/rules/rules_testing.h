@@ -3,6 +3,8 @@
 //   ArrayType x = Arr(mesh, {8, 2}, "P('x', None)");
 //   EXPECT_THAT(DotGeneralRule(x, w, Matmul(), std::nullopt), HasType("float32[8@x,8]"));
 // Header-only; used by *_test.cc in this folder.
+//
+// Thread-safety: pure test helpers.
 #ifndef MESHSERVE_COMMON_SHARDING_RULES_RULES_TESTING_H_
 #define MESHSERVE_COMMON_SHARDING_RULES_RULES_TESTING_H_
 
@@ -47,18 +49,13 @@ inline ArrayType Arr(const Mesh& mesh, std::vector<int64_t> shape, absl::string_
 // x @ y for rank-2 operands.
 inline DotDimensionNumbers Matmul() { return DotDimensionNumbers{{1}, {0}, {}, {}}; }
 
-inline std::string TypeStr(const ArrayType& t) {
-  return rules::TypeString(t.dtype, t.shape, t.sharding.mesh(), rules::ExplicitEntries(t),
-                           t.spec().unreduced(), t.varying, /*short_dtype=*/false);
-}
-
 // Matches an OK StatusOr<ArrayType> whose JAX type string equals `expected`.
 MATCHER_P(HasType, expected, "is OK with type " + std::string(expected)) {
   if (!arg.ok()) {
     *result_listener << "status " << arg.status();
     return false;
   }
-  std::string got = TypeStr(*arg);
+  std::string got = arg->ToString();
   *result_listener << "type " << got;
   return got == std::string(expected);
 }

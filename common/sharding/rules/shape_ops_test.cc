@@ -116,7 +116,7 @@ TEST_F(ShapeOpsTest, SliceSplitPad) {
   EXPECT_THAT(SliceRule(a, {0, 0}, {5, 3}), StatusIs(kInvalid, "out of range"));
   ASSERT_OK_AND_ASSIGN(std::vector<ArrayType> parts, SplitRule(x_, {4, 4}, 0));
   ASSERT_EQ(parts.size(), 2u);
-  EXPECT_EQ(rules_testing::TypeStr(parts[1]), "float32[4@x,2@y]");
+  EXPECT_EQ(parts[1].ToString(), "float32[4@x,2@y]");
   EXPECT_THAT(SplitRule(x_, {1, 1}, 1), StatusIs(kInvalid, "split on sharded dims"));
   ArrayType v = Arr(mesh_, {8}, "P('x')");
   using Cfg = std::vector<std::array<int64_t, 3>>;
