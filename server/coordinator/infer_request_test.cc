@@ -25,6 +25,7 @@ std::shared_ptr<const ModelFile> Model(const std::string& name, std::vector<int6
     LayerDef layer;
     layer.name = out;
     layer.op = "relu";
+    layer.kind = ModelOp::kRelu;
     layer.inputs = {"x"};
     model->layers.push_back(std::move(layer));
   }

@@ -28,6 +28,7 @@ std::shared_ptr<const ModelFile> FixedModel() {
   LayerDef y;
   y.name = "y";
   y.op = "relu";
+  y.kind = ModelOp::kRelu;
   y.inputs = {"x"};
   model->layers.push_back(std::move(y));
   model->outputs = {"y"};
