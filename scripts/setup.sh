@@ -13,6 +13,7 @@ PACKAGES=(
   libabsl-dev libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev
   python3 python3-numpy python3-grpcio
+  python3-protobuf
   clang libclang-rt-14-dev
 )
 

@@ -8,6 +8,8 @@
 #include "common/base/status_util.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"
 #include "grpcpp/security/server_credentials.h"
 
@@ -125,6 +127,10 @@ absl::StatusOr<WorkerServer> StartWorkerServer(WorkerServiceImpl* service,
   const std::string address = absl::StrCat(
       absl::StrContains(host, ":") ? absl::StrCat("[", host, "]") : std::string(host), ":",
       port);
+  // grpc.health.v1 (SERVING while the server runs: Kubernetes' grpc probes)
+  // and server reflection (grpcurl-style listing).
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(&builder);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &out.port);

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status_util.h"
 #include "common/rpc/channel.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
@@ -23,6 +24,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer(coordinator));
   s->host_ = host;
   grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();  // grpcurl-style listing
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(&builder);
   const std::string address = absl::StrCat(host, ":", port);

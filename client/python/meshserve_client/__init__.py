@@ -1,0 +1,16 @@
+"""meshserve's Python client: NumPy in, NumPy out, over gRPC.
+
+    from meshserve_client import MeshserveClient, MeshserveError
+    with MeshserveClient("localhost:8500") as c:
+        print(c.ready(), c.status())
+        y = c.infer("linear", {"x": x}, out_sharding={"y": "P(None, 'data')"})["y"]
+
+The gRPC stubs (meshserve_client.proto) are generated from proto/*.proto at
+build time into build/python/ (client/python/CMakeLists.txt); put that
+directory on PYTHONPATH. See client/python/README.md.
+"""
+from .client import InferResult, MeshserveClient, MeshserveError
+from .tensors import from_bfloat16_bits, to_bfloat16_bits
+
+__all__ = ["InferResult", "MeshserveClient", "MeshserveError",
+           "from_bfloat16_bits", "to_bfloat16_bits"]

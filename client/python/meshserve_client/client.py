@@ -1,0 +1,178 @@
+"""MeshserveClient: the Open Inference Protocol (KServe v2) and meshserve's
+ClusterService over gRPC, with NumPy arrays in and out.
+
+    from meshserve_client import MeshserveClient
+    c = MeshserveClient("localhost:8500")
+    y = c.infer("linear", {"x": x})["y"]
+    y = c.infer("linear", {"x": x}, out_sharding={"y": "P(None, 'data')"})["y"]
+
+Every RPC error is raised as MeshserveError, which carries the gRPC status
+code and the server's message. Thread-safety: one client may be shared by
+threads (gRPC channels and stubs are thread-safe; the metadata cache is
+guarded by a lock).
+"""
+import itertools
+import threading
+
+import grpc
+
+from . import tensors
+from .proto import cluster_service_pb2
+from .proto import cluster_service_pb2_grpc
+from .proto import inference_pb2
+from .proto import inference_pb2_grpc
+
+# Tensors travel whole in single messages: the server's limit (1 GiB).
+MAX_MESSAGE_BYTES = 1 << 30
+
+
+class MeshserveError(Exception):
+    """A failed RPC: `code` (grpc.StatusCode), `message` (the server's), `method`."""
+
+    def __init__(self, code, message, method, target):
+        self.code = code
+        self.message = message
+        self.method = method
+        self.target = target
+        super().__init__("%s: %s (%s on %s)" % (code.name, message, method, target))
+
+
+class InferResult:
+    """One answer: `outputs` {name: array}, `types` {name: JAX type string of
+    the output's sharding, e.g. 'float32[16@data,32]'}, the model and request id."""
+
+    def __init__(self, model, request_id, outputs, types):
+        self.model = model
+        self.id = request_id
+        self.outputs = outputs
+        self.types = types
+
+
+class MeshserveClient:
+    """A channel to a meshserve coordinator ("host:port")."""
+
+    def __init__(self, target, timeout_s=60.0):
+        self.target = target
+        self.timeout_s = timeout_s
+        options = [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                   ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
+        self._channel = grpc.insecure_channel(target, options=options)
+        self._inference = inference_pb2_grpc.GRPCInferenceServiceStub(self._channel)
+        self._cluster = cluster_service_pb2_grpc.ClusterServiceStub(self._channel)
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._metadata = {}  # model -> ModelMetadataResponse
+
+    def close(self):
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _call(self, method, stub_method, request, timeout_s):
+        try:
+            return stub_method(request, timeout=timeout_s or self.timeout_s)
+        except grpc.RpcError as e:
+            raise MeshserveError(e.code(), e.details(), method, self.target) from None
+
+    # ---- health ----
+
+    def live(self, timeout_s=None):
+        """ServerLive: the coordinator answers."""
+        return self._call("ServerLive", self._inference.ServerLive,
+                          inference_pb2.ServerLiveRequest(), timeout_s).live
+
+    def ready(self, model=None, timeout_s=None):
+        """ServerReady (every model placed), or ModelReady for `model`."""
+        if model is None:
+            return self._call("ServerReady", self._inference.ServerReady,
+                              inference_pb2.ServerReadyRequest(), timeout_s).ready
+        return self._call("ModelReady", self._inference.ModelReady,
+                          inference_pb2.ModelReadyRequest(name=model), timeout_s).ready
+
+    # ---- models ----
+
+    def metadata(self, model, timeout_s=None):
+        """ModelMetadata (inputs and outputs with datatypes and shapes); cached."""
+        with self._lock:
+            cached = self._metadata.get(model)
+        if cached is not None:
+            return cached
+        response = self._call("ModelMetadata", self._inference.ModelMetadata,
+                              inference_pb2.ModelMetadataRequest(name=model), timeout_s)
+        with self._lock:
+            self._metadata[model] = response
+        return response
+
+    def infer(self, model, inputs, out_sharding=None, timeout_s=None):
+        """Runs `model` on `inputs` {name: array}; returns {output: array}.
+
+        out_sharding {output: spec in JAX syntax, e.g. "P('data', None)"}
+        chooses how the named outputs are laid out across the devices (see
+        infer_result for the resulting type strings)."""
+        return self.infer_result(model, inputs, out_sharding, timeout_s).outputs
+
+    def infer_result(self, model, inputs, out_sharding=None, timeout_s=None):
+        """infer, returning an InferResult (outputs and their type strings)."""
+        request = inference_pb2.ModelInferRequest(model_name=model,
+                                                  id="py-%d" % next(self._ids))
+        want, output_names = self._declared(model, timeout_s)
+        for name, array in inputs.items():
+            datatype, shape, raw = tensors.encode_input(name, array, want.get(name))
+            request.inputs.add(name=name, datatype=datatype, shape=shape)
+            request.raw_input_contents.append(raw)
+        if out_sharding:
+            # Asking for some outputs means asking for all of them: name every
+            # declared one, and the unknown ones too (the server reports them).
+            names = output_names + [n for n in out_sharding if n not in output_names]
+            for name in names:
+                output = request.outputs.add(name=name)
+                if name in out_sharding:
+                    output.parameters["out_sharding"].string_param = out_sharding[name]
+        response = self._call("ModelInfer", self._inference.ModelInfer, request, timeout_s)
+        return _decode_response(response)
+
+    def _declared(self, model, timeout_s):
+        """({input: datatype}, [output names]) from the metadata; empty when
+        it cannot be read (ModelInfer then reports why)."""
+        try:
+            md = self.metadata(model, timeout_s)
+        except MeshserveError:
+            return {}, []
+        return {t.name: t.datatype for t in md.inputs}, [t.name for t in md.outputs]
+
+    # ---- the cluster ----
+
+    def describe(self, model, input_shapes=None, timeout_s=None):
+        """ClusterService.Describe: the model typed at `input_shapes`
+        {input: dims}; a DescribeResponse (mesh, values with their sharded
+        type strings, collectives, and `text`, the human rendering)."""
+        request = cluster_service_pb2.DescribeRequest(model=model)
+        for name, dims in (input_shapes or {}).items():
+            request.input_shapes[name].dims.extend(int(d) for d in dims)
+        return self._call("Describe", self._cluster.Describe, request, timeout_s)
+
+    def status(self, timeout_s=None):
+        """ClusterService.Status: a ClusterStatusResponse (workers with their
+        placements, models with their state and mesh)."""
+        return self._call("Status", self._cluster.Status,
+                          cluster_service_pb2.ClusterStatusRequest(), timeout_s)
+
+
+def _decode_response(response):
+    if response.raw_output_contents and len(response.raw_output_contents) != len(
+            response.outputs):
+        raise ValueError("malformed reply: %d outputs but %d raw_output_contents" % (
+            len(response.outputs), len(response.raw_output_contents)))
+    outputs, types = {}, {}
+    for i, out in enumerate(response.outputs):
+        if not response.raw_output_contents:
+            raise ValueError("output '%s' sent without raw_output_contents" % out.name)
+        outputs[out.name] = tensors.decode_output(out.name, out.datatype, list(out.shape),
+                                                  response.raw_output_contents[i])
+        if "type" in out.parameters:
+            types[out.name] = out.parameters["type"].string_param
+    return InferResult(response.model_name, response.id, outputs, types)
