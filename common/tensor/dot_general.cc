@@ -1,4 +1,12 @@
-// DotGeneral and Linear over cblas_sgemm (see kernels.h).
+// DotGeneral and Linear (see kernels.h). The kernel is chosen by the local
+// shape, per batch [M, K] x [K, N]:
+//   M = 1, float32 weights            cblas_sgemv (streams the weight once)
+//   M <= 8 float32 weights, M <= 16 bfloat16 weights
+//                                     GemmSmallM (gemm_small_m.h: streams the
+//                                     weight once for all rows, bf16 read as bf16)
+//   other non-float32 weights in place  widened by panels, cblas_sgemm
+//   the rest                          cblas_sgemm
+// cblas_sgemm packs the whole weight on every call, which dominates small M.
 #include <cblas.h>
 
 #include <algorithm>
@@ -12,7 +20,9 @@
 #include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/tensor/blas.h"
 #include "common/tensor/convert.h"
+#include "common/tensor/gemm_small_m.h"
 #include "common/tensor/kernel_util.h"
 #include "common/tensor/kernels.h"
 
@@ -151,6 +161,62 @@ void GemmWideningRhsByPanels(const Operand& a, int64_t B, int64_t M, int64_t K,
   }
 }
 
+// Whether SmallMDot takes an [M, K] x [K, N] product: one row always (sgemv
+// or, for bf16, GemmSmallM); up to the measured crossovers of
+// gemm_small_m.h for float32 weights, or bf16 weights used in place. Other
+// weight dtypes in place keep the widening-by-panels path.
+bool UseSmallM(int64_t M, DType rhs_dtype, bool rhs_in_place) {
+  if (M == 1) return rhs_dtype == DType::kFloat32 || rhs_dtype == DType::kBFloat16 || !rhs_in_place;
+  if (rhs_dtype == DType::kBFloat16 && rhs_in_place) return M <= kSmallMMaxBFloat16;
+  if (rhs_dtype == DType::kFloat32 || !rhs_in_place) return M <= kSmallMMaxFloat32;
+  return false;
+}
+
+// C[B, M, N] for a small M (UseSmallM): sgemv for one row of float32 weights,
+// GemmSmallM otherwise. The weights are used in place when float32, or
+// bfloat16 in either layout (`rhs_natural` / `rhs_swapped` as in
+// PrepareOperand); others (a permuted rhs) are first made a float32 copy.
+void SmallMDot(const Operand& a, int64_t B, int64_t M, int64_t K, int64_t N, const Tensor& rhs,
+               const std::vector<int64_t>& rhs_natural, const std::vector<int64_t>& rhs_swapped,
+               float* c) {
+  Operand b;
+  SmallMWeights w;
+  int64_t w_elem = 4;
+  if (rhs.dtype() == DType::kBFloat16 && (IsIdentity(rhs_natural) || IsIdentity(rhs_swapped))) {
+    w = {rhs.raw_data(), DType::kBFloat16, !IsIdentity(rhs_natural)};
+    w_elem = 2;
+  } else {
+    b = PrepareOperand(rhs, rhs_natural, rhs_swapped);
+    w = {b.data, DType::kFloat32, b.transposed};
+  }
+  // The kernels read A as row-major [M, K]; a transposed A ([K, M]) is
+  // copied (M x K is small next to the weight). For M = 1 both are the same.
+  std::vector<float> a_rows;
+  if (a.transposed && M > 1) {
+    a_rows.resize(static_cast<size_t>(B * M * K));
+    const int64_t perm[] = {0, 2, 1};
+    const int64_t shape[] = {B, K, M};
+    TransposeBytes(reinterpret_cast<const char*>(a.data), shape, perm, sizeof(float),
+                   reinterpret_cast<char*>(a_rows.data()));
+  }
+  const float* a_data = a_rows.empty() ? a.data : a_rows.data();
+  const int threads = BlasThreads();
+  for (int64_t i = 0; i < B; ++i) {
+    const float* ai = a_data + i * M * K;
+    const void* wi = static_cast<const char*>(w.data) + i * K * N * w_elem;
+    if (M == 1 && w.dtype == DType::kFloat32) {
+      // Row-major W [K, N]: c = W^T a; W [N, K]: c = W a.
+      cblas_sgemv(CblasRowMajor, w.transposed ? CblasNoTrans : CblasTrans,
+                  static_cast<int>(w.transposed ? N : K), static_cast<int>(w.transposed ? K : N),
+                  1.0f, static_cast<const float*>(wi), static_cast<int>(w.transposed ? K : N), ai,
+                  1, 0.0f, c + i * N, 1);
+    } else {
+      GemmSmallM(ai, M, K, {wi, w.dtype, w.transposed}, N, c + i * M * N, threads,
+                 DefaultSmallMIsa());
+    }
+  }
+}
+
 }  // namespace
 
 bool IsFloatDType(DType dtype) {
@@ -213,8 +279,12 @@ absl::StatusOr<Tensor> DotGeneral(const Tensor& lhs, const Tensor& rhs,
                                    Concat({lhs_batch, lhs_contracting, lhs_free}));
   const std::vector<int64_t> rhs_natural = Concat({rhs_batch, rhs_contracting, rhs_free});
   const std::vector<int64_t> rhs_swapped = Concat({rhs_batch, rhs_free, rhs_contracting});
-  if (rhs.dtype() != DType::kFloat32 &&
-      (IsIdentity(rhs_natural) || IsIdentity(rhs_swapped))) {
+  const bool rhs_in_place = IsIdentity(rhs_natural) || IsIdentity(rhs_swapped);
+  if (UseSmallM(M, rhs.dtype(), rhs_in_place)) {
+    SmallMDot(a, B, M, K, N, rhs, rhs_natural, rhs_swapped, out.data<float>());
+    return FinishFloat32(std::move(out), out_dtype);
+  }
+  if (rhs.dtype() != DType::kFloat32 && rhs_in_place) {
     GemmWideningRhsByPanels(a, B, M, K, N, rhs, !IsIdentity(rhs_natural),
                             out.data<float>());
     return FinishFloat32(std::move(out), out_dtype);

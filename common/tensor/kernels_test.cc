@@ -188,6 +188,40 @@ TEST(DotGeneralTest, NarrowWeightsAreWidenedByPanels) {
                    DType::kBFloat16);
 }
 
+TEST(DotGeneralTest, EveryShapeClassMatchesNaive) {
+  // M = 1 (sgemv), 2..16 (GemmSmallM), 17 and 33 (sgemm); weights float32 or
+  // bfloat16, in [K, N] and transposed [N, K], odd N and K; lhs transposed too.
+  std::mt19937 rng(8);
+  for (int64_t m : {1, 2, 3, 7, 8, 15, 16, 17, 33}) {
+    for (DType wt : {DType::kFloat32, DType::kBFloat16}) {
+      SCOPED_TRACE(::testing::Message() << "M=" << m << " " << DTypeName(wt));
+      const Tensor x = Random(DType::kFloat32, {m, 37}, &rng);
+      const Tensor xt = Random(DType::kFloat32, {37, m}, &rng);
+      ExpectDotMatches(x, Random(wt, {37, 51}, &rng), {1}, {0}, {}, {});
+      ExpectDotMatches(x, Random(wt, {51, 37}, &rng), {1}, {1}, {}, {});
+      ExpectDotMatches(xt, Random(wt, {37, 51}, &rng), {0}, {0}, {}, {});
+      ExpectDotMatches(xt, Random(wt, {51, 37}, &rng), {0}, {1}, {}, {});
+    }
+  }
+}
+
+TEST(DotGeneralTest, BatchedSmallMAndPermutedWeights) {
+  std::mt19937 rng(9);
+  for (DType wt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    for (int64_t m : {1, 5}) {
+      SCOPED_TRACE(::testing::Message() << "M=" << m << " " << DTypeName(wt));
+      // 'bmk,bkn->bmn' and 'bmk,bnk->bmn' (weights in place), 'bmk,kbn->bmn' (permuted).
+      const Tensor x = Random(DType::kFloat32, {3, m, 19}, &rng);
+      ExpectDotMatches(x, Random(wt, {3, 19, 23}, &rng), {2}, {1}, {0}, {0});
+      ExpectDotMatches(x, Random(wt, {3, 23, 19}, &rng), {2}, {2}, {0}, {0});
+      ExpectDotMatches(x, Random(wt, {19, 3, 23}, &rng), {2}, {0}, {0}, {1});
+      // Transposed lhs 'bkm,bkn->bmn'.
+      ExpectDotMatches(Random(DType::kFloat32, {3, 19, m}, &rng), Random(wt, {3, 19, 23}, &rng),
+                       {1}, {1}, {0}, {0});
+    }
+  }
+}
+
 TEST(DotGeneralTest, EmptyContractionGivesZeros) {
   ASSERT_OK_AND_ASSIGN(Tensor a, Tensor::Create(DType::kFloat32, {2, 0}));
   ASSERT_OK_AND_ASSIGN(Tensor b, Tensor::Create(DType::kFloat32, {0, 3}));
