@@ -126,37 +126,52 @@ Operand PrepareOperand(const Tensor& t, const std::vector<int64_t>& natural,
 }
 
 // C[B, M, N] = A . W for a W (rhs) that is not float32 and needs no
-// permutation: W is widened one panel of output columns at a time into one
-// buffer of at least kPanelFloats, never whole. Widening a [2048, 8192] bf16
-// weight whole wrote 64 MiB of fresh float32 pages per call; on a small batch
-// the page faults cost ~40x the GEMM itself (bench/gemm_bench, M = 8).
-constexpr int64_t kPanelFloats = int64_t{1} << 19;  // 2 MiB
+// permutation: W is widened one block of kBlockRows x kBlockCols at a time
+// into one L2-sized buffer, never whole, and each block is one sgemm (beta = 1
+// after the first block of rows). Widening a [2048, 8192] bf16 weight whole
+// wrote 64 MiB of fresh float32 pages per call; on a small batch the page
+// faults cost ~40x the GEMM itself (bench/gemm_bench, M = 8). Blocks split K
+// as well as N: full-K panels of a K = 8192 weight were 64 columns wide, and
+// each panel's sgemm re-packed all of A (bench/kernel_ratio_bench, M = 64).
+constexpr int64_t kBlockRows = 512, kBlockCols = 512;  // 1 MiB of float32
 
 void GemmWideningRhsByPanels(const Operand& a, int64_t B, int64_t M, int64_t K,
                              int64_t N, const Tensor& w, bool w_transposed, float* c) {
   const int64_t elem = DTypeSize(w.dtype());
   const char* src = static_cast<const char*>(w.raw_data());
-  // Each panel's sgemm packs A again (M x K), so panels are at least M wide:
-  // re-packing then costs no more than widening.
-  const int64_t nb = std::min(N, std::max({int64_t{64}, kPanelFloats / K, M}));
-  std::unique_ptr<float[]> panel(new float[static_cast<size_t>(K * nb)]);
-  const int lda = static_cast<int>(a.transposed ? M : K);
+  const int64_t kb = std::min(K, kBlockRows), nb = std::min(N, std::max(kBlockCols, M));
+  std::unique_ptr<float[]> panel(new float[static_cast<size_t>(kb * nb)]);
+  const SmallMIsa isa = DefaultSmallMIsa();
+  auto widen = [&w, isa](const char* from, int64_t n, float* to) {
+    if (w.dtype() == DType::kBFloat16) {
+      WidenBFloat16(reinterpret_cast<const uint16_t*>(from), n, to, isa);
+    } else {
+      WidenToFloat(w.dtype(), from, n, to);
+    }
+  };
   for (int64_t i = 0; i < B; ++i) {
     const char* wi = src + i * K * N * elem;
     for (int64_t j0 = 0; j0 < N; j0 += nb) {
       const int64_t cols = std::min(nb, N - j0);
-      if (w_transposed) {  // W is [N, K]: the panel's rows are contiguous
-        WidenToFloat(w.dtype(), wi + j0 * K * elem, cols * K, panel.get());
-      } else {  // W is [K, N]: one piece of each of the K rows
-        for (int64_t k = 0; k < K; ++k) {
-          WidenToFloat(w.dtype(), wi + (k * N + j0) * elem, cols, panel.get() + k * cols);
+      for (int64_t k0 = 0; k0 < K; k0 += kb) {
+        const int64_t rows = std::min(kb, K - k0);
+        if (w_transposed) {  // W is [N, K]: the block is [cols, rows]
+          for (int64_t j = 0; j < cols; ++j) {
+            widen(wi + ((j0 + j) * K + k0) * elem, rows, panel.get() + j * rows);
+          }
+        } else {  // W is [K, N]: the block is [rows, cols]
+          for (int64_t k = 0; k < rows; ++k) {
+            widen(wi + ((k0 + k) * N + j0) * elem, cols, panel.get() + k * cols);
+          }
         }
+        const float* ai = a.data + i * M * K + (a.transposed ? k0 * M : k0);
+        cblas_sgemm(CblasRowMajor, a.transposed ? CblasTrans : CblasNoTrans,
+                    w_transposed ? CblasTrans : CblasNoTrans, static_cast<int>(M),
+                    static_cast<int>(cols), static_cast<int>(rows), 1.0f, ai,
+                    static_cast<int>(a.transposed ? M : K), panel.get(),
+                    static_cast<int>(w_transposed ? rows : cols), k0 == 0 ? 0.0f : 1.0f,
+                    c + i * M * N + j0, static_cast<int>(N));
       }
-      cblas_sgemm(CblasRowMajor, a.transposed ? CblasTrans : CblasNoTrans,
-                  w_transposed ? CblasTrans : CblasNoTrans, static_cast<int>(M),
-                  static_cast<int>(cols), static_cast<int>(K), 1.0f, a.data + i * M * K,
-                  lda, panel.get(), static_cast<int>(w_transposed ? K : cols), 0.0f,
-                  c + i * M * N + j0, static_cast<int>(N));
     }
   }
 }

@@ -195,6 +195,18 @@ SmallMIsa DefaultSmallMIsa() {
   return chosen;
 }
 
+void WidenBFloat16(const uint16_t* src, int64_t n, float* dst, SmallMIsa isa) {
+  switch (isa) {
+    case SmallMIsa::kAvx512:
+      return gemm_avx512::WidenBFloat16(src, n, dst);
+    case SmallMIsa::kAvx2:
+      return gemm_avx2::WidenBFloat16(src, n, dst);
+    case SmallMIsa::kPortable:
+      break;
+  }
+  gemm_portable::WidenBFloat16(src, n, dst);
+}
+
 void GemmSmallM(const float* a, int64_t m, int64_t k, const SmallMWeights& w, int64_t n,
                 float* c, int threads, SmallMIsa isa) {
   const ColumnsFn columns = ColumnsFor(isa);

@@ -76,6 +76,11 @@ struct SmallMWeights {
 void GemmSmallM(const float* a, int64_t m, int64_t k, const SmallMWeights& w, int64_t n,
                 float* c, int threads, SmallMIsa isa);
 
+// dst[i] = BFloat16ToFloat(src[i]) for i < n with `isa`'s vectors (the
+// widening-by-panels path of DotGeneral for larger M). Precondition:
+// SmallMIsaSupported(isa); src and dst do not overlap.
+void WidenBFloat16(const uint16_t* src, int64_t n, float* dst, SmallMIsa isa);
+
 }  // namespace meshserve
 
 #endif  // MESHSERVE_COMMON_TENSOR_GEMM_SMALL_M_H_

@@ -173,8 +173,9 @@ TEST(DotGeneralTest, LargerGemmMatchesNaive) {
 }
 
 TEST(DotGeneralTest, NarrowWeightsAreWidenedByPanels) {
-  // K = 129 gives panels of 4064 columns: N = 8200 is three panels (the last
-  // ragged), in the [K, N] and the transposed [N, K] layout, batched too.
+  // N = 8200 is 17 blocks of columns (the last ragged), in the [K, N] and the
+  // transposed [N, K] layout, batched too. (M = 3 bf16 weights take the
+  // small-M kernel since issue 9; f16 and f64 still widen by blocks.)
   std::mt19937 rng(7);
   for (DType wt : {DType::kBFloat16, DType::kFloat16, DType::kFloat64}) {
     SCOPED_TRACE(std::string(DTypeName(wt)));
@@ -219,6 +220,20 @@ TEST(DotGeneralTest, BatchedSmallMAndPermutedWeights) {
       ExpectDotMatches(Random(DType::kFloat32, {3, 19, m}, &rng), Random(wt, {3, 19, 23}, &rng),
                        {1}, {1}, {0}, {0});
     }
+  }
+}
+
+TEST(DotGeneralTest, WideningBlocksSplitKAndN) {
+  // M = 20 takes the widening path for bf16 and f16 weights; K = 1100 is three
+  // row blocks (512, 512, 76: beta = 1 after the first), N = 600 two column blocks.
+  std::mt19937 rng(10);
+  for (DType wt : {DType::kBFloat16, DType::kFloat16}) {
+    SCOPED_TRACE(std::string(DTypeName(wt)));
+    const Tensor x = Random(DType::kFloat32, {20, 1100}, &rng);
+    ExpectDotMatches(x, Random(wt, {1100, 600}, &rng), {1}, {0}, {}, {});
+    ExpectDotMatches(x, Random(wt, {600, 1100}, &rng), {1}, {1}, {}, {});
+    ExpectDotMatches(Random(DType::kFloat32, {1100, 20}, &rng), Random(wt, {1100, 600}, &rng),
+                     {0}, {0}, {}, {});
   }
 }
 
