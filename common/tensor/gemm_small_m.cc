@@ -182,15 +182,19 @@ bool SmallMIsaSupported(SmallMIsa isa) {
   return true;
 }
 
+SmallMIsa CappedSmallMIsa(absl::string_view cap) {
+  const std::string lower = absl::AsciiStrToLower(cap);
+  SmallMIsa isa = SmallMIsa::kAvx512;
+  if (lower == "avx2") isa = SmallMIsa::kAvx2;
+  if (lower == "portable") isa = SmallMIsa::kPortable;
+  while (!SmallMIsaSupported(isa)) isa = static_cast<SmallMIsa>(static_cast<int>(isa) - 1);
+  return isa;
+}
+
 SmallMIsa DefaultSmallMIsa() {
   static const SmallMIsa chosen = [] {
     const char* env = std::getenv("MESHSERVE_GEMM_ISA");
-    const std::string cap = absl::AsciiStrToLower(env == nullptr ? "" : env);
-    SmallMIsa isa = SmallMIsa::kAvx512;
-    if (cap == "avx2") isa = SmallMIsa::kAvx2;
-    if (cap == "portable") isa = SmallMIsa::kPortable;
-    while (!SmallMIsaSupported(isa)) isa = static_cast<SmallMIsa>(static_cast<int>(isa) - 1);
-    return isa;
+    return CappedSmallMIsa(env == nullptr ? "" : env);
   }();
   return chosen;
 }

@@ -19,13 +19,18 @@
 // order). vdpbf16ps (AVX512_BF16) is not used: it would round the activations
 // to bfloat16 (relative error 2^-9 per product).
 //
-// Natural layout: for each chunk of kKChunk weight rows and each tile of
-// columns (NR vectors wide), every group of MR activation rows accumulates
-// its MR x NR vector tile in registers; the chunk's weight tile (kKChunk x
-// NR vectors) stays in L1 between row groups, so memory sees it once. C is
-// re-read once per chunk (from L2: M x N floats).
+// Natural layout, per block of 256 register tiles of columns (4096 for
+// AVX2): the block's M x width piece of C accumulates in a local buffer
+// (row stride padded off a power of two, so rows do not share cache sets);
+// the weight rows are streamed 8 at a time (16 when M > 8), each a contiguous
+// run of the block's columns, prefetched one chunk ahead. Each register tile
+// (MR rows x NR vectors) reads its weights from memory for the first MR
+// rows and leaves them widened in a small L1 buffer for the other row
+// groups, so memory sees each weight element once. A is copied k-major per
+// row group (M x K floats) so a tile's broadcasts read one contiguous run.
 // Transposed layout: each group of NR weight rows is dotted with every
 // activation row (MR at a time) over contiguous K; the NR rows stay in L1/L2.
+// Work is O(M N K) multiply-adds; extra memory O(M K + M * 4096) floats.
 //
 // Kernels (SmallMIsa), chosen at run time: kAvx512 (avx512f), kAvx2
 // (avx2 + fma) and kPortable (plain C++, any CPU). DefaultSmallMIsa() is the
@@ -43,6 +48,7 @@
 
 #include <cstdint>
 
+#include "absl/strings/string_view.h"
 #include "common/base/dtype.h"
 
 namespace meshserve {
@@ -59,7 +65,10 @@ enum class SmallMIsa { kPortable, kAvx2, kAvx512 };
 const char* SmallMIsaName(SmallMIsa isa);
 // Whether this CPU can run `isa` (kPortable always).
 bool SmallMIsaSupported(SmallMIsa isa);
-// The best supported ISA, capped by MESHSERVE_GEMM_ISA (read once).
+// The best supported ISA at or below `cap` ("portable", "avx2", "avx512",
+// case-insensitive; anything else means no cap).
+SmallMIsa CappedSmallMIsa(absl::string_view cap);
+// CappedSmallMIsa(MESHSERVE_GEMM_ISA), read once.
 SmallMIsa DefaultSmallMIsa();
 
 // The weight operand: `data` holds K * N elements of `dtype` (kFloat32 or

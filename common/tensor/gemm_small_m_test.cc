@@ -79,6 +79,28 @@ TEST(GemmSmallMTest, PortableIsAlwaysSupportedAndDefaultIsSupported) {
   EXPECT_EQ(std::string(SmallMIsaName(SmallMIsa::kAvx2)), "avx2");
 }
 
+TEST(GemmSmallMTest, CapForcesTheFallback) {
+  EXPECT_EQ(CappedSmallMIsa("portable"), SmallMIsa::kPortable);
+  EXPECT_EQ(CappedSmallMIsa("PORTABLE"), SmallMIsa::kPortable);
+  const SmallMIsa avx2 = CappedSmallMIsa("avx2");
+  EXPECT_TRUE(avx2 == SmallMIsa::kAvx2 || (avx2 == SmallMIsa::kPortable &&
+                                           !SmallMIsaSupported(SmallMIsa::kAvx2)));
+  EXPECT_EQ(CappedSmallMIsa(""), CappedSmallMIsa("avx512"));
+  EXPECT_TRUE(SmallMIsaSupported(CappedSmallMIsa("")));
+}
+
+TEST(GemmSmallMTest, WidenBFloat16IsExactOnEveryIsa) {
+  std::vector<uint16_t> src(37);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint16_t>(0x3F80 + 977 * i);
+  for (SmallMIsa isa : SupportedIsas()) {
+    std::vector<float> dst(src.size());
+    WidenBFloat16(src.data(), static_cast<int64_t>(src.size()), dst.data(), isa);
+    for (size_t i = 0; i < src.size(); ++i) {
+      ASSERT_EQ(dst[i], BFloat16ToFloat(src[i])) << SmallMIsaName(isa) << " " << i;
+    }
+  }
+}
+
 TEST(GemmSmallMTest, EveryIsaLayoutAndDtypeMatchesNaiveOnOddSizes) {
   std::mt19937 rng(11);
   for (SmallMIsa isa : SupportedIsas()) {
