@@ -8,7 +8,8 @@
 //
 // Shapes: x[M, K] . w[K, N] for M in {1, 4, 8, 16, 64, 1024} and (K, N) in
 // {(2048, 8192) (SwiGLU gate/up shard), (8192, 2048) (down)}.
-// Columns (times are medians of the rounds):
+// Columns (times: the fastest call of the rounds, in thread CPU time when
+// --threads=1, else wall time):
 //   ours      DotGeneral with float32 weights ("path": the kernel it picks
 //             for float32 / bfloat16 weights)
 //   sgemm     cblas_sgemm on the same buffers; "vs sgemm" = sgemm / ours
@@ -21,7 +22,7 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -39,19 +40,22 @@
 namespace meshserve {
 namespace {
 
+// With one thread every call runs on the calling thread, so its CPU time
+// (CLOCK_THREAD_CPUTIME_ID) is the measure: it leaves out the time the
+// thread is descheduled on a shared, oversubscribed machine. More threads
+// need the wall clock (CLOCK_MONOTONIC).
+clockid_t g_clock = CLOCK_MONOTONIC;
+
 double Seconds(const std::function<void()>& fn) {
-  const auto start = std::chrono::steady_clock::now();
+  timespec start, end;
+  clock_gettime(g_clock, &start);
   fn();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  clock_gettime(g_clock, &end);
+  return static_cast<double>(end.tv_sec - start.tv_sec) + 1e-9 * (end.tv_nsec - start.tv_nsec);
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Median seconds of each function, called in turn for `rounds` rounds after
-// one warm-up call each.
+// The fastest of each function's calls (the least disturbed one), each
+// called in turn for `rounds` rounds after one warm-up call each.
 std::vector<double> Interleaved(const std::vector<std::function<void()>>& fns, int rounds) {
   std::vector<std::vector<double>> times(fns.size());
   for (const auto& fn : fns) fn();
@@ -59,7 +63,7 @@ std::vector<double> Interleaved(const std::vector<std::function<void()>>& fns, i
     for (size_t i = 0; i < fns.size(); ++i) times[i].push_back(Seconds(fns[i]));
   }
   std::vector<double> out;
-  for (auto& t : times) out.push_back(Median(t));
+  for (auto& t : times) out.push_back(*std::min_element(t.begin(), t.end()));
   return out;
 }
 
@@ -132,8 +136,11 @@ int main(int argc, char** argv) {
   const int min_m = meshserve::FlagValue(argc, argv, "--min_m", 1);
   const int max_m = meshserve::FlagValue(argc, argv, "--max_m", 1024);
   meshserve::SetBlasThreads(threads);
-  std::printf("blas: %s; small-M kernel: %s\n\n", meshserve::BlasConfig().c_str(),
-              meshserve::SmallMIsaName(meshserve::DefaultSmallMIsa()));
+  if (threads == 1) meshserve::g_clock = CLOCK_THREAD_CPUTIME_ID;
+  std::printf("blas: %s; small-M kernel: %s; clock: %s, best of the rounds\n\n",
+              meshserve::BlasConfig().c_str(),
+              meshserve::SmallMIsaName(meshserve::DefaultSmallMIsa()),
+              threads == 1 ? "thread CPU time" : "wall");
   std::printf("| M | K | N | path | ours ms | GFLOP/s | sgemm ms | vs sgemm | sgemv ms | "
               "vs sgemv | bf16 ms | bf16/f32 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int64_t m : {1, 4, 8, 16, 64, 1024}) {
