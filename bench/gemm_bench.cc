@@ -13,7 +13,6 @@
 
 #include <cstdint>
 #include <ctime>
-#include <random>
 #include <vector>
 
 #include "bench/random_tensor.h"

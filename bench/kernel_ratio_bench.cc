@@ -26,7 +26,6 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -142,7 +141,8 @@ int main(int argc, char** argv) {
               meshserve::SmallMIsaName(meshserve::DefaultSmallMIsa()),
               threads == 1 ? "thread CPU time" : "wall");
   std::printf("| M | K | N | path | ours ms | GFLOP/s | sgemm ms | vs sgemm | sgemv ms | "
-              "vs sgemv | bf16 ms | bf16/f32 |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "vs sgemv | bf16 ms | bf16/f32 |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int64_t m : {1, 4, 8, 16, 64, 1024}) {
     if (m < min_m || m > max_m) continue;
     meshserve::Row(m, 2048, 8192);

@@ -181,7 +181,8 @@ void GemmWideningRhsByPanels(const Operand& a, int64_t B, int64_t M, int64_t K,
 // gemm_small_m.h for float32 weights, or bf16 weights used in place. Other
 // weight dtypes in place keep the widening-by-panels path.
 bool UseSmallM(int64_t M, DType rhs_dtype, bool rhs_in_place) {
-  if (M == 1) return rhs_dtype == DType::kFloat32 || rhs_dtype == DType::kBFloat16 || !rhs_in_place;
+  const bool f32_or_bf16 = rhs_dtype == DType::kFloat32 || rhs_dtype == DType::kBFloat16;
+  if (M == 1) return f32_or_bf16 || !rhs_in_place;
   if (rhs_dtype == DType::kBFloat16 && rhs_in_place) return M <= kSmallMMaxBFloat16;
   if (rhs_dtype == DType::kFloat32 || !rhs_in_place) return M <= kSmallMMaxFloat32;
   return false;
