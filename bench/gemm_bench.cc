@@ -13,9 +13,9 @@
 
 #include <cstdint>
 #include <ctime>
-#include <random>
 #include <vector>
 
+#include "bench/random_tensor.h"
 #include "common/base/logging.h"
 #include "common/tensor/blas.h"
 #include "common/tensor/kernels.h"
@@ -23,17 +23,6 @@
 
 namespace meshserve {
 namespace {
-
-Tensor RandomTensor(DType dtype, std::vector<int64_t> shape) {
-  Tensor f = Tensor::Zeros(DType::kFloat32, shape);
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<float> dist(-1, 1);
-  for (int64_t i = 0; i < f.NumElements(); ++i) f.data<float>()[i] = dist(rng);
-  if (dtype == DType::kFloat32) return f;
-  absl::StatusOr<Tensor> t = ConvertDType(f, dtype);
-  MS_CHECK(t.ok()) << t.status();  // benchmark setup: shapes are constants
-  return *std::move(t);
-}
 
 // Process CPU seconds (all threads): on a shared, oversubscribed machine
 // GFLOP per CPU-second is stable where wall-clock GFLOP/s is not.

@@ -1,4 +1,12 @@
-// DotGeneral and Linear over cblas_sgemm (see kernels.h).
+// DotGeneral and Linear (see kernels.h). The kernel is chosen by the local
+// shape, per batch [M, K] x [K, N]:
+//   M = 1, float32 weights            cblas_sgemv (streams the weight once)
+//   M <= 8 float32 weights, M <= 16 bfloat16 weights
+//                                     GemmSmallM (gemm_small_m.h: streams the
+//                                     weight once for all rows, bf16 read as bf16)
+//   other non-float32 weights in place  widened by panels, cblas_sgemm
+//   the rest                          cblas_sgemm
+// cblas_sgemm packs the whole weight on every call, which dominates small M.
 #include <cblas.h>
 
 #include <algorithm>
@@ -12,7 +20,9 @@
 #include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/tensor/blas.h"
 #include "common/tensor/convert.h"
+#include "common/tensor/gemm_small_m.h"
 #include "common/tensor/kernel_util.h"
 #include "common/tensor/kernels.h"
 
@@ -112,37 +122,109 @@ Operand PrepareOperand(const Tensor& t, const std::vector<int64_t>& natural,
 }
 
 // C[B, M, N] = A . W for a W (rhs) that is not float32 and needs no
-// permutation: W is widened one panel of output columns at a time into one
-// buffer of at least kPanelFloats, never whole. Widening a [2048, 8192] bf16
-// weight whole wrote 64 MiB of fresh float32 pages per call; on a small batch
-// the page faults cost ~40x the GEMM itself (bench/gemm_bench, M = 8).
-constexpr int64_t kPanelFloats = int64_t{1} << 19;  // 2 MiB
+// permutation: W is widened one block of kBlockRows x kBlockCols at a time
+// into one L2-sized buffer, never whole, and each block is one sgemm (beta = 1
+// after the first block of rows). Widening a [2048, 8192] bf16 weight whole
+// wrote 64 MiB of fresh float32 pages per call; on a small batch the page
+// faults cost ~40x the GEMM itself (bench/gemm_bench, M = 8). Blocks split K
+// as well as N: full-K panels of a K = 8192 weight were 64 columns wide, and
+// each panel's sgemm re-packed all of A (bench/kernel_ratio_bench, M = 64).
+constexpr int64_t kBlockRows = 512, kBlockCols = 512;  // 1 MiB of float32
 
 void GemmWideningRhsByPanels(const Operand& a, int64_t B, int64_t M, int64_t K,
                              int64_t N, const Tensor& w, bool w_transposed, float* c) {
   const int64_t elem = DTypeSize(w.dtype());
   const char* src = static_cast<const char*>(w.raw_data());
-  // Each panel's sgemm packs A again (M x K), so panels are at least M wide:
-  // re-packing then costs no more than widening.
-  const int64_t nb = std::min(N, std::max({int64_t{64}, kPanelFloats / K, M}));
-  std::unique_ptr<float[]> panel(new float[static_cast<size_t>(K * nb)]);
-  const int lda = static_cast<int>(a.transposed ? M : K);
+  const int64_t kb = std::min(K, kBlockRows), nb = std::min(N, std::max(kBlockCols, M));
+  std::unique_ptr<float[]> panel(new float[static_cast<size_t>(kb * nb)]);
+  const SmallMIsa isa = DefaultSmallMIsa();
+  auto widen = [&w, isa](const char* from, int64_t n, float* to) {
+    if (w.dtype() == DType::kBFloat16) {
+      WidenBFloat16(reinterpret_cast<const uint16_t*>(from), n, to, isa);
+    } else {
+      WidenToFloat(w.dtype(), from, n, to);
+    }
+  };
   for (int64_t i = 0; i < B; ++i) {
     const char* wi = src + i * K * N * elem;
     for (int64_t j0 = 0; j0 < N; j0 += nb) {
       const int64_t cols = std::min(nb, N - j0);
-      if (w_transposed) {  // W is [N, K]: the panel's rows are contiguous
-        WidenToFloat(w.dtype(), wi + j0 * K * elem, cols * K, panel.get());
-      } else {  // W is [K, N]: one piece of each of the K rows
-        for (int64_t k = 0; k < K; ++k) {
-          WidenToFloat(w.dtype(), wi + (k * N + j0) * elem, cols, panel.get() + k * cols);
+      for (int64_t k0 = 0; k0 < K; k0 += kb) {
+        const int64_t rows = std::min(kb, K - k0);
+        if (w_transposed) {  // W is [N, K]: the block is [cols, rows]
+          for (int64_t j = 0; j < cols; ++j) {
+            widen(wi + ((j0 + j) * K + k0) * elem, rows, panel.get() + j * rows);
+          }
+        } else {  // W is [K, N]: the block is [rows, cols]
+          for (int64_t k = 0; k < rows; ++k) {
+            widen(wi + ((k0 + k) * N + j0) * elem, cols, panel.get() + k * cols);
+          }
         }
+        const float* ai = a.data + i * M * K + (a.transposed ? k0 * M : k0);
+        cblas_sgemm(CblasRowMajor, a.transposed ? CblasTrans : CblasNoTrans,
+                    w_transposed ? CblasTrans : CblasNoTrans, static_cast<int>(M),
+                    static_cast<int>(cols), static_cast<int>(rows), 1.0f, ai,
+                    static_cast<int>(a.transposed ? M : K), panel.get(),
+                    static_cast<int>(w_transposed ? rows : cols), k0 == 0 ? 0.0f : 1.0f,
+                    c + i * M * N + j0, static_cast<int>(N));
       }
-      cblas_sgemm(CblasRowMajor, a.transposed ? CblasTrans : CblasNoTrans,
-                  w_transposed ? CblasTrans : CblasNoTrans, static_cast<int>(M),
-                  static_cast<int>(cols), static_cast<int>(K), 1.0f, a.data + i * M * K,
-                  lda, panel.get(), static_cast<int>(w_transposed ? K : cols), 0.0f,
-                  c + i * M * N + j0, static_cast<int>(N));
+    }
+  }
+}
+
+// Whether SmallMDot takes an [M, K] x [K, N] product: one row always (sgemv
+// or, for bf16, GemmSmallM); up to the measured crossovers of
+// gemm_small_m.h for float32 weights, or bf16 weights used in place. Other
+// weight dtypes in place keep the widening-by-panels path.
+bool UseSmallM(int64_t M, DType rhs_dtype, bool rhs_in_place) {
+  const bool f32_or_bf16 = rhs_dtype == DType::kFloat32 || rhs_dtype == DType::kBFloat16;
+  if (M == 1) return f32_or_bf16 || !rhs_in_place;
+  if (rhs_dtype == DType::kBFloat16 && rhs_in_place) return M <= kSmallMMaxBFloat16;
+  if (rhs_dtype == DType::kFloat32 || !rhs_in_place) return M <= kSmallMMaxFloat32;
+  return false;
+}
+
+// C[B, M, N] for a small M (UseSmallM): sgemv for one row of float32 weights,
+// GemmSmallM otherwise. The weights are used in place when float32, or
+// bfloat16 in either layout (`rhs_natural` / `rhs_swapped` as in
+// PrepareOperand); others (a permuted rhs) are first made a float32 copy.
+void SmallMDot(const Operand& a, int64_t B, int64_t M, int64_t K, int64_t N, const Tensor& rhs,
+               const std::vector<int64_t>& rhs_natural, const std::vector<int64_t>& rhs_swapped,
+               float* c) {
+  Operand b;
+  SmallMWeights w;
+  int64_t w_elem = 4;
+  if (rhs.dtype() == DType::kBFloat16 && (IsIdentity(rhs_natural) || IsIdentity(rhs_swapped))) {
+    w = {rhs.raw_data(), DType::kBFloat16, !IsIdentity(rhs_natural)};
+    w_elem = 2;
+  } else {
+    b = PrepareOperand(rhs, rhs_natural, rhs_swapped);
+    w = {b.data, DType::kFloat32, b.transposed};
+  }
+  // The kernels read A as row-major [M, K]; a transposed A ([K, M]) is
+  // copied (M x K is small next to the weight). For M = 1 both are the same.
+  std::vector<float> a_rows;
+  if (a.transposed && M > 1) {
+    a_rows.resize(static_cast<size_t>(B * M * K));
+    const int64_t perm[] = {0, 2, 1};
+    const int64_t shape[] = {B, K, M};
+    TransposeBytes(reinterpret_cast<const char*>(a.data), shape, perm, sizeof(float),
+                   reinterpret_cast<char*>(a_rows.data()));
+  }
+  const float* a_data = a_rows.empty() ? a.data : a_rows.data();
+  const int threads = BlasThreads();
+  for (int64_t i = 0; i < B; ++i) {
+    const float* ai = a_data + i * M * K;
+    const void* wi = static_cast<const char*>(w.data) + i * K * N * w_elem;
+    if (M == 1 && w.dtype == DType::kFloat32) {
+      // Row-major W [K, N]: c = W^T a; W [N, K]: c = W a.
+      cblas_sgemv(CblasRowMajor, w.transposed ? CblasNoTrans : CblasTrans,
+                  static_cast<int>(w.transposed ? N : K), static_cast<int>(w.transposed ? K : N),
+                  1.0f, static_cast<const float*>(wi), static_cast<int>(w.transposed ? K : N), ai,
+                  1, 0.0f, c + i * N, 1);
+    } else {
+      GemmSmallM(ai, M, K, {wi, w.dtype, w.transposed}, N, c + i * M * N, threads,
+                 DefaultSmallMIsa());
     }
   }
 }
@@ -209,8 +291,12 @@ absl::StatusOr<Tensor> DotGeneral(const Tensor& lhs, const Tensor& rhs,
                                    Concat({lhs_batch, lhs_contracting, lhs_free}));
   const std::vector<int64_t> rhs_natural = Concat({rhs_batch, rhs_contracting, rhs_free});
   const std::vector<int64_t> rhs_swapped = Concat({rhs_batch, rhs_free, rhs_contracting});
-  if (rhs.dtype() != DType::kFloat32 &&
-      (IsIdentity(rhs_natural) || IsIdentity(rhs_swapped))) {
+  const bool rhs_in_place = IsIdentity(rhs_natural) || IsIdentity(rhs_swapped);
+  if (UseSmallM(M, rhs.dtype(), rhs_in_place)) {
+    SmallMDot(a, B, M, K, N, rhs, rhs_natural, rhs_swapped, out.data<float>());
+    return FinishFloat32(std::move(out), out_dtype);
+  }
+  if (rhs.dtype() != DType::kFloat32 && rhs_in_place) {
     GemmWideningRhsByPanels(a, B, M, K, N, rhs, !IsIdentity(rhs_natural),
                             out.data<float>());
     return FinishFloat32(std::move(out), out_dtype);

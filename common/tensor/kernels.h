@@ -9,7 +9,8 @@
 //   DotGeneral  jax.lax.dot_general(lhs, rhs, ((lc, rc), (lb, rb)))
 //               result dims = batch dims (in lhs_batch order), then lhs free
 //               dims, then rhs free dims (each in original order).
-//               Implemented as [B, M, K] x [B, K, N] with cblas_sgemm per batch;
+//               Implemented as [B, M, K] x [B, K, N] per batch, the kernel
+//               chosen by shape (sgemv, GemmSmallM or sgemm: dot_general.cc);
 //               operands already in (or transposed from) that layout are used
 //               in place through the transpose flags, others are permuted once.
 //               A non-float32 rhs in place (bf16 weights) is widened one panel

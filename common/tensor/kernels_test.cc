@@ -173,8 +173,9 @@ TEST(DotGeneralTest, LargerGemmMatchesNaive) {
 }
 
 TEST(DotGeneralTest, NarrowWeightsAreWidenedByPanels) {
-  // K = 129 gives panels of 4064 columns: N = 8200 is three panels (the last
-  // ragged), in the [K, N] and the transposed [N, K] layout, batched too.
+  // N = 8200 is 17 blocks of columns (the last ragged), in the [K, N] and the
+  // transposed [N, K] layout, batched too. (M = 3 bf16 weights take the
+  // small-M kernel since issue 9; f16 and f64 still widen by blocks.)
   std::mt19937 rng(7);
   for (DType wt : {DType::kBFloat16, DType::kFloat16, DType::kFloat64}) {
     SCOPED_TRACE(std::string(DTypeName(wt)));
@@ -186,6 +187,54 @@ TEST(DotGeneralTest, NarrowWeightsAreWidenedByPanels) {
   ExpectDotMatches(Random(DType::kBFloat16, {2, 129, 3}, &rng),
                    Random(DType::kBFloat16, {2, 129, 4100}, &rng), {1}, {1}, {0}, {0},
                    DType::kBFloat16);
+}
+
+TEST(DotGeneralTest, EveryShapeClassMatchesNaive) {
+  // M = 1 (sgemv), 2..16 (GemmSmallM), 17 and 33 (sgemm); weights float32 or
+  // bfloat16, in [K, N] and transposed [N, K], odd N and K; lhs transposed too.
+  std::mt19937 rng(8);
+  for (int64_t m : {1, 2, 3, 7, 8, 15, 16, 17, 33}) {
+    for (DType wt : {DType::kFloat32, DType::kBFloat16}) {
+      SCOPED_TRACE(::testing::Message() << "M=" << m << " " << DTypeName(wt));
+      const Tensor x = Random(DType::kFloat32, {m, 37}, &rng);
+      const Tensor xt = Random(DType::kFloat32, {37, m}, &rng);
+      ExpectDotMatches(x, Random(wt, {37, 51}, &rng), {1}, {0}, {}, {});
+      ExpectDotMatches(x, Random(wt, {51, 37}, &rng), {1}, {1}, {}, {});
+      ExpectDotMatches(xt, Random(wt, {37, 51}, &rng), {0}, {0}, {}, {});
+      ExpectDotMatches(xt, Random(wt, {51, 37}, &rng), {0}, {1}, {}, {});
+    }
+  }
+}
+
+TEST(DotGeneralTest, BatchedSmallMAndPermutedWeights) {
+  std::mt19937 rng(9);
+  for (DType wt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+    for (int64_t m : {1, 5}) {
+      SCOPED_TRACE(::testing::Message() << "M=" << m << " " << DTypeName(wt));
+      // 'bmk,bkn->bmn' and 'bmk,bnk->bmn' (weights in place), 'bmk,kbn->bmn' (permuted).
+      const Tensor x = Random(DType::kFloat32, {3, m, 19}, &rng);
+      ExpectDotMatches(x, Random(wt, {3, 19, 23}, &rng), {2}, {1}, {0}, {0});
+      ExpectDotMatches(x, Random(wt, {3, 23, 19}, &rng), {2}, {2}, {0}, {0});
+      ExpectDotMatches(x, Random(wt, {19, 3, 23}, &rng), {2}, {0}, {0}, {1});
+      // Transposed lhs 'bkm,bkn->bmn'.
+      ExpectDotMatches(Random(DType::kFloat32, {3, 19, m}, &rng), Random(wt, {3, 19, 23}, &rng),
+                       {1}, {1}, {0}, {0});
+    }
+  }
+}
+
+TEST(DotGeneralTest, WideningBlocksSplitKAndN) {
+  // M = 20 takes the widening path for bf16 and f16 weights; K = 1100 is three
+  // row blocks (512, 512, 76: beta = 1 after the first), N = 600 two column blocks.
+  std::mt19937 rng(10);
+  for (DType wt : {DType::kBFloat16, DType::kFloat16}) {
+    SCOPED_TRACE(std::string(DTypeName(wt)));
+    const Tensor x = Random(DType::kFloat32, {20, 1100}, &rng);
+    ExpectDotMatches(x, Random(wt, {1100, 600}, &rng), {1}, {0}, {}, {});
+    ExpectDotMatches(x, Random(wt, {600, 1100}, &rng), {1}, {1}, {}, {});
+    ExpectDotMatches(Random(DType::kFloat32, {1100, 20}, &rng), Random(wt, {1100, 600}, &rng),
+                     {0}, {0}, {}, {});
+  }
 }
 
 TEST(DotGeneralTest, EmptyContractionGivesZeros) {
