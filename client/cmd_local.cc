@@ -1,7 +1,7 @@
 // `meshserve local`: a whole cluster on this machine, on loopback.
 //
 //   meshserve local --workers N --model_dir DIR [--port P] [--host H]
-//       [--log_dir D] [--ready_timeout_s S] [--then "COMMAND"] [--verbose]
+//       [--log_dir D] [--ready_timeout_s S] [--http_port P] [--then "COMMAND"] [--verbose]
 //
 // Starts `meshserve-coordinator --host H --port P --model_dir DIR
 // --min_workers N` and N `meshserve-worker --port 0 --coordinator H:P`
@@ -239,7 +239,7 @@ int RunThen(const std::string& command, const std::string& target) {
 
 constexpr char kLocalUsage[] =
     "local --workers N --model_dir DIR [--port P] [--host 127.0.0.1] [--log_dir D] "
-    "[--ready_timeout_s S] [--then \"COMMAND\"] [--verbose]";
+    "[--ready_timeout_s S] [--http_port P] [--then \"COMMAND\"] [--verbose]";
 
 int LocalUsageError(const absl::Status& status) {
   std::fprintf(stderr, "meshserve local: %s\nusage: meshserve %s\n",
@@ -255,6 +255,7 @@ int RunLocal(int argc, char** argv) {
                               {"host", FlagDef::kValue, false},
                               {"log_dir", FlagDef::kValue, false},
                               {"ready_timeout_s", FlagDef::kValue, false},
+                              {"http_port", FlagDef::kValue, false},
                               {"then", FlagDef::kValue, false},
                               {"verbose", FlagDef::kBool, false}});
   if (!args.ok()) return LocalUsageError(args.status());
@@ -267,6 +268,8 @@ int RunLocal(int argc, char** argv) {
   if (!port.ok()) return LocalUsageError(port.status());
   auto ready_timeout_s = args->GetInt("ready_timeout_s", 180, 1, 86400);
   if (!ready_timeout_s.ok()) return LocalUsageError(ready_timeout_s.status());
+  auto http_port = args->GetInt("http_port", 0, 0, 65535);  // the coordinator's; 0: off
+  if (!http_port.ok()) return LocalUsageError(http_port.status());
   std::string model_dir = args->Get("model_dir");
   struct stat st;
   if (stat(model_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
@@ -313,7 +316,7 @@ int RunLocal(int argc, char** argv) {
   absl::Status started =
       start("coordinator", {coordinator_bin, "--host", host, "--port", absl::StrCat(*port),
                             "--model_dir", model_dir, "--min_workers",
-                            absl::StrCat(*workers)});
+                            absl::StrCat(*workers), "--http_port", absl::StrCat(*http_port)});
   std::printf("meshserve local: coordinator %s pid %d, logs in %s\n", target.c_str(),
               children.back()->pid, log_dir.c_str());
   for (int64_t w = 0; started.ok() && w < *workers; ++w) {
