@@ -1,7 +1,7 @@
 // `meshserve local`: a whole cluster on this machine, on loopback.
 //
 //   meshserve local --workers N --model_dir DIR [--port P] [--host H]
-//       [--log_dir D] [--ready_timeout_s S] [--then "COMMAND"] [--verbose]
+//       [--log_dir D] [--ready_timeout_s S] [--http_port P] [--then "COMMAND"] [--verbose]
 //
 // Starts `meshserve-coordinator --host H --port P --model_dir DIR
 // --min_workers N` and N `meshserve-worker --port 0 --coordinator H:P`
@@ -241,12 +241,13 @@ int RunThen(const std::string& command, const std::string& target) {
 
 constexpr char kLocalUsage[] =
     "local --workers N --model_dir DIR [--port P] [--host 127.0.0.1] [--log_dir D] "
-    "[--ready_timeout_s S] [--then \"COMMAND\"] [--verbose]";
+    "[--ready_timeout_s S] [--http_port P] [--then \"COMMAND\"] [--verbose]";
 
 struct LocalOptions {
   int64_t workers = 1;
   int64_t port = 8500;
   int64_t ready_timeout_s = 180;
+  int64_t http_port = 0;  // the coordinator's --http_port; 0: off
   std::string model_dir;
   std::string host;
   std::string target;  // host:port
@@ -262,6 +263,7 @@ absl::StatusOr<LocalOptions> LocalOptionsFromFlags(const CliArgs& args) {
   MS_ASSIGN_OR_RETURN(o.workers, args.GetInt("workers", 1, 1, 256));
   MS_ASSIGN_OR_RETURN(o.port, args.GetInt("port", 8500, 1, 65535));
   MS_ASSIGN_OR_RETURN(o.ready_timeout_s, args.GetInt("ready_timeout_s", 180, 1, 86400));
+  MS_ASSIGN_OR_RETURN(o.http_port, args.GetInt("http_port", 0, 0, 65535));
   o.model_dir = args.Get("model_dir");
   struct stat st;
   if (stat(o.model_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
@@ -308,7 +310,7 @@ absl::Status StartCluster(const LocalOptions& o, const std::string& bin_dir,
   absl::Status started =
       start("coordinator", {bin_dir + "/meshserve-coordinator", "--host", o.host, "--port",
                             absl::StrCat(o.port), "--model_dir", o.model_dir, "--min_workers",
-                            absl::StrCat(o.workers)});
+                            absl::StrCat(o.workers), "--http_port", absl::StrCat(o.http_port)});
   std::printf("meshserve local: coordinator %s pid %d, logs in %s\n", o.target.c_str(),
               children.back()->pid, o.log_dir.c_str());
   for (int64_t w = 0; started.ok() && w < o.workers; ++w) {
@@ -402,6 +404,7 @@ MS_REGISTER_COMMAND(FlagCommand{
      {"host"},
      {"log_dir"},
      {"ready_timeout_s"},
+     {"http_port"},
      {"then"},
      {"verbose", FlagDef::kBool}},
     RunLocal,

@@ -11,9 +11,10 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev
+  nlohmann-json3-dev libcpp-httplib-dev
   python3 python3-numpy python3-grpcio
   python3-protobuf
+  curl prometheus chromium
   clang libclang-rt-14-dev
 )
 

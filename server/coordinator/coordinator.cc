@@ -149,8 +149,10 @@ void Coordinator::ProbeSuspects() {
 }
 
 // Loads `placement` on each of its workers in parallel.
-absl::Status Coordinator::LoadPlacement(const ModelFile& model, const Placement& placement) {
+absl::Status Coordinator::LoadPlacement(const ModelFile& model, const Placement& placement,
+                                        int64_t* resident_bytes) {
   std::vector<int64_t> ids = placement.WorkerIds();
+  std::atomic<int64_t> bytes{0};
   std::vector<absl::Status> results = ParallelCall(ids, [&](int64_t id) {
     LoadModelIr call;
     call.model = placement.model;
@@ -163,11 +165,12 @@ absl::Status Coordinator::LoadPlacement(const ModelFile& model, const Placement&
     call.worker_addresses = placement.worker_addresses;
     absl::StatusOr<std::shared_ptr<WorkerClient>> client =
         Client(id, placement.worker_addresses.at(id));
-    absl::Status result = client.ok()
-                              ? (*client)->LoadModel(call, options_.load_timeout).status()
-                              : client.status();
-    return AnnotateStatus(result, "LoadModel on worker ", id);
+    absl::StatusOr<int64_t> result =
+        client.ok() ? (*client)->LoadModel(call, options_.load_timeout) : client.status();
+    if (result.ok()) bytes += *result;
+    return AnnotateStatus(result.status(), "LoadModel on worker ", id);
   });
+  *resident_bytes = bytes;
   for (size_t i = 0; i < ids.size(); ++i) {
     if (results[i].ok()) continue;
     if (IsWorkerFailure(results[i])) registry_.MarkSuspect(ids[i]);
@@ -228,7 +231,12 @@ void Coordinator::PlaceModel(const std::string& name, const ModelFile& model,
     next->generation = next_generation_++;
   }
   MS_LOG(INFO) << "placing model '" << name << "': " << next->ToString();
-  absl::Status loaded = LoadPlacement(model, *next);
+  const absl::Time load_start = absl::Now();
+  int64_t resident_bytes = 0;
+  absl::Status loaded = LoadPlacement(model, *next, &resident_bytes);
+  metrics_.placement_seconds.Observe({name}, absl::ToDoubleSeconds(absl::Now() - load_start));
+  metrics_.placement_events.Increment({name, loaded.ok() ? "loaded" : "failed"});
+  metrics_.placement_bytes.Increment({name}, loaded.ok() ? resident_bytes : 0);
   absl::MutexLock lock(&mu_);
   ModelEntry& entry = models_[name];
   if (!loaded.ok()) {

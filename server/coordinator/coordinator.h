@@ -62,6 +62,7 @@
 #include "absl/time/time.h"
 #include "common/model/model_file.h"
 #include "server/compiler/model_compiler.h"
+#include "server/coordinator/coordinator_metrics.h"
 #include "server/coordinator/infer_request.h"
 #include "server/coordinator/placement.h"
 #include "server/coordinator/program_cache.h"
@@ -142,6 +143,7 @@ class Coordinator {
 
   const CoordinatorOptions& options() const { return options_; }
   WorkerRegistry& registry() { return registry_; }
+  CoordinatorMetrics& metrics() { return metrics_; }
 
  private:
   struct ModelEntry {
@@ -163,7 +165,9 @@ class Coordinator {
   void PlaceModel(const std::string& name, const ModelFile& model,
                   const std::vector<WorkerInfo>& live)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(control_mu_);
-  absl::Status LoadPlacement(const ModelFile& model, const Placement& placement);
+  // Sets *resident_bytes to the param bytes its workers now hold.
+  absl::Status LoadPlacement(const ModelFile& model, const Placement& placement,
+                             int64_t* resident_bytes);
   void UnloadRetired() ABSL_EXCLUSIVE_LOCKS_REQUIRED(control_mu_);
   absl::StatusOr<std::shared_ptr<WorkerClient>> Client(int64_t worker_id,
                                                        const std::string& address);
@@ -171,11 +175,15 @@ class Coordinator {
   // \error kNotFound (unknown), kFailedPrecondition (its load error).
   absl::StatusOr<std::shared_ptr<const ModelFile>> ServableModel(const std::string& name) const
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Infer without the metrics: validation and the retry loop.
+  absl::StatusOr<InferResponse> InferAttempts(const InferRequest& request,
+                                              InferRecorder* recorder);
   // One attempt of Infer: the request's calls (BuildCalls), ExecuteAll, then
   // AssembleResponse. Sets *failed_worker to a worker whose failure failed it.
   absl::StatusOr<InferResponse> RunOnce(const ValidatedRequest& v, const InferRequest& request,
                                         const Placement& placement,
-                                        const CompiledPlan& plan, int64_t* failed_worker);
+                                        const CompiledPlan& plan, int64_t* failed_worker,
+                                        InferRecorder* recorder);
   // Runs every call at once (fan_out.h); the first failure cancels the others.
   absl::StatusOr<std::map<int64_t, ExecuteResult>> ExecuteAll(
       const Placement& placement, const std::string& request_id, absl::Duration timeout,
@@ -197,6 +205,7 @@ class Coordinator {
   int64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
 
   ProgramCache program_cache_;
+  CoordinatorMetrics metrics_;
 
   absl::Mutex clients_mu_;
   std::map<int64_t, std::pair<std::string, std::shared_ptr<WorkerClient>>> clients_

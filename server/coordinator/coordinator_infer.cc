@@ -24,6 +24,16 @@ std::string Coordinator::NextRequestId(const std::string& client_id) {
 }
 
 absl::StatusOr<InferResponse> Coordinator::Infer(const InferRequest& request) {
+  // Unknown names count under model="": a series per typo would grow unbounded.
+  const bool known = !absl::IsNotFound(ServableModel(request.model).status());
+  InferRecorder recorder(&metrics_, known ? request.model : "", request.id);
+  absl::StatusOr<InferResponse> response = InferAttempts(request, &recorder);
+  recorder.Finish(response.status());
+  return response;
+}
+
+absl::StatusOr<InferResponse> Coordinator::InferAttempts(const InferRequest& request,
+                                                         InferRecorder* recorder) {
   MS_ASSIGN_OR_RETURN(std::shared_ptr<const ModelFile> model, ServableModel(request.model));
   MS_ASSIGN_OR_RETURN(ValidatedRequest v, ValidateInferRequest(std::move(model), request));
   absl::Status last;
@@ -37,7 +47,8 @@ absl::StatusOr<InferResponse> Coordinator::Infer(const InferRequest& request) {
     absl::StatusOr<std::shared_ptr<const CompiledPlan>> plan =
         program_cache_.GetOrCompile(v, placement);
     absl::StatusOr<InferResponse> response =
-        plan.ok() ? RunOnce(v, request, *placement, **plan, &failed_worker) : plan.status();
+        plan.ok() ? RunOnce(v, request, *placement, **plan, &failed_worker, recorder)
+                  : plan.status();
     if (response.ok() || !absl::IsUnavailable(response.status()) || attempt == 1) {
       return response;
     }
@@ -68,6 +79,12 @@ absl::StatusOr<InferResponse> Coordinator::Infer(const InferRequest& request) {
 }
 
 namespace {
+
+int64_t SliceBytes(const std::vector<SliceIr>& slices) {
+  int64_t n = 0;
+  for (const SliceIr& s : slices) n += static_cast<int64_t>(s.data.size());
+  return n;
+}
 
 // One Execute per worker with all of its input slices.
 absl::StatusOr<std::map<int64_t, ExecuteCall>> BuildCalls(
@@ -168,13 +185,20 @@ absl::StatusOr<InferResponse> Coordinator::RunOnce(const ValidatedRequest& v,
                                                    const InferRequest& request,
                                                    const Placement& placement,
                                                    const CompiledPlan& plan,
-                                                   int64_t* failed_worker) {
+                                                   int64_t* failed_worker,
+                                                   InferRecorder* recorder) {
   const std::string request_id = NextRequestId(request.id);
   const absl::Duration timeout =
       request.timeout > absl::ZeroDuration() ? request.timeout : options_.execute_timeout;
   MS_ASSIGN_OR_RETURN(auto calls, BuildCalls(plan, v.inputs, request_id, timeout));
+  int64_t bytes_in = 0;
+  for (const auto& [worker, call] : calls) bytes_in += SliceBytes(call.inputs);
+  recorder->ComputeStarted();
   MS_ASSIGN_OR_RETURN(auto by_worker, ExecuteAll(placement, request_id, timeout,
                                                  std::move(calls), failed_worker));
+  int64_t bytes_out = 0;
+  for (const auto& [worker, result] : by_worker) bytes_out += SliceBytes(result.outputs);
+  recorder->ComputeDone(bytes_in, bytes_out);
   return AssembleResponse(v, request, placement, plan, by_worker);
 }
 

@@ -5,7 +5,8 @@
 // Order: BLAS kernel choice (may re-exec), flags, serve WorkerService, register
 // with the coordinator and heartbeat; prints
 //   meshserve-worker ready id=<id> address=<addr> blas=<core>
-// on stdout once registered (id=-1 without --coordinator). SIGTERM/SIGINT: a
+// on stdout once registered (id=-1 without --coordinator). --http_port P serves
+// Prometheus /metrics on P. SIGTERM/SIGINT: a
 // draining heartbeat; it keeps serving until the coordinator has moved its
 // models away (at most 10 s; at once when the coordinator is gone), then exits.
 #include <signal.h>
@@ -28,6 +29,7 @@
 #include "absl/time/time.h"
 #include "common/base/flags_usage.h"
 #include "common/base/logging.h"
+#include "common/metrics/http_endpoint.h"
 #include "common/tensor/blas.h"
 #include "server/worker/grpc_peer_transport.h"
 #include "server/worker/membership_client.h"
@@ -43,6 +45,7 @@ ABSL_FLAG(std::string, advertise, "",
 ABSL_FLAG(std::string, coordinator, "", "Coordinator HOST:PORT to register with.");
 ABSL_FLAG(int, cores, 0, "Cores this worker may use (0 = all of the machine's).");
 ABSL_FLAG(int, threads, 0, "OpenBLAS threads (0 = cores / 2, at least 1).");
+ABSL_FLAG(int, http_port, 0, "Port serving Prometheus /metrics over HTTP (0 = off).");
 
 namespace meshserve {
 namespace {
@@ -101,6 +104,13 @@ int Run() {
   if (!server.ok()) {
     std::cerr << "meshserve-worker: " << server.status() << "\n";
     return 1;
+  }
+  HttpEndpoint http(&GlobalMetricRegistry());  // the counters of worker_service.cc
+  if (absl::GetFlag(FLAGS_http_port) > 0) {
+    if (absl::Status s = http.Start(host, absl::GetFlag(FLAGS_http_port)); !s.ok()) {
+      std::cerr << "meshserve-worker: " << s << "\n";
+      return 1;
+    }
   }
   const std::string address = AdvertisedAddress(host, server->port);
   service.set_address(address);

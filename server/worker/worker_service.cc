@@ -5,7 +5,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/base/status_util.h"
+#include "common/metrics/metric_registry.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -16,13 +18,42 @@
 namespace meshserve {
 namespace {
 
+// This process's worker metrics (GlobalMetricRegistry: worker_main serves it).
+struct WorkerMetrics {
+  MetricRegistry& r = GlobalMetricRegistry();
+  Counter& calls = r.AddCounter("meshserve_worker_calls_total",
+                                "WorkerService calls by method and result.", {"method", "result"});
+  Histogram& seconds = r.AddHistogram(
+      "meshserve_worker_call_duration_seconds",
+      "WorkerService call time by method (Execute: the program's GEMMs and transfers).",
+      {"method"});
+  Counter& received_bytes = r.AddCounter("meshserve_worker_received_bytes_total",
+                                         "Slice bytes received from peer workers (PushData).");
+};
+WorkerMetrics& Metrics() {
+  static WorkerMetrics* const metrics = new WorkerMetrics();
+  return *metrics;
+}
+// Registered at start-up, so /metrics lists the families before the first call.
+[[maybe_unused]] const WorkerMetrics& registered_at_start = Metrics();
+
+// `work`, counted and timed as `method`.
+template <typename Work>
+absl::Status Measured(const char* method, Work& work) {
+  const absl::Time start = absl::Now();
+  absl::Status status = work();
+  Metrics().calls.Increment({method, status.ok() ? "ok" : "error"});
+  Metrics().seconds.Observe({method}, absl::ToDoubleSeconds(absl::Now() - start));
+  return status;
+}
+
 // Runs `work` on the pool and finishes the call with its status.
 template <typename Work>
 grpc::ServerUnaryReactor* RunOnPool(grpc::CallbackServerContext* context, ThreadPool* pool,
-                                    Work work) {
+                                    const char* method, Work work) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  pool->Schedule([reactor, work = std::move(work)]() mutable {
-    reactor->Finish(ToGrpcStatus(work()));
+  pool->Schedule([reactor, method, work = std::move(work)]() mutable {
+    reactor->Finish(ToGrpcStatus(Measured(method, work)));
   });
   return reactor;
 }
@@ -45,6 +76,7 @@ class PushDataReactor final : public grpc::ServerReadReactor<DataChunk> {
       return;
     }
     ++chunks_;
+    Metrics().received_bytes.Increment({}, chunk_.data().size());
     StartRead(&chunk_);
   }
   void OnDone() override { delete this; }
@@ -66,7 +98,7 @@ void WorkerServiceImpl::set_address(std::string address) {
 grpc::ServerUnaryReactor* WorkerServiceImpl::LoadModel(grpc::CallbackServerContext* context,
                                                        const LoadModelRequest* request,
                                                        LoadModelResponse* response) {
-  return RunOnPool(context, pool_, [this, request, response]() {
+  return RunOnPool(context, pool_, "LoadModel", [this, request, response]() {
     return worker_->LoadModel(*request, response);
   });
 }
@@ -74,20 +106,21 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::LoadModel(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* WorkerServiceImpl::UnloadModel(grpc::CallbackServerContext* context,
                                                          const UnloadModelRequest* request,
                                                          UnloadModelResponse* response) {
-  return RunOnPool(context, pool_, [this, request]() { return worker_->UnloadModel(*request); });
+  return RunOnPool(context, pool_, "UnloadModel",
+                   [this, request]() { return worker_->UnloadModel(*request); });
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::InstallProgram(
     grpc::CallbackServerContext* context, const InstallProgramRequest* request,
     InstallProgramResponse* response) {
-  return RunOnPool(context, pool_,
+  return RunOnPool(context, pool_, "InstallProgram",
                    [this, request]() { return worker_->InstallProgram(request->program()); });
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::Execute(grpc::CallbackServerContext* context,
                                                      const ExecuteRequest* request,
                                                      ExecuteResponse* response) {
-  return RunOnPool(context, pool_, [this, request, response]() {
+  return RunOnPool(context, pool_, "Execute", [this, request, response]() {
     // The request message belongs to this call and is not otherwise used:
     // the core moves the input bytes out of it instead of copying them.
     return worker_->Execute(const_cast<ExecuteRequest*>(request), response);

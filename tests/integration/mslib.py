@@ -64,7 +64,7 @@ class LocalCluster:
     """`meshserve local` in its own process group; stdout read by a thread."""
 
     def __init__(self, bin_dir, workers, model_dir, log_dir, ready_timeout_s=180,
-                 require_ready=True):
+                 require_ready=True, extra_args=()):
         self.port = free_port()
         self.target = "127.0.0.1:%d" % self.port
         self.lines = []
@@ -75,6 +75,7 @@ class LocalCluster:
                "--model_dir", model_dir, "--port", str(self.port), "--log_dir", log_dir,
                # Not requiring ready: the launcher must keep serving anyway.
                "--ready_timeout_s", str(ready_timeout_s if require_ready else 3600)]
+        cmd += list(extra_args)
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, start_new_session=True)
         _PROCS.append(self.proc)

@@ -37,10 +37,6 @@ VALIDATOR = os.path.join(e2e.HERE, "test_k8s_manifests.mjs")
 BINARIES = ("meshserve-coordinator", "meshserve-worker")
 # The compose file's roles (deploy/entrypoint.sh) -> binaries.
 ROLES = {"coordinator": "meshserve-coordinator", "worker": "meshserve-worker"}
-# Flags the HTTP half of issue 10 adds on another branch: until a binary's
-# --help has one, passing it is noted, not failed; once it has, it is checked
-# like any other flag.
-PENDING_FLAGS = {"http_port"}
 
 
 def npm_prefix(bin_dir):
@@ -90,10 +86,6 @@ def parse_flags(args):
 
 def check_flags_exist(c, where, binary, flags, known):
     for name in flags:
-        if name in PENDING_FLAGS and name not in known[binary]:
-            print("  note %s: --%s not in %s --help yet (issue 10's HTTP half)" % (
-                where, name, binary), flush=True)
-            continue
         c.check(name in known[binary], "%s: --%s is a flag of %s" % (where, name, binary),
                 "    %s --help has %s" % (binary, sorted(known[binary])))
 

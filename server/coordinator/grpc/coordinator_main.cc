@@ -6,7 +6,9 @@
 // Prints "meshserve-coordinator listening on HOST:PORT" once bound and, once
 // every loadable model is placed and servable, one line
 // "meshserve-coordinator ready port=PORT models=N workers=M" (launchers wait
-// for "ready"). Exits cleanly on SIGINT/SIGTERM.
+// for "ready"). With --http_port P it also serves HTTP on P (KServe v2 REST,
+// /metrics, the status page; server/coordinator/http/) and prints
+// "meshserve-coordinator http on HOST:P". Exits cleanly on SIGINT/SIGTERM.
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -19,6 +21,7 @@
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/grpc/coordinator_server.h"
 #include "server/coordinator/grpc/grpc_worker_client.h"
+#include "server/coordinator/http/http_server.h"
 #include "server/compiler/jax_model_compiler.h"
 
 ABSL_FLAG(int, port, 8500, "port to listen on (0: pick a free one)");
@@ -26,6 +29,9 @@ ABSL_FLAG(std::string, host, "127.0.0.1", "address to bind (0.0.0.0 in container
 ABSL_FLAG(std::string, model_dir, "", "directory of *.json model files");
 ABSL_FLAG(int, min_workers, 1, "placement waits for this many live workers");
 ABSL_FLAG(int, heartbeat_ms, 500, "worker heartbeat interval; 3 missed = dead");
+ABSL_FLAG(int, http_port, 0,
+          "HTTP port for KServe v2 REST, Prometheus /metrics and the status page at / "
+          "(0: off)");
 
 namespace {
 
@@ -62,6 +68,18 @@ int main(int argc, char** argv) {
     std::cerr << "meshserve-coordinator: " << server.status() << "\n";
     return 1;
   }
+  std::unique_ptr<meshserve::CoordinatorHttpServer> http;
+  if (absl::GetFlag(FLAGS_http_port) > 0) {
+    auto started = meshserve::CoordinatorHttpServer::Start(
+        coordinator->get(), absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_http_port));
+    if (!started.ok()) {
+      std::cerr << "meshserve-coordinator: " << started.status() << "\n";
+      return 1;
+    }
+    http = *std::move(started);
+    std::cout << "meshserve-coordinator http on " << absl::GetFlag(FLAGS_host) << ":"
+              << http->port() << std::endl;
+  }
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   std::cout << "meshserve-coordinator listening on " << (*server)->address() << std::endl;
@@ -85,6 +103,7 @@ int main(int argc, char** argv) {
     }
   }
   std::cout << "meshserve-coordinator stopping" << std::endl;
+  if (http != nullptr) http->Stop();
   (*server)->Shutdown();
   coordinator->reset();
   return 0;

@@ -1,0 +1,49 @@
+// The coordinator's HTTP port (--http_port): KServe v2 REST (rest_handlers.h),
+// Prometheus /metrics (coordinator_metrics.h), the status page at / and its
+// data at /v1/status (status_page.h, status_json.h). Routes only; every
+// handler is one call into RestHandlers or the status functions.
+//
+//   GET  /v2/health/live   /v2/health/ready   /v2
+//   GET  /v2/models/NAME[/versions/V]          /v2/models/NAME[/versions/V]/ready
+//   POST /v2/models/NAME[/versions/V]/infer
+//   GET  /metrics   /   /v1/status
+// Anything else: 404 {"error": "..."}.
+//
+// Thread-safety: handlers run on cpp-httplib's threads and call the
+// thread-safe Coordinator; Start/Stop from the owner's thread. The
+// Coordinator must outlive the server.
+#ifndef MESHSERVE_SERVER_COORDINATOR_HTTP_HTTP_SERVER_H_
+#define MESHSERVE_SERVER_COORDINATOR_HTTP_HTTP_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/metrics/http_endpoint.h"
+#include "server/coordinator/coordinator.h"
+#include "server/coordinator/http/rest_handlers.h"
+
+namespace meshserve {
+
+class CoordinatorHttpServer {
+ public:
+  // Serves on host:port (0: any free port). \error kUnavailable (port taken).
+  static absl::StatusOr<std::unique_ptr<CoordinatorHttpServer>> Start(
+      Coordinator* coordinator, const std::string& host, int port);
+  int port() const { return endpoint_.port(); }
+  void Stop() { endpoint_.Stop(); }
+
+ private:
+  explicit CoordinatorHttpServer(Coordinator* coordinator);
+  void AddRoutes();
+  // Sets the per-worker gauges from the registry (before each scrape).
+  void RefreshWorkerGauges();
+
+  Coordinator* const coordinator_;
+  const RestHandlers rest_;
+  HttpEndpoint endpoint_;
+};
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_SERVER_COORDINATOR_HTTP_HTTP_SERVER_H_
