@@ -97,8 +97,9 @@ absl::Status LinearExample() {
   Print(absl::StrCat("Cheaper by bytes: ",
                      gather_kernel->bytes_moved <= second ? "(1)" : "(2)", " (",
                      gather_kernel->bytes_moved, " vs ", second, " bytes). Its plan:\n"));
-  ShowPlan("  kernel", *kernel, NamedSharding::UncheckedCreate(*mesh, Spec("P(None, None)")),
-           true);
+  absl::StatusOr<ReshardPlan> shown = ShowPlan(
+      "  kernel", *kernel, NamedSharding::UncheckedCreate(*mesh, Spec("P(None, None)")), true);
+  if (!shown.ok()) return shown.status();
   Print("\n");
   return absl::OkStatus();
 }

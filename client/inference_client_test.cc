@@ -1,5 +1,5 @@
-// InferenceClient against an in-process fake coordinator on loopback, plus the
-// flag parser and the describe/type renderings used by the CLI.
+// InferenceClient against an in-process fake coordinator on loopback, HostTensor,
+// DecodeOutputTensor and ParseDims (inference_client.h).
 #include "client/inference_client.h"
 
 #include <cstring>
@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "client/cli_args.h"
 #include "client/cli_format.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -247,79 +246,6 @@ TEST(ParseDimsTest, FormsAndErrors) {
   EXPECT_THAT(ParseDims("8,,2"), StatusIs(absl::StatusCode::kInvalidArgument, "8,,2"));
   EXPECT_THAT(ParseDims("8,-1"), StatusIs(absl::StatusCode::kInvalidArgument, "-1"));
   EXPECT_THAT(ParseDims(""), StatusIs(absl::StatusCode::kInvalidArgument));
-}
-
-absl::StatusOr<CliArgs> ParseArgs(std::vector<std::string> words,
-                                  const std::vector<FlagDef>& defs) {
-  std::vector<char*> argv;
-  for (std::string& w : words) argv.push_back(w.data());
-  return CliArgs::Parse(static_cast<int>(argv.size()), argv.data(), defs);
-}
-
-TEST(CliArgsTest, ParsesFormsRepeatedAndPositional) {
-  std::vector<FlagDef> defs = {{"target", FlagDef::kValue, true},
-                               {"input", FlagDef::kRepeated, false},
-                               {"verbose", FlagDef::kBool, false}};
-  ASSERT_OK_AND_ASSIGN(CliArgs args,
-                       ParseArgs({"infer", "--target=h:1", "MODEL", "--input", "x=a.npy",
-                                  "-input", "y=b.npy", "--verbose"},
-                                 defs));
-  EXPECT_EQ(args.Get("target"), "h:1");
-  EXPECT_THAT(args.GetAll("input"), ElementsAre("x=a.npy", "y=b.npy"));
-  EXPECT_TRUE(args.Has("verbose"));
-  EXPECT_THAT(args.positional(), ElementsAre("MODEL"));
-}
-
-TEST(CliArgsTest, ErrorsNameTheFlag) {
-  std::vector<FlagDef> defs = {{"target", FlagDef::kValue, true},
-                               {"requests", FlagDef::kValue, false}};
-  EXPECT_THAT(ParseArgs({"c", "--target", "t", "--modle", "m"}, defs),
-              StatusIs(absl::StatusCode::kInvalidArgument, "unknown flag --modle"));
-  EXPECT_THAT(ParseArgs({"c"}, defs),
-              StatusIs(absl::StatusCode::kInvalidArgument, "missing required flag --target"));
-  EXPECT_THAT(ParseArgs({"c", "--target"}, defs),
-              StatusIs(absl::StatusCode::kInvalidArgument, "--target needs a value"));
-  EXPECT_THAT(ParseArgs({"c", "--target", "a", "--target", "b"}, defs),
-              StatusIs(absl::StatusCode::kInvalidArgument, "given twice"));
-  ASSERT_OK_AND_ASSIGN(CliArgs args, ParseArgs({"c", "--target", "t", "--requests", "1x"}, defs));
-  EXPECT_THAT(args.GetInt("requests", 1, 1, 100),
-              StatusIs(absl::StatusCode::kInvalidArgument, "--requests: '1x'"));
-  ASSERT_OK_AND_ASSIGN(args, ParseArgs({"c", "--target", "t", "--requests", "0"}, defs));
-  EXPECT_THAT(args.GetInt("requests", 1, 1, 100),
-              StatusIs(absl::StatusCode::kInvalidArgument, "outside [1, 100]"));
-  EXPECT_THAT(SplitNameValue("input", "x.npy"),
-              StatusIs(absl::StatusCode::kInvalidArgument, "--input: 'x.npy'"));
-}
-
-TEST(TypeFromSpecTest, TypeStringAndVisualization) {
-  ASSERT_OK_AND_ASSIGN(OutputType type,
-                       TypeFromSpec(DType::kFloat32, {16, 32}, "mesh[data=8]", "P(None, 'data')"));
-  EXPECT_EQ(type.type_str, "float32[16,32@data]");
-  EXPECT_THAT(type.visualization, HasSubstr("CPU 7"));
-  EXPECT_THAT(TypeFromSpec(DType::kFloat32, {16, 32}, "mesh[data=8]", "P('nope')"),
-              StatusIs(absl::StatusCode::kInvalidArgument, "nope"));
-}
-
-TEST(FormatStatusTest, ListsWorkersAndModels) {
-  ClusterStatusResponse response;
-  auto* w = response.add_workers();
-  w->set_worker_id(3);
-  w->set_address("127.0.0.1:4000");
-  w->set_healthy(true);
-  w->set_blas_core("SkylakeX");
-  auto* p = w->add_placements();
-  p->set_model("linear");
-  p->add_devices(3);
-  p->add_coords("data=3");
-  auto* m = response.add_models();
-  m->set_name("linear");
-  m->set_state("ready");
-  m->set_mesh("mesh[data=8]");
-  std::string text = FormatStatus(response);
-  EXPECT_THAT(text, HasSubstr("workers: 1"));
-  EXPECT_THAT(text, HasSubstr("worker 3  127.0.0.1:4000  healthy  blas=SkylakeX"));
-  EXPECT_THAT(text, HasSubstr("coords [data=3]"));
-  EXPECT_THAT(text, HasSubstr("linear  ready  mesh[data=8]"));
 }
 
 }  // namespace

@@ -65,8 +65,12 @@ TEST(RulesCasesTest, PublicCasesMatchExpectations) {
     } else {
       ASSERT_FALSE(got.contains("error")) << cases[i]["id"];
       EXPECT_EQ(CanonSpec(got["spec"]), CanonSpec(expect["spec"])) << cases[i]["id"];
-      if (expect.contains("type_str")) EXPECT_EQ(got["type_str"], expect["type_str"]);
-      if (expect.contains("unreduced")) EXPECT_EQ(got["unreduced"], expect["unreduced"]);
+      if (expect.contains("type_str")) {
+        EXPECT_EQ(got["type_str"], expect["type_str"]);
+      }
+      if (expect.contains("unreduced")) {
+        EXPECT_EQ(got["unreduced"], expect["unreduced"]);
+      }
       // The printed type string is the sharding core's ArrayType::ToString.
       EXPECT_EQ(got["type_str"].get<std::string>(), outcomes[i].result->ToString());
     }

@@ -1,5 +1,5 @@
 // The program IR survives a round trip through the generated messages
-// (program_proto.h), and through the core types (ir_conv.h).
+// (program_proto.h).
 #include "common/program/program_proto.h"
 
 #include <string>
@@ -17,7 +17,6 @@
 namespace meshserve {
 namespace {
 
-using ::meshserve::testing::IsOkAndHolds;
 using ::meshserve::testing::StatusIs;
 using ::testing::ElementsAre;
 using namespace ::meshserve::program_testing;  // NOLINT
@@ -166,24 +165,6 @@ TEST(ProgramProtoTest, WorkerStatusRoundTripsThroughProto) {
   EXPECT_EQ(back.models[0].param_bytes, 1024);
   EXPECT_EQ(back.programs, 3);
   EXPECT_EQ(back.requests_served, 9);
-}
-
-TEST(IrConvTest, CoreTypesRoundTripThroughTheIr) {
-  const Box box{{1, 3}, {0, 8}};
-  EXPECT_EQ(UncheckedBoxFromIr(BoxToIr(box)), box);
-  EXPECT_THAT(BoxFromIr(BoxToIr(box)), IsOkAndHolds(box));
-  EXPECT_THAT(BoxFromIr(BoxIr{{0, 1}, {2}}), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(BoxFromIr(BoxIr{{3}, {2}}), StatusIs(absl::StatusCode::kInvalidArgument));
-  for (DType d : {DType::kFloat32, DType::kBFloat16, DType::kInt32, DType::kInt64,
-                  DType::kFloat16, DType::kFloat64, DType::kInt8, DType::kUInt8,
-                  DType::kBool}) {
-    EXPECT_THAT(DTypeFromProto(DTypeToProto(d)), IsOkAndHolds(d));
-  }
-  EXPECT_EQ(DTypeToProto(DType::kFloat32), FLOAT32);
-  EXPECT_EQ(DTypeToProto(DType::kBool), BOOL);
-  EXPECT_THAT(DTypeFromProto(kWireInvalid), StatusIs(absl::StatusCode::kInvalidArgument));
-  ASSERT_OK_AND_ASSIGN(Mesh mesh, Mesh::Create({{"data", 2}, {"model", 4}}));
-  EXPECT_THAT(MeshFromIr(MeshToIr(mesh)), IsOkAndHolds(mesh));
 }
 
 }  // namespace

@@ -109,8 +109,12 @@ absl::StatusOr<Box> ParseBox(absl::string_view text) {
   }
   s = absl::StripAsciiWhitespace(s.substr(1, s.size() - 2));
   std::vector<Interval> dims;
-  if (s.empty()) return Box();
-  for (absl::string_view part : absl::StrSplit(s, ',')) {
+  // "[]" is the rank-0 box: no intervals. (One return path: GCC 12 reports a
+  // false -Wmaybe-uninitialized inside absl::InlinedVector when an early
+  // `return Box();` moves the empty box into the StatusOr.)
+  std::vector<absl::string_view> parts;
+  if (!s.empty()) parts = absl::StrSplit(s, ',');
+  for (absl::string_view part : parts) {
     part = absl::StripAsciiWhitespace(part);
     std::vector<absl::string_view> ends = absl::StrSplit(part, ':');
     Interval interval;

@@ -7,7 +7,6 @@
 #include "absl/strings/string_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "common/sharding/reshard_strategies.h"
 #include "tests/testing/status_matchers.h"
 
 namespace meshserve {
@@ -121,7 +120,9 @@ TEST(ReshardPlanTest, SenderPreAddsThePartialsItHolds) {
   EXPECT_EQ(plan.bytes_moved, 2 * 8 * 4);
   EXPECT_EQ(plan.lower_bound_bytes, plan.bytes_moved);
   for (const Transfer& t : plan.Transfers()) {
-    if (t.kind == TransferKind::kReduce) EXPECT_EQ(t.src_addends.size(), 1u);
+    if (t.kind == TransferKind::kReduce) {
+      EXPECT_EQ(t.src_addends.size(), 1u);
+    }
   }
 }
 
@@ -157,7 +158,9 @@ TEST(ReshardPlanTest, SeveralDevicesPerWorkerReceiveOnce) {
   EXPECT_EQ(plan.NumNetworkTransfers(), 4);
   EXPECT_EQ(CountKind(plan, TransferKind::kLocalForward), 4);
   for (const Transfer& t : plan.Transfers()) {
-    if (!IsNetworkTransfer(t.kind)) EXPECT_EQ(t.src_worker, t.dst_worker);
+    if (!IsNetworkTransfer(t.kind)) {
+      EXPECT_EQ(t.src_worker, t.dst_worker);
+    }
   }
 }
 
@@ -258,34 +261,6 @@ TEST(ReshardPlanTest, FullAllGatherIsOneGroupPerShardAndSide) {
     edges.insert({t.src_device, t.dst_device});
   }
   EXPECT_EQ(edges.size(), 64u);
-}
-
-TEST(MinimumCoverTest, FindsTheOptimumWhereGreedyFails) {
-  // Greedy takes the widest mask {0,1,2,3} first and then needs two more.
-  const std::vector<uint64_t> masks = {0b001111, 0b010011, 0b101100};
-  std::vector<int> cover = reshard_internal::MinimumCover(0b111111, masks);
-  EXPECT_THAT(cover, ::testing::UnorderedElementsAre(1, 2));
-}
-
-TEST(MinimumCoverTest, DisjointMasksAreAllNeeded) {
-  std::vector<uint64_t> masks;
-  for (int g = 0; g < 64; ++g) masks.push_back(uint64_t{1} << g);
-  masks.push_back(0);
-  EXPECT_EQ(reshard_internal::MinimumCover(~uint64_t{0} << 1, masks).size(), 63u);
-}
-
-TEST(MinimumCoverTest, IgnoresBitsOutsideTheTarget) {
-  EXPECT_THAT(reshard_internal::MinimumCover(0b0110, {0b0011, 0b1100}),
-              ::testing::ElementsAre(0, 1));
-}
-
-TEST(MinimumCoverTest, EmptyTargetNeedsNothing) {
-  EXPECT_TRUE(reshard_internal::MinimumCover(0, {0b1}).empty());
-}
-
-TEST(MinimumCoverTest, PrefersEarlierMasks) {
-  EXPECT_THAT(reshard_internal::MinimumCover(0b11, {0b01, 0b11, 0b11}),
-              ::testing::ElementsAre(1));
 }
 
 }  // namespace

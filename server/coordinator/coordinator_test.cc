@@ -454,7 +454,9 @@ TEST_P(CoordinatorConcurrencyTest, ManyRequestsInFlight) {
   }
   for (auto& t : pool) t.join();
   EXPECT_EQ(ok, threads * 10);
-  if (threads > 1) EXPECT_GT(cluster_.Worker(w0)->max_concurrent_executes(), 1);
+  if (threads > 1) {
+    EXPECT_GT(cluster_.Worker(w0)->max_concurrent_executes(), 1);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, CoordinatorConcurrencyTest, ::testing::Values(1, 4, 16));

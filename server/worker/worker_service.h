@@ -7,8 +7,10 @@
 // chunk ends the stream with the receiver's error.
 //
 // StartWorkerServer binds host:port (port 0 picks a free one) with message
-// size limits raised (ConfigureServerBuilder: 1 GiB) and returns the server
-// and the bound port.
+// size limits raised (ConfigureServerBuilder: 1 GiB), enables the
+// grpc.health.v1 service (SERVING while the server runs, for Kubernetes' gRPC
+// probes) and server reflection (grpcurl-style listing), and returns the
+// server and the bound port.
 //
 // Thread-safety: thread-safe.
 #ifndef MESHSERVE_SERVER_WORKER_WORKER_SERVICE_H_
@@ -67,7 +69,8 @@ struct WorkerServer {
   int port = 0;
 };
 
-// \error kUnavailable naming host:port when it cannot be bound.
+// Starts WorkerService with grpc.health.v1 and reflection (see the top of the
+// file). \error kUnavailable naming host:port when it cannot be bound.
 absl::StatusOr<WorkerServer> StartWorkerServer(WorkerServiceImpl* service,
                                                absl::string_view host, int port);
 

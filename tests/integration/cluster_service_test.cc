@@ -227,7 +227,9 @@ TEST_F(ClusterTest, StatusAndDescribe) {
   }
   bool saw_bad = false;
   for (const auto& m : status.models()) {
-    if (m.name() == "lin") EXPECT_EQ(m.mesh(), "mesh[data=4]");
+    if (m.name() == "lin") {
+      EXPECT_EQ(m.mesh(), "mesh[data=4]");
+    }
     if (m.name() == "bad") saw_bad = m.state().rfind("error", 0) == 0;
   }
   EXPECT_TRUE(saw_bad);

@@ -66,7 +66,9 @@ TEST(RandomShardingTest, MixedAxisTypes) {
   options.auto_probability = 0.5;
   int num_auto = 0;
   for (int i = 0; i < 200; ++i) {
-    for (const MeshAxis& a : RandomMesh(gen, 4, 64, options).axes()) {
+    // The mesh must outlive the loop (axes() of a temporary would dangle).
+    const Mesh mesh = RandomMesh(gen, 4, 64, options);
+    for (const MeshAxis& a : mesh.axes()) {
       num_auto += a.type == AxisType::kAuto;
     }
   }

@@ -2,11 +2,12 @@
 
 #include <map>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/blocking_counter.h"
+#include "common/base/elastic_executor.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
@@ -80,10 +81,12 @@ absl::StatusOr<std::map<int64_t, ExecuteResponse>> InProcessWorkers::Execute(
     responses[w];
     statuses[w];
   }
-  std::vector<std::thread> threads;
+  // All calls start at once on the shared executor: they wait for each
+  // other's data, so none may queue behind another.
+  absl::BlockingCounter done(static_cast<int>(requests.size()));
   for (auto& [w, request] : requests) {
-    threads.emplace_back([this, w = w, &request = request, &responses, &statuses,
-                          &requests]() {
+    ElasticExecutor::Shared().Schedule([this, w = w, &request = request, &responses,
+                                        &statuses, &requests, &done]() {
       absl::Status status = workers_[w]->Execute(&request, &responses.at(w));
       if (!status.ok()) {
         // As the coordinator does: abort the request on the others.
@@ -95,9 +98,10 @@ absl::StatusOr<std::map<int64_t, ExecuteResponse>> InProcessWorkers::Execute(
         }
       }
       statuses.at(w) = std::move(status);
+      done.DecrementCount();
     });
   }
-  for (std::thread& t : threads) t.join();
+  done.Wait();
   // Prefer a root cause over the cancellations it triggered.
   for (const auto& [w, status] : statuses) {
     if (!status.ok() && status.code() != absl::StatusCode::kAborted) {

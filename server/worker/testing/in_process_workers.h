@@ -55,10 +55,11 @@ class InProcessWorkers {
   // (A std::vector<Program> or a braced list converts to the span.)
   absl::Status InstallPrograms(absl::Span<const Program> programs);
 
-  // Runs Execute on the given workers concurrently (one thread each; workers
-  // absent from the map are not run). Returns every response by worker id, or
-  // the first failure by worker id after all have finished; a failure on one
-  // worker cancels the request on the others (as the coordinator does).
+  // Runs Execute on the given workers at once (each on a thread of the shared
+  // ElasticExecutor; workers absent from the map are not run). Returns every
+  // response by worker id, or the first failure by worker id after all have
+  // finished; a failure on one worker cancels the request on the others (as
+  // the coordinator does).
   absl::StatusOr<std::map<int64_t, ExecuteResponse>> Execute(
       std::map<int64_t, ExecuteRequest> requests);
 
