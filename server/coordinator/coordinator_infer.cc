@@ -24,8 +24,24 @@ std::string Coordinator::NextRequestId(const std::string& client_id) {
 }
 
 absl::StatusOr<InferResponse> Coordinator::Infer(const InferRequest& request) {
+  return InferOne(request, /*may_batch=*/true);
+}
+
+absl::StatusOr<InferResponse> Coordinator::InferOne(const InferRequest& request,
+                                                    bool may_batch) {
   MS_ASSIGN_OR_RETURN(std::shared_ptr<const ModelFile> model, ServableModel(request.model));
   MS_ASSIGN_OR_RETURN(ValidatedRequest v, ValidateInferRequest(std::move(model), request));
+  Batcher* batcher = nullptr;
+  if (may_batch) {
+    absl::MutexLock lock(&mu_);
+    auto it = batchers_.find(request.model);
+    if (it != batchers_.end()) batcher = it->second.get();  // lives as long as *this
+  }
+  if (batcher != nullptr) {
+    return batcher->Infer(request, v,
+                          request.timeout > absl::ZeroDuration() ? request.timeout
+                                                                 : options_.execute_timeout);
+  }
   absl::Status last;
   for (int attempt = 0; attempt < 2; ++attempt) {
     std::shared_ptr<const Placement> placement = CurrentPlacement(request.model);
