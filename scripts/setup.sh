@@ -14,6 +14,7 @@ PACKAGES=(
   nlohmann-json3-dev
   python3 python3-numpy python3-grpcio
   python3-protobuf
+  python3-matplotlib
   clang libclang-rt-14-dev
 )
 
