@@ -39,27 +39,18 @@ WORKERS = (1, 2, 4)
 
 
 def swiglu_model(name, dtype="float32", batching=None):
-    m = {
-        "name": name, "mesh": {"model": -1}, "dtype": dtype, "seed": 0,
-        "inputs": {"x": {"shape": [-1, D], "sharding": [None, None]}},
-        "params": {
-            "gate_proj.kernel": {"shape": [D, F], "sharding": [None, "model"], "init": "normal",
-                                 "stddev": 0.02},
-            "up_proj.kernel": {"shape": [D, F], "sharding": [None, "model"], "init": "normal",
-                               "stddev": 0.02},
-            "down_proj.kernel": {"shape": [F, D], "sharding": ["model", None], "init": "normal",
-                                 "stddev": 0.02},
-        },
-        "layers": [
-            {"name": "gate", "op": "linear", "input": "x", "kernel": "gate_proj.kernel"},
-            {"name": "up", "op": "linear", "input": "x", "kernel": "up_proj.kernel"},
-            {"name": "act", "op": "silu", "input": "gate"},
-            {"name": "h", "op": "mul", "inputs": ["act", "up"]},
-            {"name": "y", "op": "linear", "input": "h", "kernel": "down_proj.kernel",
-             "out_sharding": [None, None]},
-        ],
-        "outputs": ["y"],
-    }
+    """examples/models/swiglu.json's block at d=2048, f=8192 on mesh {model: -1}:
+    x replicated, gate/up P(None,'model'), down P('model',None), y replicated;
+    normal(0.02) weights (initialised fast on the workers)."""
+    with open(os.path.join(ROOT, "examples", "models", "swiglu.json")) as f:
+        m = json.load(f)
+    m.update(name=name, mesh={"model": -1}, dtype=dtype,
+             inputs={"x": {"shape": [-1, D], "sharding": [None, None]}})
+    for pname, sharding in (("gate_proj.kernel", [None, "model"]),
+                            ("up_proj.kernel", [None, "model"]),
+                            ("down_proj.kernel", ["model", None])):
+        m["params"][pname].update(sharding=sharding, init="normal", stddev=0.02)
+    m["layers"][-1]["out_sharding"] = [None, None]
     if batching:
         m["batching"] = batching
     return m
