@@ -152,9 +152,9 @@ def measure_tiny(run):
     res = {}
     c = run.cluster(2, d, "tiny")
     try:
-        res["linear_1"] = run.bench(c.target, "linear", 1, 1, reps(run.args, 600), cols=32,
+        res["linear_1"] = run.bench(c.target, "linear", 8, 1, reps(run.args, 600), cols=32,
                                     warmup=10)
-        res["linear_16"] = run.bench(c.target, "linear", 1, 16, reps(run.args, 4000), cols=32,
+        res["linear_16"] = run.bench(c.target, "linear", 8, 16, reps(run.args, 4000), cols=32,
                                      warmup=10)
     finally:
         c.stop()
@@ -169,8 +169,8 @@ def measure_tiny(run):
         if "echo ready" not in echo.stdout.readline():
             raise RuntimeError("echo server did not start")
         target = "127.0.0.1:%d" % port
-        res["echo_1"] = run.bench(target, "linear", 1, 1, reps(run.args, 600), cols=32, warmup=10)
-        res["echo_16"] = run.bench(target, "linear", 1, 16, reps(run.args, 4000), cols=32,
+        res["echo_1"] = run.bench(target, "linear", 8, 1, reps(run.args, 600), cols=32, warmup=10)
+        res["echo_16"] = run.bench(target, "linear", 8, 16, reps(run.args, 4000), cols=32,
                                    warmup=10)
     finally:
         mslib.stop_process(echo)
@@ -193,7 +193,7 @@ def rows_and_targets(np_res, sw, tiny):
                 "%.2f ms" % ms, "%.2f ms" % base, ms / base, target,
                 None if limit is None else ms / base <= limit))
     l1, e1 = tiny["linear_1"]["p50_ms"], tiny["echo_1"]["p50_ms"]
-    rows.append(("tiny model (linear), 2 workers, 1 client: p50 vs gRPC echo", "%.3f ms" % l1,
+    rows.append(("tiny model (linear, x 8x32), 2 workers, 1 client: p50 vs gRPC echo", "%.3f ms" % l1,
                  "%.3f ms" % e1, l1 / e1, "p50 <= 0.5 ms", l1 <= 0.5))
     l16, e16 = tiny["linear_16"]["requests_per_s"], tiny["echo_16"]["requests_per_s"]
     rows.append(("tiny model, 16 in flight: throughput vs gRPC echo", "%.0f req/s" % l16,
@@ -231,6 +231,13 @@ WHY = {
             "helper's bf16 x f32 kernel (AVX512_BF16) reads half the bytes. Re-run after "
             "merging it.",
 }
+
+
+LOADED_NOTE = (
+    "**This run was made on a loaded machine** (load average above the core count: other "
+    "jobs were compiling). Each baseline is measured minutes apart from its cluster run, so "
+    "the load differs between the two sides of a ratio and the met/not met verdicts below are "
+    "not reliable in either direction; re-run on an idle machine before relying on them.")
 
 
 def why(what):
@@ -274,10 +281,11 @@ def write_doc(run, rows, path, commit, elapsed):
         "Made by `%s` on commit `%s` (branch `batching`, before the kernel helper's GEMM and "
         "bfloat16 kernels were merged; the lead may re-run it after merging), %s, in %.0f s "
         "on this machine (%d cores). Every figure is a ratio against a baseline measured in "
-        "the same run. The plot is [performance.png](performance.png); kernel-level GEMM "
+        "the same run. Load average (1/5/15 min) at the start %s and at the end %s: the "
+        "machine is shared, so absolute times are inflated and ratios noisy. The plot is [performance.png](performance.png); kernel-level GEMM "
         "ratios vs raw OpenBLAS are the kernel helper's (`docs/kernels.md`)." % (
             run.command, commit, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), elapsed,
-            os.cpu_count()),
+            os.cpu_count(), run.load_start, "%.1f/%.1f/%.1f" % os.getloadavg()),
         "",
         "Setup: `meshserve local --workers N` (each worker: all cores, OpenBLAS threads = "
         "cores / 2); `meshserve bench` (one process, C++ gRPC client) sends the requests; "
@@ -285,6 +293,9 @@ def write_doc(run, rows, path, commit, elapsed):
         "total OpenBLAS threads); the echo is `bench/echo_server.py`, a Python grpcio server "
         "answering ModelInfer with the request's bytes. SwiGLU: d=2048, f=8192, mesh "
         "{model: -1}, gate/up P(None,'model'), down P('model',None), y replicated.",
+        "",
+        LOADED_NOTE if max(float(v) for v in run.load_start.split("/")[:1]) > os.cpu_count()
+        else "",
         "",
         "![ratios](performance.png)",
         "",
@@ -317,6 +328,7 @@ def main():
     start = time.time()
     work = tempfile.mkdtemp(prefix="meshserve-perf-")
     run = Run(args, work)
+    run.load_start = "%.1f/%.1f/%.1f" % os.getloadavg()
     run.command = "bench/run_performance.py" + (" --quick" if args.quick else "")
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip() or "unknown"
