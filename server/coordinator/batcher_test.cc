@@ -1,6 +1,6 @@
 #include "server/coordinator/batcher.h"
 
-#include <atomic>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -194,8 +194,11 @@ TEST_F(BatcherTest, BoundedQueueRejectsTheOverflow) {
   std::vector<absl::StatusOr<InferResponse>> got = InferAll(requests);
   int exhausted = 0;
   for (const auto& r : got) {
-    if (absl::IsResourceExhausted(r.status())) ++exhausted;
-    else ASSERT_OK(r.status());
+    if (absl::IsResourceExhausted(r.status())) {
+      ++exhausted;
+    } else {
+      ASSERT_OK(r.status());
+    }
   }
   EXPECT_EQ(exhausted, 1);
   // Once the batch is done the queue is empty again.
