@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -30,10 +31,9 @@
 #include "client/command.h"
 #include "client/inference_client.h"
 #include "client/cli_format.h"
+#include "client/npy_files.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
-#include "common/tensor/bfloat16.h"
-#include "common/tensor/npy.h"
 #include "common/tensor/tensor.h"
 
 namespace meshserve {
@@ -88,33 +88,17 @@ std::map<std::string, DType> ModelInputDTypes(InferenceClient& client,
   return dtypes;
 }
 
-// Reads NAME=FILE.npy. A float32 file for a bfloat16 input is rounded to
-// bfloat16 (NumPy has no bfloat16); no other conversion is made, so a wrong
-// dtype reaches the server and is reported by it.
+// Reads NAME=FILE.npy (npy_files.h).
 absl::StatusOr<HostTensor> ReadInputFlag(const std::string& text,
                                          const std::map<std::string, DType>& want) {
   MS_ASSIGN_OR_RETURN(auto name_value, SplitNameValue("input", text));
-  MS_ASSIGN_OR_RETURN(Tensor tensor, ReadNpy(name_value.second), "flag --input ",
-                      name_value.first);
   auto it = want.find(name_value.first);
-  if (it != want.end() && it->second == DType::kBFloat16 &&
-      tensor.dtype() == DType::kFloat32) {
-    std::string bytes(tensor.NumElements() * 2, '\0');
-    FloatToBFloat16(tensor.data<float>(), reinterpret_cast<uint16_t*>(bytes.data()),
-                    tensor.NumElements());
-    return HostTensor::Create(name_value.first, DType::kBFloat16, tensor.shape(),
-                              std::move(bytes));
-  }
-  return HostTensor::Create(name_value.first, tensor.dtype(), tensor.shape(),
-                            std::string(tensor.bytes()));
-}
-
-// Widens to float32 and writes DIR/NAME.npy.
-absl::Status WriteOutput(const std::string& dir, const HostTensor& tensor) {
-  MS_ASSIGN_OR_RETURN(std::vector<float> values, tensor.ToFloat32());
-  MS_ASSIGN_OR_RETURN(Tensor out,
-                      Tensor::FromValues(DType::kFloat32, tensor.shape, values));
-  return WriteNpy(absl::StrCat(dir, "/", tensor.name, ".npy"), out);
+  MS_ASSIGN_OR_RETURN(
+      HostTensor tensor,
+      ReadNpyInput(name_value.first, name_value.second,
+                   it == want.end() ? std::nullopt : std::optional<DType>(it->second)),
+      "flag --input ", name_value.first);
+  return tensor;
 }
 
 constexpr char kInferUsage[] =
@@ -171,20 +155,20 @@ absl::Status MakeOutputDir(const std::string& dir) {
 
 // Prints each output's type (and its grid), writing it to --output_dir.
 absl::Status PrintOutputs(InferenceClient& client, const InferRequestFlags& request,
-                          const std::vector<HostTensor>& inputs, const InferResult& result) {
+                          const std::vector<HostTensor>& inputs, InferResult& result) {
   std::map<std::string, std::vector<int64_t>> input_shapes;
   for (const HostTensor& input : inputs) input_shapes[input.name] = input.shape;
   OutputTypeResolver types(client, request.model, input_shapes, request.out_shardings,
                            request.deadline);
-  for (const InferOutput& output : result.outputs) {
-    const HostTensor& tensor = output.tensor;
+  for (InferOutput& output : result.outputs) {
+    HostTensor& tensor = output.tensor;
     OutputType type = types.Resolve(output);
     std::printf("%s: %s\n", tensor.name.c_str(), type.type_str.c_str());
     if (!type.visualization.empty()) std::printf("%s\n", type.visualization.c_str());
     if (request.output_dir.empty()) continue;
-    MS_RETURN_IF_ERROR(WriteOutput(request.output_dir, tensor));
-    std::printf("  wrote %s/%s.npy (float32)\n", request.output_dir.c_str(),
-                tensor.name.c_str());
+    const std::string name = tensor.name;
+    MS_RETURN_IF_ERROR(WriteNpyOutput(request.output_dir, std::move(tensor)));
+    std::printf("  wrote %s/%s.npy (float32)\n", request.output_dir.c_str(), name.c_str());
   }
   return absl::OkStatus();
 }
@@ -202,7 +186,8 @@ int RunInfer(const CliArgs& args) {
                : Fail("infer", inputs.status());
   }
   auto result =
-      (*client)->Infer(request->model, *inputs, request->out_shardings, request->deadline);
+      (*client)->InferMovingInputs(request->model, absl::MakeSpan(*inputs),
+                                   request->out_shardings, request->deadline);
   if (!result.ok()) return Fail("infer", result.status());
   absl::Status printed = MakeOutputDir(request->output_dir);
   if (printed.ok()) printed = PrintOutputs(**client, *request, *inputs, *result);
@@ -339,6 +324,7 @@ struct BenchStats {
   int64_t errors = 0;
   std::string first_error;
   double wall_s = 0;
+  int64_t batched = 0; double batch_size_sum = 0, queue_us_sum = 0;  // batched models' answers
 };
 
 // o.requests requests from o.concurrency threads, each sending one variant.
@@ -359,6 +345,9 @@ BenchStats RunLoad(InferenceClient& client, const BenchOptions& o,
       absl::MutexLock lock(&mu);
       if (result.ok()) {
         stats.latencies_ms.push_back(ms);
+        if (result->batch_size > 0) ++stats.batched;
+        stats.batch_size_sum += result->batch_size;
+        stats.queue_us_sum += result->queue_us;
       } else {
         ++stats.errors;
         if (stats.first_error.empty()) stats.first_error = result.status().ToString();
@@ -382,11 +371,13 @@ void PrintBenchReport(const BenchOptions& o, const BenchStats& stats) {
               o.model.c_str(), static_cast<long long>(o.requests),
               static_cast<long long>(o.concurrency), static_cast<long long>(ok),
               static_cast<long long>(stats.errors), stats.wall_s);
+  const double n = static_cast<double>(std::max<int64_t>(stats.batched, 1));
   std::printf("{\"requests\": %lld, \"errors\": %lld, \"p50_ms\": %.3f, \"p99_ms\": %.3f, "
-              "\"requests_per_s\": %.3f}\n",
+              "\"requests_per_s\": %.3f, \"mean_batch_size\": %.3f, \"mean_queue_us\": %.1f}\n",
               static_cast<long long>(o.requests), static_cast<long long>(stats.errors),
               Percentile(stats.latencies_ms, 0.50), Percentile(stats.latencies_ms, 0.99),
-              stats.wall_s > 0 ? ok / stats.wall_s : 0.0);
+              stats.wall_s > 0 ? ok / stats.wall_s : 0.0,
+              stats.batched > 0 ? stats.batch_size_sum / n : 1.0, stats.queue_us_sum / n);
   std::fflush(stdout);
 }
 

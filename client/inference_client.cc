@@ -140,8 +140,7 @@ absl::StatusOr<std::vector<float>> HostTensor::ToFloat32() const {
 }
 
 absl::StatusOr<HostTensor> DecodeOutputTensor(
-    const inference::ModelInferResponse::InferOutputTensor& output,
-    const std::string* raw) {
+    const inference::ModelInferResponse::InferOutputTensor& output, std::string* raw) {
   absl::StatusOr<DType> dtype = ParseDType(output.datatype());
   if (!dtype.ok()) {
     return Internal("output '", output.name(), "': unknown datatype '",
@@ -150,7 +149,7 @@ absl::StatusOr<HostTensor> DecodeOutputTensor(
   std::vector<int64_t> shape(output.shape().begin(), output.shape().end());
   std::string bytes;
   if (raw != nullptr) {
-    bytes = *raw;
+    bytes = std::move(*raw);
   } else {
     const auto& contents = output.contents();
     switch (*dtype) {
@@ -248,10 +247,17 @@ absl::StatusOr<InferResult> InferenceClient::Infer(
     absl::string_view model, absl::Span<const HostTensor> inputs,
     const std::map<std::string, std::string>& out_shardings,
     absl::Time deadline) {
+  std::vector<HostTensor> copies(inputs.begin(), inputs.end());
+  return InferMovingInputs(model, absl::MakeSpan(copies), out_shardings, deadline);
+}
+
+absl::StatusOr<InferResult> InferenceClient::InferMovingInputs(
+    absl::string_view model, absl::Span<HostTensor> inputs,
+    const std::map<std::string, std::string>& out_shardings, absl::Time deadline) {
   inference::ModelInferRequest request;
   request.set_model_name(std::string(model));
   request.set_id(NextRequestId());
-  for (const HostTensor& input : inputs) {
+  for (HostTensor& input : inputs) {
     // Re-validates: a HostTensor is a plain struct anyone can fill in.
     int64_t expected = input.NumElements() * DTypeSize(input.dtype);
     if (static_cast<int64_t>(input.bytes.size()) != expected) {
@@ -263,7 +269,7 @@ absl::StatusOr<InferResult> InferenceClient::Infer(
     tensor->set_name(input.name);
     tensor->set_datatype(std::string(DTypeWireName(input.dtype)));
     for (int64_t dim : input.shape) tensor->add_shape(dim);
-    request.add_raw_input_contents(input.bytes);
+    request.add_raw_input_contents(std::move(input.bytes));
   }
   if (!out_shardings.empty()) {
     MS_ASSIGN_OR_RETURN(std::vector<std::string> names,
@@ -287,6 +293,7 @@ absl::StatusOr<InferResult> InferenceClient::Infer(
   inference::ModelInferResponse response;
   MS_RETURN_IF_ERROR(FromGrpc(infer_stub_->ModelInfer(&context, request, &response),
                               "ModelInfer", target_));
+  inference::ModelInferRequest().Swap(&request);  // frees the inputs' bytes now
   bool raw = response.raw_output_contents_size() > 0;
   if (raw && response.raw_output_contents_size() != response.outputs_size()) {
     return Internal("malformed reply from ", target_, ": ", response.outputs_size(),
@@ -296,11 +303,15 @@ absl::StatusOr<InferResult> InferenceClient::Infer(
   InferResult result;
   result.model = response.model_name();
   result.id = response.id();
+  auto size = response.parameters().find("batch_size");
+  auto queue = response.parameters().find("queue_us");
+  if (size != response.parameters().end()) result.batch_size = size->second.int64_param();
+  if (queue != response.parameters().end()) result.queue_us = queue->second.int64_param();
   for (int i = 0; i < response.outputs_size(); ++i) {
     const auto& output = response.outputs(i);
     InferOutput out;
     MS_ASSIGN_OR_RETURN(out.tensor,
-                        DecodeOutputTensor(output, raw ? &response.raw_output_contents(i)
+                        DecodeOutputTensor(output, raw ? response.mutable_raw_output_contents(i)
                                                        : nullptr));
     for (const auto& [key, value] : output.parameters()) {
       if (value.parameter_choice_case() == inference::InferParameter::kStringParam) {

@@ -72,6 +72,10 @@ struct InferResult {
   std::string model;
   std::string id;
   std::vector<InferOutput> outputs;  // in the server's order
+  // A batched model's response parameters "batch_size" (rows of the execution
+  // the request was part of) and "queue_us" (time queued); 0 when absent.
+  int64_t batch_size = 0;
+  int64_t queue_us = 0;
 };
 
 class InferenceClient {
@@ -104,6 +108,11 @@ class InferenceClient {
       absl::string_view model, absl::Span<const HostTensor> inputs,
       const std::map<std::string, std::string>& out_shardings,
       absl::Time deadline);
+  // Same, moving the inputs' bytes into the request instead of copying them
+  // (the inputs keep their names, dtypes and shapes, not their bytes).
+  absl::StatusOr<InferResult> InferMovingInputs(
+      absl::string_view model, absl::Span<HostTensor> inputs,
+      const std::map<std::string, std::string>& out_shardings, absl::Time deadline);
 
   // KServe model metadata (inputs/outputs with datatypes and shapes).
   absl::StatusOr<inference::ModelMetadataResponse> ModelMetadata(
@@ -145,12 +154,11 @@ class InferenceClient {
       ABSL_GUARDED_BY(mu_);
 };
 
-// Decodes one KServe output (raw bytes or typed contents) into a HostTensor.
-// Exposed for tests. \error kInternal naming the output on a length mismatch
-// or an unknown datatype.
+// Decodes one KServe output (raw bytes, moved out of *raw, or typed
+// contents) into a HostTensor. Exposed for tests. \error kInternal naming the
+// output on a length mismatch or an unknown datatype.
 absl::StatusOr<HostTensor> DecodeOutputTensor(
-    const inference::ModelInferResponse::InferOutputTensor& output,
-    const std::string* raw);
+    const inference::ModelInferResponse::InferOutputTensor& output, std::string* raw);
 
 // Parses "8,4096,2048" (also "[8, 4096, 2048]", "8x4096x2048").
 // \error kInvalidArgument naming the text for an empty or non-integer dim or a

@@ -15,6 +15,7 @@ PACKAGES=(
   python3 python3-numpy python3-grpcio
   python3-protobuf
   curl prometheus chromium
+  python3-matplotlib
   clang libclang-rt-14-dev
 )
 

@@ -379,7 +379,7 @@ const T* FindByName(const std::vector<T>& items, absl::string_view name) {
 
 absl::Status ParseBody(const Json& root, ModelFile& m) {
   MS_RETURN_IF_ERROR(CheckJsonKeys(root, {"name", "mesh", "dtype", "seed", "checkpoint", "inputs",
-                                      "params", "layers", "outputs"},
+                                      "params", "layers", "outputs", "batching"},
                                "top level"));
   MS_RETURN_IF_ERROR(ParseMeshField(root, m));
   if (root.contains("dtype")) {
@@ -403,7 +403,7 @@ absl::Status ParseBody(const Json& root, ModelFile& m) {
   }
   MS_RETURN_IF_ERROR(ParseLayers(root, m));
   MS_RETURN_IF_ERROR(ParseOutputs(root, m));
-  return absl::OkStatus();
+  return ParseBatchingConfig(root, &m.batching);
 }
 
 }  // namespace

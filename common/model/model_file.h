@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/base/dtype.h"
+#include "common/model/batching_config.h"
 #include "common/model/model_op.h"
 #include "common/sharding/mesh.h"
 #include "common/sharding/partition_spec.h"
@@ -72,6 +73,7 @@ struct ModelFile {
   std::vector<LayerDef> layers;
   std::vector<std::string> outputs;
   std::string json_text;  // the file as read (sent verbatim to workers)
+  std::optional<BatchingConfig> batching;  // batching_config.h; none: unbatched
 
   const ParamDef* FindParam(absl::string_view name) const;
   const InputDef* FindInput(absl::string_view name) const;

@@ -89,6 +89,12 @@ void Coordinator::LoadModelDir() {
     } else {
       MS_LOG(WARNING) << "model file " << entry.file << " not servable: " << entry.error;
     }
+    if (entry.error.ok() && entry.model->batching) {
+      batchers_[name] = std::make_unique<Batcher>(
+          *entry.model->batching, [this](const InferRequest& r) {
+            return InferOne(r, /*may_batch=*/false, /*recorder=*/nullptr);
+          });
+    }
     models_[name] = std::move(entry);
   }
 }

@@ -17,7 +17,9 @@
 // on the old generation and no answer mixes generations; a retired placement
 // is unloaded (UnloadModel) once no request holds it.
 //
-// Requests. Infer validates the request against the model (names, dtypes,
+// Requests. A model with a "batching" key queues its requests in its Batcher
+// (batcher.h), which runs each batch through the path below as one request.
+// Infer validates the request against the model (names, dtypes,
 // shapes, byte lengths, out_sharding specs), finds or compiles the program for
 // (model, input shapes, out_shardings, generation) (installed on its workers
 // once), cuts each input into the slices the plan asks for (one Execute per
@@ -62,6 +64,7 @@
 #include "absl/time/time.h"
 #include "common/model/model_file.h"
 #include "server/compiler/model_compiler.h"
+#include "server/coordinator/batcher.h"
 #include "server/coordinator/coordinator_metrics.h"
 #include "server/coordinator/infer_request.h"
 #include "server/coordinator/placement.h"
@@ -175,9 +178,11 @@ class Coordinator {
   // \error kNotFound (unknown), kFailedPrecondition (its load error).
   absl::StatusOr<std::shared_ptr<const ModelFile>> ServableModel(const std::string& name) const
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Infer without the metrics: validation and the retry loop.
-  absl::StatusOr<InferResponse> InferAttempts(const InferRequest& request,
-                                              InferRecorder* recorder);
+  // Infer, recorded by `recorder` (null for the batcher's own runs of a
+  // batch: its requests are recorded one by one); through the model's
+  // batcher when it has one and may_batch (the batcher's runs pass false).
+  absl::StatusOr<InferResponse> InferOne(const InferRequest& request, bool may_batch,
+                                         InferRecorder* recorder);
   // One attempt of Infer: the request's calls (BuildCalls), ExecuteAll, then
   // AssembleResponse. Sets *failed_worker to a worker whose failure failed it.
   absl::StatusOr<InferResponse> RunOnce(const ValidatedRequest& v, const InferRequest& request,
@@ -201,6 +206,8 @@ class Coordinator {
   absl::Mutex control_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_ ABSL_ACQUIRED_BEFORE(clients_mu_);
   std::map<std::string, ModelEntry> models_ ABSL_GUARDED_BY(mu_);
+  // One per model with a "batching" key (batcher.h); made by LoadModelDir.
+  std::map<std::string, std::unique_ptr<Batcher>> batchers_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<const Placement>> retired_ ABSL_GUARDED_BY(mu_);
   int64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
 

@@ -3,16 +3,18 @@
 // assemble the outputs (see coordinator.h). Validation is in
 // infer_request.cc and the program cache in program_cache.cc.
 #include <algorithm>
+#include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/program/ir_conv.h"
-#include "common/tensor/copy_box.h"
-#include "common/tensor/tensor.h"
+#include "common/sharding/box.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/fan_out.h"
 
@@ -27,15 +29,26 @@ absl::StatusOr<InferResponse> Coordinator::Infer(const InferRequest& request) {
   // Unknown names count under model="": a series per typo would grow unbounded.
   const bool known = !absl::IsNotFound(ServableModel(request.model).status());
   InferRecorder recorder(&metrics_, known ? request.model : "", request.id);
-  absl::StatusOr<InferResponse> response = InferAttempts(request, &recorder);
+  absl::StatusOr<InferResponse> response = InferOne(request, /*may_batch=*/true, &recorder);
   recorder.Finish(response.status());
   return response;
 }
 
-absl::StatusOr<InferResponse> Coordinator::InferAttempts(const InferRequest& request,
-                                                         InferRecorder* recorder) {
+absl::StatusOr<InferResponse> Coordinator::InferOne(const InferRequest& request,
+                                                    bool may_batch, InferRecorder* recorder) {
   MS_ASSIGN_OR_RETURN(std::shared_ptr<const ModelFile> model, ServableModel(request.model));
   MS_ASSIGN_OR_RETURN(ValidatedRequest v, ValidateInferRequest(std::move(model), request));
+  Batcher* batcher = nullptr;
+  if (may_batch) {
+    absl::MutexLock lock(&mu_);
+    auto it = batchers_.find(request.model);
+    if (it != batchers_.end()) batcher = it->second.get();  // lives as long as *this
+  }
+  if (batcher != nullptr) {
+    return batcher->Infer(request, v,
+                          request.timeout > absl::ZeroDuration() ? request.timeout
+                                                                 : options_.execute_timeout);
+  }
   absl::Status last;
   for (int attempt = 0; attempt < 2; ++attempt) {
     std::shared_ptr<const Placement> placement = CurrentPlacement(request.model);
@@ -86,7 +99,39 @@ int64_t SliceBytes(const std::vector<SliceIr>& slices) {
   return n;
 }
 
-// One Execute per worker with all of its input slices.
+// Copies the elements of `box` between `full` (a row-major array of `shape`)
+// and `packed` (row-major over `box`), in the direction `to_packed`, one
+// contiguous run at a time (the innermost dims the box spans whole merge into
+// one run). The request's bytes are cut and the response's written in place,
+// with no intermediate Tensor; `full` is only read when to_packed.
+absl::Status CopyBoxRuns(absl::Span<const int64_t> shape, int64_t elem, const Box& box,
+                         char* full, char* packed, bool to_packed) {
+  const int rank = box.rank();
+  if (rank != static_cast<int>(shape.size()) || !Box::FromShape(shape).Contains(box)) {
+    return Internal("box ", box.ToString(), " does not lie in shape of rank ", shape.size());
+  }
+  if (box.IsEmpty()) return absl::OkStatus();
+  std::vector<int64_t> stride(rank + 1, elem);  // stride[i]: bytes per step of dim i
+  for (int i = rank - 2; i >= 0; --i) stride[i] = stride[i + 1] * shape[i + 1];
+  int d = rank - 1;  // dims after d are whole: one run spans them and box[d]
+  while (d >= 0 && box[d].begin == 0 && box[d].end == shape[d]) --d;
+  const int64_t run = d < 0 ? stride[0] * (rank > 0 ? shape[0] : 1) : box[d].size() * stride[d];
+  std::vector<int64_t> idx(std::max(d, 0));
+  for (int i = 0; i < d; ++i) idx[i] = box[i].begin;
+  for (char* out = packed;; out += run) {
+    int64_t off = d < 0 ? 0 : box[d].begin * stride[d];
+    for (int i = 0; i < d; ++i) off += idx[i] * stride[i];
+    std::memcpy(to_packed ? out : full + off, to_packed ? full + off : out, run);
+    int i = d - 1;  // odometer over the dims before d
+    while (i >= 0 && ++idx[i] == box[i].end) {
+      idx[i] = box[i].begin;
+      --i;
+    }
+    if (i < 0) return absl::OkStatus();
+  }
+}
+
+// One Execute per worker with all of its input slices, cut from the request.
 absl::StatusOr<std::map<int64_t, ExecuteCall>> BuildCalls(
     const CompiledPlan& plan, const std::map<std::string, const InferInput*>& inputs,
     const std::string& request_id, absl::Duration timeout) {
@@ -97,22 +142,20 @@ absl::StatusOr<std::map<int64_t, ExecuteCall>> BuildCalls(
     call.request_id = request_id;
     call.deadline_ms = absl::ToInt64Milliseconds(timeout);
   }
-  std::map<std::string, BoxTensor> full;
-  for (const auto& [name, in] : inputs) {
-    MS_ASSIGN_OR_RETURN(Tensor t, Tensor::FromBytes(in->dtype, in->shape, in->data),
-                        "input '", name, "'");
-    full[name] = BoxTensor{Box::FromShape(in->shape), std::move(t)};
-  }
   for (const InputSlice& s : plan.input_slices) {
-    auto it = full.find(s.input);
-    if (it == full.end()) return Internal("plan slices unknown input '", s.input, "'");
+    auto it = inputs.find(s.input);
+    if (it == inputs.end()) return Internal("plan slices unknown input '", s.input, "'");
+    const InferInput& in = *it->second;
     SliceIr slice;
     slice.name = s.input;
     slice.device = s.device;
     slice.box = BoxToIr(s.box);
-    slice.dtype = DTypeToProto(it->second.tensor.dtype());
-    MS_ASSIGN_OR_RETURN(slice.data, ExtractBox(it->second, s.box), "input '", s.input,
-                        "' box ", s.box.ToString());
+    slice.dtype = DTypeToProto(in.dtype);
+    slice.data.resize(static_cast<size_t>(s.box.NumElements() * DTypeSize(in.dtype)));
+    // ValidateInferRequest checked in.data against in.shape; the box lies in it.
+    MS_RETURN_IF_ERROR(CopyBoxRuns(in.shape, DTypeSize(in.dtype), s.box,
+                                   const_cast<char*>(in.data.data()), slice.data.data(), true),
+                       "input '", s.input, "'");
     auto call = calls.find(s.worker);
     if (call == calls.end()) {
       call = calls.emplace(s.worker, ExecuteCall{plan.program_id, request_id, {},
@@ -124,12 +167,17 @@ absl::StatusOr<std::map<int64_t, ExecuteCall>> BuildCalls(
   return calls;
 }
 
-// Output `out` from one replica of each of its boxes (plan.output_pieces).
+// Output `out` from one replica of each of its boxes (plan.output_pieces),
+// written straight into the response's bytes.
 absl::StatusOr<InferOutput> AssembleOutput(const PlanOutput& out, const CompiledPlan& plan,
                                            const std::map<int64_t, ExecuteResult>& by_worker) {
-  MS_ASSIGN_OR_RETURN(Tensor t, Tensor::Create(out.dtype, out.shape), "output '",
-                      out.name, "'");
-  BoxTensor assembled{Box::FromShape(out.shape), std::move(t)};
+  InferOutput result;
+  result.name = out.name;
+  result.dtype = out.dtype;
+  result.shape = out.shape;
+  result.type_str = out.type_str;
+  const int64_t elem = DTypeSize(out.dtype);
+  result.data.resize(static_cast<size_t>(Box::FromShape(out.shape).NumElements() * elem));
   for (const OutputPiece& piece : plan.output_pieces) {
     if (piece.output != out.name) continue;
     const BoxIr want = BoxToIr(piece.box);
@@ -149,15 +197,16 @@ absl::StatusOr<InferOutput> AssembleOutput(const PlanOutput& out, const Compiled
                       "' with wire dtype ", found->dtype, ", expected ",
                       DTypeName(out.dtype));
     }
-    MS_RETURN_IF_ERROR(InsertBox(&assembled, piece.box, found->data, false),
-                       "worker ", piece.worker, " output '", out.name, "'");
+    const std::string where = absl::StrCat("worker ", piece.worker, " output '", out.name, "'");
+    if (static_cast<int64_t>(found->data.size()) != piece.box.NumElements() * elem) {
+      return InvalidArgument(where, ": ", found->data.size(), " bytes for box ",
+                             piece.box.ToString(), ", expected ",
+                             piece.box.NumElements() * elem);
+    }
+    MS_RETURN_IF_ERROR(CopyBoxRuns(out.shape, elem, piece.box, result.data.data(),
+                                   const_cast<char*>(found->data.data()), false),
+                       where);
   }
-  InferOutput result;
-  result.name = out.name;
-  result.dtype = out.dtype;
-  result.shape = out.shape;
-  result.type_str = out.type_str;
-  result.data = std::string(assembled.tensor.bytes());
   return result;
 }
 
@@ -193,12 +242,12 @@ absl::StatusOr<InferResponse> Coordinator::RunOnce(const ValidatedRequest& v,
   MS_ASSIGN_OR_RETURN(auto calls, BuildCalls(plan, v.inputs, request_id, timeout));
   int64_t bytes_in = 0;
   for (const auto& [worker, call] : calls) bytes_in += SliceBytes(call.inputs);
-  recorder->ComputeStarted();
+  if (recorder != nullptr) recorder->ComputeStarted();
   MS_ASSIGN_OR_RETURN(auto by_worker, ExecuteAll(placement, request_id, timeout,
                                                  std::move(calls), failed_worker));
   int64_t bytes_out = 0;
   for (const auto& [worker, result] : by_worker) bytes_out += SliceBytes(result.outputs);
-  recorder->ComputeDone(bytes_in, bytes_out);
+  if (recorder != nullptr) recorder->ComputeDone(bytes_in, bytes_out);
   return AssembleResponse(v, request, placement, plan, by_worker);
 }
 

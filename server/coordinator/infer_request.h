@@ -65,6 +65,8 @@ struct InferResponse {
   std::string id;
   int64_t generation = 0;
   std::vector<InferOutput> outputs;
+  int64_t batch_size = 0;  // rows of the batched execution (batcher.h); 0: unbatched
+  int64_t queue_us = 0;    // time queued for batching
 };
 
 // A request that passed ValidateInferRequest, in the compiler's terms. It

@@ -92,6 +92,10 @@ void InferResponseToProto(InferResponse response, inference::ModelInferResponse*
   proto->set_model_name(response.model);
   proto->set_model_version("1");
   proto->set_id(response.id);
+  if (response.batch_size > 0) {  // a batched model (batcher.h)
+    (*proto->mutable_parameters())["batch_size"].set_int64_param(response.batch_size);
+    (*proto->mutable_parameters())["queue_us"].set_int64_param(response.queue_us);
+  }
   for (InferOutput& out : response.outputs) {
     auto* o = proto->add_outputs();
     o->set_name(out.name);
