@@ -16,12 +16,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
 
 #include "absl/flags/flag.h"
+#include "grpcpp/server.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -29,12 +31,13 @@
 #include "absl/time/time.h"
 #include "common/base/flags_usage.h"
 #include "common/base/logging.h"
+#include "common/base/status_macros.h"
+#include "common/base/thread_pool.h"
 #include "common/metrics/http_endpoint.h"
 #include "common/tensor/blas.h"
 #include "server/worker/grpc_peer_transport.h"
 #include "server/worker/membership_client.h"
 #include "server/worker/shard_worker.h"
-#include "common/base/thread_pool.h"
 #include "server/worker/worker_service.h"
 
 ABSL_FLAG(int, port, 0, "Port to serve WorkerService on (0 = pick a free port).");
@@ -77,6 +80,41 @@ void DrainModels(const ShardWorker& worker, MembershipClient& membership) {
       return;
     }
     absl::SleepFor(absl::Milliseconds(100));
+  }
+}
+
+// Registers with --coordinator and heartbeats (null without --coordinator,
+// after announcing id -1).
+absl::StatusOr<std::unique_ptr<MembershipClient>> StartMembership(
+    const std::string& address, int cores, std::function<void(int64_t)> announce) {
+  if (absl::GetFlag(FLAGS_coordinator).empty()) {
+    announce(-1);
+    return nullptr;
+  }
+  MembershipClient::Options options;
+  options.coordinator = absl::GetFlag(FLAGS_coordinator);
+  options.address = address;
+  options.cores = cores;
+  options.memory_bytes =
+      static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+  MS_ASSIGN_OR_RETURN(std::unique_ptr<MembershipClient> client,
+                      MembershipClient::Create(options, std::move(announce)));
+  client->Start();
+  return client;
+}
+
+// Shutdown cancels calls still running after 300 ms, but then waits for their
+// handlers, and an Execute on the pool may wait on a peer's receive until its
+// deadline: give it 1 s in all, then return regardless (the coordinator already
+// knows we left; the caller exits without destructors, which loses nothing).
+void ShutDownWithin1s(grpc::Server& server) {
+  absl::Notification shut_down;
+  std::thread([&server, &shut_down] {
+    server.Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
+    shut_down.Notify();
+  }).detach();
+  if (!shut_down.WaitForNotificationWithTimeout(absl::Seconds(1))) {
+    MS_LOG(WARNING) << "requests still running after 1 s; exiting without them";
   }
 }
 
@@ -126,24 +164,11 @@ int Run() {
     std::cout << "meshserve-worker ready id=" << id << " address=" << address
               << " blas=" << blas << std::endl;
   };
-  std::unique_ptr<MembershipClient> membership;
-  if (!absl::GetFlag(FLAGS_coordinator).empty()) {
-    MembershipClient::Options options;
-    options.coordinator = absl::GetFlag(FLAGS_coordinator);
-    options.address = address;
-    options.cores = cores;
-    options.memory_bytes =
-        static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
-    absl::StatusOr<std::unique_ptr<MembershipClient>> client =
-        MembershipClient::Create(options, announce);
-    if (!client.ok()) {
-      std::cerr << "meshserve-worker: " << client.status() << "\n";
-      return 2;
-    }
-    membership = *std::move(client);
-    membership->Start();
-  } else {
-    announce(-1);
+  absl::StatusOr<std::unique_ptr<MembershipClient>> membership =
+      StartMembership(address, cores, announce);
+  if (!membership.ok()) {
+    std::cerr << "meshserve-worker: " << membership.status() << "\n";
+    return 2;
   }
   MS_LOG(INFO) << "serving on " << host << ":" << server->port << " (advertised " << address
                << "), blas=" << blas << " threads=" << threads;
@@ -151,22 +176,11 @@ int Run() {
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   MS_LOG(INFO) << "signal " << signal_number << ": draining and exiting";
-  if (membership != nullptr) {
-    membership->Stop(/*draining=*/true);
-    DrainModels(worker, *membership);
+  if (*membership != nullptr) {
+    (*membership)->Stop(/*draining=*/true);
+    DrainModels(worker, **membership);
   }
-  // Shutdown cancels calls still running after 300 ms, but then waits for their
-  // handlers, and an Execute on the pool may wait on a peer's receive until its
-  // deadline: give it 1 s in all, then exit regardless (the coordinator already
-  // knows we left; skipping destructors loses nothing).
-  absl::Notification shut_down;
-  std::thread([&server, &shut_down] {
-    server->server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
-    shut_down.Notify();
-  }).detach();
-  if (!shut_down.WaitForNotificationWithTimeout(absl::Seconds(1))) {
-    MS_LOG(WARNING) << "requests still running after 1 s; exiting without them";
-  }
+  ShutDownWithin1s(*server->server);
   std::fflush(stdout);
   std::_Exit(0);
 }
