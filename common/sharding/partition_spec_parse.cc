@@ -160,6 +160,22 @@ class Parser {
                            " at position ", at.pos);
   }
 
+  // After an item of the list `open` started: `close` ends it (*closed),
+  // ',' continues; anything else is the error, naming `what` when given.
+  absl::Status ExpectCommaOrClose(const Token& open, char close, absl::string_view what,
+                                  bool* closed) {
+    Token sep = lexer_.Next();
+    *closed = IsPunct(sep, close);
+    if (*closed || IsPunct(sep, ',')) return absl::OkStatus();
+    if (sep.kind == TokenKind::kEnd) {
+      return Error(sep, absl::StrCat("unbalanced brackets: '", open.text, "' opened at position ",
+                                     open.pos, " is never closed"));
+    }
+    return Error(sep, absl::StrCat("expected ',' or '", std::string(1, close), "'",
+                                   what.empty() ? "" : absl::StrCat(" in ", what), ", got ",
+                                   Describe(sep)));
+  }
+
   // Items up to and including `close`.
   absl::Status ParseItems(const Token& open, char close) {
     bool seen_keyword = false;
@@ -181,17 +197,9 @@ class Parser {
         absl::Status s = ParseEntry(tok);
         if (!s.ok()) return s;
       }
-      Token sep = lexer_.Next();
-      if (IsPunct(sep, close)) return absl::OkStatus();
-      if (!IsPunct(sep, ',')) {
-        if (sep.kind == TokenKind::kEnd) {
-          return Error(sep, absl::StrCat("unbalanced brackets: '", open.text,
-                                         "' opened at position ", open.pos,
-                                         " is never closed"));
-        }
-        return Error(sep, absl::StrCat("expected ',' or '", std::string(1, close),
-                                       "', got ", Describe(sep)));
-      }
+      bool closed = false;
+      absl::Status s = ExpectCommaOrClose(open, close, "", &closed);
+      if (!s.ok() || closed) return s;
     }
   }
 
@@ -276,17 +284,9 @@ class Parser {
       }
       if (tok.text.empty()) return Error(tok, "empty axis name");
       names->emplace_back(tok.text);
-      Token sep = lexer_.Next();
-      if (IsPunct(sep, close)) return absl::OkStatus();
-      if (!IsPunct(sep, ',')) {
-        if (sep.kind == TokenKind::kEnd) {
-          return Error(sep, absl::StrCat("unbalanced brackets: '", open.text,
-                                         "' opened at position ", open.pos,
-                                         " is never closed"));
-        }
-        return Error(sep, absl::StrCat("expected ',' or '", std::string(1, close),
-                                       "' in ", what, ", got ", Describe(sep)));
-      }
+      bool closed = false;
+      absl::Status s = ExpectCommaOrClose(open, close, what, &closed);
+      if (!s.ok() || closed) return s;
     }
   }
 

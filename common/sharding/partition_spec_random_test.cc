@@ -1,12 +1,7 @@
 // Randomised robustness tests for the text parsers: random and mutated inputs
 // never crash, and whatever parses round-trips through ToString().
-// GCC 12 reports -Wmaybe-uninitialized inside absl::InlinedVector's move
-// constructor when IsOkAndHolds(box) copies a Box into the matcher: a false
-// positive (the move copies the inline storage bytes, initialized or not).
-// Silenced for this file only, before the includes that hold the location.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "tests/testing/box_matcher_warning.h"  // first: see there
+
 #include <random>
 #include <string>
 

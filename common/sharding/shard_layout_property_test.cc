@@ -1,12 +1,7 @@
 // Property tests over thousands of random meshes, specs and shapes (seeded via
 // MESHSERVE_TEST_SEED; a failure prints the seed).
-// GCC 12 reports -Wmaybe-uninitialized inside absl::InlinedVector's move
-// constructor when IsOkAndHolds(box) copies a Box into the matcher: a false
-// positive (the move copies the inline storage bytes, initialized or not).
-// Silenced for this file only, before the includes that hold the location.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+#include "tests/testing/box_matcher_warning.h"  // first: see there
+
 #include <cstdint>
 #include <random>
 #include <vector>

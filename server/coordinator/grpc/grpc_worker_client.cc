@@ -21,9 +21,7 @@ class GrpcWorkerClient : public WorkerClient {
     LoadModelRequest request;
     LoadModelFromIr(call, &request);
     LoadModelResponse response;
-    grpc::ClientContext context;
-    SetDeadline(&context, timeout);
-    absl::Status s = Check(stub_->LoadModel(&context, request, &response), "LoadModel");
+    absl::Status s = Call(&WorkerService::Stub::LoadModel, request, &response, timeout, "LoadModel");
     if (!s.ok()) return s;
     return response.param_bytes();
   }
@@ -34,9 +32,7 @@ class GrpcWorkerClient : public WorkerClient {
     request.set_model(model);
     request.set_generation(generation);
     UnloadModelResponse response;
-    grpc::ClientContext context;
-    SetDeadline(&context, timeout);
-    return Check(stub_->UnloadModel(&context, request, &response), "UnloadModel");
+    return Call(&WorkerService::Stub::UnloadModel, request, &response, timeout, "UnloadModel");
   }
 
   // The one place a compiled program is serialized (into the request).
@@ -44,9 +40,7 @@ class GrpcWorkerClient : public WorkerClient {
     InstallProgramRequest request;
     ProgramFromIr(program, request.mutable_program());
     InstallProgramResponse response;
-    grpc::ClientContext context;
-    SetDeadline(&context, timeout);
-    return Check(stub_->InstallProgram(&context, request, &response), "InstallProgram");
+    return Call(&WorkerService::Stub::InstallProgram, request, &response, timeout, "InstallProgram");
   }
 
   absl::StatusOr<ExecuteResult> Execute(ExecuteCall call,
@@ -57,9 +51,7 @@ class GrpcWorkerClient : public WorkerClient {
     request.set_deadline_ms(call.deadline_ms);
     for (SliceIr& s : call.inputs) SliceFromIr(&s, request.add_inputs());  // moves bytes
     ExecuteResponse response;
-    grpc::ClientContext context;
-    SetDeadline(&context, timeout);
-    absl::Status s = Check(stub_->Execute(&context, request, &response), "Execute");
+    absl::Status s = Call(&WorkerService::Stub::Execute, request, &response, timeout, "Execute");
     if (!s.ok()) return s;
     ExecuteResult result;
     for (auto& slice : *response.mutable_outputs()) {
@@ -74,24 +66,27 @@ class GrpcWorkerClient : public WorkerClient {
     request.set_request_id(request_id);
     request.set_reason(reason);
     CancelResponse response;
-    grpc::ClientContext context;
-    SetDeadline(&context, timeout);
-    return Check(stub_->Cancel(&context, request, &response), "Cancel");
+    return Call(&WorkerService::Stub::Cancel, request, &response, timeout, "Cancel");
   }
 
   absl::StatusOr<WorkerStatusIr> Status(absl::Duration timeout) override {
     WorkerStatusRequest request;
     WorkerStatusResponse response;
-    grpc::ClientContext context;
-    SetDeadline(&context, timeout);
-    absl::Status s = Check(stub_->Status(&context, request, &response), "Status");
+    absl::Status s = Call(&WorkerService::Stub::Status, request, &response, timeout, "Status");
     if (!s.ok()) return s;
     return WorkerStatusFromProto(response);
   }
 
  private:
-  absl::Status Check(const grpc::Status& status, const char* rpc) const {
-    absl::Status s = FromGrpcStatus(status);
+  // One unary call with `timeout`; a failure names the RPC and the worker.
+  template <typename Request, typename Response>
+  absl::Status Call(grpc::Status (WorkerService::Stub::*method)(grpc::ClientContext*,
+                                                                const Request&, Response*),
+                    const Request& request, Response* response, absl::Duration timeout,
+                    const char* rpc) {
+    grpc::ClientContext context;
+    SetDeadline(&context, timeout);
+    absl::Status s = FromGrpcStatus((stub_.get()->*method)(&context, request, response));
     if (s.ok()) return s;
     return absl::Status(s.code(), absl::StrCat(rpc, " on ", address_, ": ", s.message()));
   }
