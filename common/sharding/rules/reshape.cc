@@ -253,23 +253,17 @@ absl::StatusOr<Entries> ReshapeEntries(const Mesh& mesh, const ArrayType& operan
   auto more_than_one = [&](absl::string_view what) {
     return InvalidArgument(what, " on more than 1 axis is not supported. ", error.message());
   };
+  // First _split_on_one_axis, then _merge_on_one_axis (the operand's shape is
+  // a split of new_sizes).
   std::vector<Piece> pieces;
-  switch (SplitOnOneAxis(operand.shape, new_sizes, &pieces)) {
-    case SplitKind::kMany:
-      return more_than_one("Splitting");
-    case SplitKind::kOne:
-      return SplitAnAxis(mesh, operand.shape, in, pieces, new_sizes, has_dimensions, error);
-    case SplitKind::kNone:
-      break;
-  }
-  // _merge_on_one_axis: the operand's shape is a split of new_sizes.
-  switch (SplitOnOneAxis(new_sizes, operand.shape, &pieces)) {
-    case SplitKind::kMany:
-      return more_than_one("Merging");
-    case SplitKind::kOne:
-      return MergeAnAxis(mesh, operand.shape, in, pieces, new_sizes, has_dimensions, error);
-    case SplitKind::kNone:
-      break;
+  for (bool merge : {false, true}) {
+    SplitKind kind = merge ? SplitOnOneAxis(new_sizes, operand.shape, &pieces)
+                           : SplitOnOneAxis(operand.shape, new_sizes, &pieces);
+    if (kind == SplitKind::kMany) return more_than_one(merge ? "Merging" : "Splitting");
+    if (kind == SplitKind::kOne) {
+      return (merge ? MergeAnAxis : SplitAnAxis)(mesh, operand.shape, in, pieces, new_sizes,
+                                                 has_dimensions, error);
+    }
   }
   return error;
 }
