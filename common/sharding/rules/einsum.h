@@ -38,7 +38,10 @@
 //   'btd,dhq->bhtq' P('x','y',None), P(None,'x','y') -> (x,y,x,y): "produces an
 //      illegally sharded result"; fine with out_sharding=P('x',None,'y',None).
 //   '...ij,jk->...ik' f32[8@x,4,6] . f32[6,2@y] -> f32[8@x,4,2@y]
-//   'ab,bc,cd->ad'  contracted as (ab,bc) then (.., cd).
+//   'ab,bc,cd->ad' with a=8, b=4, c=16, d=2: (bc,cd) first (cost 256, then
+//      128 for (ab,bd)); with a=2, d=64: (ab,bc) first. The order decides
+//      which dot_general rules run: P('x',None), P(None,'x'), P() types in the
+//      first case and is "illegally sharded" (ac on x twice) in the second.
 //
 // Thread-safety: pure functions.
 #ifndef MESHSERVE_COMMON_SHARDING_RULES_EINSUM_H_

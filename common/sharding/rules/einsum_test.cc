@@ -172,6 +172,19 @@ TEST(EinsumRuleTest, ThreeOperandsWithOutShardingRunUnderAutoAxes) {
               StatusIs(absl::StatusCode::kUnimplemented));
 }
 
+// opt_einsum's optimal path picks the pair order by cost, and the order
+// decides which dot_general rules run (the sizes below flip it).
+TEST(EinsumRuleTest, PathOrderFollowsTheCost) {
+  Mesh mesh = MeshOrDie("mesh[x=2]");
+  const ArrayType cheap_bc_cd[] = {Arr(mesh, {8, 4}, "P('x', None)"),
+                                   Arr(mesh, {4, 16}, "P(None, 'x')"), Arr(mesh, {16, 2}, "P()")};
+  EXPECT_THAT(EinsumRule("ab,bc,cd->ad", cheap_bc_cd, std::nullopt), HasType("float32[8@x,2]"));
+  const ArrayType cheap_ab_bc[] = {Arr(mesh, {2, 4}, "P('x', None)"),
+                                   Arr(mesh, {4, 16}, "P(None, 'x')"), Arr(mesh, {16, 64}, "P()")};
+  EXPECT_THAT(EinsumRule("ab,bc,cd->ad", cheap_ab_bc, std::nullopt),
+              StatusIs(kInvalid, "produces an illegally sharded result"));
+}
+
 }  // namespace
 }  // namespace rules_testing
 }  // namespace meshserve
