@@ -152,5 +152,42 @@ absl::StatusOr<ArrayType> InputFromJson(const Json& input, const Mesh& mesh, DTy
   return type;
 }
 
+// Value of the first present key among `keys` as an int list (scalar ok).
+absl::StatusOr<std::optional<std::vector<int64_t>>> OptIntsAny(
+    const Json& p, std::initializer_list<const char*> keys) {
+  const char* k = FirstKey(p, keys);
+  if (k == nullptr) return std::optional<std::vector<int64_t>>();
+  return GetOptIntList(p, k, "params", /*allow_scalar=*/true);
+}
+
+absl::StatusOr<std::vector<int64_t>> IntsAny(const Json& p,
+                                             std::initializer_list<const char*> keys) {
+  MS_ASSIGN_OR_RETURN(auto v, OptIntsAny(p, keys));
+  if (!v.has_value()) return InvalidArgument("params.", *keys.begin(), " is required");
+  return *v;
+}
+
+absl::StatusOr<int64_t> IntAny(const Json& p, std::initializer_list<const char*> keys,
+                               std::optional<int64_t> fallback) {
+  const char* k = FirstKey(p, keys);
+  if (k == nullptr) {
+    if (fallback.has_value()) return *fallback;
+    return InvalidArgument("params.", *keys.begin(), " is required");
+  }
+  return GetInt(p, k, "params");
+}
+
+// Axis names given as one string or a list of strings (first present key).
+absl::StatusOr<std::optional<std::vector<std::string>>> OptAxisNames(
+    const Json& p, std::initializer_list<const char*> keys) {
+  const char* k = FirstKey(p, keys);
+  if (k == nullptr) return std::optional<std::vector<std::string>>();
+  if (p[k].is_string()) {
+    return std::optional<std::vector<std::string>>(
+        std::vector<std::string>{p[k].get<std::string>()});
+  }
+  return GetOptStringList(p, k, "params");
+}
+
 }  // namespace rules_case
 }  // namespace meshserve

@@ -41,6 +41,18 @@ absl::StatusOr<std::optional<std::vector<std::string>>> GetOptStringList(
 // The first of `keys` present (and non-null) in obj, or nullptr.
 const char* FirstKey(const Json& obj, std::initializer_list<const char*> keys);
 
+// The first present key among `keys` (aliases of one param, the first named
+// in errors): as an int list (a scalar allowed), a required int list, an int
+// (`fallback` when absent), axis names (one string or a list).
+absl::StatusOr<std::optional<std::vector<int64_t>>> OptIntsAny(
+    const Json& p, std::initializer_list<const char*> keys);
+absl::StatusOr<std::vector<int64_t>> IntsAny(const Json& p,
+                                             std::initializer_list<const char*> keys);
+absl::StatusOr<int64_t> IntAny(const Json& p, std::initializer_list<const char*> keys,
+                               std::optional<int64_t> fallback = std::nullopt);
+absl::StatusOr<std::optional<std::vector<std::string>>> OptAxisNames(
+    const Json& p, std::initializer_list<const char*> keys);
+
 // null -> nullopt; otherwise PartitionSpecFromJson (common/json/sharding_json.h).
 absl::StatusOr<std::optional<PartitionSpec>> OutShardingFromJson(const Json& j);
 // One input; `dtype` is the case default (an input's own "dtype" wins).

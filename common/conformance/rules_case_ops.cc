@@ -117,43 +117,6 @@ absl::StatusOr<ConvParams> ConvParamsFromJson(const Json& p) {
   return c;
 }
 
-// Value of the first present key among `keys` as an int list (scalar ok).
-absl::StatusOr<std::optional<std::vector<int64_t>>> OptIntsAny(
-    const Json& p, std::initializer_list<const char*> keys) {
-  const char* k = FirstKey(p, keys);
-  if (k == nullptr) return std::optional<std::vector<int64_t>>();
-  return GetOptIntList(p, k, "params", /*allow_scalar=*/true);
-}
-
-absl::StatusOr<std::vector<int64_t>> IntsAny(const Json& p,
-                                             std::initializer_list<const char*> keys) {
-  MS_ASSIGN_OR_RETURN(auto v, OptIntsAny(p, keys));
-  if (!v.has_value()) return InvalidArgument("params.", *keys.begin(), " is required");
-  return *v;
-}
-
-absl::StatusOr<int64_t> IntAny(const Json& p, std::initializer_list<const char*> keys,
-                               std::optional<int64_t> fallback = std::nullopt) {
-  const char* k = FirstKey(p, keys);
-  if (k == nullptr) {
-    if (fallback.has_value()) return *fallback;
-    return InvalidArgument("params.", *keys.begin(), " is required");
-  }
-  return GetInt(p, k, "params");
-}
-
-// Axis names given as one string or a list of strings (first present key).
-absl::StatusOr<std::optional<std::vector<std::string>>> OptAxisNames(
-    const Json& p, std::initializer_list<const char*> keys) {
-  const char* k = FirstKey(p, keys);
-  if (k == nullptr) return std::optional<std::vector<std::string>>();
-  if (p[k].is_string()) {
-    return std::optional<std::vector<std::string>>(
-        std::vector<std::string>{p[k].get<std::string>()});
-  }
-  return GetOptStringList(p, k, "params");
-}
-
 std::optional<ArrayType> OptInput(Inputs in, size_t i) {
   return i < in.size() ? std::optional<ArrayType>(in[i]) : std::nullopt;
 }
@@ -171,10 +134,9 @@ MaybeResult RunModelOp(ModelOp kind, absl::string_view op, const Json& p, Inputs
                        const Out& out) {
   switch (kind) {
     case ModelOp::kEinsum: {
-      MS_RETURN_IF_ERROR(WantInputs(op, in, 2));
       MS_ASSIGN_OR_RETURN(std::string eq, GetString(p, "equation", "params"));
       MS_ASSIGN_OR_RETURN(std::optional<DType> pet, OptDType(p, "preferred_element_type"));
-      return EinsumRule(eq, in[0], in[1], out, pet);
+      return EinsumRule(eq, in, out, pet);
     }
     case ModelOp::kReshard:
       MS_RETURN_IF_ERROR(WantInputs(op, in, 1));
@@ -380,6 +342,49 @@ MaybeResult RunConcatSliceOp(absl::string_view op, const Json& p, Inputs in, con
   return std::nullopt;
 }
 
+// jnp.take / a.at[i].get(out_sharding=), lax.gather, lax.dynamic_slice.
+MaybeResult RunIndexingOp(absl::string_view op, const Json& p, Inputs in, const Out& out) {
+  const std::string name(op);
+  if (name == "take") {
+    MS_RETURN_IF_ERROR(WantInputs(op, in, 2));
+    MS_ASSIGN_OR_RETURN(std::optional<int64_t> axis, GetOptInt(p, "axis", "params"));
+    return TakeRule(in[0], in[1], axis, out);
+  }
+  if (name == "gather") {
+    MS_RETURN_IF_ERROR(NoOutSharding(op, out));
+    MS_RETURN_IF_ERROR(WantInputs(op, in, 2));
+    GatherDimensionNumbers d;
+    std::vector<int64_t> sizes;
+    MS_ASSIGN_OR_RETURN(d.offset_dims, IntsAny(p, {"offset_dims"}));
+    MS_ASSIGN_OR_RETURN(d.collapsed_slice_dims, IntsAny(p, {"collapsed_slice_dims"}));
+    MS_ASSIGN_OR_RETURN(d.start_index_map, IntsAny(p, {"start_index_map"}));
+    MS_ASSIGN_OR_RETURN(sizes, IntsAny(p, {"slice_sizes"}));
+    MS_ASSIGN_OR_RETURN(auto ob, OptIntsAny(p, {"operand_batching_dims"}));
+    MS_ASSIGN_OR_RETURN(auto ib, OptIntsAny(p, {"start_indices_batching_dims"}));
+    d.operand_batching_dims = ob.value_or(std::vector<int64_t>{});
+    d.start_indices_batching_dims = ib.value_or(std::vector<int64_t>{});
+    return GatherRule(in[0], in[1], d, sizes);
+  }
+  if (name == "dynamic_slice") {
+    MS_RETURN_IF_ERROR(NoOutSharding(op, out));
+    if (in.empty()) return InvalidArgument("dynamic_slice expects the operand (then optional "
+                                           "scalar start indices), got 0 inputs");
+    MS_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, IntsAny(p, {"slice_sizes"}));
+    if (in.size() > 1) return DynamicSliceRule(in[0], in.subspan(1), sizes);
+    // Static start indices (params.start_indices, default zeros): int32 scalars.
+    MS_ASSIGN_OR_RETURN(auto starts, OptIntsAny(p, {"start_indices"}));
+    size_t n = starts.has_value() ? starts->size() : in[0].shape.size();
+    std::vector<ArrayType> idx;
+    for (size_t i = 0; i < n; ++i) {
+      MS_ASSIGN_OR_RETURN(ArrayType t, MakeArrayType(DType::kInt32, {}, in[0].sharding.mesh(),
+                                                     PartitionSpec()));
+      idx.push_back(std::move(t));
+    }
+    return DynamicSliceRule(in[0], idx, sizes);
+  }
+  return std::nullopt;
+}
+
 // conv_general_dilated.
 MaybeResult RunConvOp(absl::string_view op, const Json& p, Inputs in, const Out& out) {
   const std::string name(op);
@@ -393,7 +398,7 @@ MaybeResult RunConvOp(absl::string_view op, const Json& p, Inputs in, const Out&
 
 absl::StatusOr<ArrayType> RunShapeOp(absl::string_view op, const Json& p, Inputs in,
                                      const Out& out) {
-  for (OpGroup group : {RunLayoutOp, RunReduceOp, RunConcatSliceOp, RunConvOp}) {
+  for (OpGroup group : {RunLayoutOp, RunReduceOp, RunConcatSliceOp, RunIndexingOp, RunConvOp}) {
     MaybeResult result = group(op, p, in, out);
     if (result.has_value()) return *std::move(result);
   }

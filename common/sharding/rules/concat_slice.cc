@@ -25,12 +25,15 @@ std::vector<const ArrayType*> Pointers(absl::Span<const ArrayType> operands) {
   return p;
 }
 
-// _get_sharding_for_varying_out_shape, then the result type.
+// _get_sharding_for_varying_out_shape, then the result type. A result whose
+// every dim has size 1 (or a scalar) is P().
 absl::StatusOr<ArrayType> VaryingOutShape(absl::string_view name, absl::string_view prim,
                                           const ArrayType& operand, Shape out_shape) {
   const ArrayType* ptrs[] = {&operand};
   MS_ASSIGN_OR_RETURN(Mesh mesh, rules::CommonMesh(prim, ptrs));
-  if (!rules::RulesActive(mesh)) {
+  bool all_ones = std::all_of(out_shape.begin(), out_shape.end(),
+                              [](int64_t s) { return s == 1; });
+  if (!rules::RulesActive(mesh) || all_ones) {
     return rules::UnshardedResult(operand.dtype, std::move(out_shape), mesh, ptrs);
   }
   MS_ASSIGN_OR_RETURN(Entries in, rules::VaryingOutShapeEntries(name, mesh, operand, out_shape));
@@ -148,13 +151,42 @@ absl::StatusOr<ArrayType> SliceRule(const ArrayType& operand, const std::vector<
     }
     out[d] = limit[d] == start[d] ? 0 : (limit[d] - start[d] - 1) / stride + 1;
   }
-  bool all_ones = rank > 0 && std::all_of(out.begin(), out.end(), [](int64_t s) { return s == 1; });
-  if (all_ones) {
-    const ArrayType* ptrs[] = {&operand};
-    MS_ASSIGN_OR_RETURN(Mesh mesh, rules::CommonMesh("slice", ptrs));
-    return rules::UnshardedResult(operand.dtype, std::move(out), mesh, ptrs);
-  }
   return VaryingOutShape("slicing", "slice", operand, std::move(out));
+}
+
+absl::StatusOr<ArrayType> DynamicSliceRule(const ArrayType& operand,
+                                           absl::Span<const ArrayType> start_indices,
+                                           const std::vector<int64_t>& slice_sizes) {
+  if (start_indices.size() != operand.shape.size()) {
+    return InvalidArgument("Length of slice indices must match number of operand dimensions (",
+                           start_indices.size(), " vs ", PyTupleRepr(operand.shape), ")");
+  }
+  for (const ArrayType& i : start_indices) {
+    if (i.rank() != 0) {
+      return InvalidArgument("start_indices arguments to dynamic_slice must be scalars, got "
+                             "indices ", i.ToString(true));
+    }
+    if (!rules::IsIntegerDType(i.dtype) || i.dtype != start_indices[0].dtype) {
+      return InvalidArgument("index arguments to dynamic_slice must be integers of the same "
+                             "type, got: ", DTypeName(i.dtype));
+    }
+  }
+  bool fits = slice_sizes.size() == operand.shape.size();
+  for (size_t d = 0; fits && d < slice_sizes.size(); ++d) {
+    fits = slice_sizes[d] <= operand.shape[d];
+  }
+  if (!fits) {
+    return InvalidArgument("slice slice_sizes must be less than or equal to operand shape, got "
+                           "slice_sizes ", PyTupleRepr(slice_sizes), " for operand shape ",
+                           PyTupleRepr(operand.shape), ".");
+  }
+  for (int64_t s : slice_sizes) {
+    if (s < 0) {
+      return InvalidArgument("slice slice_sizes must be greater than or equal to zero, got "
+                             "slice_sizes of ", PyTupleRepr(slice_sizes), ".");
+    }
+  }
+  return VaryingOutShape("dynamic_slice", "dynamic_slice", operand, slice_sizes);
 }
 
 absl::StatusOr<ArrayType> PadRule(const ArrayType& operand,

@@ -1,7 +1,8 @@
 // Ops that join, cut, grow or repeat arrays: concatenate, stack, split, slice,
-// pad, tile (jax/_src/lax/lax.py: _concatenate_sharding_rule, _pad_sharding_rule;
-// jax/_src/lax/slicing.py: _get_sharding_for_varying_out_shape,
-// _slice_sharding_rule; jnp.stack, jnp.tile, lax.split).
+// dynamic_slice, pad, tile (jax/_src/lax/lax.py: _concatenate_sharding_rule,
+// _pad_sharding_rule; jax/_src/lax/slicing.py:
+// _get_sharding_for_varying_out_shape, _slice_sharding_rule,
+// _dynamic_slice_sharding_rule; jnp.stack, jnp.tile, lax.split).
 //
 // concatenate: every operand must have the IDENTICAL sharding (the concat dim
 //   included); the result takes it. Else "All operands should have the same
@@ -12,7 +13,7 @@
 //   changes AND is sharded must stay divisible by its axes' product, else
 //   "<name> on sharded dims where out dim (3) is not divisible by mesh axes (2)
 //   with spec (...) is not implemented." with name = slicing / padding / split.
-//   If divisible the operand's sharding is kept unchanged. A slice whose every
+//   If divisible the operand's sharding is kept unchanged. A result whose every
 //   out dim has size 1 gives P().
 // tile (jnp.tile): dims with reps == 1 keep their entries, new leading dims are
 //   None, a sharded dim with reps > 1 is an error ("cannot be sharded ...
@@ -49,6 +50,18 @@ absl::StatusOr<ArrayType> SliceRule(const ArrayType& operand, const std::vector<
 // lax.pad: one (low, high, interior) per dim.
 absl::StatusOr<ArrayType> PadRule(const ArrayType& operand,
                                   const std::vector<std::array<int64_t, 3>>& padding_config);
+// lax.dynamic_slice(operand, start_indices, slice_sizes)
+// (slicing.py: _dynamic_slice_shape_rule, _dynamic_slice_sharding_rule): the
+// varying-out-shape rule above under the name "dynamic_slice"; a sharded dim
+// whose slice size its axes divide keeps its entry (16@x sliced to 2 ->
+// 2@x, tests/pjit_test.py test_dynamic_slice). One scalar integer start index
+// per dim, of one dtype.
+// \error kInvalidArgument: index count or rank, index dtype, slice sizes
+//   negative or past the operand, "dynamic_slice on sharded dims where out dim
+//   (3) is not divisible by mesh axes (2) ...".
+absl::StatusOr<ArrayType> DynamicSliceRule(const ArrayType& operand,
+                                           absl::Span<const ArrayType> start_indices,
+                                           const std::vector<int64_t>& slice_sizes);
 // jnp.tile.
 absl::StatusOr<ArrayType> TileRule(const ArrayType& operand, const std::vector<int64_t>& reps);
 

@@ -2,22 +2,11 @@
 
 #include <optional>
 
-#include "common/sharding/rules/einsum.h"
 #include "common/sharding/rules/rules_testing.h"
-#include "gtest/gtest.h"
-#include "tests/testing/status_matchers.h"
 
 namespace meshserve {
+namespace rules_testing {
 namespace {
-
-using ::meshserve::rules_testing::Arr;
-using ::meshserve::rules_testing::HasType;
-using ::meshserve::rules_testing::Matmul;
-using ::meshserve::rules_testing::Spec;
-using ::meshserve::rules_testing::TestMesh;
-using ::meshserve::testing::StatusIs;
-using ::testing::HasSubstr;
-constexpr auto kInvalid = absl::StatusCode::kInvalidArgument;
 
 // tests/pjit_test.py ShardingInTypesTest.test_dot_general / _error: mesh x=2,
 // y=2, f32[8,2] @ f32[2,8].
@@ -31,7 +20,7 @@ struct DotRow {
 class DotGeneralTableTest : public ::testing::TestWithParam<DotRow> {};
 
 TEST_P(DotGeneralTableTest, MatchesJax) {
-  Mesh mesh = TestMesh("mesh[x=2,y=2]");
+  Mesh mesh = MeshOrDie("mesh[x=2,y=2]");
   const DotRow& row = GetParam();
   auto out = DotGeneralRule(Arr(mesh, {8, 2}, row.lhs), Arr(mesh, {2, 8}, row.rhs), Matmul(),
                             std::nullopt);
@@ -56,7 +45,7 @@ INSTANTIATE_TEST_SUITE_P(
         DotRow{"P(None, 'y')", "P('y', None)", "Contracting dimensions are sharded", true}));
 
 TEST(DotGeneralRuleTest, IllegalResultMessageShowsShortTypes) {
-  Mesh mesh = TestMesh("mesh[x=2,y=2]");
+  Mesh mesh = MeshOrDie("mesh[x=2,y=2]");
   auto out = DotGeneralRule(Arr(mesh, {8, 2}, "P('x', None)"), Arr(mesh, {2, 8}, "P(None, 'x')"),
                             Matmul(), std::nullopt);
   EXPECT_THAT(out, StatusIs(kInvalid, "dot_general operation with inputs: f32[8@x,2], "
@@ -65,7 +54,7 @@ TEST(DotGeneralRuleTest, IllegalResultMessageShowsShortTypes) {
 }
 
 TEST(DotGeneralRuleTest, BatchDimsMustMatch) {
-  Mesh mesh = TestMesh("mesh[x=2,y=2,z=1]");
+  Mesh mesh = MeshOrDie("mesh[x=2,y=2,z=1]");
   DotDimensionNumbers dims{{2}, {1}, {0}, {0}};
   auto out = DotGeneralRule(Arr(mesh, {8, 4, 2}, "P('x', 'y', 'z')"),
                             Arr(mesh, {8, 2, 4}, "P('y', 'z', 'x')"), dims, std::nullopt);
@@ -77,11 +66,42 @@ TEST(DotGeneralRuleTest, BatchDimsMustMatch) {
   EXPECT_THAT(ok, HasType("float32[8@x,4@y,4]"));
 }
 
+TEST(DotGeneralRuleTest, RulesAreSkippedWithoutExplicitAxes) {
+  Mesh mesh = MeshOrDie("mesh[x=2:Auto,y=2:Auto]");
+  EXPECT_THAT(DotGeneralRule(Arr(mesh, {8, 2}, "P('x', 'y')"), Arr(mesh, {2, 8}, "P('y', 'x')"),
+                             Matmul(), std::nullopt),
+              HasType("float32[8,8]"));
+}
+
+TEST(DotGeneralRuleTest, OutShardingMayNotNameAutoAxes) {
+  Mesh mesh = MeshOrDie("mesh[x=2,y=2:Auto]");
+  EXPECT_THAT(DotGeneralRule(Arr(mesh, {8, 2}, "P('x', None)"), Arr(mesh, {2, 8}, "P()"),
+                             Matmul(), SpecOrDie("P('y', None)")),
+              StatusIs(kInvalid, "cannot contain axis names that are of type Auto or Manual"));
+}
+
+TEST(DotGeneralRuleTest, OutShardingMustDivide) {
+  Mesh mesh = MeshOrDie("mesh[x=4]");
+  EXPECT_THAT(DotGeneralRule(Arr(mesh, {6, 2}, "P()"), Arr(mesh, {2, 8}, "P()"), Matmul(),
+                             SpecOrDie("P('x', None)")),
+              StatusIs(kInvalid, "does not evenly divide the dimension size"));
+}
+
+TEST(DotGeneralRuleTest, BadDimensionNumbersAreRejected) {
+  Mesh mesh = MeshOrDie("mesh[x=2]");
+  EXPECT_THAT(DotGeneralRule(Arr(mesh, {8, 2}, "P()"), Arr(mesh, {2, 8}, "P()"),
+                             DotDimensionNumbers{{5}, {0}, {}, {}}, std::nullopt),
+              StatusIs(kInvalid, "(5,)"));
+  EXPECT_THAT(DotGeneralRule(Arr(mesh, {8, 3}, "P()"), Arr(mesh, {2, 8}, "P()"), Matmul(),
+                             std::nullopt),
+              StatusIs(kInvalid, "same shape"));
+}
+
 // Seed discussion: SwiGLU FSDP+TP, mesh fsdp=2, model=4, bfloat16.
 class SwiGluTest : public ::testing::Test {
  protected:
   DotDimensionNumbers Proj() { return DotDimensionNumbers{{2}, {0}, {}, {}}; }
-  Mesh mesh_ = TestMesh("mesh[fsdp=2,model=4]");
+  Mesh mesh_ = MeshOrDie("mesh[fsdp=2,model=4]");
   ArrayType x_ = Arr(mesh_, {8, 4096, 2048}, "P('fsdp', None, None)", DType::kBFloat16);
   ArrayType w_gate_ = Arr(mesh_, {2048, 8192}, "P('fsdp', 'model')", DType::kBFloat16);
   ArrayType h_ = Arr(mesh_, {8, 4096, 8192}, "P('fsdp', None, 'model')", DType::kBFloat16);
@@ -101,23 +121,23 @@ TEST_F(SwiGluTest, DownProjectionIsAmbiguous) {
 }
 
 TEST_F(SwiGluTest, DownProjectionOutShardingChoices) {
-  EXPECT_THAT(DotGeneralRule(h_, w_down_, Proj(), Spec("P('fsdp', None, None)")),
+  EXPECT_THAT(DotGeneralRule(h_, w_down_, Proj(), SpecOrDie("P('fsdp', None, None)")),
               HasType("bfloat16[8@fsdp,4096,2048]"));
-  EXPECT_THAT(DotGeneralRule(h_, w_down_, Proj(), Spec("P('fsdp', None, 'model')")),
+  EXPECT_THAT(DotGeneralRule(h_, w_down_, Proj(), SpecOrDie("P('fsdp', None, 'model')")),
               HasType("bfloat16[8@fsdp,4096,2048@model]"));
-  EXPECT_THAT(DotGeneralRule(h_, w_down_, Proj(), Spec("P('fsdp', None, None, unreduced={'model'})")),
+  EXPECT_THAT(DotGeneralRule(h_, w_down_, Proj(), SpecOrDie("P('fsdp', None, None, unreduced={'model'})")),
               HasType("bfloat16[8@fsdp,4096,2048]{U:model}"));
 }
 
 TEST_F(SwiGluTest, UnreducedMustEqualTheContractingAxes) {
   ArrayType w = Arr(mesh_, {8192, 2048}, "P('model', None)", DType::kBFloat16);
-  EXPECT_THAT(DotGeneralRule(h_, w, Proj(), Spec("P('fsdp', unreduced={'fsdp'})")),
+  EXPECT_THAT(DotGeneralRule(h_, w, Proj(), SpecOrDie("P('fsdp', unreduced={'fsdp'})")),
               StatusIs(kInvalid, "disjoint"));
   ArrayType w2 = Arr(mesh_, {8192, 2048}, "P(None, None)", DType::kBFloat16);
-  EXPECT_THAT(DotGeneralRule(h_, w2, Proj(), Spec("P('fsdp', unreduced={'model'})")),
+  EXPECT_THAT(DotGeneralRule(h_, w2, Proj(), SpecOrDie("P('fsdp', unreduced={'model'})")),
               StatusIs(kInvalid, "lhs and rhs contracting dims should be sharded identically"));
   ArrayType h = Arr(mesh_, {8, 4096, 8192}, "P(None, None, 'model')", DType::kBFloat16);
-  EXPECT_THAT(DotGeneralRule(h, w, Proj(), Spec("P(None, unreduced={'fsdp'})")),
+  EXPECT_THAT(DotGeneralRule(h, w, Proj(), SpecOrDie("P(None, unreduced={'fsdp'})")),
               StatusIs(kInvalid, "unreduced axes should be equal to the contracting specs"));
 }
 
@@ -127,89 +147,6 @@ TEST_F(SwiGluTest, OtherKernelSpecRepeatsFsdp) {
               StatusIs(kInvalid, "produces an illegally sharded result"));
 }
 
-TEST(DotGeneralRuleTest, RulesAreSkippedWithoutExplicitAxes) {
-  Mesh mesh = TestMesh("mesh[x=2:Auto,y=2:Auto]");
-  EXPECT_THAT(DotGeneralRule(Arr(mesh, {8, 2}, "P('x', 'y')"), Arr(mesh, {2, 8}, "P('y', 'x')"),
-                             Matmul(), std::nullopt),
-              HasType("float32[8,8]"));
-}
-
-TEST(DotGeneralRuleTest, OutShardingMayNotNameAutoAxes) {
-  Mesh mesh = TestMesh("mesh[x=2,y=2:Auto]");
-  EXPECT_THAT(DotGeneralRule(Arr(mesh, {8, 2}, "P('x', None)"), Arr(mesh, {2, 8}, "P()"),
-                             Matmul(), Spec("P('y', None)")),
-              StatusIs(kInvalid, "cannot contain axis names that are of type Auto or Manual"));
-}
-
-TEST(DotGeneralRuleTest, OutShardingMustDivide) {
-  Mesh mesh = TestMesh("mesh[x=4]");
-  EXPECT_THAT(DotGeneralRule(Arr(mesh, {6, 2}, "P()"), Arr(mesh, {2, 8}, "P()"), Matmul(),
-                             Spec("P('x', None)")),
-              StatusIs(kInvalid, "does not evenly divide the dimension size"));
-}
-
-TEST(DotGeneralRuleTest, BadDimensionNumbersAreRejected) {
-  Mesh mesh = TestMesh("mesh[x=2]");
-  EXPECT_THAT(DotGeneralRule(Arr(mesh, {8, 2}, "P()"), Arr(mesh, {2, 8}, "P()"),
-                             DotDimensionNumbers{{5}, {0}, {}, {}}, std::nullopt),
-              StatusIs(kInvalid, "(5,)"));
-  EXPECT_THAT(DotGeneralRule(Arr(mesh, {8, 3}, "P()"), Arr(mesh, {2, 8}, "P()"), Matmul(),
-                             std::nullopt),
-              StatusIs(kInvalid, "same shape"));
-}
-
-TEST(EinsumRuleTest, SwiGluGate) {
-  Mesh mesh = TestMesh("mesh[fsdp=2,model=4]");
-  EXPECT_THAT(EinsumRule("btd,df->btf", Arr(mesh, {8, 4096, 2048}, "P('fsdp', None, None)"),
-                         Arr(mesh, {2048, 8192}, "P('fsdp', 'model')"), std::nullopt),
-              HasType("float32[8@fsdp,4096,8192@model]"));
-}
-
-TEST(EinsumRuleTest, InverseNeedsOutSharding) {
-  Mesh mesh = TestMesh("mesh[x=2,y=2]");
-  ArrayType x = Arr(mesh, {8, 4, 2}, "P('x', 'y', None)");
-  ArrayType y = Arr(mesh, {2, 4, 8}, "P(None, 'x', 'y')");
-  EXPECT_THAT(EinsumRule("btd,dhq->bhtq", x, y, std::nullopt),
-              StatusIs(kInvalid, "produces an illegally sharded result"));
-  EXPECT_THAT(EinsumRule("btd,dhq->bhtq", x, y, Spec("P('x', None, 'y', None)")),
-              HasType("float32[8@x,4,4@y,8]"));
-}
-
-TEST(EinsumRuleTest, BatchAndUnreducedErrors) {
-  Mesh mesh = TestMesh("mesh[x=2,y=2,z=1]");
-  EXPECT_THAT(EinsumRule("abc,acz->abz", Arr(mesh, {8, 4, 2}, "P('x', 'y', 'z')"),
-                         Arr(mesh, {8, 2, 4}, "P('y', 'z', 'x')"), std::nullopt),
-              StatusIs(kInvalid, "batch dimensions"));
-  EXPECT_THAT(EinsumRule("xy,yz->xz", Arr(mesh, {8, 2}, "P('x', 'y')"),
-                         Arr(mesh, {2, 8}, "P('y', None)"), Spec("P('x', unreduced={'z'})")),
-              StatusIs(kInvalid, "unreduced axes should be equal to the contracting specs"));
-  EXPECT_THAT(EinsumRule("xy,yz->xz", Arr(mesh, {8, 2}, "P('x', 'y')"),
-                         Arr(mesh, {2, 8}, "P('y', None)"), Spec("P('x', unreduced={'y'})")),
-              HasType("float32[8@x,8]{U:y}"));
-}
-
-TEST(EinsumRuleTest, SummedLabelsDropTheirSharding) {
-  Mesh mesh = TestMesh("mesh[x=2,y=2]");
-  // 'k' only in lhs and not in the output: summed away first.
-  EXPECT_THAT(EinsumRule("ik,ij->j", Arr(mesh, {4, 6}, "P('x', 'y')"),
-                         Arr(mesh, {4, 8}, "P(None, 'x')"), std::nullopt),
-              HasType("float32[8@x]"));
-  // Implicit output: labels used once, sorted.
-  EXPECT_THAT(EinsumRule("ij,jk", Arr(mesh, {4, 6}, "P('x', None)"),
-                         Arr(mesh, {6, 8}, "P(None, 'y')"), std::nullopt),
-              HasType("float32[4@x,8@y]"));
-}
-
-TEST(EinsumRuleTest, MalformedEquations) {
-  Mesh mesh = TestMesh("mesh[x=2]");
-  ArrayType a = Arr(mesh, {4, 6}, "P()");
-  EXPECT_THAT(EinsumRule("ij->i", a, a, std::nullopt), StatusIs(kInvalid, "two operands"));
-  EXPECT_THAT(EinsumRule("i1,jk->ik", a, a, std::nullopt), StatusIs(kInvalid, "'1'"));
-  EXPECT_THAT(EinsumRule("ij,jk->iz", a, a, std::nullopt), StatusIs(kInvalid, "'z'"));
-  EXPECT_THAT(EinsumRule("ii,jk->k", a, a, std::nullopt),
-              StatusIs(absl::StatusCode::kUnimplemented));
-  EXPECT_THAT(EinsumRule("ij,jk->ik", a, a, std::nullopt), StatusIs(kInvalid, "sizes"));
-}
-
 }  // namespace
+}  // namespace rules_testing
 }  // namespace meshserve

@@ -1,7 +1,6 @@
 #include "common/sharding/rules/reshape.h"
 
 #include <utility>
-#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/checked_math.h"
@@ -17,12 +16,15 @@ using rules::Entries;
 using rules::Entry;
 using rules::Shape;
 
-// One dim of the "split on one axis" analysis: either an unchanged size or the
-// list of pieces the dim was split into.
+// One item of _split_on_one_axis's answer: a dim kept as is (`split` empty) or
+// the list of sizes it was split into (always two or more).
 struct Piece {
   int64_t size = 0;
-  std::vector<int64_t> split;  // non-empty: the dim was split into these
+  std::vector<int64_t> split;
 };
+
+// What _split_on_one_axis found.
+enum class SplitKind { kNone, kOne, kMany };
 
 int64_t Prod(const std::vector<int64_t>& v) {
   int64_t p = 1;
@@ -30,56 +32,49 @@ int64_t Prod(const std::vector<int64_t>& v) {
   return p;
 }
 
-// _split_on_one_axis. Returns nullopt for "not a single split"; sets
-// *unsupported for the "more than one split" error.
-std::optional<std::vector<Piece>> SplitOnOneAxis(Shape op_shape, Shape new_sizes,
-                                                 bool* unsupported) {
-  if (new_sizes.size() <= op_shape.size()) return std::nullopt;
-  const size_t orig_rank = op_shape.size();
-  size_t num_1s = 0;
-  while (!op_shape.empty() && !new_sizes.empty() && op_shape.back() == 1 &&
-         new_sizes.back() == 1) {
-    ++num_1s;
-    op_shape.pop_back();
-    new_sizes.pop_back();
+Shape WithoutOnes(const Shape& shape) {
+  Shape out;
+  for (int64_t s : shape) {
+    if (s != 1) out.push_back(s);
   }
-  std::vector<Piece> out;
+  return out;
+}
+
+// _split_on_one_axis: both shapes lose their size-1 dims first; then every
+// non-1 dim of `op_shape` either equals the next new dim or is split into the
+// next new dims (at most one such split: kMany raises the reshape error). The
+// answer has one item per non-1 dim of op_shape. Where JAX's Python would run
+// off the end of a shape (zero-size dims), the answer is kNone.
+SplitKind SplitOnOneAxis(const Shape& op_shape_in, const Shape& new_sizes_in,
+                         std::vector<Piece>* out) {
+  const Shape op_shape = WithoutOnes(op_shape_in);
+  const Shape new_sizes = WithoutOnes(new_sizes_in);
+  out->clear();
+  if (new_sizes.size() <= op_shape.size()) return SplitKind::kNone;
   size_t i = 0, j = 0;
   int count = 0;
   while (j < new_sizes.size()) {
-    if (i >= op_shape.size()) return std::nullopt;
+    if (i >= op_shape.size()) return SplitKind::kNone;
     if (op_shape[i] == new_sizes[j]) {
-      out.push_back(Piece{op_shape[i], {}});
+      out->push_back(Piece{op_shape[i], {}});
     } else {
-      if (++count > 1) {
-        *unsupported = true;
-        return std::nullopt;
-      }
+      if (++count > 1) return SplitKind::kMany;
       std::vector<int64_t> temp = {new_sizes[j]};
-      size_t next_j = j + 1, next_i = i + 1;
-      while (Prod(temp) != op_shape[i] ||
-             (next_j < new_sizes.size() && new_sizes[next_j] == 1)) {
-        if (Prod(temp) > op_shape[i]) return std::nullopt;
-        if (Prod(temp) == op_shape[i] && next_i < op_shape.size() &&
-            next_j < new_sizes.size() && new_sizes[next_j] == op_shape[next_i]) {
-          break;
-        }
-        ++j;
-        if (j >= new_sizes.size()) return std::nullopt;
-        temp.push_back(new_sizes[j]);
-        ++next_j;
+      while (Prod(temp) != op_shape[i]) {
+        if (Prod(temp) > op_shape[i] || j + 1 >= new_sizes.size()) return SplitKind::kNone;
+        temp.push_back(new_sizes[++j]);
       }
-      out.push_back(Piece{op_shape[i], temp});
+      out->push_back(Piece{op_shape[i], std::move(temp)});
     }
     ++i;
     ++j;
   }
-  for (size_t k = 0; k < num_1s; ++k) out.push_back(Piece{1, {}});
-  if (out.size() != orig_rank) return std::nullopt;
-  return out;
+  return out->size() == op_shape.size() ? SplitKind::kOne : SplitKind::kNone;
 }
 
-// split_partitions: hands the axes of `axes` out to `pieces`, major first.
+// split_partitions: hands the axes of `axes` out to `pieces`, major first; a
+// piece of size n takes axes while n > 1. An axis that does not divide its
+// piece is the reshape error; so are axes left over (an assert in JAX).
 absl::StatusOr<Entries> SplitPartitions(const Mesh& mesh, const Entry& axes,
                                         const std::vector<int64_t>& pieces,
                                         const absl::Status& reshape_error) {
@@ -95,17 +90,120 @@ absl::StatusOr<Entries> SplitPartitions(const Mesh& mesh, const Entry& axes,
     }
     out.push_back(std::move(dim));
   }
-  if (next != axes.size()) return reshape_error;  // axes left over
+  if (next != axes.size()) return reshape_error;
   return out;
 }
 
-}  // namespace
+// The tail shared by _split_an_axis_sharding_rule and
+// _merge_an_axis_sharding_rule: the entries of the non-1 new dims in order,
+// and each new size-1 dim i takes the operand's entry i when the operand's dim
+// i is also size 1, else None. (The merge rule indexes op_shape[i] without a
+// bound check; past the operand's rank this gives None.)
+absl::StatusOr<Entries> PlaceSingletons(const Shape& op_shape, const Entries& op_entries,
+                                        const Shape& new_sizes, const Entries& non1,
+                                        const absl::Status& reshape_error) {
+  Entries out;
+  size_t next = 0;
+  for (size_t i = 0; i < new_sizes.size(); ++i) {
+    if (new_sizes[i] == 1) {
+      bool keep = i < op_shape.size() && op_shape[i] == 1;
+      out.push_back(keep ? op_entries[i] : Entry{});
+    } else {
+      if (next >= non1.size()) return reshape_error;
+      out.push_back(non1[next++]);
+    }
+  }
+  if (next != non1.size()) return reshape_error;
+  return out;
+}
 
-// Long on purpose: mirrors jax/_src/lax/lax.py _reshape_sharding_rule one to one.
-absl::StatusOr<ArrayType> ReshapeRule(const ArrayType& operand,
-                                      const std::vector<int64_t>& new_sizes,
-                                      const std::optional<PartitionSpec>& out_sharding,
-                                      const std::optional<std::vector<int64_t>>& dimensions) {
+// The entries of the operand's non-1 dims.
+Entries Non1Entries(const Shape& shape, const Entries& entries) {
+  Entries out;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] != 1) out.push_back(entries[d]);
+  }
+  return out;
+}
+
+// _split_an_axis_sharding_rule.
+absl::StatusOr<Entries> SplitAnAxis(const Mesh& mesh, const Shape& op_shape, const Entries& in,
+                                    const std::vector<Piece>& split, const Shape& new_sizes,
+                                    bool has_dimensions, const absl::Status& error) {
+  const Entries partitions = Non1Entries(op_shape, in);
+  Entries non1;
+  for (size_t d = 0; d < split.size() && d < partitions.size(); ++d) {
+    const Piece& p = split[d];
+    const Entry& sp = partitions[d];
+    if (p.split.empty()) {
+      non1.push_back(sp);
+    } else if (sp.empty()) {
+      non1.insert(non1.end(), p.split.size(), Entry{});
+    } else if (!has_dimensions) {
+      MS_ASSIGN_OR_RETURN(Entries parts, SplitPartitions(mesh, sp, p.split, error));
+      non1.insert(non1.end(), parts.begin(), parts.end());
+    } else {
+      return error;
+    }
+  }
+  return PlaceSingletons(op_shape, in, new_sizes, non1, error);
+}
+
+// _merge_an_axis_sharding_rule: `merge` has one item per non-1 new dim, the
+// operand's non-1 dims it is made of.
+absl::StatusOr<Entries> MergeAnAxis(const Mesh& mesh, const Shape& op_shape, const Entries& in,
+                                    const std::vector<Piece>& merge, const Shape& new_sizes,
+                                    bool has_dimensions, const absl::Status& error) {
+  const Entries op_spec = Non1Entries(op_shape, in);
+  const Shape new_non1 = WithoutOnes(new_sizes);
+  Entries non1;
+  size_t next = 0;
+  for (size_t d = 0; d < merge.size() && d < new_non1.size(); ++d) {
+    const Piece& p = merge[d];
+    if (p.split.empty()) {
+      if (next >= op_spec.size()) return error;
+      non1.push_back(op_spec[next++]);
+      continue;
+    }
+    Entries group;
+    for (size_t k = 0; k < p.split.size(); ++k) {
+      if (next >= op_spec.size()) return error;
+      group.push_back(op_spec[next++]);
+    }
+    bool all_none = true;
+    for (const Entry& e : group) all_none &= e.empty();
+    if (all_none) {
+      non1.push_back(Entry{});
+      continue;
+    }
+    if (has_dimensions) return error;
+    // strip_trailing_nones(flatten_spec(...)); a None left is an error.
+    while (!group.empty() && group.back().empty()) group.pop_back();
+    Entry flat;
+    for (const Entry& e : group) {
+      if (e.empty()) return error;
+      flat.insert(flat.end(), e.begin(), e.end());
+    }
+    MS_ASSIGN_OR_RETURN(Entries parts, SplitPartitions(mesh, flat, {new_non1[d]}, error));
+    non1.push_back(parts[0]);
+  }
+  if (next != op_spec.size()) return error;
+  return PlaceSingletons(op_shape, in, new_sizes, non1, error);
+}
+
+// _split_merge_singleton_dim_sharding_rule: only size-1 dims differ; the non-1
+// dims keep their entries in order and every new size-1 dim gets None.
+Entries SingletonDims(const Shape& op_shape, const Entries& in, const Shape& new_sizes) {
+  const Entries filtered = Non1Entries(op_shape, in);
+  Entries result;
+  size_t k = 0;
+  for (int64_t n : new_sizes) result.push_back(n == 1 ? Entry{} : filtered[k++]);
+  return result;
+}
+
+// _reshape_shape_rule plus the total-size check of lax.reshape.
+absl::Status CheckReshapeShape(const ArrayType& operand, const std::vector<int64_t>& new_sizes,
+                               const std::optional<std::vector<int64_t>>& dimensions) {
   int64_t total = 1;
   for (int64_t s : new_sizes) {
     if (s < 0) {
@@ -122,18 +220,61 @@ absl::StatusOr<ArrayType> ReshapeRule(const ArrayType& operand,
                            PyTupleRepr(operand.shape), " (", operand.NumElements(),
                            " elements).");
   }
-  if (dimensions.has_value()) {
-    std::vector<bool> seen(operand.rank(), false);
-    bool ok = static_cast<int>(dimensions->size()) == operand.rank();
-    for (int64_t d : *dimensions) {
-      ok = ok && d >= 0 && d < operand.rank() && !seen[d];
-      if (ok) seen[d] = true;
-    }
-    if (!ok) {
-      return InvalidArgument("reshape dimensions must be a permutation of the operand "
-                             "dimensions, got ", PyTupleRepr(*dimensions));
+  if (!dimensions.has_value()) return absl::OkStatus();
+  std::vector<bool> seen(operand.rank(), false);
+  bool ok = static_cast<int>(dimensions->size()) == operand.rank();
+  for (int64_t d : *dimensions) {
+    ok = ok && d >= 0 && d < operand.rank() && !seen[d];
+    if (ok) seen[d] = true;
+  }
+  if (!ok) {
+    return InvalidArgument("reshape dimensions must be a permutation of the operand "
+                           "dimensions, got ", PyTupleRepr(*dimensions));
+  }
+  return absl::OkStatus();
+}
+
+// _reshape_sharding_rule without out_sharding, on the Explicit entries `in`.
+absl::StatusOr<Entries> ReshapeEntries(const Mesh& mesh, const ArrayType& operand,
+                                       const Entries& in, const Shape& new_sizes,
+                                       bool has_dimensions) {
+  const absl::Status error = InvalidArgument(
+      "This reshape is not supported. Please specify the sharding of the output via the "
+      "`out_sharding` argument of jax.lax.reshape. Got operand type: ",
+      operand.ToString(true), ", new sizes: ", PyTupleRepr(new_sizes));
+  bool replicated = true;
+  for (const Entry& e : in) replicated &= e.empty();
+  if (replicated) return Entries(new_sizes.size());
+  if (WithoutOnes(operand.shape) == WithoutOnes(new_sizes)) {
+    return SingletonDims(operand.shape, in, new_sizes);
+  }
+  // Later JAX words the two-splits / two-merges case on its own; the message
+  // keeps both phrases.
+  auto more_than_one = [&](absl::string_view what) {
+    return InvalidArgument(what, " on more than 1 axis is not supported. ", error.message());
+  };
+  // First _split_on_one_axis, then _merge_on_one_axis (the operand's shape is
+  // a split of new_sizes).
+  std::vector<Piece> pieces;
+  for (bool merge : {false, true}) {
+    SplitKind kind = merge ? SplitOnOneAxis(new_sizes, operand.shape, &pieces)
+                           : SplitOnOneAxis(operand.shape, new_sizes, &pieces);
+    if (kind == SplitKind::kMany) return more_than_one(merge ? "Merging" : "Splitting");
+    if (kind == SplitKind::kOne) {
+      return (merge ? MergeAnAxis : SplitAnAxis)(mesh, operand.shape, in, pieces, new_sizes,
+                                                 has_dimensions, error);
     }
   }
+  return error;
+}
+
+}  // namespace
+
+absl::StatusOr<ArrayType> ReshapeRule(const ArrayType& operand,
+                                      const std::vector<int64_t>& new_sizes,
+                                      const std::optional<PartitionSpec>& out_sharding,
+                                      const std::optional<std::vector<int64_t>>& dimensions) {
+  MS_RETURN_IF_ERROR(CheckReshapeShape(operand, new_sizes, dimensions));
   const ArrayType* ptrs[] = {&operand};
   MS_ASSIGN_OR_RETURN(Mesh mesh, rules::CommonMesh("reshape", ptrs));
   const int new_rank = static_cast<int>(new_sizes.size());
@@ -141,102 +282,17 @@ absl::StatusOr<ArrayType> ReshapeRule(const ArrayType& operand,
   if (out_sharding.has_value()) {
     MS_ASSIGN_OR_RETURN(out, rules::ParseOutSharding("reshape", mesh, *out_sharding, new_rank));
   }
-  if (!rules::RulesActive(mesh)) return rules::UnshardedResult(operand.dtype, new_sizes, mesh, ptrs);
+  if (!rules::RulesActive(mesh)) {
+    return rules::UnshardedResult(operand.dtype, new_sizes, mesh, ptrs);
+  }
   if (out.has_value()) {
     return rules::FinishResult("reshape", ptrs, operand.dtype, new_sizes, mesh, out->entries(),
                                out->unreduced());
   }
-  const absl::Status error = InvalidArgument(
-      "This reshape is not supported. Please specify the sharding of the output via the "
-      "`out_sharding` argument of jax.lax.reshape. Got operand type: ",
-      operand.ToString(true), ", new sizes: ", PyTupleRepr(new_sizes));
-  const Entries in = rules::ExplicitEntries(operand);
-  auto finish = [&](Entries e) {
-    return rules::FinishResult("reshape", ptrs, operand.dtype, new_sizes, mesh, std::move(e));
-  };
-  bool replicated = true;
-  for (const Entry& e : in) replicated &= e.empty();
-  if (replicated) return finish(Entries(new_rank));
-
-  Shape op_non1, new_non1;
-  for (int64_t s : operand.shape) if (s != 1) op_non1.push_back(s);
-  for (int64_t s : new_sizes) if (s != 1) new_non1.push_back(s);
-  if (op_non1 == new_non1) {
-    Entries filtered, result;
-    for (int d = 0; d < operand.rank(); ++d) {
-      if (operand.shape[d] != 1) filtered.push_back(in[d]);
-    }
-    size_t k = 0;
-    for (int64_t n : new_sizes) result.push_back(n == 1 ? Entry{} : filtered[k++]);
-    return finish(std::move(result));
-  }
-
-  // Newer JAX words the two-splits/two-merges case separately; keep both
-  // phrases so either reading finds its words.
-  auto more_than_one = [&](absl::string_view what) {
-    return InvalidArgument(what, " on more than 1 axis is not supported. ", error.message());
-  };
-  bool unsupported = false;
-  std::optional<std::vector<Piece>> split = SplitOnOneAxis(operand.shape, new_sizes, &unsupported);
-  if (unsupported) return more_than_one("Splitting");
-  if (split.has_value()) {
-    Entries result;
-    for (size_t d = 0; d < split->size(); ++d) {
-      const Piece& p = (*split)[d];
-      if (p.split.empty()) {
-        result.push_back(in[d]);
-      } else if (in[d].empty()) {
-        result.insert(result.end(), p.split.size(), Entry{});
-      } else if (!dimensions.has_value()) {
-        MS_ASSIGN_OR_RETURN(Entries parts, SplitPartitions(mesh, in[d], p.split, error));
-        result.insert(result.end(), parts.begin(), parts.end());
-      } else {
-        return error;
-      }
-    }
-    if (static_cast<int>(result.size()) != new_rank) return error;
-    return finish(std::move(result));
-  }
-
-  // Merge: the operand's shape is a split of new_sizes.
-  std::optional<std::vector<Piece>> merge;
-  if (new_sizes.size() < operand.shape.size()) {
-    merge = SplitOnOneAxis(new_sizes, operand.shape, &unsupported);
-    if (unsupported) return more_than_one("Merging");
-  }
-  if (!merge.has_value()) return error;
-  Entries result;
-  size_t next = 0;
-  for (size_t d = 0; d < merge->size(); ++d) {
-    const Piece& p = (*merge)[d];
-    if (p.split.empty()) {
-      if (next >= in.size()) return error;
-      result.push_back(in[next++]);
-      continue;
-    }
-    Entries group;
-    for (size_t k = 0; k < p.split.size(); ++k) {
-      if (next >= in.size()) return error;
-      group.push_back(in[next++]);
-    }
-    bool all_none = true;
-    for (const Entry& e : group) all_none &= e.empty();
-    if (all_none) {
-      result.push_back(Entry{});
-      continue;
-    }
-    if (dimensions.has_value()) return error;
-    while (!group.empty() && group.back().empty()) group.pop_back();
-    Entry flat;
-    for (const Entry& e : group) {
-      if (e.empty()) return error;  // an unsharded dim before a sharded one
-      flat.insert(flat.end(), e.begin(), e.end());
-    }
-    MS_ASSIGN_OR_RETURN(Entries parts, SplitPartitions(mesh, flat, {new_sizes[d]}, error));
-    result.push_back(parts[0]);
-  }
-  if (next != in.size() || static_cast<int>(result.size()) != new_rank) return error;
-  return finish(std::move(result));
+  MS_ASSIGN_OR_RETURN(Entries entries,
+                      ReshapeEntries(mesh, operand, rules::ExplicitEntries(operand), new_sizes,
+                                     dimensions.has_value()));
+  return rules::FinishResult("reshape", ptrs, operand.dtype, new_sizes, mesh, std::move(entries));
 }
 
 }  // namespace meshserve

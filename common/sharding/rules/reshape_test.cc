@@ -1,21 +1,14 @@
 #include "common/sharding/rules/reshape.h"
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "common/sharding/rules/rules_testing.h"
-#include "gtest/gtest.h"
-#include "tests/testing/status_matchers.h"
 
 namespace meshserve {
+namespace rules_testing {
 namespace {
-
-using ::meshserve::rules_testing::Arr;
-using ::meshserve::rules_testing::HasType;
-using ::meshserve::rules_testing::Spec;
-using ::meshserve::rules_testing::TestMesh;
-using ::meshserve::testing::StatusIs;
-using ::testing::HasSubstr;
 
 struct ReshapeRow {
   const char* name;
@@ -31,7 +24,7 @@ class ReshapeTableTest : public ::testing::TestWithParam<ReshapeRow> {};
 // tests/pjit_test.py test_reshape_split_merge_one_axis (mesh x=2, y=2) and
 // the design doc's examples.
 TEST_P(ReshapeTableTest, MatchesJax) {
-  Mesh mesh = TestMesh("mesh[x=2,y=2]");
+  Mesh mesh = MeshOrDie("mesh[x=2,y=2]");
   const ReshapeRow& row = GetParam();
   auto out = ReshapeRule(Arr(mesh, row.src, row.src_spec), row.dst, std::nullopt);
   if (row.error) {
@@ -77,20 +70,20 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<ReshapeRow>& info) { return std::string(info.param.name); });
 
 TEST(ReshapeRuleTest, OutShardingOverrides) {
-  Mesh mesh = TestMesh("mesh[x=2]");
-  EXPECT_THAT(ReshapeRule(Arr(mesh, {8, 1}, "P('x', None)"), {1, 4, 2}, Spec("P(None, None, 'x')")),
+  Mesh mesh = MeshOrDie("mesh[x=2]");
+  EXPECT_THAT(ReshapeRule(Arr(mesh, {8, 1}, "P('x', None)"), {1, 4, 2}, SpecOrDie("P(None, None, 'x')")),
               HasType("float32[1,4,2@x]"));
 }
 
 TEST(ReshapeRuleTest, ErrorNamesOperandAndSizes) {
-  Mesh mesh = TestMesh("mesh[x=2,y=2]");
+  Mesh mesh = MeshOrDie("mesh[x=2,y=2]");
   EXPECT_THAT(ReshapeRule(Arr(mesh, {2, 2, 2}, "P('x', None, 'y')"), {8}, std::nullopt),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "Got operand type: f32[2@x,2,2@y], new sizes: (8,)"));
 }
 
 TEST(ReshapeRuleTest, TotalSizeMustBeUnchanged) {
-  Mesh mesh = TestMesh("mesh[x=2]");
+  Mesh mesh = MeshOrDie("mesh[x=2]");
   EXPECT_THAT(ReshapeRule(Arr(mesh, {8}, "P('x')"), {3, 3}, std::nullopt),
               StatusIs(absl::StatusCode::kInvalidArgument, "total size must be unchanged"));
   EXPECT_THAT(ReshapeRule(Arr(mesh, {8}, "P('x')"), {-2, -4}, std::nullopt),
@@ -98,11 +91,75 @@ TEST(ReshapeRuleTest, TotalSizeMustBeUnchanged) {
 }
 
 TEST(ReshapeRuleTest, DimensionsPermutationWithShardedSplitIsAnError) {
-  Mesh mesh = TestMesh("mesh[x=2]");
+  Mesh mesh = MeshOrDie("mesh[x=2]");
   EXPECT_THAT(ReshapeRule(Arr(mesh, {8}, "P('x')"), {2, 4}, std::nullopt,
                           std::vector<int64_t>{0}),
               StatusIs(absl::StatusCode::kInvalidArgument, "This reshape is not supported"));
 }
 
+// Each branch of jax/_src/lax/lax.py _reshape_sharding_rule, with size-1 dims
+// (tests/pjit_test.py test_reshape, mesh x=2).
+TEST(ReshapeRuleTest, SingletonDimsOnly) {  // _split_merge_singleton_dim_sharding_rule
+  Mesh mesh = MeshOrDie("mesh[x=2]");
+  EXPECT_THAT(ReshapeRule(Arr(mesh, {16, 1}, "P('x', None)"), {1, 16, 1}, std::nullopt),
+              HasType("float32[1,16@x,1]"));
+  EXPECT_THAT(ReshapeRule(Arr(mesh, {1, 4, 1, 6, 1}, "P(None, 'x')"), {1, 4, 6}, std::nullopt),
+              HasType("float32[1,4@x,6]"));
+  EXPECT_THAT(ReshapeRule(Arr(mesh, {8, 32}, "P(None, 'x')"), {8, 1, 1, 32}, std::nullopt),
+              HasType("float32[8,1,1,32@x]"));
+}
+
+TEST(ReshapeRuleTest, SplitWithSingletons) {  // _split_on_one_axis strips the 1s first
+  Mesh mesh = MeshOrDie("mesh[x=2]");
+  EXPECT_THAT(ReshapeRule(Arr(mesh, {8, 32}, "P('x', None)"), {8, 16, 2, 1, 1, 1, 1},
+                          std::nullopt),
+              HasType("float32[8@x,16,2,1,1,1,1]"));
+  EXPECT_THAT(ReshapeRule(Arr(mesh, {4, 1, 8, 1, 32}, "P('x')"), {4, 1, 2, 4, 1, 32},
+                          std::nullopt),
+              HasType("float32[4@x,1,2,4,1,32]"));
+  // A split dim's pieces are found across a 1 the operand does not have.
+  EXPECT_THAT(ReshapeRule(Arr(mesh, {4, 1}, "P('x', None)"), {1, 2, 2}, std::nullopt),
+              HasType("float32[1,2@x,2]"));
+  Mesh xy = MeshOrDie("mesh[x=2,y=2]");
+  EXPECT_THAT(ReshapeRule(Arr(xy, {16, 32, 1}, "P('x', 'y', None)"), {16, 8, 4}, std::nullopt),
+              HasType("float32[16@x,8@y,4]"));
+}
+
+TEST(ReshapeRuleTest, MergeWithSingletons) {  // _merge_on_one_axis
+  Mesh mesh = MeshOrDie("mesh[x=2]");
+  EXPECT_THAT(ReshapeRule(Arr(mesh, {8, 16, 2, 1, 1, 1}, "P(None, 'x')"), {8, 32}, std::nullopt),
+              HasType("float32[8,32@x]"));
+  EXPECT_THAT(ReshapeRule(Arr(mesh, {4, 1, 2, 4, 1, 32}, "P('x')"), {4, 1, 8, 1, 32},
+                          std::nullopt),
+              HasType("float32[4@x,1,8,1,32]"));
+  Mesh xy = MeshOrDie("mesh[x=2,y=2]");
+  EXPECT_THAT(ReshapeRule(Arr(xy, {16, 8, 4}, "P('x', 'y', None)"), {16, 32, 1}, std::nullopt),
+              HasType("float32[16@x,32@y,1]"));
+}
+
+// A size-1 dim at the same position in both shapes keeps its entry (an axis
+// of size 1): test_reshape_preserve_singleton_dim_spec, mesh x=1, y=2.
+TEST(ReshapeRuleTest, SingletonDimKeepsItsSpec) {
+  Mesh mesh = MeshOrDie("mesh[x=1,y=2]");
+  EXPECT_THAT(ReshapeRule(Arr(mesh, {1, 512}, "P('x', 'y')"), {1, 4, 128}, std::nullopt),
+              HasType("float32[1@x,4@y,128]"));
+  EXPECT_THAT(ReshapeRule(Arr(mesh, {1, 4, 128}, "P('x', 'y', None)"), {1, 512}, std::nullopt),
+              HasType("float32[1@x,512@y]"));
+}
+
+TEST(ReshapeRuleTest, MultiAxisSplitAndMerge) {  // split_partitions
+  Mesh mesh = MeshOrDie("mesh[x=2,y=2,z=2]");
+  EXPECT_THAT(ReshapeRule(Arr(mesh, {8}, "P(('x', 'y', 'z'))"), {2, 4}, std::nullopt),
+              HasType("float32[2@x,4@(y,z)]"));
+  EXPECT_THAT(ReshapeRule(Arr(mesh, {16}, "P(('x', 'y', 'z'))"), {2, 2, 2, 2}, std::nullopt),
+              HasType("float32[2@x,2@y,2@z,2]"));
+  EXPECT_THAT(ReshapeRule(Arr(mesh, {2, 2, 2, 2}, "P('x', 'y', 'z', None)"), {16}, std::nullopt),
+              HasType("float32[16@(x,y,z)]"));
+  Mesh xy = MeshOrDie("mesh[x=2,y=2]");
+  EXPECT_THAT(ReshapeRule(Arr(xy, {12}, "P(('x', 'y'))"), {3, 4}, std::nullopt),
+              StatusIs(kInvalid, "This reshape is not supported"));
+}
+
 }  // namespace
+}  // namespace rules_testing
 }  // namespace meshserve

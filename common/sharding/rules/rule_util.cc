@@ -205,5 +205,10 @@ absl::StatusOr<int> CanonicalizeDim(int64_t dim, int rank, absl::string_view wha
   return static_cast<int>(dim < 0 ? dim + rank : dim);
 }
 
+bool IsIntegerDType(DType dtype) {
+  return dtype == DType::kInt32 || dtype == DType::kInt64 || dtype == DType::kInt8 ||
+         dtype == DType::kUInt8;
+}
+
 }  // namespace rules
 }  // namespace meshserve

@@ -111,6 +111,9 @@ absl::Status CheckResultShape(absl::string_view prim, absl::Span<const int64_t> 
 // \error kInvalidArgument "<what> <dim> is out of bounds for array of rank R".
 absl::StatusOr<int> CanonicalizeDim(int64_t dim, int rank, absl::string_view what);
 
+// True for the integer dtypes (index arrays of gather / dynamic_slice).
+bool IsIntegerDType(DType dtype);
+
 // The union of the operands' varying axes, in mesh order.
 std::vector<std::string> UnionVarying(const Mesh& mesh,
                                       absl::Span<const ArrayType* const> operands);

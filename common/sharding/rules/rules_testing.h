@@ -1,7 +1,11 @@
-// Test helpers for the rule tests: fixtures that read like JAX code.
-//   Mesh mesh = TestMesh("mesh[x=2,y=2]");
+// Test helpers for the rule tests: fixtures that read like JAX code, and the
+// names every rule test uses. The tests live in namespace
+// meshserve::rules_testing (inside an anonymous namespace), so they need no
+// using-declarations of their own.
+//   Mesh mesh = MeshOrDie("mesh[x=2,y=2]");
 //   ArrayType x = Arr(mesh, {8, 2}, "P('x', None)");
 //   EXPECT_THAT(DotGeneralRule(x, w, Matmul(), std::nullopt), HasType("float32[8@x,8]"));
+//   EXPECT_THAT(..., StatusIs(kInvalid, "phrase"));
 // Header-only; used by *_test.cc in this folder.
 //
 // Thread-safety: pure test helpers.
@@ -13,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "common/base/dtype.h"
 #include "common/base/logging.h"
@@ -21,28 +26,25 @@
 #include "common/sharding/partition_spec.h"
 #include "common/sharding/rules/dot_general.h"
 #include "common/sharding/rules/rule_util.h"
+#include "common/sharding/testing/fixtures.h"
 #include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
 
 namespace meshserve {
 namespace rules_testing {
 
-inline Mesh TestMesh(absl::string_view text) {
-  absl::StatusOr<Mesh> mesh = ParseMesh(text);
-  MS_CHECK(mesh.ok());  // test fixture text is trusted
-  return *mesh;
-}
-
-inline PartitionSpec Spec(absl::string_view text) {
-  absl::StatusOr<PartitionSpec> spec = ParsePartitionSpec(text);
-  MS_CHECK(spec.ok());  // test fixture text is trusted
-  return *spec;
-}
+using ::meshserve::testing::MeshOrDie;
+using ::meshserve::testing::SpecOrDie;
+using ::meshserve::testing::StatusIs;
+using ::testing::HasSubstr;
+inline constexpr absl::StatusCode kInvalid = absl::StatusCode::kInvalidArgument;
 
 // jax.device_put(np.zeros(shape, dtype), NamedSharding(mesh, spec)), typed.
 inline ArrayType Arr(const Mesh& mesh, std::vector<int64_t> shape, absl::string_view spec,
                      DType dtype = DType::kFloat32) {
-  absl::StatusOr<ArrayType> t = MakeArrayType(dtype, std::move(shape), mesh, Spec(spec));
-  MS_CHECK(t.ok());  // test fixture values are trusted
+  absl::StatusOr<ArrayType> t = MakeArrayType(dtype, std::move(shape), mesh, SpecOrDie(spec));
+  MS_CHECK(t.ok()) << "fixture array " << spec << ": " << t.status();
   return *t;
 }
 
@@ -59,6 +61,14 @@ MATCHER_P(HasType, expected, "is OK with type " + std::string(expected)) {
   *result_listener << "type " << got;
   return got == std::string(expected);
 }
+
+// The fixture of the layout, reduce and concat/slice tests: mesh x=2, y=2 and
+// an f32[8@x,2@y].
+class ShapeOpsTest : public ::testing::Test {
+ protected:
+  Mesh mesh_ = MeshOrDie("mesh[x=2,y=2]");
+  ArrayType x_ = Arr(mesh_, {8, 2}, "P('x', 'y')");
+};
 
 }  // namespace rules_testing
 }  // namespace meshserve

@@ -9,6 +9,7 @@
 #include "common/sharding/rules/dot_general.h"
 #include "common/sharding/rules/einsum.h"
 #include "common/sharding/rules/elementwise.h"
+#include "common/sharding/rules/gather.h"
 #include "common/sharding/rules/layout_ops.h"
 #include "common/sharding/rules/make_type.h"
 #include "common/sharding/rules/model_ops.h"
