@@ -6,8 +6,9 @@
 #
 # gcc ignores the annotations, so the main build cannot check them. This
 # re-runs, syntax-only (no code generation), every compile command of
-# BUILD_DIR/compile_commands.json for our sources under common/base, server/
-# and client/ with clang++ -Wthread-safety -Werror=thread-safety, so an
+# BUILD_DIR/compile_commands.json for our sources under common/base,
+# common/metrics, server/ and client/ with clang++ -Wthread-safety
+# -Werror=thread-safety, so an
 # unguarded access or a lock taken in the wrong order fails the test command.
 # Needs a configured and built BUILD_DIR (generated protobuf headers).
 set -euo pipefail
@@ -21,7 +22,7 @@ import json, os, shlex, sys
 root = sys.argv[2]
 for entry in json.load(open(sys.argv[1])):
     src = os.path.relpath(entry["file"], root)
-    if not src.startswith(("common/base/", "server/", "client/")):
+    if not src.startswith(("common/base/", "common/metrics/", "server/", "client/")):
         continue
     args = shlex.split(entry["command"]) if "command" in entry else entry["arguments"]
     out, skip = ["clang++"], False
@@ -32,7 +33,7 @@ for entry in json.load(open(sys.argv[1])):
         if a in ("-o", "-MF", "-MT", "-MQ"):
             skip = True
             continue
-        if a in ("-c", "-MD", "-MMD") or a.endswith("ccache"):
+        if a in ("-c", "-MD", "-MMD", "-Werror") or a.endswith("ccache"):
             continue
         out.append(a)
     out += ["-fsyntax-only", "-Wno-unknown-warning-option", "-Wthread-safety",

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Sets up (scripts/setup.sh) and runs every test:
-#   1. clang's -Wthread-safety over the annotated code (scripts/check_thread_safety.sh);
+#   1. the size rules (scripts/check_sizes.py) and clang's -Wthread-safety over
+#      the annotated code (scripts/check_thread_safety.sh);
 #   2. all unit, property and integration tests (ctest);
 #   3. the public sharding-rule conformance cases;
 #   4. the libFuzzer targets for a bounded time (MESHSERVE_FUZZ_SECONDS, default 60 each).
-# Exits non-zero on the first failing stage; prints "N passed, N failed" last.
+# Runs every stage; exits non-zero if any failed; prints "N passed, N failed" last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh || exit 1
@@ -19,6 +20,7 @@ stage() {  # name, command...
   else failed=$((failed + 1)); echo "=== $name: FAILED"; fi
 }
 
+stage "size rules (scripts/check_sizes.py)" python3 scripts/check_sizes.py
 stage "thread safety (clang -Wthread-safety)" scripts/check_thread_safety.sh "$BUILD_DIR"
 stage "ctest" ctest --test-dir "$BUILD_DIR" --output-on-failure -j2 --timeout 600
 CONF=../shared/conformance/sharding-rules

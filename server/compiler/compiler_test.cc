@@ -72,7 +72,9 @@ void CheckCase(const Case& c, int num_workers, InterpreterStats* stats_out = nul
   // The interpreter counts the bytes the programs really send across workers;
   // the compiler's per-request estimate must be exactly that.
   EXPECT_EQ(stats.network_bytes, cm.bytes_moved) << cm.ToString();
-  if (num_workers == 1) EXPECT_EQ(stats.network_bytes, 0);
+  if (num_workers == 1) {
+    EXPECT_EQ(stats.network_bytes, 0);
+  }
   if (stats_out != nullptr) *stats_out = stats;
 }
 
