@@ -30,6 +30,9 @@ absl::StatusOr<InferResponse> Coordinator::Infer(const InferRequest& request) {
   const bool known = !absl::IsNotFound(ServableModel(request.model).status());
   InferRecorder recorder(&metrics_, known ? request.model : "", request.id);
   absl::StatusOr<InferResponse> response = InferOne(request, /*may_batch=*/true, &recorder);
+  if (response.ok() && response->batch_size > 0) {
+    recorder.Batched(response->batch_size, response->queue_us);
+  }
   recorder.Finish(response.status());
   return response;
 }

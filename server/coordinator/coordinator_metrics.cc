@@ -35,6 +35,10 @@ CoordinatorMetrics::CoordinatorMetrics()
       compute_seconds(registry.AddHistogram("meshserve_inference_compute_duration_seconds",
                                             "The workers' Execute calls of a request.",
                                             {"model"})),
+      batch_size(registry.AddHistogram(
+          "meshserve_inference_batch_size",
+          "Rows of the dynamic batch each batched request ran in (batcher.h).", {"model"},
+          {1, 2, 4, 8, 16, 32, 64, 128, 256})),
       transfer_bytes(registry.AddCounter(
           "meshserve_transfer_bytes_total",
           "Tensor bytes sent to (input slices) and received from (outputs) workers.",
@@ -74,6 +78,11 @@ void InferRecorder::ComputeDone(int64_t bytes_to_workers, int64_t bytes_from_wor
   metrics_->compute_seconds.Observe({model_}, absl::ToDoubleSeconds(d));
   metrics_->transfer_bytes.Increment({model_, "to_workers"}, bytes_to_workers);
   metrics_->transfer_bytes.Increment({model_, "from_workers"}, bytes_from_workers);
+}
+
+void InferRecorder::Batched(int64_t rows, int64_t queue_us) {
+  metrics_->batch_size.Observe({model_}, static_cast<double>(rows));
+  metrics_->queue_seconds.Observe({model_}, static_cast<double>(queue_us) * 1e-6);
 }
 
 void InferRecorder::Finish(const absl::Status& status) {

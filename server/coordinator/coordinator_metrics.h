@@ -9,6 +9,9 @@
 //   meshserve_inference_queue_duration_seconds    arrival until the workers are called
 //                                                 (validation, program cache/compile, slicing)
 //   meshserve_inference_compute_duration_seconds  the workers' Execute calls (fan-out)
+//   meshserve_inference_batch_size                rows of the dynamic batch a batched
+//                                                 request ran in (its queue time is in
+//                                                 queue_duration; its compute is its batch's)
 //   meshserve_transfer_bytes_total{direction}     input slices to / output slices from workers
 //   meshserve_placement_events_total{result}      placements (reshard/scaling) loaded or failed
 //   meshserve_placement_duration_seconds          loading one placement on its workers
@@ -73,6 +76,7 @@ struct CoordinatorMetrics {
   Histogram& request_seconds;
   Histogram& queue_seconds;
   Histogram& compute_seconds;
+  Histogram& batch_size;
   Counter& transfer_bytes;
   Counter& placement_events;
   Histogram& placement_seconds;
@@ -91,6 +95,9 @@ class InferRecorder {
 
   void ComputeStarted();
   void ComputeDone(int64_t bytes_to_workers, int64_t bytes_from_workers);
+  // The request ran in a dynamic batch of `rows` rows after `queue_us` in the
+  // batcher's queue (batcher.h); its batch's compute is recorded by none.
+  void Batched(int64_t rows, int64_t queue_us);
   // Counts the request with its outcome; call once.
   void Finish(const absl::Status& status);
 

@@ -10,6 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/base/status_macros.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/metrics/metric_registry.h"
 #include "common/base/status_util.h"
 #include "common/program/compute_step.h"
 #include "common/program/ir_conv.h"
@@ -202,6 +205,17 @@ absl::Status RequestRun::AddInputs(std::vector<SliceIr> inputs) {
   return absl::OkStatus();
 }
 
+// Time in compute steps by op, on the worker's /metrics (op="dot_general" is
+// its GEMM time).
+Counter& ComputeSeconds() {
+  static Counter* const seconds = &GlobalMetricRegistry().AddCounter(
+      "meshserve_worker_compute_seconds_total",
+      "Time in compute steps by op (op=\"dot_general\": the worker's GEMM time).", {"op"});
+  return *seconds;
+}
+// Registered at start-up, so /metrics lists the family before the first step.
+[[maybe_unused]] const Counter& registered_at_start = ComputeSeconds();
+
 absl::Status RequestRun::Run(const ComputeStepIr& step) {
   std::vector<const BoxTensor*> inputs;
   for (const std::string& name : step.inputs) {
@@ -212,7 +226,10 @@ absl::Status RequestRun::Run(const ComputeStepIr& step) {
   if (IsParamBuffer(step.output)) {
     return InvalidArgument("buffer '", step.output, "' is a resident parameter (read-only)");
   }
+  const absl::Time start = absl::Now();
   MS_ASSIGN_OR_RETURN(BoxTensor result, RunComputeStep(step, inputs));
+  ComputeSeconds().Increment({std::string(ComputeOpName(step.op))},
+                             absl::ToDoubleSeconds(absl::Now() - start));
   buffers_[BufferKey(step.device, step.output)] = std::move(result);
   return absl::OkStatus();
 }

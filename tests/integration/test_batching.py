@@ -16,6 +16,7 @@ import os
 import shutil
 import sys
 import threading
+import urllib.request
 
 import numpy as np
 
@@ -124,12 +125,29 @@ def run(env):
     d = os.path.join(env.root, "models")
     os.makedirs(d)
     shutil.copy(os.path.join(e2e.EXAMPLES, MODEL + ".json"), d)
-    cluster = env.cluster(2, d, "batching")
+    http_port = mslib.free_port()
+    cluster = env.cluster(2, d, "batching", extra_args=("--http_port", str(http_port)))
     try:
         run_clients(env, cluster.target)
         check_bench(env, cluster.target)
+        check_batch_metric(env, http_port)
     finally:
         cluster.stop()
+
+
+def check_batch_metric(env, http_port):
+    """/metrics counts the batched requests in meshserve_inference_batch_size."""
+    url = "http://127.0.0.1:%d/metrics" % http_port
+    text = urllib.request.urlopen(url, timeout=30).read().decode()
+    series = 'meshserve_inference_batch_size_count{model="%s"}' % MODEL
+    count = [float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith(series)]
+    over_one = [l for l in text.splitlines()
+                if l.startswith('meshserve_inference_batch_size_bucket{model="%s",le="1"}' % MODEL)]
+    env.c.check(count and count[0] > 0, "/metrics counts batched requests (%s)" % series,
+                "\n".join(l for l in text.splitlines() if "batch_size" in l)[:1500])
+    env.c.check(bool(over_one) and count and float(over_one[0].rsplit(" ", 1)[1]) < count[0],
+                "/metrics shows batches of more than one row",
+                "\n".join(l for l in text.splitlines() if "batch_size" in l)[:1500])
 
 
 if __name__ == "__main__":

@@ -187,6 +187,8 @@ def check_worker_metrics(env, root):
     rc, lint = promtool_check(text)
     c.check(rc == 0 and "meshserve_worker_calls_total" in text,
             "a worker's --http_port /metrics passes promtool", lint + "\n" + text[:500])
+    c.check("meshserve_worker_compute_seconds_total" in text,
+            "a worker's /metrics has its compute (GEMM) time family", text[:800])
 
 
 def check_prometheus(env, http_port, expected, root):
