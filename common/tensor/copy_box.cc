@@ -5,11 +5,60 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/tensor/convert.h"
 
 namespace meshserve {
+namespace {
+
+// Copies the elements of `box` between `full` (a row-major array of `shape`)
+// and `packed` (row-major over `box`), in the direction `to_packed`, one
+// contiguous run at a time (the innermost dims the box spans whole merge into
+// one run). The request's bytes are cut and the response's written in place,
+// with no intermediate Tensor; `full` is only read when to_packed.
+absl::Status CopyBoxRuns(absl::Span<const int64_t> shape, int64_t elem, const Box& box,
+                         char* full, char* packed, bool to_packed) {
+  const int rank = box.rank();
+  if (rank != static_cast<int>(shape.size()) || !Box::FromShape(shape).Contains(box)) {
+    return Internal("box ", box.ToString(), " does not lie in shape of rank ", shape.size());
+  }
+  if (box.IsEmpty()) return absl::OkStatus();
+  std::vector<int64_t> stride(rank + 1, elem);  // stride[i]: bytes per step of dim i
+  for (int i = rank - 2; i >= 0; --i) stride[i] = stride[i + 1] * shape[i + 1];
+  int d = rank - 1;  // dims after d are whole: one run spans them and box[d]
+  while (d >= 0 && box[d].begin == 0 && box[d].end == shape[d]) --d;
+  const int64_t run = d < 0 ? stride[0] * (rank > 0 ? shape[0] : 1) : box[d].size() * stride[d];
+  std::vector<int64_t> idx(std::max(d, 0));
+  for (int i = 0; i < d; ++i) idx[i] = box[i].begin;
+  for (char* out = packed;; out += run) {
+    int64_t off = d < 0 ? 0 : box[d].begin * stride[d];
+    for (int i = 0; i < d; ++i) off += idx[i] * stride[i];
+    std::memcpy(to_packed ? out : full + off, to_packed ? full + off : out, run);
+    int i = d - 1;  // odometer over the dims before d
+    while (i >= 0 && ++idx[i] == box[i].end) {
+      idx[i] = box[i].begin;
+      --i;
+    }
+    if (i < 0) return absl::OkStatus();
+  }
+}
+
+}  // namespace
+
+absl::Status ExtractBoxBytes(const char* full, absl::Span<const int64_t> shape, int64_t elem,
+                             const Box& box, char* packed) {
+  // Only read in this direction.
+  return CopyBoxRuns(shape, elem, box, const_cast<char*>(full), packed, /*to_packed=*/true);
+}
+
+absl::Status InsertBoxBytes(char* full, absl::Span<const int64_t> shape, int64_t elem,
+                            const Box& box, const char* packed) {
+  // Only read in this direction.
+  return CopyBoxRuns(shape, elem, box, full, const_cast<char*>(packed), /*to_packed=*/false);
+}
+
 namespace {
 
 // A row-major walk over `sub` inside two layouts A and B (each the shape of the

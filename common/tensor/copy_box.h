@@ -28,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "common/sharding/box.h"
 #include "common/tensor/tensor.h"
 
@@ -48,6 +49,17 @@ absl::Status InsertBox(BoxTensor* dst, const Box& sub, absl::string_view bytes,
 // both boxes; dtypes must match.
 absl::Status CopyBox(const BoxTensor& src, BoxTensor* dst, const Box& sub,
                      bool accumulate);
+
+// The same on raw row-major arrays, without a Tensor: `full` holds a whole
+// array of `shape` (elements of `elem` bytes), `packed` the row-major
+// elements of `box`. ExtractBoxBytes copies full[box] into packed,
+// InsertBoxBytes packed into full[box]; both move one contiguous run at a
+// time. The caller sizes both buffers.
+// \error kInternal when `box` does not lie in `shape`.
+absl::Status ExtractBoxBytes(const char* full, absl::Span<const int64_t> shape, int64_t elem,
+                             const Box& box, char* packed);
+absl::Status InsertBoxBytes(char* full, absl::Span<const int64_t> shape, int64_t elem,
+                            const Box& box, const char* packed);
 
 }  // namespace meshserve
 

@@ -158,5 +158,26 @@ TEST(CopyBoxTest, ErrorsNameTheBoxes) {
               StatusIs(absl::StatusCode::kInvalidArgument, "accumulate"));
 }
 
+TEST(CopyBoxTest, BoxBytesRoundTripOnRawArrays) {
+  // full = arange(24).reshape(4, 6) as int32; box = [1:3, 2:5].
+  std::vector<int32_t> full(24);
+  for (int i = 0; i < 24; ++i) full[i] = i;
+  const Box box = B("[1:3, 2:5]");
+  std::vector<int32_t> packed(6, -1);
+  ASSERT_OK(ExtractBoxBytes(reinterpret_cast<const char*>(full.data()), {4, 6}, 4, box,
+                            reinterpret_cast<char*>(packed.data())));
+  EXPECT_EQ(packed, (std::vector<int32_t>{8, 9, 10, 14, 15, 16}));
+  std::vector<int32_t> back(24, 0);
+  ASSERT_OK(InsertBoxBytes(reinterpret_cast<char*>(back.data()), {4, 6}, 4, box,
+                           reinterpret_cast<const char*>(packed.data())));
+  for (int i = 0; i < 24; ++i) {
+    const bool inside = i / 6 >= 1 && i / 6 < 3 && i % 6 >= 2 && i % 6 < 5;
+    EXPECT_EQ(back[i], inside ? i : 0) << i;
+  }
+  EXPECT_THAT(ExtractBoxBytes(reinterpret_cast<const char*>(full.data()), {4, 6}, 4,
+                              B("[3:5, 0:6]"), reinterpret_cast<char*>(back.data())),
+              StatusIs(absl::StatusCode::kInternal));
+}
+
 }  // namespace
 }  // namespace meshserve

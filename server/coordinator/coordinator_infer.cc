@@ -15,6 +15,7 @@
 #include "common/base/status_util.h"
 #include "common/program/ir_conv.h"
 #include "common/sharding/box.h"
+#include "common/tensor/copy_box.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/fan_out.h"
 
@@ -102,38 +103,6 @@ int64_t SliceBytes(const std::vector<SliceIr>& slices) {
   return n;
 }
 
-// Copies the elements of `box` between `full` (a row-major array of `shape`)
-// and `packed` (row-major over `box`), in the direction `to_packed`, one
-// contiguous run at a time (the innermost dims the box spans whole merge into
-// one run). The request's bytes are cut and the response's written in place,
-// with no intermediate Tensor; `full` is only read when to_packed.
-absl::Status CopyBoxRuns(absl::Span<const int64_t> shape, int64_t elem, const Box& box,
-                         char* full, char* packed, bool to_packed) {
-  const int rank = box.rank();
-  if (rank != static_cast<int>(shape.size()) || !Box::FromShape(shape).Contains(box)) {
-    return Internal("box ", box.ToString(), " does not lie in shape of rank ", shape.size());
-  }
-  if (box.IsEmpty()) return absl::OkStatus();
-  std::vector<int64_t> stride(rank + 1, elem);  // stride[i]: bytes per step of dim i
-  for (int i = rank - 2; i >= 0; --i) stride[i] = stride[i + 1] * shape[i + 1];
-  int d = rank - 1;  // dims after d are whole: one run spans them and box[d]
-  while (d >= 0 && box[d].begin == 0 && box[d].end == shape[d]) --d;
-  const int64_t run = d < 0 ? stride[0] * (rank > 0 ? shape[0] : 1) : box[d].size() * stride[d];
-  std::vector<int64_t> idx(std::max(d, 0));
-  for (int i = 0; i < d; ++i) idx[i] = box[i].begin;
-  for (char* out = packed;; out += run) {
-    int64_t off = d < 0 ? 0 : box[d].begin * stride[d];
-    for (int i = 0; i < d; ++i) off += idx[i] * stride[i];
-    std::memcpy(to_packed ? out : full + off, to_packed ? full + off : out, run);
-    int i = d - 1;  // odometer over the dims before d
-    while (i >= 0 && ++idx[i] == box[i].end) {
-      idx[i] = box[i].begin;
-      --i;
-    }
-    if (i < 0) return absl::OkStatus();
-  }
-}
-
 // One Execute per worker with all of its input slices, cut from the request.
 absl::StatusOr<std::map<int64_t, ExecuteCall>> BuildCalls(
     const CompiledPlan& plan, const std::map<std::string, const InferInput*>& inputs,
@@ -156,8 +125,8 @@ absl::StatusOr<std::map<int64_t, ExecuteCall>> BuildCalls(
     slice.dtype = DTypeToProto(in.dtype);
     slice.data.resize(static_cast<size_t>(s.box.NumElements() * DTypeSize(in.dtype)));
     // ValidateInferRequest checked in.data against in.shape; the box lies in it.
-    MS_RETURN_IF_ERROR(CopyBoxRuns(in.shape, DTypeSize(in.dtype), s.box,
-                                   const_cast<char*>(in.data.data()), slice.data.data(), true),
+    MS_RETURN_IF_ERROR(ExtractBoxBytes(in.data.data(), in.shape, DTypeSize(in.dtype), s.box,
+                                       slice.data.data()),
                        "input '", s.input, "'");
     auto call = calls.find(s.worker);
     if (call == calls.end()) {
@@ -206,8 +175,8 @@ absl::StatusOr<InferOutput> AssembleOutput(const PlanOutput& out, const Compiled
                              piece.box.ToString(), ", expected ",
                              piece.box.NumElements() * elem);
     }
-    MS_RETURN_IF_ERROR(CopyBoxRuns(out.shape, elem, piece.box, result.data.data(),
-                                   const_cast<char*>(found->data.data()), false),
+    MS_RETURN_IF_ERROR(InsertBoxBytes(result.data.data(), out.shape, elem, piece.box,
+                                      found->data.data()),
                        where);
   }
   return result;
