@@ -289,9 +289,18 @@ absl::StatusOr<ArrayType> ReshapeRule(const ArrayType& operand,
     return rules::FinishResult("reshape", ptrs, operand.dtype, new_sizes, mesh, out->entries(),
                                out->unreduced());
   }
+  // lax.reshape passes dimensions=None to the rule when they are the identity
+  // permutation (`same_dims`), so only a real permutation refuses a split or
+  // merge of a sharded dim.
+  bool permutes = false;
+  if (dimensions.has_value()) {
+    for (size_t i = 0; i < dimensions->size(); ++i) {
+      permutes |= (*dimensions)[i] != static_cast<int64_t>(i);
+    }
+  }
   MS_ASSIGN_OR_RETURN(Entries entries,
                       ReshapeEntries(mesh, operand, rules::ExplicitEntries(operand), new_sizes,
-                                     dimensions.has_value()));
+                                     permutes));
   return rules::FinishResult("reshape", ptrs, operand.dtype, new_sizes, mesh, std::move(entries));
 }
 

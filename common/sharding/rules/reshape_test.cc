@@ -90,11 +90,27 @@ TEST(ReshapeRuleTest, TotalSizeMustBeUnchanged) {
               StatusIs(absl::StatusCode::kInvalidArgument, "non-negative"));
 }
 
+// jax/_src/lax/lax.py reshape(): a permutation in `dimensions` reaches
+// _split_an_axis_sharding_rule / _merge_an_axis_sharding_rule, which refuse a
+// sharded dim; the identity permutation is dropped (`same_dims`) first.
 TEST(ReshapeRuleTest, DimensionsPermutationWithShardedSplitIsAnError) {
+  Mesh mesh = MeshOrDie("mesh[x=2]");
+  EXPECT_THAT(ReshapeRule(Arr(mesh, {4, 2}, "P('x', None)"), {2, 2, 2}, std::nullopt,
+                          std::vector<int64_t>{1, 0}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "This reshape is not supported"));
+  EXPECT_THAT(ReshapeRule(Arr(mesh, {2, 4}, "P('x', None)"), {8}, std::nullopt,
+                          std::vector<int64_t>{1, 0}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "This reshape is not supported"));
+}
+
+TEST(ReshapeRuleTest, IdentityDimensionsAreDroppedAsInLaxReshape) {
   Mesh mesh = MeshOrDie("mesh[x=2]");
   EXPECT_THAT(ReshapeRule(Arr(mesh, {8}, "P('x')"), {2, 4}, std::nullopt,
                           std::vector<int64_t>{0}),
-              StatusIs(absl::StatusCode::kInvalidArgument, "This reshape is not supported"));
+              HasType("float32[2@x,4]"));
+  EXPECT_THAT(ReshapeRule(Arr(mesh, {4, 2}, "P('x', None)"), {8}, std::nullopt,
+                          std::vector<int64_t>{0, 1}),
+              HasType("float32[8@x]"));
 }
 
 // Each branch of jax/_src/lax/lax.py _reshape_sharding_rule, with size-1 dims
