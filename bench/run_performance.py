@@ -215,8 +215,8 @@ def rows_and_targets(np_res, sw, tiny):
 
 
 WHY = {
-    "SwiGLU": "Batch-1/8 latency on 2 workers: each worker's local GEMMs (sgemv at batch 1, the streaming small-M kernel at batch 8, docs/kernels.md) plus about 8 ms of per-request overhead that the tiny model shows too (next rows); that overhead, not the GEMMs, is what misses the target. On 1 worker the compiled program is far slower than NumPy (see the notes below).",
-    "tiny": "Per-request cost is the coordinator's validation, plan lookup, one Execute RPC per worker, the peer transfers and the assembly; the echo shows the floor of one gRPC round trip here. This run's 9.5 ms p50 and ~100 req/s at 16 in flight are a regression from the 1.8 ms and ~700 req/s measured before this restructure (issue 9's text): the requests are serialised somewhere on the worker side (compute time is 99% of the total). Not yet found; then gRPC's callback API and fewer worker calls for tiny models.",
+    "SwiGLU": "Batch-1/8 latency on 2 workers: each worker's local GEMMs (sgemv at batch 1, the streaming small-M kernel at batch 8, docs/kernels.md) plus the per-request overhead that the tiny model shows too (next rows: the Execute fan-out and the rounds of peer transfers).",
+    "tiny": "Per-request cost is the coordinator's validation, plan lookup, one Execute RPC per worker, the peer transfers and the assembly; the echo shows the floor of one gRPC round trip here. linear's plan all-gathers x and then all-to-alls y over its 8 devices: two rounds of transfers, each one PushData stream per peer (a round's sends share a stream; with one blocking stream per slice, 32 per worker and request on 4 sender threads, this was 9.5 ms and ~100 req/s). What would close it: fewer round trips per request (long-lived peer streams, gRPC's callback API on the peer path, a plan that keeps a tiny model on one worker).",
     "batching": "Batching executes one concatenated request per batch; on 2 shared cores the "
                 "gain is bounded by the batch's GEMM cost growing with its rows (at f32, "
                 "sgemm at M=16 costs more than 1x M=1).",

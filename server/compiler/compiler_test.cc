@@ -192,6 +192,30 @@ TEST(CompilerTest, TagsAreUniqueAndTemporariesAreFreed) {
   EXPECT_EQ(names.size(), 1u) << ::testing::PrintToString(names);
 }
 
+// Axes of size 1 shard nothing: on mesh[fsdp=1, model=1] P('fsdp', 'model') is
+// the layout of P(), so the program copies no param and re-lays out no value
+// (the 1-worker SwiGLU once copied its 192 MiB of weights on every request).
+TEST(CompilerTest, SizeOneAxesCopyNothing) {
+  const std::string json = absl::StrReplaceAll(Swiglu(16, 32, "[null, null, null]"),
+                                                {{R"({"fsdp": 2, "model": 4})",
+                                                  R"({"fsdp": 1, "model": 1})"}});
+  Case c{"swiglu on one device", json, {{"x", {4, 2, 16}}}, {}};
+  CheckCase(c, 1);
+  ASSERT_OK_AND_ASSIGN(ModelFile m, ParseModelFile(json, ""));
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, ResolveMesh(m, 1));
+  ASSERT_EQ(mesh.num_devices(), 1);
+  ASSERT_OK_AND_ASSIGN(TypedModel tm, TypeModel(m, mesh, c.shapes));
+  ASSERT_OK_AND_ASSIGN(CompiledPlan cm, CompileModel(tm, BlockWorkers(1, 1), {"p", 0}));
+  int64_t copies = 0, computes = 0;
+  for (const StepIr& step : cm.programs.at(0).steps) {
+    copies += std::holds_alternative<CopyStepIr>(step) ? 1 : 0;
+    computes += std::holds_alternative<ComputeStepIr>(step) ? 1 : 0;
+  }
+  EXPECT_EQ(copies, 0) << cm.ToString();
+  EXPECT_EQ(computes, 5) << cm.ToString();  // gate, up, silu, mul, down
+  EXPECT_EQ(cm.bytes_moved, 0);
+}
+
 TEST(CompilerTest, RejectsDeviceWorkersOfTheWrongLength) {
   ASSERT_OK_AND_ASSIGN(ModelFile m, ParseModelFile(SeedLinear(), ""));
   ASSERT_OK_AND_ASSIGN(Mesh mesh, ResolveMesh(m, 8));

@@ -26,6 +26,22 @@ NamedSharding Reduced(const NamedSharding& s) {
   return NamedSharding::UncheckedCreate(s.mesh(), PartitionSpec(s.spec().entries()));
 }
 
+namespace {
+
+// Whether `dst` puts on every device the box src already holds there, with the
+// same unreduced axes: e.g. P(None, 'model') and P() when 'model' has size 1.
+// Resharding between such layouts moves nothing (no copy of a 64 MiB weight).
+bool SameLayout(const Placed& src, const NamedSharding& dst) {
+  if (src.sharding == dst) return true;
+  if (src.sharding.spec().unreduced() != dst.spec().unreduced()) return false;
+  for (int64_t d = 0; d < src.sharding.mesh().num_devices(); ++d) {
+    if (!(src.BoxFor(d) == ShardBoxForDevice(src.shape, dst, d))) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 ProgramEmitter::ProgramEmitter(Mesh mesh, std::vector<int64_t> device_workers,
                                std::string program_id)
     : mesh_(std::move(mesh)),
@@ -49,7 +65,7 @@ std::string ProgramEmitter::NewTag() { return absl::StrCat(program_id_, "/", nex
 absl::StatusOr<ProgramEmitter::Cost> ProgramEmitter::PlanCost(const Placed& src,
                                                               const NamedSharding& dst) const {
   Cost cost;
-  if (src.sharding == dst) return cost;
+  if (SameLayout(src, dst)) return cost;
   ReshardEndpoint from{src.sharding, device_workers_};
   ReshardEndpoint to{dst, device_workers_};
   MS_ASSIGN_OR_RETURN(ReshardPlan plan, ComputeReshardPlan(src.shape, src.dtype, from, to));
@@ -74,6 +90,11 @@ absl::StatusOr<Placed> ProgramEmitter::Reshard(const Placed& src, const NamedSha
                                                absl::string_view purpose,
                                                LayerPlanInfo* info) {
   if (src.sharding == dst) return src;
+  if (src.dtype == dst_dtype && SameLayout(src, dst)) {
+    Placed same = src;  // the same buffer, named by the requested sharding
+    same.sharding = dst;
+    return same;
+  }
   ReshardEndpoint from{src.sharding, device_workers_};
   ReshardEndpoint to{dst, device_workers_};
   MS_ASSIGN_OR_RETURN(ReshardPlan plan, ComputeReshardPlan(src.shape, src.dtype, from, to),

@@ -64,8 +64,9 @@ class ProgramEmitter {
   // \error the planner's errors (e.g. dst unreduced axes not in src's).
   absl::StatusOr<Cost> PlanCost(const Placed& src, const NamedSharding& dst) const;
 
-  // Lays src out as `dst` (same value): returns src itself when the layouts
-  // are equal, else emits the plan's steps into a new buffer of `dst_dtype`
+  // Lays src out as `dst` (same value): returns src itself (named by `dst`)
+  // when the layouts are equal or put the same box on every device (axes of
+  // size 1; with dst_dtype == src's), else emits the plan's steps into a new buffer of `dst_dtype`
   // (float32 when dst is unreduced). Records a CollectiveInfo into `info`.
   absl::StatusOr<Placed> Reshard(const Placed& src, const NamedSharding& dst, DType dst_dtype,
                                  absl::string_view value, absl::string_view purpose,

@@ -81,6 +81,7 @@ absl::StatusOr<InferResponse> SplitRows(const InferResponse& batch, int64_t row,
   InferResponse r;
   r.model = batch.model;
   r.generation = batch.generation;
+  r.compute_us = batch.compute_us;
   for (const InferOutput& out : batch.outputs) {
     if (out.shape.empty() || out.shape[0] != total || total <= 0) {
       return Internal("batched output '", out.name, "' has leading dim ",

@@ -251,6 +251,12 @@ TEST(BatchingCoordinatorTest, BatchedModelAnswersEqualUnbatched) {
   }
   EXPECT_GT(largest, 1);
   EXPECT_THAT(got.back().status(), StatusIs(absl::StatusCode::kInvalidArgument, "rank"));
+  // Each answered request records compute time once (its batch's), as an
+  // unbatched one does; the rejected one records none.
+  EXPECT_EQ(coordinator->metrics().compute_seconds.Count({"b"}),
+            static_cast<int64_t>(requests.size()) - 1);
+  EXPECT_EQ(coordinator->metrics().batch_size.Count({"b"}),
+            static_cast<int64_t>(requests.size()) - 1);
 }
 
 }  // namespace

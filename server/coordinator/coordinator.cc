@@ -91,8 +91,10 @@ void Coordinator::LoadModelDir() {
     }
     if (entry.error.ok() && entry.model->batching) {
       batchers_[name] = std::make_unique<Batcher>(
-          *entry.model->batching, [this](const InferRequest& r) {
-            return InferOne(r, /*may_batch=*/false, /*recorder=*/nullptr);
+          *entry.model->batching,
+          [this](const InferRequest& r) -> absl::StatusOr<InferResponse> {
+            MS_ASSIGN_OR_RETURN(std::shared_ptr<const ModelFile> model, ServableModel(r.model));
+            return InferOne(r, std::move(model), /*may_batch=*/false, /*recorder=*/nullptr);
           });
     }
     models_[name] = std::move(entry);

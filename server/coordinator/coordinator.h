@@ -178,10 +178,12 @@ class Coordinator {
   // \error kNotFound (unknown), kFailedPrecondition (its load error).
   absl::StatusOr<std::shared_ptr<const ModelFile>> ServableModel(const std::string& name) const
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Infer, recorded by `recorder` (null for the batcher's own runs of a
-  // batch: its requests are recorded one by one); through the model's
-  // batcher when it has one and may_batch (the batcher's runs pass false).
-  absl::StatusOr<InferResponse> InferOne(const InferRequest& request, bool may_batch,
+  // Infer of `model` (ServableModel of request.model), recorded by
+  // `recorder` (null for the batcher's own runs of a batch: its requests are
+  // recorded one by one); through the model's batcher when it has one and
+  // may_batch (the batcher's runs pass false).
+  absl::StatusOr<InferResponse> InferOne(const InferRequest& request,
+                                         std::shared_ptr<const ModelFile> model, bool may_batch,
                                          InferRecorder* recorder);
   // One attempt of Infer: the request's calls (BuildCalls), ExecuteAll, then
   // AssembleResponse. Sets *failed_worker to a worker whose failure failed it.

@@ -27,20 +27,23 @@ std::string Coordinator::NextRequestId(const std::string& client_id) {
 }
 
 absl::StatusOr<InferResponse> Coordinator::Infer(const InferRequest& request) {
+  absl::StatusOr<std::shared_ptr<const ModelFile>> model = ServableModel(request.model);
   // Unknown names count under model="": a series per typo would grow unbounded.
-  const bool known = !absl::IsNotFound(ServableModel(request.model).status());
-  InferRecorder recorder(&metrics_, known ? request.model : "", request.id);
-  absl::StatusOr<InferResponse> response = InferOne(request, /*may_batch=*/true, &recorder);
+  InferRecorder recorder(&metrics_, absl::IsNotFound(model.status()) ? "" : request.model,
+                         request.id);
+  absl::StatusOr<InferResponse> response =
+      model.ok() ? InferOne(request, *std::move(model), /*may_batch=*/true, &recorder)
+                 : absl::StatusOr<InferResponse>(model.status());
   if (response.ok() && response->batch_size > 0) {
-    recorder.Batched(response->batch_size, response->queue_us);
+    recorder.Batched(response->batch_size, response->queue_us, response->compute_us);
   }
   recorder.Finish(response.status());
   return response;
 }
 
 absl::StatusOr<InferResponse> Coordinator::InferOne(const InferRequest& request,
+                                                    std::shared_ptr<const ModelFile> model,
                                                     bool may_batch, InferRecorder* recorder) {
-  MS_ASSIGN_OR_RETURN(std::shared_ptr<const ModelFile> model, ServableModel(request.model));
   MS_ASSIGN_OR_RETURN(ValidatedRequest v, ValidateInferRequest(std::move(model), request));
   Batcher* batcher = nullptr;
   if (may_batch) {
@@ -215,12 +218,17 @@ absl::StatusOr<InferResponse> Coordinator::RunOnce(const ValidatedRequest& v,
   int64_t bytes_in = 0;
   for (const auto& [worker, call] : calls) bytes_in += SliceBytes(call.inputs);
   if (recorder != nullptr) recorder->ComputeStarted();
+  const absl::Time compute_start = absl::Now();
   MS_ASSIGN_OR_RETURN(auto by_worker, ExecuteAll(placement, request_id, timeout,
                                                  std::move(calls), failed_worker));
+  const absl::Duration compute = absl::Now() - compute_start;
   int64_t bytes_out = 0;
   for (const auto& [worker, result] : by_worker) bytes_out += SliceBytes(result.outputs);
   if (recorder != nullptr) recorder->ComputeDone(bytes_in, bytes_out);
-  return AssembleResponse(v, request, placement, plan, by_worker);
+  MS_ASSIGN_OR_RETURN(InferResponse response,
+                      AssembleResponse(v, request, placement, plan, by_worker));
+  response.compute_us = absl::ToInt64Microseconds(compute);
+  return response;
 }
 
 absl::StatusOr<std::map<int64_t, ExecuteResult>> Coordinator::ExecuteAll(

@@ -80,9 +80,11 @@ void InferRecorder::ComputeDone(int64_t bytes_to_workers, int64_t bytes_from_wor
   metrics_->transfer_bytes.Increment({model_, "from_workers"}, bytes_from_workers);
 }
 
-void InferRecorder::Batched(int64_t rows, int64_t queue_us) {
+void InferRecorder::Batched(int64_t rows, int64_t queue_us, int64_t compute_us) {
   metrics_->batch_size.Observe({model_}, static_cast<double>(rows));
   metrics_->queue_seconds.Observe({model_}, static_cast<double>(queue_us) * 1e-6);
+  compute_ += absl::Microseconds(compute_us);
+  metrics_->compute_seconds.Observe({model_}, static_cast<double>(compute_us) * 1e-6);
 }
 
 void InferRecorder::Finish(const absl::Status& status) {

@@ -96,8 +96,8 @@ class InferRecorder {
   void ComputeStarted();
   void ComputeDone(int64_t bytes_to_workers, int64_t bytes_from_workers);
   // The request ran in a dynamic batch of `rows` rows after `queue_us` in the
-  // batcher's queue (batcher.h); its batch's compute is recorded by none.
-  void Batched(int64_t rows, int64_t queue_us);
+  // batcher's queue (batcher.h); its compute is its batch's `compute_us`.
+  void Batched(int64_t rows, int64_t queue_us, int64_t compute_us);
   // Counts the request with its outcome; call once.
   void Finish(const absl::Status& status);
 

@@ -67,6 +67,7 @@ struct InferResponse {
   std::vector<InferOutput> outputs;
   int64_t batch_size = 0;  // rows of the batched execution (batcher.h); 0: unbatched
   int64_t queue_us = 0;    // time queued for batching
+  int64_t compute_us = 0;  // the workers' Execute calls (batched: its batch's)
 };
 
 // A request that passed ValidateInferRequest, in the compiler's terms. It

@@ -58,17 +58,45 @@ GrpcPeerTransport::StubFor(int64_t worker) {
 }
 
 void GrpcPeerTransport::Send(OutgoingSlice slice, DoneCallback done) {
-  absl::MutexLock lock(&mu_);
-  if (stopping_) {
-    done(absl::CancelledError("peer transport shutting down"));
-    return;
+  std::vector<Job> jobs;
+  jobs.push_back(Job{std::move(slice), std::move(done)});
+  SendAll(std::move(jobs));
+}
+
+void GrpcPeerTransport::SendAll(std::vector<Job> jobs) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!stopping_) {
+      for (Job& job : jobs) queue_.push_back(std::move(job));
+      return;
+    }
   }
-  queue_.push_back(Job{std::move(slice), std::move(done)});
+  for (Job& job : jobs) job.done(absl::CancelledError("peer transport shutting down"));
+}
+
+std::vector<PeerTransport::Job> GrpcPeerTransport::TakeBatchLocked() {
+  std::vector<Job> batch;
+  batch.push_back(std::move(queue_.front()));
+  queue_.pop_front();
+  const int64_t peer = batch.front().slice.dst_worker;
+  int64_t bytes = static_cast<int64_t>(batch.front().slice.bytes.size());
+  std::deque<Job> rest;
+  for (Job& job : queue_) {
+    const int64_t size = static_cast<int64_t>(job.slice.bytes.size());
+    if (job.slice.dst_worker == peer && bytes + size <= options_.max_batch_bytes) {
+      bytes += size;
+      batch.push_back(std::move(job));
+    } else {
+      rest.push_back(std::move(job));
+    }
+  }
+  queue_.swap(rest);
+  return batch;
 }
 
 void GrpcPeerTransport::SenderLoop() {
   while (true) {
-    Job job;
+    std::vector<Job> batch;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -76,27 +104,20 @@ void GrpcPeerTransport::SenderLoop() {
       };
       mu_.Await(absl::Condition(&ready));
       if (stopping_) return;
-      job = std::move(queue_.front());
-      queue_.pop_front();
+      batch = TakeBatchLocked();
     }
-    absl::Status status = Push(job.slice);
-    job.done(std::move(status));
+    const absl::Status status = Push(batch);
+    for (Job& job : batch) job.done(status);
   }
 }
 
-absl::Status GrpcPeerTransport::Push(const OutgoingSlice& slice) {
-  MS_ASSIGN_OR_RETURN(auto stub_and_address, StubFor(slice.dst_worker));
-  auto& [stub, address] = stub_and_address;
-  const std::string peer = absl::StrCat("worker ", slice.dst_worker, " at ", address);
-  grpc::ClientContext context;
-  if (slice.deadline != absl::InfiniteFuture()) {
-    context.set_deadline(absl::ToChronoTime(slice.deadline));
-  }
-  PushAck ack;
-  std::unique_ptr<grpc::ClientWriter<DataChunk>> writer = stub->PushData(&context, &ack);
+namespace {
+
+// Writes `slice` as chunks of at most `chunk_bytes` (an empty slice is one
+// empty chunk). False when the stream broke (Finish says why).
+bool WriteSlice(grpc::ClientWriter<DataChunk>* writer, const OutgoingSlice& slice,
+                int64_t chunk_bytes, int64_t* chunks) {
   const int64_t total = static_cast<int64_t>(slice.bytes.size());
-  const int64_t chunk_bytes = std::max<int64_t>(1, options_.chunk_bytes);
-  int64_t offset = 0, chunks = 0;
   DataChunk chunk;
   chunk.set_request_id(slice.request_id);
   chunk.set_tag(slice.tag);
@@ -104,22 +125,51 @@ absl::Status GrpcPeerTransport::Push(const OutgoingSlice& slice) {
   chunk.set_total_bytes(total);
   chunk.set_src_worker(slice.src_worker);
   chunk.set_dtype(static_cast<decltype(chunk.dtype())>(slice.dtype));
+  int64_t offset = 0;
   do {
     const int64_t n = std::min(chunk_bytes, total - offset);
     chunk.set_offset(offset);
     chunk.set_data(slice.bytes.data() + offset, n);
-    if (!writer->Write(chunk)) break;  // the stream broke: Finish says why
     offset += n;
-    ++chunks;
+    if (!writer->Write(chunk)) return false;
+    ++*chunks;
   } while (offset < total);
+  return true;
+}
+
+}  // namespace
+
+absl::Status GrpcPeerTransport::Push(const std::vector<Job>& batch) {
+  const int64_t dst = batch.front().slice.dst_worker;
+  MS_ASSIGN_OR_RETURN(auto stub_and_address, StubFor(dst));
+  auto& [stub, address] = stub_and_address;
+  const std::string peer = absl::StrCat("worker ", dst, " at ", address);
+  grpc::ClientContext context;
+  absl::Time deadline = absl::InfinitePast();
+  for (const Job& job : batch) deadline = std::max(deadline, job.slice.deadline);
+  if (deadline != absl::InfiniteFuture()) context.set_deadline(absl::ToChronoTime(deadline));
+  PushAck ack;
+  std::unique_ptr<grpc::ClientWriter<DataChunk>> writer = stub->PushData(&context, &ack);
+  const int64_t chunk_bytes = std::max<int64_t>(1, options_.chunk_bytes);
+  int64_t chunks = 0;
+  size_t written = 0;  // whole slices
+  while (written < batch.size() &&
+         WriteSlice(writer.get(), batch[written].slice, chunk_bytes, &chunks)) {
+    ++written;
+  }
   writer->WritesDone();
   grpc::Status status = writer->Finish();
   {
     absl::MutexLock lock(&mu_);
     chunks_sent_ += chunks;
+    slices_sent_ += static_cast<int64_t>(written);
+    ++streams_opened_;
   }
   if (!status.ok()) return AnnotateStatus(FromGrpcStatus(status), peer);
-  if (offset < total) return Unavailable(peer, ": stream closed after ", offset, " of ", total, " bytes");
+  if (written < batch.size()) {
+    return Unavailable(peer, ": stream closed after ", written, " of ", batch.size(),
+                       " slices");
+  }
   return absl::OkStatus();
 }
 
@@ -146,6 +196,16 @@ void GrpcPeerTransport::CancelOnPeer(int64_t worker, const std::string& request_
 int64_t GrpcPeerTransport::chunks_sent() const {
   absl::MutexLock lock(&mu_);
   return chunks_sent_;
+}
+
+int64_t GrpcPeerTransport::slices_sent() const {
+  absl::MutexLock lock(&mu_);
+  return slices_sent_;
+}
+
+int64_t GrpcPeerTransport::streams_opened() const {
+  absl::MutexLock lock(&mu_);
+  return streams_opened_;
 }
 
 }  // namespace meshserve

@@ -122,6 +122,8 @@ class RequestRun {
   absl::Status Run(const CopyStepIr& step);
   absl::Status Run(const FreeStepIr& step);
   absl::Status Run(const OutputStepIr& step);
+  // Hands the sends queued since the last flush to the transport at once.
+  void FlushSends();
 
   const ProgramIr& program_;
   const LoadedModel& model_;
@@ -132,6 +134,8 @@ class RequestRun {
   // node_hash_map: pointers to buffers stay valid while others are created.
   absl::node_hash_map<BufferKey, BoxTensor> buffers_;
   std::vector<SliceIr> outputs_;
+  // Remote sends of the current run of consecutive SendSteps (peer_transport.h).
+  std::vector<PeerTransport::Job> pending_sends_;
 };
 
 absl::Status RequestRun::CheckDevice(int64_t device) const {
@@ -261,7 +265,7 @@ absl::Status RequestRun::Run(const SendStepIr& step) {
   Rendezvous* rendezvous = context_.rendezvous;
   std::string request_id = request_id_, tag = step.tag;
   const int64_t dst = step.dst_worker;
-  context_.transport->Send(
+  pending_sends_.push_back(PeerTransport::Job{
       std::move(slice), [tracker, rendezvous, request_id, tag, dst](absl::Status status) {
         if (status.ok()) {
           tracker->Done(std::move(status));
@@ -272,8 +276,15 @@ absl::Status RequestRun::Run(const SendStepIr& step) {
         // at once (RunProgram reports the recorded send error).
         tracker->Done(status);
         rendezvous->Cancel(request_id, status.message());
-      });
+      }});
   return absl::OkStatus();
+}
+
+void RequestRun::FlushSends() {
+  if (pending_sends_.empty()) return;
+  std::vector<PeerTransport::Job> jobs;
+  jobs.swap(pending_sends_);
+  context_.transport->SendAll(std::move(jobs));
 }
 
 absl::Status RequestRun::Run(const RecvStepIr& step) {
@@ -337,11 +348,18 @@ absl::Status RequestRun::Run(const OutputStepIr& step) {
   return absl::OkStatus();
 }
 
+// A run of consecutive sends goes to the transport at once, after its last
+// send (never later: no other step waits behind it).
 absl::Status RequestRun::RunSteps() {
-  for (size_t i = 0; i < program_.steps.size(); ++i) {
-    const StepIr& step = program_.steps[i];
-    MS_RETURN_IF_ERROR(std::visit(StepRunner{this}, step), "step ", i, " (",
-                       std::visit(StepName(), step), ")");
+  const std::vector<StepIr>& steps = program_.steps;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const StepIr& step = steps[i];
+    absl::Status status = std::visit(StepRunner{this}, step);
+    if (!status.ok() || i + 1 == steps.size() ||
+        !std::holds_alternative<SendStepIr>(steps[i + 1])) {
+      FlushSends();
+    }
+    MS_RETURN_IF_ERROR(status, "step ", i, " (", std::visit(StepName(), step), ")");
   }
   return absl::OkStatus();
 }
