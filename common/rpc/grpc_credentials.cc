@@ -183,14 +183,19 @@ absl::Status CheckMemberPeer(const grpc::AuthContext& context) {
 absl::Status CheckBearerToken(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
                               absl::string_view expected) {
   auto it = metadata.find("authorization");
-  if (it == metadata.end()) {
+  if (it == metadata.end()) return CheckAuthorization(std::nullopt, expected);
+  return CheckAuthorization(absl::string_view(it->second.data(), it->second.size()), expected);
+}
+
+absl::Status CheckAuthorization(std::optional<absl::string_view> value,
+                                absl::string_view expected) {
+  if (!value.has_value()) {
     return absl::UnauthenticatedError(
-        "missing bearer token (metadata 'authorization: Bearer <token>'; "
-        "the client's --auth_token_file)");
+        "missing bearer token ('authorization: Bearer <token>'; the client's "
+        "--auth_token_file)");
   }
-  absl::string_view value(it->second.data(), it->second.size());
-  if (!absl::StartsWith(value, kBearerPrefix) ||
-      !SecretsEqual(value.substr(kBearerPrefix.size()), expected)) {
+  if (!absl::StartsWith(*value, kBearerPrefix) ||
+      !SecretsEqual(value->substr(kBearerPrefix.size()), expected)) {
     return absl::UnauthenticatedError("wrong bearer token");
   }
   return absl::OkStatus();

@@ -36,6 +36,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -113,6 +114,10 @@ absl::Status CheckMemberPeer(const grpc::AuthContext& context);
 // kUnauthenticated saying whether the token is missing or wrong.
 absl::Status CheckBearerToken(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
                               absl::string_view expected);
+// The same check on an "authorization" value (gRPC metadata or an HTTP
+// header; nullopt: absent).
+absl::Status CheckAuthorization(std::optional<absl::string_view> value,
+                                absl::string_view expected);
 // A client interceptor adding "authorization: Bearer <token>" to every call
 // (CreateChannel uses it for ChannelOptions::bearer_token; it works on
 // insecure channels too, unlike gRPC's call credentials).

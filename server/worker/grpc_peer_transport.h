@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "common/rpc/channel.h"
 #include "proto/worker_service.grpc.pb.h"
 #include "server/worker/peer_transport.h"
 
@@ -40,6 +41,8 @@ class GrpcPeerTransport : public PeerTransport {
   struct Options {
     int num_senders = 4;
     int64_t chunk_bytes = int64_t{1} << 20;
+    // Peer channels (RpcSecurity::MemberChannelOptions with --tls_dir).
+    ChannelOptions channel;
   };
 
   GrpcPeerTransport() : GrpcPeerTransport(Options()) {}
