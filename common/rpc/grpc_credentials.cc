@@ -161,8 +161,8 @@ std::string PeerIdentity(const grpc::AuthContext& context) {
     if (!values.empty()) return std::string(values.front().data(), values.front().size());
   }
   std::vector<grpc::string_ref> cn = context.FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME);
-  if (!cn.empty()) return absl::StrCat("CN=", absl::string_view(cn.front().data(), cn.front().size()));
-  return "";
+  if (cn.empty()) return "";
+  return absl::StrCat("CN=", absl::string_view(cn.front().data(), cn.front().size()));
 }
 
 absl::Status CheckMemberPeer(const grpc::AuthContext& context) {

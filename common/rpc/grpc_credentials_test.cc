@@ -184,7 +184,8 @@ TEST(RpcSecurityTest, DescribeSaysInsecure) {
   EXPECT_FALSE(RpcSecurity::Insecure().tls());
   TlsFiles files;
   files.ca_path = "/x/ca.pem";
-  EXPECT_THAT(RpcSecurity::Tls(files).Describe(), ::testing::HasSubstr("mutual TLS (CA /x/ca.pem)"));
+  EXPECT_THAT(RpcSecurity::Tls(files).Describe(),
+              ::testing::HasSubstr("mutual TLS (CA /x/ca.pem)"));
 }
 
 }  // namespace

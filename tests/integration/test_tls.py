@@ -8,7 +8,7 @@ second, foreign CA); `meshserve local --workers 2 --tls_dir DIR
   - an insecure client, or one trusting another CA, cannot reach the
     coordinator; a client trusting the CA with no certificate can;
   - token missing / wrong -> UNAUTHENTICATED, right -> OK (gRPC), and 401 /
-    200 over REST;
+    200 over REST; a client certificate cannot register as a worker;
   - a request over --max_request_bytes -> RESOURCE_EXHAUSTED naming the limit
     (413 over REST), and the next request is served;
   - a client certificate of the cluster's CA talking straight to a worker is
@@ -178,6 +178,12 @@ def run(env):
                     "token wrong -> UNAUTHENTICATED", "%s %s" % (code, msg))
             code, msg = call(ch, INFER, linear_request(x), TOKEN)
             c.check(code == grpc.StatusCode.OK, "token right -> OK", "%s %s" % (code, msg))
+            # Registering as a worker needs the member identity, token or not.
+            code, msg = call(ch, "/meshserve.MembershipService/Register", b"", TOKEN)
+            c.check(code == grpc.StatusCode.PERMISSION_DENIED
+                    and "spiffe://meshserve/client" in msg,
+                    "client cert -> MembershipService.Register refused (PERMISSION_DENIED)",
+                    "%s %s" % (code, msg))
         rc, out, err, _ = cli.infer(t, "linear", {"x": x}, extra=["--tls_dir", certs])
         e2e.expect_code(c, "CLI without --auth_token_file", rc, err, "UNAUTHENTICATED")
 

@@ -64,7 +64,8 @@ void ClusterStatusToProto(const std::vector<WorkerView>& workers,
   }
 }
 
-grpc::Status ClusterServiceImpl::Describe(grpc::ServerContext* context, const DescribeRequest* request,
+grpc::Status ClusterServiceImpl::Describe(grpc::ServerContext* context,
+                                          const DescribeRequest* request,
                                           DescribeResponse* response) {
   if (grpc::Status denied = CheckClientCall(edge_, *context); !denied.ok()) return denied;
   InputShapes shapes;
