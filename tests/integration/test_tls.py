@@ -2,15 +2,17 @@
 """e2e_tls: TLS, mutual TLS, bearer tokens and request limits over real
 processes. Certificates from scripts/make-dev-certs.sh (one cluster CA and a
 second, foreign CA); `meshserve local --workers 2 --tls_dir DIR
---auth_token_file F --max_request_bytes 1 MiB --http_port P`:
+--auth_token_file F --max_request_bytes 1 MiB --max_tensor_elements 100000
+--http_port P`:
 
   - the CLI with --tls_dir and the token computes linear's answer (NumPy);
   - an insecure client, or one trusting another CA, cannot reach the
     coordinator; a client trusting the CA with no certificate can;
   - token missing / wrong -> UNAUTHENTICATED, right -> OK (gRPC), and 401 /
     200 over REST; a client certificate cannot register as a worker;
-  - a request over --max_request_bytes -> RESOURCE_EXHAUSTED naming the limit
-    (413 over REST), and the next request is served;
+  - a request over --max_request_bytes, an input over --max_tensor_elements
+    -> RESOURCE_EXHAUSTED naming the limit (413 over REST), and the next
+    request is served;
   - a client certificate of the cluster's CA talking straight to a worker is
     refused (PERMISSION_DENIED naming its identity), for WorkerService and
     grpc.health.v1 alike; a member certificate gets through (the control);
@@ -37,6 +39,7 @@ import mslib
 MAKE_CERTS = os.path.join(e2e.ROOT, "scripts", "make-dev-certs.sh")
 TOKEN = "tls-test-token-7f3a"
 LIMIT = 1 << 20  # --max_request_bytes
+MAX_ELEMENTS = 100000  # --max_tensor_elements
 
 
 def read(path):
@@ -133,7 +136,8 @@ def run(env):
     http_port = mslib.free_port()
     cluster = env.cluster(2, model_dir, "tls", extra_args=[
         "--tls_dir", certs, "--auth_token_file", token_file,
-        "--max_request_bytes", str(LIMIT), "--http_port", str(http_port)])
+        "--max_request_bytes", str(LIMIT), "--max_tensor_elements", str(MAX_ELEMENTS),
+        "--http_port", str(http_port)])
     t = cluster.target
     sec = ["--tls_dir", certs, "--auth_token_file", token_file]
     x = np.random.default_rng(1).standard_normal((16, 32)).astype(np.float32)
@@ -193,6 +197,12 @@ def run(env):
             code, msg = call(ch, INFER, linear_request(big), TOKEN)
             c.check(code == grpc.StatusCode.RESOURCE_EXHAUSTED and str(LIMIT) in msg,
                     "request over --max_request_bytes -> RESOURCE_EXHAUSTED naming the limit",
+                    "%s %s" % (code, msg))
+            wide = np.zeros((16, 8192), np.float32)  # 131072 elements, 512 KiB
+            code, msg = call(ch, INFER, linear_request(wide), TOKEN)
+            c.check(code == grpc.StatusCode.RESOURCE_EXHAUSTED and
+                    "131072 elements" in msg and "--max_tensor_elements=%d" % MAX_ELEMENTS in msg,
+                    "input over --max_tensor_elements -> RESOURCE_EXHAUSTED naming both",
                     "%s %s" % (code, msg))
         rc, out, err, outputs = cli.infer(t, "linear", {"x": x}, extra=sec)
         if c.check(rc == 0 and "y" in outputs, "the next request is served",

@@ -138,6 +138,9 @@ int main(int argc, char** argv) {
     std::cout << "meshserve-coordinator http on " << absl::GetFlag(FLAGS_host) << ":"
               << http->port() << std::endl;
   }
+  if (!edge->security.tls() && !edge->server.edge.auth_token.empty()) {
+    MS_LOG(WARNING) << "--auth_token_file without --tls_dir: the token travels in plaintext";
+  }
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   std::cout << "meshserve-coordinator listening on " << (*server)->address() << " ("
