@@ -31,6 +31,7 @@
 #include "client/command.h"
 #include "client/inference_client.h"
 #include "client/cli_format.h"
+#include "client/client_connect.h"
 #include "client/npy_files.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
@@ -176,7 +177,7 @@ absl::Status PrintOutputs(InferenceClient& client, const InferRequestFlags& requ
 int RunInfer(const CliArgs& args) {
   auto request = InferRequestFromFlags(args);
   if (!request.ok()) return UsageError("infer", kInferUsage, request.status());
-  auto client = InferenceClient::Create(args.Get("target"));
+  auto client = ConnectFromArgs(args);
   if (!client.ok()) return UsageError("infer", kInferUsage, client.status());
   auto inputs =
       ReadInputFlags(args, ModelInputDTypes(**client, request->model, request->deadline));
@@ -209,7 +210,7 @@ int RunDescribe(const CliArgs& args) {
   }
   auto shapes = ParseShapeFlags(args, "input_shape");
   if (!shapes.ok()) return UsageError("describe", kDescribeUsage, shapes.status());
-  auto client = InferenceClient::Create(args.Get("target"));
+  auto client = ConnectFromArgs(args);
   if (!client.ok()) return UsageError("describe", kDescribeUsage, client.status());
   auto response = (*client)->Describe(model, *shapes, DeadlineFromFlag(args, 60));
   if (!response.ok()) return Fail("describe", response.status());
@@ -221,7 +222,7 @@ int RunDescribe(const CliArgs& args) {
 constexpr char kStatusUsage[] = "status --target HOST:PORT";
 
 int RunStatus(const CliArgs& args) {
-  auto client = InferenceClient::Create(args.Get("target"));
+  auto client = ConnectFromArgs(args);
   if (!client.ok()) return UsageError("status", kStatusUsage, client.status());
   auto response = (*client)->Status(DeadlineFromFlag(args, 30));
   if (!response.ok()) return Fail("status", response.status());
@@ -384,7 +385,7 @@ void PrintBenchReport(const BenchOptions& o, const BenchStats& stats) {
 int RunBench(const CliArgs& args) {
   auto options = BenchOptionsFromFlags(args);
   if (!options.ok()) return UsageError("bench", kBenchUsage, options.status());
-  auto client = InferenceClient::Create(args.Get("target"));
+  auto client = ConnectFromArgs(args);
   if (!client.ok()) return UsageError("bench", kBenchUsage, client.status());
   auto dtypes = ModelInputDTypes(**client, options->model, options->Deadline());
   auto variants = MakeInputVariants(*options, dtypes);
@@ -397,26 +398,27 @@ int RunBench(const CliArgs& args) {
 
 MS_REGISTER_COMMAND(FlagCommand{"infer",
                                 kInferUsage,
-                                {{"target", FlagDef::kValue, true},
+                                WithConnectFlags({{"target", FlagDef::kValue, true},
                                  {"model", FlagDef::kValue, true},
                                  {"input", FlagDef::kRepeated},
                                  {"out_sharding", FlagDef::kRepeated},
                                  {"output_dir"},
-                                 {"timeout_s"}},
+                                 {"timeout_s"}}),
                                 RunInfer,
                                 /*rejects_positional=*/true});
 MS_REGISTER_COMMAND(FlagCommand{"describe",
                                 kDescribeUsage,
-                                {{"target", FlagDef::kValue, true},
+                                WithConnectFlags({{"target", FlagDef::kValue, true},
                                  {"model"},
                                  {"input_shape", FlagDef::kRepeated},
-                                 {"timeout_s"}},
+                                 {"timeout_s"}}),
                                 RunDescribe});
 MS_REGISTER_COMMAND(FlagCommand{
-    "status", kStatusUsage, {{"target", FlagDef::kValue, true}, {"timeout_s"}}, RunStatus});
+    "status", kStatusUsage,
+    WithConnectFlags({{"target", FlagDef::kValue, true}, {"timeout_s"}}), RunStatus});
 MS_REGISTER_COMMAND(FlagCommand{"bench",
                                 kBenchUsage,
-                                {{"target", FlagDef::kValue, true},
+                                WithConnectFlags({{"target", FlagDef::kValue, true},
                                  {"model", FlagDef::kValue, true},
                                  {"input_shape", FlagDef::kRepeated, true},
                                  {"concurrency"},
@@ -424,7 +426,7 @@ MS_REGISTER_COMMAND(FlagCommand{"bench",
                                  {"warmup"},
                                  {"out_sharding", FlagDef::kRepeated},
                                  {"seed"},
-                                 {"timeout_s"}},
+                                 {"timeout_s"}}),
                                 RunBench});
 
 }  // namespace

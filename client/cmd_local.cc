@@ -2,7 +2,11 @@
 //
 //   meshserve local --workers N --model_dir DIR [--port P] [--host H]
 //       [--log_dir D] [--ready_timeout_s S] [--http_port P] [--then "COMMAND"] [--verbose]
+//       [--tls_dir DIR] [--auth_token_file F] [--max_request_bytes N] [--max_tensor_elements N]
 //
+// --tls_dir goes to every process (mutual TLS inside the cluster) and our own
+// client presents DIR/client.pem; --auth_token_file and the limits go to the
+// coordinator (and the token to our client).
 // Starts `meshserve-coordinator --host H --port P --model_dir DIR
 // --min_workers N` and N `meshserve-worker --port 0 --coordinator H:P`
 // processes (both binaries from the directory of the running `meshserve`),
@@ -45,6 +49,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/cli_args.h"
+#include "client/client_connect.h"
 #include "client/command.h"
 #include "client/inference_client.h"
 #include "common/base/status_macros.h"
@@ -241,7 +246,8 @@ int RunThen(const std::string& command, const std::string& target) {
 
 constexpr char kLocalUsage[] =
     "local --workers N --model_dir DIR [--port P] [--host 127.0.0.1] [--log_dir D] "
-    "[--ready_timeout_s S] [--http_port P] [--then \"COMMAND\"] [--verbose]";
+    "[--ready_timeout_s S] [--http_port P] [--then \"COMMAND\"] [--verbose] [--tls_dir DIR] "
+    "[--auth_token_file F] [--max_request_bytes N] [--max_tensor_elements N]";
 
 struct LocalOptions {
   int64_t workers = 1;
@@ -255,6 +261,9 @@ struct LocalOptions {
   bool has_then = false;  // --then given: run it once ready, then stop
   std::string then;
   bool verbose = false;
+  std::vector<std::string> coordinator_flags;  // security and limits
+  std::vector<std::string> worker_flags;
+  InferenceClient::Options client;
 };
 
 // The flags, checked (usage errors).
@@ -275,6 +284,14 @@ absl::StatusOr<LocalOptions> LocalOptionsFromFlags(const CliArgs& args) {
   o.has_then = args.Has("then");
   o.then = args.Get("then");
   o.verbose = args.Has("verbose");
+  for (const char* flag :
+       {"tls_dir", "auth_token_file", "max_request_bytes", "max_tensor_elements"}) {
+    if (!args.Has(flag)) continue;
+    o.coordinator_flags.push_back(absl::StrCat("--", flag));
+    o.coordinator_flags.push_back(args.Get(flag));
+  }
+  if (args.Has("tls_dir")) o.worker_flags = {"--tls_dir", args.Get("tls_dir")};
+  MS_ASSIGN_OR_RETURN(o.client, ClientOptionsFromArgs(args));
   return o;
 }
 
@@ -307,15 +324,19 @@ absl::Status StartCluster(const LocalOptions& o, const std::string& bin_dir,
     children.back()->name = std::move(name);
     return Spawn(children.back().get(), child_argv, o.log_dir, o.verbose);
   };
-  absl::Status started =
-      start("coordinator", {bin_dir + "/meshserve-coordinator", "--host", o.host, "--port",
-                            absl::StrCat(o.port), "--model_dir", o.model_dir, "--min_workers",
-                            absl::StrCat(o.workers), "--http_port", absl::StrCat(o.http_port)});
+  std::vector<std::string> coordinator = {
+      bin_dir + "/meshserve-coordinator", "--host", o.host, "--port", absl::StrCat(o.port),
+      "--model_dir", o.model_dir, "--min_workers", absl::StrCat(o.workers), "--http_port",
+      absl::StrCat(o.http_port)};
+  coordinator.insert(coordinator.end(), o.coordinator_flags.begin(), o.coordinator_flags.end());
+  absl::Status started = start("coordinator", coordinator);
   std::printf("meshserve local: coordinator %s pid %d, logs in %s\n", o.target.c_str(),
               children.back()->pid, o.log_dir.c_str());
   for (int64_t w = 0; started.ok() && w < o.workers; ++w) {
-    started = start(absl::StrCat("worker-", w),
-                    {bin_dir + "/meshserve-worker", "--port", "0", "--coordinator", o.target});
+    std::vector<std::string> worker = {bin_dir + "/meshserve-worker", "--port", "0",
+                                       "--coordinator", o.target};
+    worker.insert(worker.end(), o.worker_flags.begin(), o.worker_flags.end());
+    started = start(absl::StrCat("worker-", w), worker);
     std::printf("meshserve local: worker %lld pid %d\n", static_cast<long long>(w),
                 children.back()->pid);
   }
@@ -332,7 +353,7 @@ bool CoordinatorReady(std::vector<std::unique_ptr<Child>>& children) {
 // Waits for readiness, runs --then, and reports deaths until a signal; returns
 // the exit code. The coordinator dying ends it (exit 1); a worker dying does not.
 int SuperviseCluster(const LocalOptions& o, std::vector<std::unique_ptr<Child>>& children) {
-  auto client = InferenceClient::Create(o.target);
+  auto client = InferenceClient::Create(o.target, o.client);
   const absl::Time ready_deadline = absl::Now() + absl::Seconds(o.ready_timeout_s);
   bool ready = false;
   while (g_stop_signal == 0) {
@@ -406,7 +427,11 @@ MS_REGISTER_COMMAND(FlagCommand{
      {"ready_timeout_s"},
      {"http_port"},
      {"then"},
-     {"verbose", FlagDef::kBool}},
+     {"verbose", FlagDef::kBool},
+     {"tls_dir"},
+     {"auth_token_file"},
+     {"max_request_bytes"},
+     {"max_tensor_elements"}},
     RunLocal,
     /*rejects_positional=*/true});
 

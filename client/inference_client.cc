@@ -207,6 +207,9 @@ absl::StatusOr<std::unique_ptr<InferenceClient>> InferenceClient::Create(
   channel_options.initial_reconnect_backoff_ms = options.reconnect_backoff_ms;
   channel_options.min_reconnect_backoff_ms = options.reconnect_backoff_ms;
   channel_options.max_reconnect_backoff_ms = options.reconnect_backoff_ms;
+  channel_options.credentials = options.credentials;
+  channel_options.server_name_override = options.server_name_override;
+  channel_options.bearer_token = options.bearer_token;
   MS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
                       CreateChannel(target, channel_options));
   return std::unique_ptr<InferenceClient>(new InferenceClient(

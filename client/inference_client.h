@@ -35,6 +35,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/base/dtype.h"
+#include "grpcpp/security/credentials.h"
 #include "proto/cluster_service.grpc.pb.h"
 #include "proto/inference.grpc.pb.h"
 
@@ -85,9 +86,14 @@ class InferenceClient {
     int64_t max_message_bytes = int64_t{1} << 30;
     // Reconnect backoff: low, so that a restarted server is found quickly.
     int reconnect_backoff_ms = 200;
+    // TLS (common/rpc/grpc_credentials.h; client/client_connect.h makes them
+    // from the CLI's flags): null is insecure.
+    std::shared_ptr<grpc::ChannelCredentials> credentials;
+    std::string server_name_override;  // the name the server's certificate carries
+    std::string bearer_token;          // non-empty: sent on every call
   };
 
-  // Opens an insecure channel to `target` ("host:port"). Does not connect
+  // Opens a channel to `target` ("host:port"). Does not connect
   // yet (gRPC connects lazily); use WaitReady to wait for the server.
   // \error kInvalidArgument when `target` is not "host:port" (naming it).
   static absl::StatusOr<std::unique_ptr<InferenceClient>> Create(

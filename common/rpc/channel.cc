@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "common/base/status_util.h"
+#include "common/rpc/grpc_credentials.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 
@@ -26,6 +29,9 @@ grpc::ChannelArguments MakeChannelArguments(const ChannelOptions& options) {
               options.initial_reconnect_backoff_ms);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, options.min_reconnect_backoff_ms);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, options.max_reconnect_backoff_ms);
+  if (!options.server_name_override.empty()) {
+    args.SetSslTargetNameOverride(options.server_name_override);
+  }
   if (options.keepalive_time_ms > 0) {
     args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, options.keepalive_time_ms);
   }
@@ -56,8 +62,15 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
   absl::Status valid = ValidateTarget(target);
   if (!valid.ok()) return valid;
   grpc::ChannelArguments args = MakeChannelArguments(options);
-  return grpc::CreateCustomChannel(std::string(target),
-                                   grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> credentials =
+      options.credentials != nullptr ? options.credentials : grpc::InsecureChannelCredentials();
+  if (options.bearer_token.empty()) {
+    return grpc::CreateCustomChannel(std::string(target), credentials, args);
+  }
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(BearerTokenInterceptorFactory(options.bearer_token));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      std::string(target), credentials, args, std::move(interceptors));
 }
 
 void ConfigureServerBuilder(grpc::ServerBuilder* builder,

@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
+#include "grpcpp/security/credentials.h"
 #include "grpcpp/server_builder.h"
 #include "grpcpp/support/channel_arguments.h"
 
@@ -31,12 +32,20 @@ struct ChannelOptions {
   int min_reconnect_backoff_ms = 100;
   int max_reconnect_backoff_ms = 500;
   int keepalive_time_ms = 0;  // 0: gRPC's default (off)
+  // Transport security (grpc_credentials.h, RpcSecurity): null is insecure.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // With TLS: the name the server's certificate must carry instead of the
+  // target's host (cluster channels: kMemberServerName). Empty: the host.
+  std::string server_name_override;
+  // Non-empty: every call carries "authorization: Bearer <token>".
+  std::string bearer_token;
 };
 
 // The channel arguments above (exposed for tests and custom channels).
 grpc::ChannelArguments MakeChannelArguments(const ChannelOptions& options = {});
 
-// An insecure channel to "host:port" with those arguments.
+// A channel to "host:port" with those arguments, `options.credentials` (null:
+// insecure) and the bearer token on every call.
 // \error kInvalidArgument when `target` is empty or has no port
 //   ("localhost", ":", "host:" and "host:abc" are rejected, naming the target).
 absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(

@@ -48,7 +48,8 @@ GrpcPeerTransport::StubFor(int64_t worker) {
   if (it == peers_.end()) return Unavailable("worker ", worker, " has no known address");
   Peer& peer = it->second;
   if (peer.stub == nullptr) {
-    MS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel, CreateChannel(peer.address),
+    MS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                        CreateChannel(peer.address, options_.channel),
                         "worker ", worker);
     peer.stub = std::shared_ptr<WorkerService::Stub>(WorkerService::NewStub(channel));
   }

@@ -37,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "common/rpc/channel.h"
 #include "proto/worker_service.grpc.pb.h"
 #include "server/worker/peer_transport.h"
 
@@ -48,6 +49,8 @@ class GrpcPeerTransport : public PeerTransport {
     int num_senders = 4;
     int64_t chunk_bytes = int64_t{1} << 20;
     int64_t max_batch_bytes = int64_t{4} << 20;
+    // Peer channels (RpcSecurity::MemberChannelOptions with --tls_dir).
+    ChannelOptions channel;
   };
 
   GrpcPeerTransport() : GrpcPeerTransport(Options()) {}

@@ -14,7 +14,7 @@ namespace meshserve {
 absl::StatusOr<std::unique_ptr<MembershipClient>> MembershipClient::Create(
     Options options, std::function<void(int64_t)> on_registered) {
   MS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
-                      CreateChannel(options.coordinator), "--coordinator");
+                      CreateChannel(options.coordinator, options.channel), "--coordinator");
   return std::unique_ptr<MembershipClient>(new MembershipClient(
       std::move(options), MembershipService::NewStub(channel), std::move(on_registered)));
 }

@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/rpc/channel.h"
 #include "proto/cluster_service.grpc.pb.h"
 
 namespace meshserve {
@@ -38,6 +39,8 @@ class MembershipClient {
     int cores = 1;
     int64_t memory_bytes = 0;
     absl::Duration heartbeat_interval = absl::Milliseconds(500);
+    // The coordinator channel (RpcSecurity::MemberChannelOptions with --tls_dir).
+    ChannelOptions channel;
   };
 
   // \error kInvalidArgument for a bad coordinator target.

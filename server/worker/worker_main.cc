@@ -5,7 +5,9 @@
 // Order: BLAS kernel choice (may re-exec), flags, serve WorkerService, register
 // with the coordinator and heartbeat; prints
 //   meshserve-worker ready id=<id> address=<addr> blas=<core>
-// on stdout once registered (id=-1 without --coordinator). --http_port P serves
+// on stdout once registered (id=-1 without --coordinator). --tls_dir DIR: mutual
+// TLS with members of DIR/ca.pem only (common/rpc/grpc_credentials.h); without
+// it the port is plaintext and says so in the "serving on" line. --http_port P serves
 // Prometheus /metrics on P. SIGTERM/SIGINT: a
 // draining heartbeat; it keeps serving until the coordinator has moved its
 // models away (at most 10 s; at once when the coordinator is gone), then exits.
@@ -34,6 +36,7 @@
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
 #include "common/metrics/http_endpoint.h"
+#include "common/rpc/grpc_credentials.h"
 #include "common/tensor/blas.h"
 #include "server/worker/grpc_peer_transport.h"
 #include "server/worker/membership_client.h"
@@ -49,6 +52,10 @@ ABSL_FLAG(std::string, coordinator, "", "Coordinator HOST:PORT to register with.
 ABSL_FLAG(int, cores, 0, "Cores this worker may use (0 = all of the machine's).");
 ABSL_FLAG(int, threads, 0, "OpenBLAS threads (0 = cores / 2, at least 1).");
 ABSL_FLAG(int, http_port, 0, "Port serving Prometheus /metrics over HTTP (0 = off).");
+ABSL_FLAG(std::string, tls_dir, "",
+          "Directory with ca.pem, member.pem and member.key (scripts/make-dev-certs.sh): "
+          "serve and dial with mutual TLS, accepting only members of that CA (empty: "
+          "insecure, plaintext).");
 
 namespace meshserve {
 namespace {
@@ -86,7 +93,8 @@ void DrainModels(const ShardWorker& worker, MembershipClient& membership) {
 // Registers with --coordinator and heartbeats (null without --coordinator,
 // after announcing id -1).
 absl::StatusOr<std::unique_ptr<MembershipClient>> StartMembership(
-    const std::string& address, int cores, std::function<void(int64_t)> announce) {
+    const std::string& address, int cores, const RpcSecurity& security,
+    std::function<void(int64_t)> announce) {
   if (absl::GetFlag(FLAGS_coordinator).empty()) {
     announce(-1);
     return nullptr;
@@ -95,6 +103,7 @@ absl::StatusOr<std::unique_ptr<MembershipClient>> StartMembership(
   options.coordinator = absl::GetFlag(FLAGS_coordinator);
   options.address = address;
   options.cores = cores;
+  options.channel = security.MemberChannelOptions();
   options.memory_bytes =
       static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
   MS_ASSIGN_OR_RETURN(std::unique_ptr<MembershipClient> client,
@@ -118,6 +127,14 @@ void ShutDownWithin1s(grpc::Server& server) {
   }
 }
 
+// --tls_dir: the member identity, or insecure without it.
+absl::StatusOr<RpcSecurity> SecurityFromFlag() {
+  const std::string dir = absl::GetFlag(FLAGS_tls_dir);
+  if (dir.empty()) return RpcSecurity::Insecure();
+  MS_ASSIGN_OR_RETURN(TlsFiles files, ReadTlsDir(dir, "member"), "--tls_dir");
+  return RpcSecurity::Tls(std::move(files));
+}
+
 int Run() {
   const int machine_cores = std::max(1u, std::thread::hardware_concurrency());
   const int cores = absl::GetFlag(FLAGS_cores) > 0 ? absl::GetFlag(FLAGS_cores) : machine_cores;
@@ -133,12 +150,20 @@ int Run() {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  GrpcPeerTransport transport;
+  absl::StatusOr<RpcSecurity> security = SecurityFromFlag();
+  if (!security.ok()) {
+    std::cerr << "meshserve-worker: " << security.status() << "\n";
+    return 2;
+  }
+  GrpcPeerTransport::Options transport_options;
+  transport_options.channel = security->MemberChannelOptions();
+  GrpcPeerTransport transport(transport_options);
   ShardWorker worker(ShardWorker::Options(), &transport);
   ThreadPool pool;
   WorkerServiceImpl service(&worker, &pool);
   const std::string host = absl::GetFlag(FLAGS_host);
-  absl::StatusOr<WorkerServer> server = StartWorkerServer(&service, host, absl::GetFlag(FLAGS_port));
+  absl::StatusOr<WorkerServer> server = StartWorkerServer(
+      &service, host, absl::GetFlag(FLAGS_port), security->MemberOnlyServerCredentials());
   if (!server.ok()) {
     std::cerr << "meshserve-worker: " << server.status() << "\n";
     return 1;
@@ -165,13 +190,14 @@ int Run() {
               << " blas=" << blas << std::endl;
   };
   absl::StatusOr<std::unique_ptr<MembershipClient>> membership =
-      StartMembership(address, cores, announce);
+      StartMembership(address, cores, *security, announce);
   if (!membership.ok()) {
     std::cerr << "meshserve-worker: " << membership.status() << "\n";
     return 2;
   }
   MS_LOG(INFO) << "serving on " << host << ":" << server->port << " (advertised " << address
-               << "), blas=" << blas << " threads=" << threads;
+               << "), blas=" << blas << " threads=" << threads
+               << ", transport: " << security->Describe();
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);

@@ -154,8 +154,10 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Status(grpc::CallbackServerContext*
   return reactor;
 }
 
-absl::StatusOr<WorkerServer> StartWorkerServer(WorkerServiceImpl* service,
-                                               absl::string_view host, int port) {
+absl::StatusOr<WorkerServer> StartWorkerServer(
+    WorkerServiceImpl* service, absl::string_view host, int port,
+    std::shared_ptr<grpc::ServerCredentials> credentials) {
+  if (credentials == nullptr) credentials = grpc::InsecureServerCredentials();
   WorkerServer out;
   const std::string address = absl::StrCat(
       absl::StrContains(host, ":") ? absl::StrCat("[", host, "]") : std::string(host), ":",
@@ -166,7 +168,7 @@ absl::StatusOr<WorkerServer> StartWorkerServer(WorkerServiceImpl* service,
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(&builder);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &out.port);
+  builder.AddListeningPort(address, credentials, &out.port);
   builder.RegisterService(service);
   out.server = builder.BuildAndStart();
   if (out.server == nullptr || out.port == 0) {

@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "proto/worker_service.grpc.pb.h"
 #include "server/worker/shard_worker.h"
@@ -70,9 +71,12 @@ struct WorkerServer {
 };
 
 // Starts WorkerService with grpc.health.v1 and reflection (see the top of the
-// file). \error kUnavailable naming host:port when it cannot be bound.
-absl::StatusOr<WorkerServer> StartWorkerServer(WorkerServiceImpl* service,
-                                               absl::string_view host, int port);
+// file) on `credentials` (null: insecure; with --tls_dir
+// RpcSecurity::MemberOnlyServerCredentials: members only, every service).
+// \error kUnavailable naming host:port when it cannot be bound.
+absl::StatusOr<WorkerServer> StartWorkerServer(
+    WorkerServiceImpl* service, absl::string_view host, int port,
+    std::shared_ptr<grpc::ServerCredentials> credentials = nullptr);
 
 }  // namespace meshserve
 

@@ -64,8 +64,10 @@ void ClusterStatusToProto(const std::vector<WorkerView>& workers,
   }
 }
 
-grpc::Status ClusterServiceImpl::Describe(grpc::ServerContext*, const DescribeRequest* request,
+grpc::Status ClusterServiceImpl::Describe(grpc::ServerContext* context,
+                                          const DescribeRequest* request,
                                           DescribeResponse* response) {
+  if (grpc::Status denied = CheckClientCall(edge_, *context); !denied.ok()) return denied;
   InputShapes shapes;
   for (const auto& [name, shape] : request->input_shapes()) {
     shapes[name].assign(shape.dims().begin(), shape.dims().end());
@@ -76,15 +78,17 @@ grpc::Status ClusterServiceImpl::Describe(grpc::ServerContext*, const DescribeRe
   return grpc::Status::OK;
 }
 
-grpc::Status ClusterServiceImpl::Status(grpc::ServerContext*, const ClusterStatusRequest*,
+grpc::Status ClusterServiceImpl::Status(grpc::ServerContext* context, const ClusterStatusRequest*,
                                         ClusterStatusResponse* response) {
+  if (grpc::Status denied = CheckClientCall(edge_, *context); !denied.ok()) return denied;
   ClusterStatusToProto(coordinator_->Workers(), coordinator_->ModelStatuses(), response);
   return grpc::Status::OK;
 }
 
-grpc::Status MembershipServiceImpl::Register(grpc::ServerContext*,
+grpc::Status MembershipServiceImpl::Register(grpc::ServerContext* context,
                                              const RegisterRequest* request,
                                              RegisterResponse* response) {
+  if (grpc::Status denied = CheckMemberCall(edge_, *context); !denied.ok()) return denied;
   absl::StatusOr<int64_t> id =
       coordinator_->RegisterWorker(request->address(), request->cores(),
                                    request->memory_bytes(), request->previous_worker_id());
@@ -95,9 +99,10 @@ grpc::Status MembershipServiceImpl::Register(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status MembershipServiceImpl::Heartbeat(grpc::ServerContext*,
+grpc::Status MembershipServiceImpl::Heartbeat(grpc::ServerContext* context,
                                               const HeartbeatRequest* request,
                                               HeartbeatResponse* response) {
+  if (grpc::Status denied = CheckMemberCall(edge_, *context); !denied.ok()) return denied;
   response->set_known(coordinator_->Heartbeat(request->worker_id(), request->draining()));
   return grpc::Status::OK;
 }

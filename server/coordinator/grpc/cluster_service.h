@@ -8,6 +8,7 @@
 
 #include "proto/cluster_service.grpc.pb.h"
 #include "server/coordinator/coordinator.h"
+#include "server/coordinator/grpc/edge_auth.h"
 
 namespace meshserve {
 
@@ -18,7 +19,10 @@ void ClusterStatusToProto(const std::vector<WorkerView>& workers,
 
 class ClusterServiceImpl final : public ClusterService::Service {
  public:
-  explicit ClusterServiceImpl(Coordinator* coordinator) : coordinator_(coordinator) {}
+  // `edge` (edge_auth.h) must outlive the service.
+  explicit ClusterServiceImpl(Coordinator* coordinator,
+                              const EdgeOptions* edge = &DefaultEdgeOptions())
+      : coordinator_(coordinator), edge_(*edge) {}
   grpc::Status Describe(grpc::ServerContext*, const DescribeRequest*,
                         DescribeResponse*) override;
   grpc::Status Status(grpc::ServerContext*, const ClusterStatusRequest*,
@@ -26,11 +30,14 @@ class ClusterServiceImpl final : public ClusterService::Service {
 
  private:
   Coordinator* const coordinator_;
+  const EdgeOptions& edge_;
 };
 
 class MembershipServiceImpl final : public MembershipService::Service {
  public:
-  explicit MembershipServiceImpl(Coordinator* coordinator) : coordinator_(coordinator) {}
+  explicit MembershipServiceImpl(Coordinator* coordinator,
+                                 const EdgeOptions* edge = &DefaultEdgeOptions())
+      : coordinator_(coordinator), edge_(*edge) {}
   grpc::Status Register(grpc::ServerContext*, const RegisterRequest*,
                         RegisterResponse*) override;
   grpc::Status Heartbeat(grpc::ServerContext*, const HeartbeatRequest*,
@@ -38,6 +45,7 @@ class MembershipServiceImpl final : public MembershipService::Service {
 
  private:
   Coordinator* const coordinator_;
+  const EdgeOptions& edge_;
 };
 
 }  // namespace meshserve

@@ -9,6 +9,13 @@
 // for "ready"). With --http_port P it also serves HTTP on P (KServe v2 REST,
 // /metrics, the status page; server/coordinator/http/) and prints
 // "meshserve-coordinator http on HOST:P". Exits cleanly on SIGINT/SIGTERM.
+//
+// Security (common/rpc/grpc_credentials.h, grpc/edge_auth.h): insecure by
+// default, and the "listening on" line says so. --tls_dir DIR serves TLS with
+// DIR/member.pem on the client port (client certificates optional), requires
+// a member certificate for MembershipService, and dials workers with mutual
+// TLS. --auth_token_file F requires F's token from clients (gRPC and HTTP).
+// --max_request_bytes and --max_tensor_elements bound what a client sends.
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -18,10 +25,13 @@
 #include "absl/time/clock.h"
 #include "common/base/flags_usage.h"
 #include "common/base/logging.h"
+#include "common/base/status_macros.h"
+#include "common/rpc/grpc_credentials.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/grpc/coordinator_server.h"
 #include "server/coordinator/grpc/grpc_worker_client.h"
 #include "server/coordinator/http/http_server.h"
+#include "server/coordinator/request_limits.h"
 #include "server/compiler/jax_model_compiler.h"
 
 ABSL_FLAG(int, port, 8500, "port to listen on (0: pick a free one)");
@@ -29,6 +39,17 @@ ABSL_FLAG(std::string, host, "127.0.0.1", "address to bind (0.0.0.0 in container
 ABSL_FLAG(std::string, model_dir, "", "directory of *.json model files");
 ABSL_FLAG(int, min_workers, 1, "placement waits for this many live workers");
 ABSL_FLAG(int, heartbeat_ms, 500, "worker heartbeat interval; 3 missed = dead");
+ABSL_FLAG(std::string, tls_dir, "",
+          "directory with ca.pem, member.pem, member.key (scripts/make-dev-certs.sh): TLS "
+          "on the client port, mutual TLS with the workers (empty: insecure, plaintext)");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "file whose first line is the bearer token clients must send (gRPC metadata and "
+          "HTTP header 'authorization: Bearer <token>'; empty: no token)");
+ABSL_FLAG(int64_t, max_request_bytes, meshserve::RequestLimits().max_request_bytes,
+          "largest request a client may send, in bytes (gRPC message or REST body; over "
+          "it: RESOURCE_EXHAUSTED / HTTP 413)");
+ABSL_FLAG(int64_t, max_tensor_elements, meshserve::RequestLimits().max_tensor_elements,
+          "most elements one input tensor may have (over it: RESOURCE_EXHAUSTED / 413)");
 ABSL_FLAG(int, http_port, 0,
           "HTTP port for KServe v2 REST, Prometheus /metrics and the status page at / "
           "(0: off)");
@@ -37,6 +58,36 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop = true; }
+
+// The transport security, the client-edge policy and the worker channels'
+// options from the flags.
+struct Edge {
+  meshserve::RpcSecurity security = meshserve::RpcSecurity::Insecure();
+  meshserve::CoordinatorServerOptions server;
+  meshserve::CoordinatorHttpOptions http;
+};
+
+absl::StatusOr<Edge> EdgeFromFlags() {
+  Edge edge;
+  if (const std::string dir = absl::GetFlag(FLAGS_tls_dir); !dir.empty()) {
+    MS_ASSIGN_OR_RETURN(meshserve::TlsFiles files, meshserve::ReadTlsDir(dir, "member"),
+                        "--tls_dir");
+    edge.security = meshserve::RpcSecurity::Tls(std::move(files));
+  }
+  meshserve::EdgeOptions& options = edge.server.edge;
+  options.tls = edge.security.tls();
+  if (const std::string file = absl::GetFlag(FLAGS_auth_token_file); !file.empty()) {
+    MS_ASSIGN_OR_RETURN(options.auth_token, meshserve::ReadTokenFile(file),
+                        "--auth_token_file");
+  }
+  options.limits.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
+  options.limits.max_tensor_elements = absl::GetFlag(FLAGS_max_tensor_elements);
+  MS_RETURN_IF_ERROR(meshserve::ValidateRequestLimits(options.limits));
+  edge.server.credentials = edge.security.ClientPortServerCredentials();
+  edge.http.auth_token = options.auth_token;
+  edge.http.limits = options.limits;
+  return edge;
+}
 
 }  // namespace
 
@@ -54,16 +105,22 @@ int main(int argc, char** argv) {
     std::cerr << "meshserve-coordinator: --model_dir is required\n";
     return 2;
   }
+  absl::StatusOr<Edge> edge = EdgeFromFlags();
+  if (!edge.ok()) {
+    std::cerr << "meshserve-coordinator: " << edge.status() << "\n";
+    return 2;
+  }
   absl::StatusOr<std::unique_ptr<meshserve::Coordinator>> coordinator =
-      meshserve::Coordinator::Create(options, meshserve::GrpcWorkerClientFactory(),
-                                     std::make_unique<meshserve::JaxModelCompiler>());
+      meshserve::Coordinator::Create(
+          options, meshserve::GrpcWorkerClientFactory(edge->security.MemberChannelOptions()),
+          std::make_unique<meshserve::JaxModelCompiler>());
   if (!coordinator.ok()) {
     std::cerr << "meshserve-coordinator: " << coordinator.status() << "\n";
     return 1;
   }
   absl::StatusOr<std::unique_ptr<meshserve::CoordinatorServer>> server =
       meshserve::CoordinatorServer::Start(coordinator->get(), absl::GetFlag(FLAGS_host),
-                                          absl::GetFlag(FLAGS_port));
+                                          absl::GetFlag(FLAGS_port), edge->server);
   if (!server.ok()) {
     std::cerr << "meshserve-coordinator: " << server.status() << "\n";
     return 1;
@@ -71,7 +128,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<meshserve::CoordinatorHttpServer> http;
   if (absl::GetFlag(FLAGS_http_port) > 0) {
     auto started = meshserve::CoordinatorHttpServer::Start(
-        coordinator->get(), absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_http_port));
+        coordinator->get(), absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_http_port),
+        edge->http);
     if (!started.ok()) {
       std::cerr << "meshserve-coordinator: " << started.status() << "\n";
       return 1;
@@ -80,9 +138,15 @@ int main(int argc, char** argv) {
     std::cout << "meshserve-coordinator http on " << absl::GetFlag(FLAGS_host) << ":"
               << http->port() << std::endl;
   }
+  if (!edge->security.tls() && !edge->server.edge.auth_token.empty()) {
+    MS_LOG(WARNING) << "--auth_token_file without --tls_dir: the token travels in plaintext";
+  }
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
-  std::cout << "meshserve-coordinator listening on " << (*server)->address() << std::endl;
+  std::cout << "meshserve-coordinator listening on " << (*server)->address() << " ("
+            << edge->security.Describe()
+            << (edge->server.edge.auth_token.empty() ? ", no client token" : ", client token")
+            << ")" << std::endl;
   // Model states go to stderr: an error text could contain "ready"
   // ("already ...") and launchers grep stdout for it.
   for (const meshserve::ModelStatus& m : (*coordinator)->ModelStatuses()) {

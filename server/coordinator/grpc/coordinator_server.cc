@@ -1,6 +1,11 @@
 #include "server/coordinator/grpc/coordinator_server.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/rpc/channel.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -10,25 +15,32 @@
 
 namespace meshserve {
 
-CoordinatorServer::CoordinatorServer(Coordinator* coordinator)
+CoordinatorServer::CoordinatorServer(Coordinator* coordinator,
+                                     CoordinatorServerOptions options)
     : coordinator_(coordinator),
-      inference_(coordinator),
-      cluster_(coordinator),
-      membership_(coordinator) {}
+      options_(std::move(options)),
+      inference_(coordinator, &options_.edge),
+      cluster_(coordinator, &options_.edge),
+      membership_(coordinator, &options_.edge) {}
 
 CoordinatorServer::~CoordinatorServer() { Shutdown(); }
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
-    Coordinator* coordinator, const std::string& host, int port) {
+    Coordinator* coordinator, const std::string& host, int port,
+    CoordinatorServerOptions options) {
   if (port < 0 || port > 65535) return InvalidArgument("port ", port, " not in 0..65535");
-  std::unique_ptr<CoordinatorServer> s(new CoordinatorServer(coordinator));
+  MS_RETURN_IF_ERROR(ValidateRequestLimits(options.edge.limits));
+  if (options.credentials == nullptr) options.credentials = grpc::InsecureServerCredentials();
+  std::unique_ptr<CoordinatorServer> s(new CoordinatorServer(coordinator, std::move(options)));
   s->host_ = host;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();  // grpcurl-style listing
   grpc::ServerBuilder builder;
   ConfigureServerBuilder(&builder);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(
+      std::min<int64_t>(s->options_.edge.limits.max_request_bytes, INT32_MAX)));
   const std::string address = absl::StrCat(host, ":", port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &s->port_);
+  builder.AddListeningPort(address, s->options_.credentials, &s->port_);
   builder.RegisterService(&s->inference_);
   builder.RegisterService(&s->cluster_);
   builder.RegisterService(&s->membership_);

@@ -2,7 +2,10 @@
 // meshserve.ClusterService, meshserve.MembershipService and the standard
 // grpc.health.v1 service ("" is SERVING while the process runs;
 // "inference.GRPCInferenceService" is SERVING once IsReady()), with 1 GiB
-// message limits.
+// message limits, except that a received message may have at most
+// options.edge.limits.max_request_bytes (RESOURCE_EXHAUSTED above it). The
+// port serves `options.credentials` (null: insecure); edge_auth.h says who
+// may call what.
 //
 // Thread-safety: Start/Shutdown from one thread; UpdateHealth from any.
 #ifndef MESHSERVE_SERVER_COORDINATOR_GRPC_COORDINATOR_SERVER_H_
@@ -12,20 +15,28 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "server/coordinator/grpc/cluster_service.h"
 #include "server/coordinator/coordinator.h"
+#include "server/coordinator/grpc/edge_auth.h"
 #include "server/coordinator/grpc/inference_service.h"
 
 namespace meshserve {
+
+struct CoordinatorServerOptions {
+  // RpcSecurity::ClientPortServerCredentials with --tls_dir; null: insecure.
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  EdgeOptions edge;
+};
 
 class CoordinatorServer {
  public:
   // Binds host:port (port 0 picks a free one).
   // \error kUnavailable when the address cannot be bound.
-  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(Coordinator* coordinator,
-                                                                   const std::string& host,
-                                                                   int port);
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
+      Coordinator* coordinator, const std::string& host, int port,
+      CoordinatorServerOptions options = {});
   ~CoordinatorServer();
   int port() const { return port_; }
   std::string address() const;
@@ -35,8 +46,9 @@ class CoordinatorServer {
   void Shutdown();
 
  private:
-  explicit CoordinatorServer(Coordinator* coordinator);
+  CoordinatorServer(Coordinator* coordinator, CoordinatorServerOptions options);
   Coordinator* const coordinator_;
+  const CoordinatorServerOptions options_;  // before the services, which point into it
   std::string host_;
   int port_ = 0;
   InferenceService inference_;

@@ -98,15 +98,17 @@ class GrpcWorkerClient : public WorkerClient {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<WorkerClient>> CreateGrpcWorkerClient(
-    const std::string& address) {
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = CreateChannel(address);
+    const std::string& address, const ChannelOptions& options) {
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = CreateChannel(address, options);
   if (!channel.ok()) return channel.status();
   return std::shared_ptr<WorkerClient>(
       std::make_shared<GrpcWorkerClient>(address, *std::move(channel)));
 }
 
-WorkerClientFactory GrpcWorkerClientFactory() {
-  return [](int64_t, const std::string& address) { return CreateGrpcWorkerClient(address); };
+WorkerClientFactory GrpcWorkerClientFactory(ChannelOptions options) {
+  return [options](int64_t, const std::string& address) {
+    return CreateGrpcWorkerClient(address, options);
+  };
 }
 
 }  // namespace meshserve

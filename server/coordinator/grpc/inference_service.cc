@@ -107,32 +107,36 @@ void InferResponseToProto(InferResponse response, inference::ModelInferResponse*
   }
 }
 
-grpc::Status InferenceService::ServerLive(grpc::ServerContext*,
+grpc::Status InferenceService::ServerLive(grpc::ServerContext* context,
                                           const inference::ServerLiveRequest*,
                                           inference::ServerLiveResponse* response) {
+  if (grpc::Status denied = CheckClientCall(edge_, *context); !denied.ok()) return denied;
   response->set_live(true);
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::ServerReady(grpc::ServerContext*,
+grpc::Status InferenceService::ServerReady(grpc::ServerContext* context,
                                            const inference::ServerReadyRequest*,
                                            inference::ServerReadyResponse* response) {
+  if (grpc::Status denied = CheckClientCall(edge_, *context); !denied.ok()) return denied;
   response->set_ready(coordinator_->IsReady());
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::ModelReady(grpc::ServerContext*,
+grpc::Status InferenceService::ModelReady(grpc::ServerContext* context,
                                           const inference::ModelReadyRequest* request,
                                           inference::ModelReadyResponse* response) {
+  if (grpc::Status denied = CheckClientCall(edge_, *context); !denied.ok()) return denied;
   absl::StatusOr<ModelStatus> status = coordinator_->GetModelStatus(request->name());
   if (!status.ok()) return ToGrpcStatus(status.status());
   response->set_ready(status->ready);
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::ServerMetadata(grpc::ServerContext*,
+grpc::Status InferenceService::ServerMetadata(grpc::ServerContext* context,
                                               const inference::ServerMetadataRequest*,
                                               inference::ServerMetadataResponse* response) {
+  if (grpc::Status denied = CheckClientCall(edge_, *context); !denied.ok()) return denied;
   response->set_name("meshserve");
   response->set_version("0.1.0");
   response->add_extensions("out_sharding");
@@ -140,9 +144,10 @@ grpc::Status InferenceService::ServerMetadata(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::ModelMetadata(grpc::ServerContext*,
+grpc::Status InferenceService::ModelMetadata(grpc::ServerContext* context,
                                              const inference::ModelMetadataRequest* request,
                                              inference::ModelMetadataResponse* response) {
+  if (grpc::Status denied = CheckClientCall(edge_, *context); !denied.ok()) return denied;
   absl::StatusOr<ModelStatus> status = coordinator_->GetModelStatus(request->name());
   if (!status.ok()) return ToGrpcStatus(status.status());
   if (status->model == nullptr) {
@@ -170,8 +175,12 @@ grpc::Status InferenceService::ModelMetadata(grpc::ServerContext*,
 grpc::Status InferenceService::ModelInfer(grpc::ServerContext* context,
                                           const inference::ModelInferRequest* request,
                                           inference::ModelInferResponse* response) {
+  if (grpc::Status denied = CheckClientCall(edge_, *context); !denied.ok()) return denied;
   absl::StatusOr<InferRequest> core = InferRequestFromProto(*request);
   if (!core.ok()) return ToGrpcStatus(core.status());
+  if (absl::Status over = CheckRequestLimits(*core, edge_.limits); !over.ok()) {
+    return ToGrpcStatus(over);
+  }
   const absl::Duration left = TimeLeftUntil(context->deadline());
   if (left != absl::InfiniteDuration()) {
     if (left <= absl::ZeroDuration()) {

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "proto/inference.grpc.pb.h"
 #include "server/coordinator/coordinator.h"
+#include "server/coordinator/grpc/edge_auth.h"
 
 namespace meshserve {
 
@@ -29,7 +30,10 @@ void InferResponseToProto(InferResponse response, inference::ModelInferResponse*
 
 class InferenceService final : public inference::GRPCInferenceService::Service {
  public:
-  explicit InferenceService(Coordinator* coordinator) : coordinator_(coordinator) {}
+  // `edge` (who may call, limits: edge_auth.h) must outlive the service.
+  explicit InferenceService(Coordinator* coordinator,
+                            const EdgeOptions* edge = &DefaultEdgeOptions())
+      : coordinator_(coordinator), edge_(*edge) {}
 
   grpc::Status ServerLive(grpc::ServerContext*, const inference::ServerLiveRequest*,
                           inference::ServerLiveResponse*) override;
@@ -46,6 +50,7 @@ class InferenceService final : public inference::GRPCInferenceService::Service {
 
  private:
   Coordinator* const coordinator_;
+  const EdgeOptions& edge_;
 };
 
 }  // namespace meshserve

@@ -1,8 +1,10 @@
 #include "server/coordinator/http/http_server.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/rpc/grpc_credentials.h"
 #include "server/coordinator/http/status_json.h"
 #include "server/coordinator/http/status_page.h"
 
@@ -18,16 +20,26 @@ void Send(const HttpReply& reply, httplib::Response& res) {
   res.set_content(reply.body, kJson);
 }
 
+bool IsOpenPath(const std::string& path) {
+  return path == "/v2/health/live" || path == "/v2/health/ready" || path == "/metrics";
+}
+
 }  // namespace
 
-CoordinatorHttpServer::CoordinatorHttpServer(Coordinator* coordinator)
+CoordinatorHttpServer::CoordinatorHttpServer(Coordinator* coordinator,
+                                             CoordinatorHttpOptions options)
     : coordinator_(coordinator),
-      rest_(coordinator),
+      options_(std::move(options)),
+      rest_(coordinator, options_.limits),
       endpoint_(&coordinator->metrics().registry, [this] { RefreshWorkerGauges(); }) {}
 
 absl::StatusOr<std::unique_ptr<CoordinatorHttpServer>> CoordinatorHttpServer::Start(
-    Coordinator* coordinator, const std::string& host, int port) {
-  std::unique_ptr<CoordinatorHttpServer> server(new CoordinatorHttpServer(coordinator));
+    Coordinator* coordinator, const std::string& host, int port,
+    CoordinatorHttpOptions options) {
+  if (absl::Status valid = ValidateRequestLimits(options.limits); !valid.ok()) return valid;
+  std::unique_ptr<CoordinatorHttpServer> server(
+      new CoordinatorHttpServer(coordinator, std::move(options)));
+  server->AddGuards();
   server->AddRoutes();
   absl::Status started = server->endpoint_.Start(host, port);
   if (!started.ok()) return started;
@@ -56,13 +68,39 @@ void CoordinatorHttpServer::AddRoutes() {
                     kJson);
   });
   // Unrouted paths and methods; the handlers' own errors already have a body.
-  s.set_error_handler(httplib::Server::HandlerWithResponse([](Req req, Res res) {
+  s.set_error_handler(httplib::Server::HandlerWithResponse([this](Req req, Res res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    if (res.status == 413) {  // cpp-httplib refused the body (payload_max_length)
+      Send({413, ErrorReply(absl::ResourceExhaustedError(absl::StrCat(
+                                "request body of ", req.get_header_value("Content-Length"),
+                                " bytes exceeds --max_request_bytes=",
+                                options_.limits.max_request_bytes)))
+                     .body},
+           res);
+      return httplib::Server::HandlerResponse::Handled;
+    }
     Send(ErrorReply(absl::NotFoundError(absl::StrCat("no route for ", req.method, " ",
                                                       req.path))),
          res);
     return httplib::Server::HandlerResponse::Handled;
   }));
+}
+
+void CoordinatorHttpServer::AddGuards() {
+  httplib::Server& s = endpoint_.server();
+  s.set_payload_max_length(static_cast<size_t>(options_.limits.max_request_bytes));
+  if (options_.auth_token.empty()) return;
+  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (IsOpenPath(req.path)) return httplib::Server::HandlerResponse::Unhandled;
+    const std::string value = req.get_header_value("Authorization");
+    absl::Status auth = CheckAuthorization(
+        req.has_header("Authorization") ? std::optional<absl::string_view>(value) : std::nullopt,
+        options_.auth_token);
+    if (auth.ok()) return httplib::Server::HandlerResponse::Unhandled;
+    Send(ErrorReply(auth), res);
+    res.set_header("WWW-Authenticate", "Bearer");
+    return httplib::Server::HandlerResponse::Handled;
+  });
 }
 
 void CoordinatorHttpServer::RefreshWorkerGauges() {

@@ -9,6 +9,13 @@
 //   GET  /metrics   /   /v1/status
 // Anything else: 404 {"error": "..."}.
 //
+// Options: with an auth token every path but /v2/health/live, /v2/health/ready
+// and /metrics needs "Authorization: Bearer <token>" (401 {"error": ...}
+// saying missing or wrong); a body over limits.max_request_bytes gets 413
+// naming the limit and the Content-Length, an input over the limits 413 too.
+// The HTTP port is plaintext: with TLS on, put it behind a TLS proxy or keep
+// it on a trusted network.
+//
 // Thread-safety: handlers run on cpp-httplib's threads and call the
 // thread-safe Coordinator; Start/Stop from the owner's thread. The
 // Coordinator must outlive the server.
@@ -22,24 +29,34 @@
 #include "common/metrics/http_endpoint.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/http/rest_handlers.h"
+#include "server/coordinator/request_limits.h"
 
 namespace meshserve {
+
+struct CoordinatorHttpOptions {
+  std::string auth_token;  // non-empty: required (see the top of the file)
+  RequestLimits limits;
+};
 
 class CoordinatorHttpServer {
  public:
   // Serves on host:port (0: any free port). \error kUnavailable (port taken).
   static absl::StatusOr<std::unique_ptr<CoordinatorHttpServer>> Start(
-      Coordinator* coordinator, const std::string& host, int port);
+      Coordinator* coordinator, const std::string& host, int port,
+      CoordinatorHttpOptions options = {});
   int port() const { return endpoint_.port(); }
   void Stop() { endpoint_.Stop(); }
 
  private:
-  explicit CoordinatorHttpServer(Coordinator* coordinator);
+  CoordinatorHttpServer(Coordinator* coordinator, CoordinatorHttpOptions options);
   void AddRoutes();
+  // The token check and the body limit's message (before and after routing).
+  void AddGuards();
   // Sets the per-worker gauges from the registry (before each scrape).
   void RefreshWorkerGauges();
 
   Coordinator* const coordinator_;
+  const CoordinatorHttpOptions options_;
   const RestHandlers rest_;
   HttpEndpoint endpoint_;
 };

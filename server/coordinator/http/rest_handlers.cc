@@ -252,6 +252,11 @@ HttpReply RestHandlers::ModelReady(const std::string& model) const {
 HttpReply RestHandlers::Infer(const std::string& model, absl::string_view body) const {
   absl::StatusOr<InferRequest> request = InferRequestFromJson(model, body);
   if (!request.ok()) return ErrorReply(request.status());
+  if (absl::Status over = CheckRequestLimits(*request, limits_); !over.ok()) {
+    HttpReply reply = ErrorReply(over);
+    reply.status = 413;  // Payload Too Large: the limit, not a transient overload
+    return reply;
+  }
   absl::StatusOr<InferResponse> response = coordinator_->Infer(*request);
   if (!response.ok()) return ErrorReply(response.status());
   return {200, InferResponseToJson(*response)};

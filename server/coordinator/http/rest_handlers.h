@@ -29,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "server/coordinator/coordinator.h"
+#include "server/coordinator/request_limits.h"
 
 namespace meshserve {
 
@@ -54,17 +55,20 @@ std::string InferResponseToJson(const InferResponse& response);
 
 class RestHandlers {
  public:
-  explicit RestHandlers(Coordinator* coordinator) : coordinator_(coordinator) {}
+  explicit RestHandlers(Coordinator* coordinator, RequestLimits limits = {})
+      : coordinator_(coordinator), limits_(limits) {}
 
   HttpReply Live() const;
   HttpReply Ready() const;
   HttpReply ServerMetadata() const;
   HttpReply ModelMetadata(const std::string& model) const;
   HttpReply ModelReady(const std::string& model) const;
+  // A request over the limits (request_limits.h) gets 413 naming the limit.
   HttpReply Infer(const std::string& model, absl::string_view body) const;
 
  private:
   Coordinator* const coordinator_;
+  const RequestLimits limits_;
 };
 
 }  // namespace meshserve

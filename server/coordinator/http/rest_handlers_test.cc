@@ -102,6 +102,16 @@ TEST(InferResponseToJsonTest, FlatDataTypeAndGeneration) {
   EXPECT_EQ(y["parameters"]["generation"], 3);
 }
 
+TEST(RestHandlersTest, InferOverTheLimitsIs413NamingThem) {
+  RequestLimits limits;
+  limits.max_tensor_elements = 3;
+  const RestHandlers rest(/*coordinator=*/nullptr, limits);  // refused before the core
+  HttpReply reply = rest.Infer("linear", R"j({"inputs": [{"name": "x", "shape": [2, 2],
+      "datatype": "FP32", "data": [1, 2, 3, 4]}]})j");
+  EXPECT_EQ(reply.status, 413);
+  EXPECT_THAT(reply.body, HasSubstr("4 elements (shape [2, 2]) exceed --max_tensor_elements=3"));
+}
+
 TEST(HttpStatusForTest, ProtocolCodes) {
   EXPECT_EQ(HttpStatusFor(absl::StatusCode::kOk), 200);
   EXPECT_EQ(HttpStatusFor(absl::StatusCode::kInvalidArgument), 400);
