@@ -19,9 +19,10 @@
 #include "common/base/status_util.h"
 #include "common/json/json_util.h"
 #include "common/json/sharding_json.h"
+#include "common/model/model_file_internal.h"
 
 namespace meshserve {
-namespace {
+namespace model_file_internal {
 
 // A list of integers; each >= 1, or -1 where `allow_minus_one`.
 absl::StatusOr<std::vector<int64_t>> GetShape(const Json& j, absl::string_view what,
@@ -77,6 +78,13 @@ absl::StatusOr<PartitionSpec> GetSpec(const Json& j, const ModelFile& model,
   return spec;
 }
 
+}  // namespace model_file_internal
+
+namespace {
+
+using model_file_internal::GetShape;
+using model_file_internal::GetSpec;
+
 // The "shape" (required) and "sharding" (optional, at most rank entries) of
 // an input or a param.
 absl::Status GetShapeAndSharding(const Json& j, const ModelFile& m, absl::string_view what,
@@ -98,6 +106,43 @@ absl::StatusOr<DType> GetFloatDType(const Json& j, absl::string_view what) {
   if (s == "float32") return DType::kFloat32;
   if (s == "bfloat16") return DType::kBFloat16;
   return InvalidArgument(what, " '", s, "' is not supported (float32 or bfloat16)");
+}
+
+// A param's dtype: the model's spellings or the checkpoint's (F32, BF16);
+// float16 / F16 (a checkpoint dtype) is widened to float32 when read.
+absl::StatusOr<DType> GetParamDType(const Json& j, absl::string_view what) {
+  MS_ASSIGN_OR_RETURN(std::string s, JsonString(j, what));
+  if (s == "F32") return DType::kFloat32;
+  if (s == "BF16") return DType::kBFloat16;
+  if (s == "F16" || s == "float16") return DType::kFloat32;
+  if (s == "float32" || s == "bfloat16") return GetFloatDType(j, what);
+  return InvalidArgument(what, " '", s,
+                         "' is not supported (float32, bfloat16, float16, F32, BF16, F16)");
+}
+
+// "from" (a checkpoint tensor name) and "from_offset" (one int >= 0 per dim).
+absl::Status ParseParamSource(const Json& j, absl::string_view what, ParamDef& p) {
+  p.from = p.name;
+  if (j.contains("from")) {
+    MS_ASSIGN_OR_RETURN(p.from, JsonString(j["from"], absl::StrCat(what, " from")));
+    if (p.from.empty()) return InvalidArgument(what, " from must not be empty");
+    p.has_from = true;
+  }
+  p.from_offset.assign(p.shape.size(), 0);
+  if (!j.contains("from_offset")) return absl::OkStatus();
+  MS_ASSIGN_OR_RETURN(p.from_offset,
+                      JsonIntList(j["from_offset"], absl::StrCat(what, " from_offset")));
+  if (p.from_offset.size() != p.shape.size()) {
+    return InvalidArgument(what, " from_offset ", ShowJson(j["from_offset"]), " has ",
+                           p.from_offset.size(), " entries for rank ", p.shape.size());
+  }
+  for (size_t i = 0; i < p.from_offset.size(); ++i) {
+    if (p.from_offset[i] < 0) {
+      return InvalidArgument(what, " from_offset ", ShowJson(j["from_offset"]), ": dim ", i,
+                             " is ", p.from_offset[i], " (must be >= 0)");
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ParseMeshField(const Json& root, ModelFile& m) {
@@ -143,6 +188,8 @@ absl::Status ParseInputs(const Json& root, ModelFile& m) {
       MS_ASSIGN_OR_RETURN(std::string s, JsonString(j["dtype"], absl::StrCat(what, " dtype")));
       if (s == "int32") {
         in.dtype = DType::kInt32;
+      } else if (s == "int64") {
+        in.dtype = DType::kInt64;
       } else {
         MS_ASSIGN_OR_RETURN(in.dtype, GetFloatDType(j["dtype"], absl::StrCat(what, " dtype")));
       }
@@ -181,15 +228,17 @@ absl::Status ParseParams(const Json& root, ModelFile& m) {
     std::string what = absl::StrCat("param '", it.key(), "'");
     const Json& j = it.value();
     if (!j.is_object()) return InvalidArgument(what, " must be an object, got ", ShowJson(j));
-    MS_RETURN_IF_ERROR(
-        CheckJsonKeys(j, {"shape", "sharding", "dtype", "init", "stddev", "scale"}, what));
+    MS_RETURN_IF_ERROR(CheckJsonKeys(j, {"shape", "sharding", "dtype", "init", "stddev", "scale",
+                                         "from", "from_offset"},
+                                     what));
     ParamDef p;
     p.name = it.key();
     p.dtype = m.dtype;
     MS_RETURN_IF_ERROR(GetShapeAndSharding(j, m, what, false, p.shape, p.sharding));
     if (j.contains("dtype")) {
-      MS_ASSIGN_OR_RETURN(p.dtype, GetFloatDType(j["dtype"], absl::StrCat(what, " dtype")));
+      MS_ASSIGN_OR_RETURN(p.dtype, GetParamDType(j["dtype"], absl::StrCat(what, " dtype")));
     }
+    MS_RETURN_IF_ERROR(ParseParamSource(j, what, p));
     if (j.contains("init")) {
       MS_ASSIGN_OR_RETURN(std::string s, JsonString(j["init"], absl::StrCat(what, " init")));
       MS_ASSIGN_OR_RETURN(p.init, ParseInitKind(s, what));
@@ -197,154 +246,6 @@ absl::Status ParseParams(const Json& root, ModelFile& m) {
     MS_RETURN_IF_ERROR(GetNonNegative(j, "stddev", what, p.stddev));
     MS_RETURN_IF_ERROR(GetNonNegative(j, "scale", what, p.scale));
     m.params.push_back(std::move(p));
-  }
-  return absl::OkStatus();
-}
-
-// Reads the param-name field `key` of a layer; `required` ops must have it.
-absl::Status GetParamRef(const Json& j, absl::string_view key, bool required,
-                         const ModelFile& m, std::string& out) {
-  if (!j.contains(std::string(key))) {
-    if (required) return InvalidArgument("missing '", key, "'");
-    return absl::OkStatus();
-  }
-  MS_ASSIGN_OR_RETURN(out, JsonString(j[std::string(key)], key));
-  if (m.FindParam(out) == nullptr) {
-    return InvalidArgument(key, " '", out, "' is not a param");
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ParseLayerOperands(const Json& j, LayerDef& l) {
-  if (ModelOpArityOf(l.kind) == ModelOpArity::kUnary) {
-    if (j.contains("inputs")) {
-      return InvalidArgument("op '", l.op, "' takes one 'input', not 'inputs'");
-    }
-    if (!j.contains("input")) return InvalidArgument("missing 'input'");
-    MS_ASSIGN_OR_RETURN(std::string in, JsonString(j["input"], "input"));
-    l.inputs.push_back(std::move(in));
-    return absl::OkStatus();
-  }
-  if (j.contains("input")) {
-    return InvalidArgument("op '", l.op, "' takes two 'inputs', not 'input'");
-  }
-  if (!j.contains("inputs")) return InvalidArgument("missing 'inputs'");
-  const Json& ins = j["inputs"];
-  if (!ins.is_array() || ins.size() != 2) {
-    return InvalidArgument("op '", l.op, "' needs 'inputs' with two names, got ", ShowJson(ins));
-  }
-  for (const Json& n : ins) {
-    MS_ASSIGN_OR_RETURN(std::string in, JsonString(n, "inputs"));
-    l.inputs.push_back(std::move(in));
-  }
-  return absl::OkStatus();
-}
-
-// The op-specific fields of one layer.
-absl::Status ParseLayerFields(const Json& j, const ModelFile& m, LayerDef& l) {
-  const ModelOp op = l.kind;
-  const bool is_norm = op == ModelOp::kRmsNorm || op == ModelOp::kLayerNorm;
-  MS_RETURN_IF_ERROR(GetParamRef(j, "kernel", op == ModelOp::kLinear, m, l.kernel));
-  MS_RETURN_IF_ERROR(GetParamRef(j, "bias", op == ModelOp::kLayerNorm, m, l.bias));
-  MS_RETURN_IF_ERROR(GetParamRef(j, "scale", is_norm, m, l.scale));
-  MS_RETURN_IF_ERROR(GetParamRef(j, "table", op == ModelOp::kEmbed, m, l.table));
-  if (op == ModelOp::kEinsum) {
-    if (!j.contains("equation")) return InvalidArgument("missing 'equation'");
-    MS_ASSIGN_OR_RETURN(l.equation, JsonString(j["equation"], "equation"));
-    if (l.equation.find("->") == std::string::npos || l.equation.find(',') == std::string::npos) {
-      return InvalidArgument("equation '", l.equation,
-                             "' must have the form 'ab,bc->ac' (two operands and '->')");
-    }
-  }
-  if (op == ModelOp::kSoftmax && j.contains("axis")) {
-    MS_ASSIGN_OR_RETURN(l.axis, JsonInt(j["axis"], "axis"));
-  }
-  if (is_norm && j.contains("epsilon")) {
-    MS_ASSIGN_OR_RETURN(l.epsilon, JsonNumber(j["epsilon"], "epsilon"));
-    if (!(l.epsilon >= 0)) return InvalidArgument("epsilon ", l.epsilon, " must be >= 0");
-  }
-  if (op == ModelOp::kReshape) {
-    if (!j.contains("shape")) return InvalidArgument("missing 'shape'");
-    MS_ASSIGN_OR_RETURN(l.shape, GetShape(j["shape"], "shape", true));
-    int minus = 0;
-    for (int64_t d : l.shape) minus += (d == -1);
-    if (minus > 1) {
-      return InvalidArgument("shape ", ShowJson(j["shape"]), " has more than one -1");
-    }
-  }
-  if (op == ModelOp::kTranspose) {
-    if (!j.contains("perm")) return InvalidArgument("missing 'perm'");
-    MS_ASSIGN_OR_RETURN(l.perm, JsonIntList(j["perm"], "perm"));
-    std::vector<bool> seen(l.perm.size(), false);
-    for (int64_t v : l.perm) {
-      if (v < 0 || v >= static_cast<int64_t>(seen.size()) || seen[v]) {
-        return InvalidArgument("perm ", ShowJson(j["perm"]), " is not a permutation");
-      }
-      seen[v] = true;
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<LayerDef> ParseLayer(const Json& j, const ModelFile& m,
-                                    const absl::flat_hash_set<std::string>& defined) {
-  LayerDef l;
-  MS_ASSIGN_OR_RETURN(l.name, JsonString(j["name"], "name"));
-  if (l.name.empty()) return InvalidArgument("name must not be empty");
-  MS_RETURN_IF_ERROR(CheckJsonKeys(j, {"name", "op", "input", "inputs", "kernel", "bias", "scale",
-                                   "table", "equation", "axis", "perm", "shape", "epsilon",
-                                   "out_sharding", "auto_axes"},
-                               "layer"));
-  if (!j.contains("op")) return InvalidArgument("missing 'op'");
-  MS_ASSIGN_OR_RETURN(l.op, JsonString(j["op"], "op"));
-  std::optional<ModelOp> kind = ModelOpFromName(l.op);
-  if (!kind.has_value()) return InvalidArgument("unknown op '", l.op, "'");
-  l.kind = *kind;
-  MS_RETURN_IF_ERROR(ParseLayerOperands(j, l));
-  for (const std::string& in : l.inputs) {
-    if (!defined.contains(in) && m.FindParam(in) == nullptr) {
-      return InvalidArgument("operand '", in,
-                             "' is not an input, a param or an earlier layer");
-    }
-  }
-  MS_RETURN_IF_ERROR(ParseLayerFields(j, m, l));
-  if (j.contains("out_sharding")) {
-    MS_ASSIGN_OR_RETURN(l.out_sharding, GetSpec(j["out_sharding"], m, "out_sharding", true));
-  }
-  if (j.contains("auto_axes")) {
-    MS_ASSIGN_OR_RETURN(l.auto_axes, JsonBool(j["auto_axes"], "auto_axes"));
-  }
-  if (l.auto_axes && !l.out_sharding.has_value()) {
-    return InvalidArgument("auto_axes requires out_sharding");
-  }
-  if (l.kind == ModelOp::kReshard && !l.out_sharding.has_value()) {
-    return InvalidArgument("op 'reshard' requires out_sharding");
-  }
-  return l;
-}
-
-absl::Status ParseLayers(const Json& root, ModelFile& m) {
-  if (!root.contains("layers")) return InvalidArgument("missing field 'layers'");
-  const Json& layers = root["layers"];
-  if (!layers.is_array() || layers.empty()) {
-    return InvalidArgument("layers must be a non-empty list, got ", ShowJson(layers));
-  }
-  absl::flat_hash_set<std::string> defined;
-  for (const InputDef& in : m.inputs) defined.insert(in.name);
-  for (const Json& j : layers) {
-    if (!j.is_object() || !j.contains("name")) {
-      return InvalidArgument("layer ", m.layers.size(), " must be an object with a 'name', got ",
-                             ShowJson(j));
-    }
-    std::string label = j["name"].is_string() ? absl::StrCat("layer '", j["name"].get<std::string>(), "'")
-                                              : absl::StrCat("layer ", m.layers.size());
-    MS_ASSIGN_OR_RETURN(LayerDef l, ParseLayer(j, m, defined), label);
-    if (defined.contains(l.name) || m.FindParam(l.name) != nullptr) {
-      return InvalidArgument(label, ": name '", l.name,
-                             "' is already used by an input, a param or a layer");
-    }
-    defined.insert(l.name);
-    m.layers.push_back(std::move(l));
   }
   return absl::OkStatus();
 }
@@ -377,6 +278,28 @@ const T* FindByName(const std::vector<T>& items, absl::string_view name) {
   return nullptr;
 }
 
+// "checkpoint": a path (a .safetensors file or a model.safetensors.index.json)
+// or a non-empty list of .safetensors paths; each resolved against model_dir.
+absl::Status ParseCheckpoint(const Json& root, ModelFile& m) {
+  if (!root.contains("checkpoint")) return absl::OkStatus();
+  const Json& c = root["checkpoint"];
+  std::vector<std::string> paths;
+  if (c.is_array()) {
+    if (c.empty()) return InvalidArgument("checkpoint must not be an empty list");
+    MS_ASSIGN_OR_RETURN(paths, JsonStringList(c, "checkpoint"));
+  } else {
+    MS_ASSIGN_OR_RETURN(std::string one, JsonString(c, "checkpoint"));
+    paths.push_back(std::move(one));
+  }
+  for (const std::string& ckpt : paths) {
+    if (ckpt.empty()) return InvalidArgument("checkpoint ", ShowJson(c), ": a path is empty");
+    const bool as_is = IsAbsolutePath(ckpt) || m.model_dir.empty();
+    m.checkpoints.push_back(as_is ? ckpt : absl::StrCat(m.model_dir, "/", ckpt));
+  }
+  m.checkpoint = m.checkpoints.front();
+  return absl::OkStatus();
+}
+
 absl::Status ParseBody(const Json& root, ModelFile& m) {
   MS_RETURN_IF_ERROR(CheckJsonKeys(root, {"name", "mesh", "dtype", "seed", "checkpoint", "inputs",
                                       "params", "layers", "outputs", "batching"},
@@ -388,20 +311,19 @@ absl::Status ParseBody(const Json& root, ModelFile& m) {
   if (root.contains("seed")) {
     MS_ASSIGN_OR_RETURN(m.seed, JsonInt(root["seed"], "seed"));
   }
-  if (root.contains("checkpoint")) {
-    MS_ASSIGN_OR_RETURN(std::string ckpt, JsonString(root["checkpoint"], "checkpoint"));
-    if (ckpt.empty()) return InvalidArgument("checkpoint must not be empty");
-    const bool as_is = IsAbsolutePath(ckpt) || m.model_dir.empty();
-    m.checkpoint = as_is ? ckpt : absl::StrCat(m.model_dir, "/", ckpt);
-  }
+  MS_RETURN_IF_ERROR(ParseCheckpoint(root, m));
   MS_RETURN_IF_ERROR(ParseInputs(root, m));
   MS_RETURN_IF_ERROR(ParseParams(root, m));
   for (const ParamDef& p : m.params) {
     if (m.FindInput(p.name) != nullptr) {
       return InvalidArgument("param '", p.name, "' has the same name as an input");
     }
+    if (p.has_from && m.checkpoints.empty()) {
+      return InvalidArgument("param '", p.name, "' sets from '", p.from,
+                             "' but the model has no checkpoint");
+    }
   }
-  MS_RETURN_IF_ERROR(ParseLayers(root, m));
+  MS_RETURN_IF_ERROR(model_file_internal::ParseLayers(root, m));
   MS_RETURN_IF_ERROR(ParseOutputs(root, m));
   return ParseBatchingConfig(root, &m.batching);
 }

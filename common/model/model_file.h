@@ -4,7 +4,10 @@
 // ParseModelFile checks the file's structure: required fields, known ops,
 // names that exist (layers refer to inputs, params or earlier layers), specs
 // that parse, shapes >= 1 (inputs may use -1), at most one -1 mesh axis,
-// known init kinds. Every error is kInvalidArgument and names the model, the
+// known init kinds, the op fields of docs/model-format.md (softmax scale /
+// causal / where, positions axis, rope theta / seq_axis, reshape's 0 and -1,
+// einsum bias), a param's from / from_offset (rank, >= 0; `from` needs a
+// checkpoint). The layer part is model_file_layers.cc. Every error is kInvalidArgument and names the model, the
 // field and the offending value ("model 'swiglu': layer 'y': unknown op 'lineer'").
 //
 // Thread-safety: plain values.
@@ -37,13 +40,20 @@ struct ParamDef {
   InitKind init = InitKind::kZeros;
   double stddev = 1.0;  // kNormal
   double scale = 1.0;   // kUniform: U[0, scale), as jax.nn.initializers.uniform
+  // The checkpoint tensor the param is the box [from_offset, from_offset +
+  // shape) of: `from` (default: the param's own name; has_from when the file
+  // names one, and then the tensor must exist) at `from_offset` (default
+  // zeros, same rank as shape).
+  std::string from;
+  bool has_from = false;
+  std::vector<int64_t> from_offset;
 };
 
 struct InputDef {
   std::string name;
   std::vector<int64_t> shape;  // -1: set by each request
   PartitionSpec sharding;
-  DType dtype = DType::kFloat32;  // int32 for embed ids
+  DType dtype = DType::kFloat32;  // int32 or int64 for embed ids
 };
 
 struct LayerDef {
@@ -53,10 +63,15 @@ struct LayerDef {
   std::vector<std::string> inputs;  // "input" or "inputs", in order
   std::string kernel, bias, scale, table;  // param names where the op has them
   std::string equation;                    // einsum
-  int64_t axis = -1;                       // softmax
+  int64_t axis = -1;                       // softmax, positions
   std::vector<int64_t> perm;               // transpose
-  std::vector<int64_t> shape;              // reshape (one -1 allowed)
+  std::vector<int64_t> shape;              // reshape (one -1; 0 copies the input's dim)
   double epsilon = 1e-6;                   // rms_norm, layer_norm
+  double softmax_scale = 1.0;              // softmax "scale": multiplies the input first
+  bool causal = false;                     // softmax: mask k > q over the last two dims
+  std::string where;                       // softmax: an input or layer, nonzero keeps
+  double theta = 10000.0;                  // rope
+  int64_t seq_axis = 1;                    // rope: the dim whose index is the position
   std::optional<PartitionSpec> out_sharding;  // may carry unreduced axes
   bool auto_axes = false;
 };
@@ -66,7 +81,11 @@ struct ModelFile {
   std::vector<std::pair<std::string, int64_t>> mesh_axes;  // in order; one may be -1
   DType dtype = DType::kFloat32;
   int64_t seed = 0;
-  std::string checkpoint;  // absolute or relative-to-model_dir path resolved; "" if none
+  // "checkpoint": the resolved paths (absolute or relative to model_dir), in
+  // order: one .safetensors file, one model.safetensors.index.json, or a list
+  // of .safetensors files. `checkpoint` is the first ("" if none).
+  std::vector<std::string> checkpoints;
+  std::string checkpoint;
   std::string model_dir;
   std::vector<InputDef> inputs;
   std::vector<ParamDef> params;

@@ -40,7 +40,9 @@ inline constexpr int kTakesOutSharding = 1;
   V(kSoftmax, "softmax", kUnary, kModelOpNoFlags)                   \
   V(kReshape, "reshape", kUnary, kTakesOutSharding)                 \
   V(kTranspose, "transpose", kUnary, kModelOpNoFlags)               \
-  V(kReshard, "reshard", kUnary, kTakesOutSharding)
+  V(kReshard, "reshard", kUnary, kTakesOutSharding)                 \
+  V(kPositions, "positions", kUnary, kModelOpNoFlags)               \
+  V(kRope, "rope", kUnary, kModelOpNoFlags)
 
 enum class ModelOp {
 #define MESHSERVE_MODEL_OP_ENUM(e, name, arity, flags) e,

@@ -30,20 +30,28 @@ absl::StatusOr<std::vector<int64_t>> FillInputShape(const InputDef& in,
   return given;
 }
 
-// jnp.reshape's -1.
+// ONNX Reshape's 0 (the input's dim at the same position), then jnp.reshape's -1.
 absl::StatusOr<std::vector<int64_t>> ResolveNewShape(const std::vector<int64_t>& from,
                                                      const std::vector<int64_t>& to) {
   int64_t total = 1, known = 1;
   int minus = -1;
   for (int64_t d : from) total *= d;
+  std::vector<int64_t> out = to;
   for (size_t i = 0; i < to.size(); ++i) {
+    if (to[i] == 0) {
+      if (i >= from.size()) {
+        return InvalidArgument("reshape shape ", ShapeToCompactString(to), ": dim ", i,
+                               " is 0 (copy the input's dim) but the input ",
+                               ShapeToCompactString(from), " has rank ", from.size());
+      }
+      out[i] = from[i];
+    }
     if (to[i] == -1) {
       minus = static_cast<int>(i);
     } else {
-      known *= to[i];
+      known *= out[i];
     }
   }
-  std::vector<int64_t> out = to;
   if (minus >= 0) {
     if (known == 0 || total % known != 0) {
       return InvalidArgument("cannot reshape ", ShapeToCompactString(from), " into ", ShapeToCompactString(to));
@@ -70,8 +78,11 @@ absl::StatusOr<ArrayType> ApplyRule(const LayerDef& layer, const TypedModel& tm,
   switch (layer.kind) {
     case ModelOp::kLinear:
       return LinearRule(args[0], args[1], param(layer.bias), out);
-    case ModelOp::kEinsum:
-      return EinsumRule(layer.equation, args[0], args[1], out);
+    case ModelOp::kEinsum: {
+      MS_ASSIGN_OR_RETURN(ArrayType y, EinsumRule(layer.equation, args[0], args[1], out));
+      if (layer.bias.empty()) return y;
+      return AddBiasRule("einsum", y, tm.TypeOf(layer.bias));
+    }
     case ModelOp::kEmbed:
       return EmbedRule(args[0], args[1], out);
     case ModelOp::kRmsNorm:
@@ -82,8 +93,12 @@ absl::StatusOr<ArrayType> ApplyRule(const LayerDef& layer, const TypedModel& tm,
       if (layer.axis < -rank || layer.axis >= rank) {
         return InvalidArgument("softmax axis ", layer.axis, " is out of range for rank ", rank);
       }
-      return SoftmaxRule(args[0]);
+      return MaskedSoftmaxRule(args[0], param(layer.where), layer.causal);
     }
+    case ModelOp::kPositions:
+      return PositionsRule(args[0], layer.axis);
+    case ModelOp::kRope:
+      return RopeRule(args[0], layer.seq_axis);
     case ModelOp::kRelu:
     case ModelOp::kGelu:
     case ModelOp::kSilu:

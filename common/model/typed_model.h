@@ -4,12 +4,14 @@
 //
 // Per layer op (model-format.md), the rule used:
 //   linear       LinearRule (dot_general + bias broadcast), out_sharding passed
-//   einsum       EinsumRule (operands may be results, inputs or params)
+//   einsum       EinsumRule (operands may be results, inputs or params), then
+//                AddBiasRule for an optional bias
 //   embed        EmbedRule
 //   rms_norm, layer_norm  NormRule;  relu/gelu/silu/tanh  ActivationRule
-//   softmax      SoftmaxRule (axis checked against the rank)
+//   softmax      MaskedSoftmaxRule (axis checked against the rank; where, causal)
+//   positions    PositionsRule (int32, the input's sharding);  rope  RopeRule
 //   add, mul     ElementwiseRule (numpy broadcasting)
-//   reshape      ReshapeRule (one -1 resolved first), out_sharding passed
+//   reshape      ReshapeRule (0s and one -1 resolved first), out_sharding passed
 //   transpose    TransposeRule;  reshard  ReshardRule
 // `auto_axes: true` runs the op under AutoAxesRule (every mesh axis Auto in
 // the body, result = out_sharding). For the ops whose JAX function takes no

@@ -38,7 +38,10 @@ namespace meshserve {
   V(kTranspose, "transpose", 1)         \
   V(kEmbed, "embed", 2)                 \
   V(kCopy, "copy", 1)                   \
-  V(kZeros, "zeros", 0)
+  V(kZeros, "zeros", 0)                 \
+  V(kPositions, "positions", 0)         \
+  V(kRope, "rope", 1)                   \
+  V(kSoftmaxWhere, "softmax_where", 2)
 
 enum class ComputeOp {
 #define MS_COMPUTE_OP_ENUM(enumerator, name, arity) enumerator,

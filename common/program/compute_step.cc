@@ -13,6 +13,47 @@
 namespace meshserve {
 namespace {
 
+// The global index of out_box's first element along dim `axis` (< 0 counts
+// from the end): what positions, rope and the causal mask count from.
+absl::StatusOr<int64_t> GlobalDimBegin(const Box& out_box, int64_t axis, absl::string_view what) {
+  const int64_t rank = out_box.rank();
+  if (axis < -rank || axis >= rank) {
+    return InvalidArgument(what, " ", axis, " is out of range for out_box ", out_box.ToString());
+  }
+  return out_box[static_cast<int>(axis < 0 ? axis + rank : axis)].begin;
+}
+
+SoftmaxOptions SoftmaxOptionsOf(const ComputeStepIr& step, const Box& out_box) {
+  SoftmaxOptions o;
+  o.scale = step.scale == 0 ? 1.0f : step.scale;
+  o.causal = step.causal;
+  const int rank = out_box.rank();
+  if (rank >= 2) {
+    o.q_offset = out_box[rank - 2].begin;
+    o.k_offset = out_box[rank - 1].begin;
+  }
+  return o;
+}
+
+// With vocab_size > 0, every id must lie in [0, vocab_size).
+absl::Status CheckEmbedIds(const Tensor& ids, int64_t vocab_size) {
+  if (vocab_size <= 0) return absl::OkStatus();
+  for (int64_t i = 0; i < ids.NumElements(); ++i) {
+    int64_t id = 0;
+    if (ids.dtype() == DType::kInt32) {
+      id = ids.data<int32_t>()[i];
+    } else if (ids.dtype() == DType::kInt64) {
+      id = ids.data<int64_t>()[i];
+    } else {
+      return absl::OkStatus();  // Embed names the dtype error
+    }
+    if (id < 0 || id >= vocab_size) {
+      return InvalidArgument("embed: id ", id, " is outside the vocabulary [0, ", vocab_size, ")");
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Runs the kernel of step.op on local tensors (as many as its arity); the
 // result's dtype is `out`. No default: -Wswitch names an op of the table
 // without a kernel.
@@ -34,8 +75,25 @@ absl::StatusOr<Tensor> RunKernel(const ComputeStepIr& step,
     case ComputeOp::kLayerNorm:
       return LayerNorm(in[0]->tensor, in[1]->tensor, in[2]->tensor, step.epsilon, out);
     case ComputeOp::kSoftmax:
-      return Softmax(in[0]->tensor, step.perm.empty() ? -1 : step.perm[0], out);
-    case ComputeOp::kEmbed: return Embed(in[0]->tensor, *in[1], out);
+    case ComputeOp::kSoftmaxWhere: {
+      const int64_t axis = step.perm.empty() ? -1 : step.perm[0];
+      const Tensor* where = step.op == ComputeOp::kSoftmaxWhere ? &in[1]->tensor : nullptr;
+      if (where == nullptr && !step.causal && (step.scale == 0 || step.scale == 1)) {
+        return Softmax(in[0]->tensor, axis, out);
+      }
+      return MaskedSoftmax(in[0]->tensor, axis, SoftmaxOptionsOf(step, out_box), where, out);
+    }
+    case ComputeOp::kEmbed:
+      MS_RETURN_IF_ERROR(CheckEmbedIds(in[0]->tensor, step.vocab_size));
+      return Embed(in[0]->tensor, *in[1], out);
+    case ComputeOp::kPositions: {
+      MS_ASSIGN_OR_RETURN(int64_t offset, GlobalDimBegin(out_box, step.axis, "positions axis"));
+      return Positions(out_box.shape(), step.axis, offset);
+    }
+    case ComputeOp::kRope: {
+      MS_ASSIGN_OR_RETURN(int64_t offset, GlobalDimBegin(out_box, step.axis, "rope axis"));
+      return Rope(in[0]->tensor, step.axis, offset, step.theta, out);
+    }
     case ComputeOp::kTranspose: {
       MS_ASSIGN_OR_RETURN(Tensor t, Transpose(in[0]->tensor, step.perm));
       return ConvertDType(t, out);

@@ -13,11 +13,20 @@
 //   relu, gelu (tanh approximation), silu, tanh   input (x).
 //   rms_norm     inputs (x, scale); layer_norm inputs (x, scale, bias); over
 //                the last dim with `epsilon`.
-//   softmax      input (x); axis = perm[0] (default -1).
+//   softmax      input (x); axis = perm[0] (default -1); x times `scale` (0:
+//                1) first; `causal` masks global k > q over the last two dims
+//                (global index = out_box begin + local index).
+//   softmax_where  inputs (x, where): softmax as above with where's zeros
+//                masked (where broadcast to x's local box, numpy rules).
+//   positions    no input; int32 out_box whose element is its global index
+//                along `axis`.
+//   rope         input (x); rotary embedding over the last dim with the
+//                global index along `axis` as the position, `theta`.
 //   reshape      input (x); the result has out_box's shape (same element count).
 //   transpose    input (x); out dim i = in dim perm[i].
 //   embed        inputs (ids, table); table is a box of [vocab, features]; ids
-//                outside the table box's vocab interval give zero rows.
+//                outside the table box's vocab interval give zero rows; with
+//                vocab_size > 0 an id outside [0, vocab_size) is an error.
 //   copy         input (x); the elements of out_box (which must lie inside x's
 //                box), converted to the output dtype.
 //   zeros        no input; a zero-filled out_box.

@@ -110,6 +110,11 @@ struct ComputeStepIr {
   float epsilon = 0;
   bool partial = false;
   int64_t device = 0;
+  float scale = 0;       // softmax, softmax_where: multiplies x first (0: 1)
+  bool causal = false;   // softmax, softmax_where: mask k > q (last two dims)
+  double theta = 0;      // rope
+  int64_t axis = 0;      // positions: the counted dim; rope: the sequence dim
+  int64_t vocab_size = 0;  // embed: ids must lie in [0, vocab_size) (0: unchecked)
 };
 
 struct SendStepIr {

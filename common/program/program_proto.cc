@@ -65,6 +65,11 @@ absl::StatusOr<ComputeStepIr> ComputeToIr(const ComputeStep& c) {
   ir.epsilon = c.epsilon();
   ir.partial = c.partial();
   ir.device = c.device();
+  ir.scale = c.scale();
+  ir.causal = c.causal();
+  ir.theta = c.theta();
+  ir.axis = c.axis();
+  ir.vocab_size = c.vocab_size();
   return ir;
 }
 
@@ -82,6 +87,11 @@ void ComputeFromIr(const ComputeStepIr& ir, ComputeStep* c) {
   c->set_epsilon(ir.epsilon);
   c->set_partial(ir.partial);
   c->set_device(ir.device);
+  c->set_scale(ir.scale);
+  c->set_causal(ir.causal);
+  c->set_theta(ir.theta);
+  c->set_axis(ir.axis);
+  c->set_vocab_size(ir.vocab_size);
 }
 
 SendStepIr SendToIr(const SendStep& s) {

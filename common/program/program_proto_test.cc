@@ -31,6 +31,11 @@ ProgramIr EveryStepKind() {
   compute.perm = {1, 0};
   compute.epsilon = 1e-5f;
   compute.partial = true;
+  compute.scale = 0.125f;
+  compute.causal = true;
+  compute.theta = 500000.0;
+  compute.axis = 2;
+  compute.vocab_size = 50257;
   return ProgramOf(
       "prog", "m", 3, 1,
       {compute, Send(2, "t0/y", IrBox({{0, 2}, {0, 8}}), 0, 5, "prog/0"),
@@ -48,6 +53,11 @@ TEST(ProgramProtoTest, ProgramRoundTripsThroughProto) {
   ASSERT_EQ(proto.steps_size(), 6);
   EXPECT_EQ(proto.steps(0).compute().op(), "dot_general");
   EXPECT_EQ(proto.steps(0).compute().out_dtype(), BFLOAT16);
+  EXPECT_EQ(proto.steps(0).compute().scale(), 0.125f);
+  EXPECT_TRUE(proto.steps(0).compute().causal());
+  EXPECT_EQ(proto.steps(0).compute().theta(), 500000.0);
+  EXPECT_EQ(proto.steps(0).compute().axis(), 2);
+  EXPECT_EQ(proto.steps(0).compute().vocab_size(), 50257);
   EXPECT_EQ(proto.steps(2).recv().dtype(), FLOAT32);
   EXPECT_THAT(proto.steps(3).copy().dst_box().end(), ElementsAre(4, 8));
   ASSERT_OK_AND_ASSIGN(const ProgramIr back, ProgramToIr(proto));

@@ -108,6 +108,38 @@ absl::StatusOr<std::vector<int64_t>> ResolveReshape(absl::Span<const int64_t> fr
 // \error kInvalidArgument for non-integer ids or a table that is not rank 2.
 absl::StatusOr<Tensor> Embed(const Tensor& ids, const BoxTensor& table, DType out_dtype);
 
+// Attention helpers (attention.cc). Offsets are the global index of the local
+// tensor's first element along a dim (a shard's box begin), so a shard computes
+// the same numbers as the whole array.
+//
+// Positions: int32 `shape` whose element is axis_offset + its index along
+//   `axis` (lax.broadcasted_iota). \error kInvalidArgument: axis out of range.
+absl::StatusOr<Tensor> Positions(absl::Span<const int64_t> shape, int64_t axis,
+                                 int64_t axis_offset);
+
+// Rope (Llama / HF rotate_half) over the last dim d (even) with position
+// pos = seq_offset + the index along seq_axis: for i < d/2, a = pos *
+// theta^(-2i/d), out[i] = x[i] cos a - x[i + d/2] sin a,
+// out[i + d/2] = x[i + d/2] cos a + x[i] sin a.
+// \error kInvalidArgument: rank < 2, odd last dim, seq_axis out of range or
+//   the last dim, theta <= 0.
+absl::StatusOr<Tensor> Rope(const Tensor& x, int64_t seq_axis, int64_t seq_offset, double theta,
+                            DType out_dtype);
+
+struct SoftmaxOptions {
+  float scale = 1.0f;    // multiplies x first (in float32)
+  bool causal = false;   // mask k > q: k along the last dim, q the one before
+  int64_t q_offset = 0;  // global index of the local first q
+  int64_t k_offset = 0;  // global index of the local first k
+};
+// jax.nn.softmax(x * scale, axis, where=mask) with mask = where != 0 (numpy
+// broadcast to x; nullptr: all true) and the causal mask. Masked entries are
+// 0; a row with every entry masked is all 0.
+// \error kInvalidArgument: axis out of range, a where that does not broadcast
+//   to x, causal with rank < 2.
+absl::StatusOr<Tensor> MaskedSoftmax(const Tensor& x, int64_t axis, const SoftmaxOptions& options,
+                                     const Tensor* where, DType out_dtype);
+
 // *acc += x elementwise (same shape; acc float32/bfloat16/float16/float64 or
 // int32/int64 with x of the same dtype), summing in float32 for floats.
 // \error kInvalidArgument on a shape or dtype mismatch.

@@ -24,7 +24,7 @@ bool IsDot(const std::string& op) { return op == "linear" || op == "einsum"; }
 
 std::vector<std::string> OperandNames(const LayerDef& l) {
   std::vector<std::string> names = l.inputs;
-  for (const std::string* p : {&l.kernel, &l.table, &l.scale, &l.bias}) {
+  for (const std::string* p : {&l.kernel, &l.table, &l.scale, &l.bias, &l.where}) {
     if (!p->empty()) names.push_back(*p);
   }
   return names;

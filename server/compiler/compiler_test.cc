@@ -48,30 +48,8 @@ void CheckCase(const Case& c, int num_workers, InterpreterStats* stats_out = nul
     EXPECT_EQ(p.generation, 3);
     EXPECT_FALSE(SerializeProgram(p).empty());
   }
-  std::map<std::string, Tensor> inputs;
-  uint64_t seed = 1;
-  for (const auto& [name, shape] : c.shapes) {
-    if (m.FindInput(name)->dtype == DType::kInt32) {
-      int64_t n = 1;
-      for (int64_t d : shape) n *= d;
-      std::vector<int32_t> ids(n);
-      for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>((i * 7 + 3) % 32);
-      inputs[name] = *Tensor::FromInt32(shape, ids);
-    } else {
-      inputs[name] = RandomTensor(shape, seed++);
-    }
-  }
-  std::map<std::string, Tensor> params = RandomParams(m);
   InterpreterStats stats;
-  auto got = RunCompiledPlan(cm, tm, inputs, params, &stats);
-  ASSERT_TRUE(got.ok()) << got.status() << "\n" << cm.ToString();
-  ASSERT_OK_AND_ASSIGN(auto want, Reference(m, inputs, params));
-  for (const std::string& o : m.outputs) {
-    EXPECT_LT(MaxAbsDiff(got->at(o), want.at(o)), 1e-4) << o << "\n" << cm.ToString();
-  }
-  // The interpreter counts the bytes the programs really send across workers;
-  // the compiler's per-request estimate must be exactly that.
-  EXPECT_EQ(stats.network_bytes, cm.bytes_moved) << cm.ToString();
+  ExpectPlanMatchesReference(m, tm, cm, c.shapes, &stats);
   if (num_workers == 1) {
     EXPECT_EQ(stats.network_bytes, 0);
   }

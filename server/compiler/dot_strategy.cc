@@ -196,9 +196,9 @@ absl::StatusOr<Placed> CompileDotLayer(const LayerContext& ctx) {
   MS_ASSIGN_OR_RETURN(Problem p, MakeProblem(ctx));
   const Placed& lhs = ctx.operands[0];
   const Placed& rhs = ctx.operands[1];
-  const bool has_bias = ctx.layer->op == "linear" && !ctx.layer->bias.empty();
+  const bool has_bias = !ctx.layer->bias.empty();
   if (has_bias && !ctx.result.spec().unreduced().empty()) {
-    return Unimplemented("linear with a bias and an unreduced result");
+    return Unimplemented(ctx.layer->op, " with a bias and an unreduced result");
   }
   MS_ASSIGN_OR_RETURN(Candidate c, ChooseLayout(p, ctx, lhs, rhs));
   ctx.info->strategy = absl::StrCat("dot ", p.labels.lhs, ",", p.labels.rhs, "->", p.labels.out,

@@ -3,7 +3,7 @@
 // out exactly as its typed sharding (unreduced axes included), emitting the
 // steps through the ProgramEmitter.
 //
-//   dot (linear, einsum): enumerate compute layouts. Each mesh axis (of size
+//   dot (linear, einsum; either may add a bias to the last dim): enumerate compute layouts. Each mesh axis (of size
 //     > 1) either shards one einsum label (a batch/free dim of the result, or
 //     the contracting dim: the local product is then a partial sum over that
 //     axis) or is unused. cost = network bytes to bring lhs and rhs into that
@@ -14,7 +14,10 @@
 //     unsharded), computed locally.
 //   unary (relu, gelu, silu, tanh): computed in the result's layout.
 //   norm / softmax: computed in the result's layout with the normalised axis
-//     gathered, then laid out as the result.
+//     gathered, then laid out as the result (softmax's where mask laid out as
+//     the input, broadcast dims unsharded; causal from global indices).
+//   positions: each device writes the global indices of its result box.
+//   rope: in the result's layout (global positions from the box).
 //   reshape: local when every device's operand box is, element for element,
 //     its result box; else gathered, reshaped, sliced.
 //   transpose: local, then laid out as the result.
@@ -39,7 +42,7 @@ struct LayerContext {
   const LayerDef* layer = nullptr;
   ArrayType result;  // the typed result
   // The layer's inputs in order, then its params in the order kernel, table,
-  // scale, bias (those the op has).
+  // scale, bias (those the op has), then softmax's where.
   std::vector<Placed> operands;
   std::vector<std::string> operand_names;
   LayerPlanInfo* info = nullptr;

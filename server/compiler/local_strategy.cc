@@ -62,23 +62,31 @@ absl::StatusOr<Placed> ComputeThenPlace(const LayerContext& ctx, const NamedShar
                     ctx.info);
 }
 
+// The layout of operand `in` broadcast (numpy rules) against a result laid
+// out as `result`: its broadcast dims unsharded, the others as the result's.
+NamedSharding BroadcastLayout(const Mesh& mesh, const Placed& in, const NamedSharding& result,
+                              const std::vector<int64_t>& result_shape,
+                              const std::vector<std::string>& unreduced = {}) {
+  const int rank = static_cast<int>(result_shape.size());
+  const int r = static_cast<int>(in.shape.size());
+  Entries e;
+  for (int j = 0; j < r; ++j) {
+    int rd = j + rank - r;
+    bool broadcast = in.shape[j] == 1 && result_shape[rd] != 1;
+    e.push_back(broadcast ? PartitionSpec::Entry{} : result.spec().entry(rd));
+  }
+  return ShardingOf(mesh, r, e, unreduced);
+}
+
 absl::StatusOr<Placed> Elementwise(const LayerContext& ctx) {
   // add is linear: partial sums over the same unreduced axes add locally
   // (the result stays unreduced). Other ops need reduced operands.
   const std::vector<std::string>& unreduced = ctx.result.spec().unreduced();
   if (ctx.layer->op != "add") MS_RETURN_IF_ERROR(RequireReducedResult(ctx));
-  const int rank = ctx.result.rank();
   std::vector<std::pair<int, NamedSharding>> layouts;
   for (int k = 0; k < 2; ++k) {
-    const Placed& in = ctx.operands[k];
-    const int r = static_cast<int>(in.shape.size());
-    Entries e;
-    for (int j = 0; j < r; ++j) {
-      int rd = j + rank - r;
-      bool broadcast = in.shape[j] == 1 && ctx.result.shape[rd] != 1;
-      e.push_back(broadcast ? PartitionSpec::Entry{} : ctx.result.spec().entry(rd));
-    }
-    layouts.emplace_back(k, ShardingOf(ctx.emitter->mesh(), r, e, unreduced));
+    layouts.emplace_back(k, BroadcastLayout(ctx.emitter->mesh(), ctx.operands[k],
+                                            ctx.result.sharding, ctx.result.shape, unreduced));
   }
   MS_ASSIGN_OR_RETURN(ComputeStepIr step, SameNamedOp(ctx));
   return ComputeThenPlace(ctx, ctx.result.sharding, layouts, std::move(step),
@@ -111,14 +119,45 @@ absl::StatusOr<Placed> Norm(const LayerContext& ctx) {
   return ComputeThenPlace(ctx, compute, layouts, step, "normalised dim gathered, local");
 }
 
+// softmax (scale, causal) or softmax_where (the mask laid out as x,
+// broadcast dims unsharded); the causal mask needs no layout (global indices
+// come from each device's out_box).
 absl::StatusOr<Placed> Softmax(const LayerContext& ctx) {
   MS_RETURN_IF_ERROR(RequireReducedResult(ctx));
   const int rank = ctx.result.rank();
   int axis = static_cast<int>(ctx.layer->axis < 0 ? ctx.layer->axis + rank : ctx.layer->axis);
   NamedSharding compute = WithDimGathered(ctx, axis);
-  ComputeStepIr step = Op(ComputeOp::kSoftmax, {});
+  const bool where = !ctx.layer->where.empty();
+  ComputeStepIr step = Op(where ? ComputeOp::kSoftmaxWhere : ComputeOp::kSoftmax, {});
   step.perm = {axis};
-  return ComputeThenPlace(ctx, compute, {{0, compute}}, step, "softmax axis gathered, local");
+  step.scale = static_cast<float>(ctx.layer->softmax_scale);
+  step.causal = ctx.layer->causal;
+  std::vector<std::pair<int, NamedSharding>> layouts = {{0, compute}};
+  if (where) {
+    layouts.emplace_back(
+        1, BroadcastLayout(ctx.emitter->mesh(), ctx.operands[1], compute, ctx.result.shape));
+  }
+  return ComputeThenPlace(ctx, compute, layouts, step, "softmax axis gathered, local");
+}
+
+// positions: no operand data; each device writes its box's global indices.
+absl::StatusOr<Placed> Positions(const LayerContext& ctx) {
+  const int rank = ctx.result.rank();
+  ComputeStepIr step = Op(ComputeOp::kPositions, {});
+  step.axis = ctx.layer->axis < 0 ? ctx.layer->axis + rank : ctx.layer->axis;
+  return ComputeThenPlace(ctx, ctx.result.sharding, {}, step, "local iota (global offsets)");
+}
+
+// rope: in the result's layout (the last dim is unsharded by the rule); the
+// position is the global index along seq_axis.
+absl::StatusOr<Placed> Rope(const LayerContext& ctx) {
+  MS_RETURN_IF_ERROR(RequireReducedResult(ctx));
+  const int rank = ctx.result.rank();
+  ComputeStepIr step = Op(ComputeOp::kRope, {});
+  step.axis = ctx.layer->seq_axis < 0 ? ctx.layer->seq_axis + rank : ctx.layer->seq_axis;
+  step.theta = ctx.layer->theta;
+  return ComputeThenPlace(ctx, ctx.result.sharding, {{0, ctx.result.sharding}}, step,
+                          "rotary, local (global positions)");
 }
 
 // True when the row-major elements of `box` (inside `shape`) restricted to
@@ -231,7 +270,8 @@ absl::StatusOr<Placed> Embed(const LayerContext& ctx) {
                                                  ctx.operand_names[1], "operand", ctx.info));
   Placed out{em.NewBuffer(ctx.layer->name), ctx.result.shape, compute,
              vocab.empty() ? ctx.result.dtype : DType::kFloat32};
-  const ComputeStepIr embed = Op(ComputeOp::kEmbed, {ids_c.buffer, table_c.buffer});
+  ComputeStepIr embed = Op(ComputeOp::kEmbed, {ids_c.buffer, table_c.buffer});
+  embed.vocab_size = table.shape[0];
   em.ComputeEverywhere(out, [&](int64_t) { return embed; });
   return em.Reshard(out, ctx.result.sharding, ctx.result.dtype, ctx.layer->name, "result",
                     ctx.info);
@@ -248,6 +288,8 @@ absl::StatusOr<Placed> CompileLocalLayer(const LayerContext& ctx) {
   if (op == "reshape") return Reshape(ctx);
   if (op == "transpose") return Transpose(ctx);
   if (op == "embed") return Embed(ctx);
+  if (op == "positions") return Positions(ctx);
+  if (op == "rope") return Rope(ctx);
   if (op == "reshard") {
     ctx.info->strategy = "reshard plan";
     return ctx.emitter->Reshard(ctx.operands[0], ctx.result.sharding, ctx.result.dtype,

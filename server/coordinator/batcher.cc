@@ -40,6 +40,9 @@ int64_t BatchRows(const ValidatedRequest& v, std::string* key) {
     parts.push_back(absl::StrCat(name, "[", absl::StrJoin(rest, ","), "]"));
   }
   for (const auto& [name, spec] : v.out_specs) parts.push_back(name + "=" + spec.ToString());
+  // A converted input (INT64 ids for an int32 input) concatenates only with
+  // requests that sent the same dtype.
+  for (const auto& c : v.converted) parts.push_back(c->name + "(converted)");
   parts.push_back(absl::StrCat("->", absl::StrJoin(v.outputs, ",")));
   *key = absl::StrJoin(parts, ";");
   return rows;

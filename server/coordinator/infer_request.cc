@@ -1,6 +1,8 @@
 #include "server/coordinator/infer_request.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -18,10 +20,70 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
 }
 
+bool IsIdPair(DType a, DType b) {
+  return (a == DType::kInt32 && b == DType::kInt64) || (a == DType::kInt64 && b == DType::kInt32);
+}
+
+// The value of element i of an int32 or int64 tensor's bytes.
+int64_t IdAt(const InferInput& in, size_t i) {
+  if (in.dtype == DType::kInt32) {
+    int32_t v;
+    std::memcpy(&v, in.data.data() + i * sizeof(v), sizeof(v));
+    return v;
+  }
+  int64_t v;
+  std::memcpy(&v, in.data.data() + i * sizeof(v), sizeof(v));
+  return v;
+}
+
+// `in` (validated, INT32 or INT64) in dtype `to`.
+absl::StatusOr<std::shared_ptr<const InferInput>> ConvertIds(const ModelFile& model,
+                                                             const InferInput& in, DType to) {
+  auto out = std::make_shared<InferInput>();
+  out->name = in.name;
+  out->dtype = to;
+  out->shape = in.shape;
+  const size_t n = in.data.size() / DTypeSize(in.dtype);
+  out->data.resize(n * DTypeSize(to));
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t v = IdAt(in, i);
+    if (to == DType::kInt32) {
+      if (v < INT32_MIN || v > INT32_MAX) {
+        return InvalidArgument("model '", model.name, "' input '", in.name, "': element ", i,
+                               " = ", v, " is outside the int32 range of the input");
+      }
+      const int32_t w = static_cast<int32_t>(v);
+      std::memcpy(&out->data[i * sizeof(w)], &w, sizeof(w));
+    } else {
+      std::memcpy(&out->data[i * sizeof(v)], &v, sizeof(v));
+    }
+  }
+  return std::shared_ptr<const InferInput>(std::move(out));
+}
+
+// Ids read straight from an input by an embed layer lie in [0, vocab).
+absl::Status CheckEmbedIds(const ModelFile& model, const InferInput& in) {
+  for (const LayerDef& l : model.layers) {
+    const ParamDef* table = model.FindParam(l.table);
+    if (l.kind != ModelOp::kEmbed || l.inputs[0] != in.name || table == nullptr) continue;
+    const int64_t vocab = table->shape[0];
+    const size_t n = in.data.size() / DTypeSize(in.dtype);
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t id = IdAt(in, i);
+      if (id < 0 || id >= vocab) {
+        return InvalidArgument("model '", model.name, "' input '", in.name, "': id ", id,
+                               " (element ", i, ") is outside [0, ", vocab,
+                               ") of embed layer '", l.name, "'");
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateInput(const ModelFile& model, const InputDef& def,
                            const InferInput& in) {
   const std::string where = absl::StrCat("model '", model.name, "' input '", in.name, "'");
-  if (in.dtype != def.dtype) {
+  if (in.dtype != def.dtype && !IsIdPair(in.dtype, def.dtype)) {
     return InvalidArgument(where, ": dtype ", DTypeName(in.dtype), ", expected ",
                            DTypeName(def.dtype));
   }
@@ -107,6 +169,14 @@ absl::StatusOr<ValidatedRequest> ValidateInferRequest(
       return InvalidArgument("input '", in.name, "' given twice");
     }
     MS_RETURN_IF_ERROR(ValidateInput(model, *def, in));
+    if (in.dtype != def->dtype) {
+      MS_ASSIGN_OR_RETURN(std::shared_ptr<const InferInput> c, ConvertIds(model, in, def->dtype));
+      v.inputs[in.name] = c.get();
+      v.converted.push_back(std::move(c));
+    }
+    if (def->dtype == DType::kInt32 || def->dtype == DType::kInt64) {
+      MS_RETURN_IF_ERROR(CheckEmbedIds(model, *v.inputs[in.name]));
+    }
     v.shapes[in.name] = in.shape;
   }
   for (const InputDef& def : model.inputs) {

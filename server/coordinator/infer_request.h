@@ -4,9 +4,12 @@
 // ValidateInferRequest accepts a request when:
 //   - every input names a model input, at most once, and every model input is
 //     given;
-//   - each input has the model's dtype and rank, dims >= 1 that equal the
-//     model's where it fixes them (-1 in the model: any size), and exactly
-//     dtype size x product(shape) bytes of data;
+//   - each input has the model's dtype (INT64 is accepted for an int32 input
+//     and INT32 for an int64 one, converted; a value outside int32 is an
+//     error naming the input) and rank, dims >= 1 that equal the model's
+//     where it fixes them (-1 in the model: any size), and exactly dtype size
+//     x product(shape) bytes of data;
+//   - the ids an embed layer reads straight from an input lie in [0, vocab);
 //   - every requested output and every out_sharding key names a model output,
 //     and every out_sharding parses as a JAX PartitionSpec ("P('data', None)").
 // Whether an out_sharding fits the mesh is the compiler's check (Compile).
@@ -77,6 +80,9 @@ struct ValidatedRequest {
   OutShardings out_specs;
   std::vector<std::string> outputs;  // requested, in model order
   std::map<std::string, const InferInput*> inputs;
+  // Inputs converted to the model's dtype (an INT64 request tensor for an
+  // int32 input, or INT32 for int64); `inputs` points here for those.
+  std::vector<std::shared_ptr<const InferInput>> converted;
   // Identifies (shapes, out_specs) in the program cache (program_cache.h).
   std::string cache_key_suffix;
 };

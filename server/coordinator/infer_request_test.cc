@@ -1,5 +1,6 @@
 #include "server/coordinator/infer_request.h"
 
+#include <cstring>
 #include <functional>
 #include <memory>
 
@@ -138,6 +139,78 @@ TEST(InferRequestTest, OverflowingShapeIsInvalidArgument) {
   r.inputs.push_back({"x", DType::kFloat32, {int64_t{1} << 62, 4}, ""});
   EXPECT_THAT(ValidateInferRequest(Ident(), r),
               StatusIs(absl::StatusCode::kInvalidArgument, "overflows int64"));
+}
+
+// An ids model: input `ids` of `dtype` [-1, -1] read by embed 'tok' from a
+// table of 10 rows.
+std::shared_ptr<const ModelFile> IdsModel(DType dtype) {
+  auto model = std::make_shared<ModelFile>();
+  model->name = "lm";
+  model->inputs.push_back({"ids", {-1, -1}, PartitionSpec(), dtype});
+  ParamDef table;
+  table.name = "wte";
+  table.shape = {10, 4};
+  model->params.push_back(table);
+  LayerDef tok;
+  tok.name = "tok";
+  tok.op = "embed";
+  tok.kind = ModelOp::kEmbed;
+  tok.inputs = {"ids"};
+  tok.table = "wte";
+  model->layers.push_back(tok);
+  model->outputs = {"tok"};
+  return model;
+}
+
+template <typename T>
+InferRequest IdsRequest(DType dtype, std::vector<T> ids) {
+  InferRequest r;
+  r.model = "lm";
+  std::string bytes(ids.size() * sizeof(T), '\0');
+  std::memcpy(bytes.data(), ids.data(), bytes.size());
+  r.inputs.push_back({"ids", dtype, {1, static_cast<int64_t>(ids.size())}, bytes});
+  return r;
+}
+
+TEST(InferRequestTest, Int64IdsForAnInt32InputAreConverted) {
+  InferRequest r = IdsRequest<int64_t>(DType::kInt64, {3, 0, 9});
+  ASSERT_OK_AND_ASSIGN(ValidatedRequest v, ValidateInferRequest(IdsModel(DType::kInt32), r));
+  const InferInput& in = *v.inputs.at("ids");
+  EXPECT_EQ(in.dtype, DType::kInt32);
+  ASSERT_EQ(in.data.size(), 3 * sizeof(int32_t));
+  std::vector<int32_t> got(3);
+  std::memcpy(got.data(), in.data.data(), in.data.size());
+  EXPECT_THAT(got, ElementsAre(3, 0, 9));
+  InferRequest big = IdsRequest<int64_t>(DType::kInt64, {1, int64_t{1} << 40});
+  EXPECT_THAT(ValidateInferRequest(IdsModel(DType::kInt32), big),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "input 'ids': element 1 = 1099511627776 is outside the int32"));
+}
+
+TEST(InferRequestTest, Int32IdsForAnInt64InputAreConverted) {
+  InferRequest r = IdsRequest<int32_t>(DType::kInt32, {7, 2});
+  ASSERT_OK_AND_ASSIGN(ValidatedRequest v, ValidateInferRequest(IdsModel(DType::kInt64), r));
+  const InferInput& in = *v.inputs.at("ids");
+  EXPECT_EQ(in.dtype, DType::kInt64);
+  std::vector<int64_t> got(2);
+  std::memcpy(got.data(), in.data.data(), in.data.size());
+  EXPECT_THAT(got, ElementsAre(7, 2));
+  InferRequest f = FixedRequest();
+  f.model = "lm";
+  f.inputs[0].name = "ids";
+  EXPECT_THAT(ValidateInferRequest(IdsModel(DType::kInt64), f),
+              StatusIs(absl::StatusCode::kInvalidArgument, "dtype float32"));
+}
+
+TEST(InferRequestTest, EmbedIdsOutsideTheVocabularyAreRejected) {
+  for (DType dtype : {DType::kInt32, DType::kInt64}) {
+    EXPECT_THAT(ValidateInferRequest(IdsModel(dtype), IdsRequest<int32_t>(DType::kInt32, {1, 10})),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         "input 'ids': id 10 (element 1) is outside [0, 10) of embed "
+                         "layer 'tok'"));
+    EXPECT_THAT(ValidateInferRequest(IdsModel(dtype), IdsRequest<int64_t>(DType::kInt64, {-1})),
+                StatusIs(absl::StatusCode::kInvalidArgument, "id -1 (element 0)"));
+  }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // WorkerEngine::LoadModel's work: parse the model, compute each hosted
-// device's param boxes, read or initialize them.
+// device's param boxes, read them (each the box + from_offset of its source
+// tensor `from` in the checkpoint: checkpoint.h) or initialize them.
 #include <algorithm>
 #include <memory>
 #include <optional>
@@ -18,7 +19,7 @@
 #include "common/sharding/named_sharding.h"
 #include "common/sharding/shard_layout.h"
 #include "common/tensor/initializers.h"
-#include "common/tensor/safetensors.h"
+#include "common/tensor/checkpoint.h"
 #include "server/worker/worker_engine_internal.h"
 
 namespace meshserve {
@@ -74,22 +75,53 @@ absl::StatusOr<int64_t> CheckPlacement(const LoadModelIr& request, const Mesh& m
   return owner;
 }
 
-// The values of `box` of `param`: from the checkpoint when it has the param,
-// else initialized.
-absl::StatusOr<Tensor> MaterializeBox(const ModelFile& model, const ParamDef& param,
-                                      const SafetensorsFile* checkpoint, const Box& box) {
+// Where `param` lives in the checkpoint: its source tensor's entry, after
+// checking the box [from_offset, from_offset + shape) lies inside it; nullptr
+// when the param names no source and the checkpoint lacks it (initialized).
+absl::StatusOr<const SafetensorsFile::Entry*> FindSource(const ParamDef& param,
+                                                         const Checkpoint* checkpoint) {
   const SafetensorsFile::Entry* entry =
-      checkpoint != nullptr ? checkpoint->Find(param.name) : nullptr;
+      checkpoint != nullptr ? checkpoint->Find(param.from) : nullptr;
+  if (entry == nullptr) {
+    if (!param.has_from) return nullptr;
+    return InvalidArgument("from '", param.from, "': checkpoint ",
+                           checkpoint != nullptr ? checkpoint->description() : "(none)",
+                           " has no such tensor");
+  }
+  bool whole = !param.has_from;
+  for (int64_t o : param.from_offset) whole &= (o == 0);
+  if (whole && entry->shape != param.shape) {
+    return InvalidArgument("checkpoint ", checkpoint->description(), " has '", param.from,
+                           "' with shape ", ShapeToString(entry->shape),
+                           " but the model declares ", ShapeToString(param.shape));
+  }
+  bool inside = entry->shape.size() == param.shape.size();
+  for (size_t i = 0; inside && i < param.shape.size(); ++i) {
+    inside = param.from_offset[i] + param.shape[i] <= entry->shape[i];
+  }
+  if (!inside) {
+    return InvalidArgument("from '", param.from, "' ", ShapeToString(entry->shape),
+                           ": the box at from_offset ", ShapeToString(param.from_offset),
+                           " of shape ", ShapeToString(param.shape), " is not inside it");
+  }
+  return entry;
+}
+
+// The values of `box` of `param`: box + from_offset of its source tensor when
+// the checkpoint has it, else initialized.
+absl::StatusOr<Tensor> MaterializeBox(const ModelFile& model, const ParamDef& param,
+                                      const Checkpoint* checkpoint, const Box& box) {
+  MS_ASSIGN_OR_RETURN(const SafetensorsFile::Entry* entry, FindSource(param, checkpoint));
   if (entry == nullptr) {
     return InitializeBox(InitSpec::FromParam(param), model.seed, param.name, param.shape,
                          box, param.dtype);
   }
-  if (entry->shape != param.shape) {
-    return InvalidArgument("checkpoint ", checkpoint->path(), " has '", param.name,
-                           "' with shape ", ShapeToString(entry->shape),
-                           " but the model declares ", ShapeToString(param.shape));
+  Box source = box;
+  for (int i = 0; i < source.rank(); ++i) {
+    source[i].begin += param.from_offset[i];
+    source[i].end += param.from_offset[i];
   }
-  return checkpoint->ReadBox(param.name, box, param.dtype);
+  return checkpoint->ReadBox(param.from, source, param.dtype);
 }
 
 }  // namespace
@@ -114,9 +146,9 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> BuildLoadedModel(
   std::sort(loaded->devices.begin(), loaded->devices.end());
   loaded->device_workers = request.device_workers;
 
-  std::optional<SafetensorsFile> checkpoint;
-  if (!model.checkpoint.empty()) {
-    MS_ASSIGN_OR_RETURN(checkpoint, SafetensorsFile::Open(model.checkpoint), where);
+  std::optional<Checkpoint> checkpoint;
+  if (!model.checkpoints.empty()) {
+    MS_ASSIGN_OR_RETURN(checkpoint, Checkpoint::Open(model.checkpoints), where);
   }
   for (int64_t device : loaded->devices) loaded->params[device];  // hosted, maybe no params
   for (const ParamDef& param : model.params) {

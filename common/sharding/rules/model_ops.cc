@@ -70,6 +70,66 @@ absl::StatusOr<ArrayType> SoftmaxRule(const ArrayType& input) {
   return UnaryRule("softmax", input);
 }
 
+absl::StatusOr<ArrayType> MaskedSoftmaxRule(const ArrayType& input,
+                                            const std::optional<ArrayType>& where,
+                                            bool causal) {
+  if (causal && input.rank() < 2) {
+    return InvalidArgument("softmax: causal needs rank >= 2 ([.., q, k]), got ",
+                           input.ToString(true));
+  }
+  if (where.has_value()) {
+    std::vector<ArrayType> ops = {input, *where};
+    MS_ASSIGN_OR_RETURN(ArrayType both, ElementwiseRule("softmax where", ops));
+    if (both.shape != input.shape) {
+      return InvalidArgument("softmax: where ", where->ToString(true),
+                             " does not broadcast to the input ", input.ToString(true));
+    }
+  }
+  return UnaryRule("softmax", input);
+}
+
+absl::StatusOr<ArrayType> PositionsRule(const ArrayType& input, int64_t axis) {
+  MS_RETURN_IF_ERROR(rules::CanonicalizeDim(axis, input.rank(), "positions axis").status());
+  ArrayType out = input;
+  out.dtype = DType::kInt32;
+  out.sharding = NamedSharding::UncheckedCreate(input.sharding.mesh(),
+                                                PartitionSpec(input.spec().entries()));
+  return out;
+}
+
+absl::StatusOr<ArrayType> RopeRule(const ArrayType& input, int64_t seq_axis) {
+  if (rules::IsIntegerDType(input.dtype) || input.dtype == DType::kBool || input.rank() < 2) {
+    return InvalidArgument("rope: input must be a float array of rank >= 2, got ",
+                           input.ToString(true));
+  }
+  const int last = input.rank() - 1;
+  if (input.shape[last] % 2 != 0) {
+    return InvalidArgument("rope: the last dim ", input.shape[last], " of ",
+                           input.ToString(true), " must be even");
+  }
+  MS_ASSIGN_OR_RETURN(int axis, rules::CanonicalizeDim(seq_axis, input.rank(), "rope seq_axis"));
+  if (axis == last) {
+    return InvalidArgument("rope: seq_axis ", seq_axis, " is the rotated last dim of ",
+                           input.ToString(true));
+  }
+  if (input.spec().entry(last).size() > 0) {
+    return InvalidArgument("rope: the last dim (the rotated features) must not be sharded, got ",
+                           input.ToString(true));
+  }
+  return UnaryRule("rope", input);
+}
+
+absl::StatusOr<ArrayType> AddBiasRule(absl::string_view op_name, const ArrayType& result,
+                                      const ArrayType& bias) {
+  if (result.rank() < 1) {
+    return InvalidArgument(op_name, ": a bias needs a result of rank >= 1, got ",
+                           result.ToString(true));
+  }
+  MS_RETURN_IF_ERROR(CheckVector(op_name, "bias", bias, result.shape.back()));
+  std::vector<ArrayType> ops = {result, bias};
+  return ElementwiseRule("add", ops);
+}
+
 absl::StatusOr<ArrayType> ActivationRule(absl::string_view op_name, const ArrayType& input) {
   return UnaryRule(op_name, input);
 }

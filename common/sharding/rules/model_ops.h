@@ -12,6 +12,7 @@
 // softmax, activations (silu, gelu, relu, ...): unary, keep the input's type
 //   (softmax reduces over a dim, but jax.nn.softmax's result keeps the operand
 //   sharding: the reductions' results are broadcast back).
+// positions, rope, masked softmax, bias: see their functions.
 // embed (nnx.Embed.__call__: jnp.take(embedding, indices, axis=0)):
 //   * with out_sharding: nnx wraps the take in auto_axes(out_sharding=...), so
 //     the result is exactly out_sharding (AutoAxesRule);
@@ -48,6 +49,32 @@ absl::StatusOr<ArrayType> NormRule(absl::string_view op_name, const ArrayType& i
                                    const std::optional<ArrayType>& bias);
 
 absl::StatusOr<ArrayType> SoftmaxRule(const ArrayType& input);
+
+// jax.nn.softmax(x, where=mask) with an optional causal mask over the last two
+// dims (jax.nn.dot_product_attention's is_causal): the result keeps x's type;
+// `where` must broadcast to x's shape (jnp.where's broadcasting rule, op name
+// "softmax where"); causal needs rank >= 2.
+// \error kInvalidArgument: a mask that does not broadcast to x, incompatible
+//   shardings, causal on rank < 2.
+absl::StatusOr<ArrayType> MaskedSoftmaxRule(const ArrayType& input,
+                                            const std::optional<ArrayType>& where,
+                                            bool causal);
+
+// positions (lax.broadcasted_iota(int32, x.shape, axis)): int32 with the
+// input's shape and sharding (unreduced axes dropped). Axis < 0 counts from
+// the end. \error kInvalidArgument for an axis outside [-rank, rank).
+absl::StatusOr<ArrayType> PositionsRule(const ArrayType& input, int64_t axis);
+
+// rope (rotary embeddings, rotate_half convention) over the last dim d with
+// positions along seq_axis: the input's type. The last dim must be even and
+// unsharded (each element pairs with the one d/2 away); seq_axis != last.
+// \error kInvalidArgument naming the value for each violated condition.
+absl::StatusOr<ArrayType> RopeRule(const ArrayType& input, int64_t seq_axis);
+
+// einsum's optional bias (HF Linear biases): result + bias, bias [result's
+// last dim], with the broadcasting rule (op name "add").
+absl::StatusOr<ArrayType> AddBiasRule(absl::string_view op_name, const ArrayType& result,
+                                      const ArrayType& bias);
 absl::StatusOr<ArrayType> ActivationRule(absl::string_view op_name, const ArrayType& input);
 
 // \error kInvalidArgument: embedding not rank 2, integer indices expected,

@@ -1,5 +1,6 @@
-// Model files and a full-tensor reference evaluator shared by the compiler's
-// tests (compiler_test.cc, strategy_test.cc). Header-only, test use only.
+// Model files, a full-tensor reference evaluator and a plan-vs-reference
+// check shared by the compiler's tests (compiler_test.cc,
+// lm_compiler_test.cc, layer_strategy_test.cc). Header-only, test use only.
 #ifndef MESHSERVE_SERVER_COMPILER_TESTING_TEST_MODELS_H_
 #define MESHSERVE_SERVER_COMPILER_TESTING_TEST_MODELS_H_
 
@@ -14,7 +15,9 @@
 #include "common/model/typed_model.h"
 #include "common/tensor/kernels.h"
 #include "common/tensor/tensor.h"
+#include "gtest/gtest.h"
 #include "server/compiler/layer_strategy.h"
+#include "server/compiler/testing/reference_interpreter.h"
 
 namespace meshserve {
 namespace compiler_testing {
@@ -136,6 +139,29 @@ inline std::map<std::string, Tensor> RandomParams(const ModelFile& m) {
   return out;
 }
 
+// Request inputs of `shapes`: int32 inputs get ids (i * 7 + 3) % 32 (inputs
+// named "keep", a where mask, 1 except every third element), others
+// RandomTensor.
+inline std::map<std::string, Tensor> RandomInputs(
+    const ModelFile& m, const std::map<std::string, std::vector<int64_t>>& shapes) {
+  std::map<std::string, Tensor> inputs;
+  uint64_t seed = 1;
+  for (const auto& [name, shape] : shapes) {
+    if (m.FindInput(name)->dtype != DType::kInt32) {
+      inputs[name] = RandomTensor(shape, seed++);
+      continue;
+    }
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<int32_t> ids(n);
+    for (int64_t i = 0; i < n; ++i) {
+      ids[i] = name == "keep" ? (i % 3 != 1 ? 1 : 0) : static_cast<int32_t>((i * 7 + 3) % 32);
+    }
+    inputs[name] = *Tensor::FromInt32(shape, ids);
+  }
+  return inputs;
+}
+
 inline std::vector<int64_t> Positions(const std::string& labels, const std::string& of) {
   std::vector<int64_t> out;
   for (char c : of) out.push_back(static_cast<int64_t>(labels.find(c)));
@@ -180,6 +206,7 @@ inline absl::StatusOr<std::map<std::string, Tensor>> Reference(
       r = Linear(x, v.at(l.kernel), l.bias.empty() ? nullptr : &v.at(l.bias), f32);
     } else if (l.op == "einsum") {
       r = ReferenceEinsum(l.equation, x, v.at(l.inputs[1]));
+      if (r.ok() && !l.bias.empty()) r = Add(*r, v.at(l.bias), f32);
     } else if (l.op == "embed") {
       BoxTensor table{Box::FromShape(v.at(l.table).shape()), v.at(l.table)};
       r = Embed(x, table, f32);
@@ -200,9 +227,20 @@ inline absl::StatusOr<std::map<std::string, Tensor>> Reference(
     } else if (l.op == "mul") {
       r = Mul(x, v.at(l.inputs[1]), f32);
     } else if (l.op == "softmax") {
-      r = Softmax(x, l.axis, f32);
+      SoftmaxOptions o;
+      o.scale = static_cast<float>(l.softmax_scale);
+      o.causal = l.causal;
+      r = MaskedSoftmax(x, l.axis, o, l.where.empty() ? nullptr : &v.at(l.where), f32);
+    } else if (l.op == "positions") {
+      r = ::meshserve::Positions(x.shape(), l.axis, 0);
+    } else if (l.op == "rope") {
+      r = Rope(x, l.seq_axis, 0, l.theta, f32);
     } else if (l.op == "reshape") {
-      r = Reshape(x, l.shape);
+      std::vector<int64_t> shape = l.shape;
+      for (size_t i = 0; i < shape.size(); ++i) {
+        if (shape[i] == 0) shape[i] = x.dim(static_cast<int>(i));
+      }
+      r = Reshape(x, shape);
     } else if (l.op == "transpose") {
       r = Transpose(x, l.perm);
     } else if (l.op == "reshard") {
@@ -229,6 +267,27 @@ inline float MaxAbsDiff(const Tensor& a, const Tensor& b) {
   float m = 0;
   for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::fabs(x[i] - y[i]));
   return m;
+}
+
+// Runs `cm` in the reference interpreter on RandomInputs and RandomParams and
+// expects every output within 1e-4 of Reference (gtest assertions) and the
+// interpreter's network bytes to equal the compiler's estimate.
+inline void ExpectPlanMatchesReference(
+    const ModelFile& m, const TypedModel& tm, const CompiledPlan& cm,
+    const std::map<std::string, std::vector<int64_t>>& shapes, InterpreterStats* stats) {
+  std::map<std::string, Tensor> inputs = RandomInputs(m, shapes);
+  std::map<std::string, Tensor> params = RandomParams(m);
+  auto got = RunCompiledPlan(cm, tm, inputs, params, stats);
+  ASSERT_TRUE(got.ok()) << got.status() << "\n" << cm.ToString();
+  absl::StatusOr<std::map<std::string, Tensor>> want = Reference(m, inputs, params);
+  ASSERT_TRUE(want.ok()) << want.status();
+  for (const std::string& o : m.outputs) {
+    ASSERT_EQ(got->at(o).shape(), want->at(o).shape()) << o;
+    EXPECT_LT(MaxAbsDiff(got->at(o), want->at(o)), 1e-4) << o << "\n" << cm.ToString();
+  }
+  // The interpreter counts the bytes the programs really send across workers;
+  // the compiler's per-request estimate must be exactly that.
+  EXPECT_EQ(stats->network_bytes, cm.bytes_moved) << cm.ToString();
 }
 
 }  // namespace compiler_testing
