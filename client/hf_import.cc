@@ -162,13 +162,21 @@ absl::StatusOr<std::string> DescribeImported(const ImportResult& result, int64_t
   std::vector<PlacementWorker> workers;
   for (int64_t w = 0; w < num_workers; ++w) workers.push_back({w, ""});
   MS_ASSIGN_OR_RETURN(Placement placement, ComputePlacement(model, workers, 0));
+  // One request of 128 tokens (fewer if GPT-2 has fewer positions), one
+  // row per `data` device.
+  int64_t batch = 1, seq = 128;
+  if (std::optional<int> data = placement.mesh.AxisIndex("data")) {
+    batch = placement.mesh.axis(*data).size;
+  }
+  if (result.config.max_positions > 0) seq = std::min(seq, result.config.max_positions);
   JaxModelCompiler compiler;
   MS_ASSIGN_OR_RETURN(DescribeResult described,
-                      compiler.Describe(model, placement.Devices(), {}));
+                      compiler.Describe(model, placement.Devices(), {{"input_ids", {batch, seq}}}));
   DescribeResponse proto;
   DescribeResultToProto(described, &proto);
   std::string out = absl::StrCat("# ", result.config.ToString(), "\n# placed on ", num_workers,
-                                 " workers: ", placement.mesh.ToString(), "\n");
+                                 " workers: ", placement.mesh.ToString(), ", input_ids [", batch,
+                                 ", ", seq, "]\n");
   absl::StrAppend(&out, FormatDescribe(SummaryOnly(proto)));
   MS_ASSIGN_OR_RETURN(std::string bytes, ParamBytes(model, placement.mesh));
   absl::StrAppend(&out, bytes);
