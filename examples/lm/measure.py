@@ -5,13 +5,15 @@ the latency of a batch (`meshserve bench`, p50 of a few sequential requests).
 The numbers in docs/import.md come from this script.
 
 Usage: examples/lm/measure.py [--bin_dir build/bin] [--workers 4] [--model gpt2_small]
-           [--batch 4] [--seq 128] [--requests 5]
+           [--model_file FILE] [--batch 4] [--seq 128] [--requests 5]
 """
 import argparse
 import json
 import os
 import re
+import shutil
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -31,13 +33,20 @@ def main():
     ap.add_argument("--bin_dir", default=os.path.join(ROOT, "build", "bin"))
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--model", default="gpt2_small")
+    ap.add_argument("--model_file", default="",
+                    help="serve this model file (its name must be --model) instead of "
+                         "examples/lm/MODEL.json")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--requests", type=int, default=5)
     args = ap.parse_args()
-    logs = os.path.join("/tmp", "meshserve-measure-%d" % os.getpid())
+    work = tempfile.mkdtemp(prefix="meshserve-measure-")
+    models = os.path.join(work, "models")  # the one model only: RSS is its own
+    os.makedirs(models)
+    shutil.copy(args.model_file or os.path.join(HERE, args.model + ".json"), models)
     start = time.time()
-    cluster = mslib.LocalCluster(args.bin_dir, args.workers, HERE, logs, ready_timeout_s=900)
+    cluster = mslib.LocalCluster(args.bin_dir, args.workers, models, os.path.join(work, "logs"),
+                                 ready_timeout_s=900)
     try:
         ready_s = time.time() - start
         meshserve = os.path.join(args.bin_dir, "meshserve")
@@ -63,6 +72,7 @@ def main():
             args.requests))
     finally:
         cluster.stop()
+        shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
