@@ -113,7 +113,9 @@ absl::Status LmModelBuilder::Param(const std::string& name, std::vector<int64_t>
     return InvalidArgument("tensor '", found, "' in ", t.file, " has dtype ",
                            SafetensorsDTypeName(t.dtype), " (supported: F32, BF16, F16)");
   }
-  if (t.dtype == DType::kBFloat16) p["dtype"] = "bfloat16";  // F16 widens to float32
+  // No "dtype": BF16 and F16 tensors widen to float32 params when read, so
+  // every activation and the logits are float32 (a bfloat16 param would make
+  // the products bfloat16 under the typing rules).
   p["from"] = found;
   if (!source.offset.empty()) p["from_offset"] = source.offset;
   used_.insert(found);

@@ -91,7 +91,8 @@ class LmModelBuilder {
 
   // Adds param `name` of `shape` and PartitionSpec `spec` (a JSON list).
   // With a checkpoint: read from `source` (checked: present, whole shape,
-  // dtype F32, BF16 or F16); without: initialised by `init`.
+  // dtype F32, BF16 or F16, widened to a float32 param); without:
+  // initialised by `init`.
   // \error kNotFound naming the tensor (and its prefixed names) when the
   //   checkpoint lacks it; kInvalidArgument naming the tensor for a wrong
   //   shape or dtype.

@@ -15,6 +15,8 @@ weights [in, out] with the fused c_attn [d, 3d]; Llama's nn.Linear weights
   llama           GQA (4 query heads, 2 KV heads), RoPE, lm_head
   llama_sharded   the same weights in two shards with model.safetensors.index.json
   llama_tied      no lm_head.weight, tie_word_embeddings
+  llama_bf16      llama's weights stored BF16 (widened to float32 params: the
+                  reference is the float32 model on the rounded weights, same tolerance)
   llama_m4        llama imported with --mesh model=4 (2 KV heads do not divide
                   4: attention stays replicated, the MLP and vocabulary shard)
 Requests of several sequence lengths, an int64 one, and a per-request
@@ -225,9 +227,14 @@ def make_models(env):
     write_hf_dir(os.path.join(hf, "llama"), LLAMA_CONFIG, ll)
     write_hf_dir(os.path.join(hf, "llama_sharded"), LLAMA_CONFIG, ll, shards=2)
     write_hf_dir(os.path.join(hf, "llama_tied"), dict(LLAMA_CONFIG, tie_word_embeddings=True), lt)
+    # The llama weights stored BF16 (as most hub checkpoints), widened to float32
+    # params: the reference is the float32 model on the rounded weights.
+    lb = {k: mslib.from_bf16_bits(mslib.to_bf16_bits(v)) for k, v in ll.items()}
+    write_hf_dir(os.path.join(hf, "llama_bf16"), LLAMA_CONFIG,
+                 {k: ("BF16", mslib.to_bf16_bits(v)) for k, v in ll.items()})
     imports = [("gpt2", []), ("gpt2_prefixed", []), ("gpt2", ["--name", "gpt2_dp", "--mesh",
                "data=2,model=2"]), ("llama", []), ("llama_sharded", []), ("llama_tied", []),
-               ("llama", ["--name", "llama_m4", "--mesh", "model=4"])]
+               ("llama_bf16", []), ("llama", ["--name", "llama_m4", "--mesh", "model=4"])]
     for src, extra in imports:
         name = extra[1] if extra else src
         rc, out, err = cli.run("import", "--hf_dir", os.path.join(hf, src), "--out_dir", models,
@@ -261,6 +268,7 @@ def make_models(env):
         "llama": (lambda x: llama_forward(ll, LLAMA_CONFIG, x), reqs(every)),
         "llama_sharded": (lambda x: llama_forward(ll, LLAMA_CONFIG, x), reqs([(1, 13)])),
         "llama_tied": (lambda x: llama_forward(lt, LLAMA_CONFIG, x), reqs([(2, 7), (3, 4)])),
+        "llama_bf16": (lambda x: llama_forward(lb, LLAMA_CONFIG, x), reqs([(2, 7)])),
         "llama_m4": (lambda x: llama_forward(ll, LLAMA_CONFIG, x),
                      [(ids[(2, 7)], {}, "float32[2,7,64@model]"),
                       (ids[(1, 13)], {"logits": "P()"}, "float32[1,13,64]")]),
@@ -273,8 +281,8 @@ def make_models(env):
 def check_model_files(c, models, hf):
     """The files point into the HF dirs (nothing copied) and name themselves."""
     files = sorted(os.listdir(models))
-    c.check(all(f.endswith(".json") for f in files) and len(files) == 7,
-            "the model dir holds only the 7 model files (no copy of the weights)", str(files))
+    c.check(all(f.endswith(".json") for f in files) and len(files) == 8,
+            "the model dir holds only the 8 model files (no copy of the weights)", str(files))
     for f in files:
         with open(os.path.join(models, f)) as fh:
             m = json.load(fh)
