@@ -253,5 +253,29 @@ TEST(BatchingCoordinatorTest, BatchedModelAnswersEqualUnbatched) {
   EXPECT_THAT(got.back().status(), StatusIs(absl::StatusCode::kInvalidArgument, "rank"));
 }
 
+// Requests whose ids the coordinator converted (INT64 for an int32 input)
+// are concatenated only with requests that sent the same dtype.
+TEST(BatchRowsTest, ConvertedInputsHaveTheirOwnBatchKey) {
+  auto model = std::make_shared<ModelFile>();
+  model->name = "ids";
+  model->inputs.push_back({"ids", {-1, 3}, PartitionSpec(), DType::kInt32});
+  LayerDef y;
+  y.name = "y";
+  y.op = "relu";
+  y.kind = ModelOp::kRelu;
+  y.inputs = {"ids"};
+  model->layers.push_back(y);
+  model->outputs = {"y"};
+  InferRequest as32, as64;
+  as32.inputs.push_back({"ids", DType::kInt32, {2, 3}, std::string(6 * 4, '\0')});
+  as64.inputs.push_back({"ids", DType::kInt64, {2, 3}, std::string(6 * 8, '\0')});
+  ASSERT_OK_AND_ASSIGN(ValidatedRequest v32, ValidateInferRequest(model, as32));
+  ASSERT_OK_AND_ASSIGN(ValidatedRequest v64, ValidateInferRequest(model, as64));
+  std::string k32, k64;
+  EXPECT_EQ(batcher_internal::BatchRows(v32, &k32), 2);
+  EXPECT_EQ(batcher_internal::BatchRows(v64, &k64), 2);
+  EXPECT_NE(k32, k64);
+}
+
 }  // namespace
 }  // namespace meshserve
