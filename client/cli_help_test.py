@@ -12,6 +12,7 @@ COMMANDS = {
     "rules": ["--human"],
     "plan": ["--human"],
     "demo": [],
+    "import": ["--hf_dir", "--out_dir", "--name", "--mesh"],
 }
 
 
