@@ -30,7 +30,7 @@ TSAN_TESTS=(
 )
 
 export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=1:abort_on_error=0"
-export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=${SUPP}/ubsan.supp"
 export LSAN_OPTIONS="suppressions=${SUPP}/lsan.supp:print_suppressions=0"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=${SUPP}/tsan.supp"
 

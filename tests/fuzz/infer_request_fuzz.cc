@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "google/protobuf/stubs/logging.h"
 #include "common/base/dtype.h"
 #include "common/model/model_file.h"
 #include "proto/inference.pb.h"
@@ -42,6 +43,12 @@ std::shared_ptr<const meshserve::ModelFile> Model() {
 }
 
 }  // namespace
+
+// Malformed strings (invalid UTF-8) are logged by protobuf on every parse: quiet.
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  google::protobuf::SetLogHandler(nullptr);
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   inference::ModelInferRequest proto;

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "google/protobuf/stubs/logging.h"
 #include "absl/strings/str_cat.h"
 #include "proto/program.pb.h"
 #include "proto/worker_service.pb.h"
@@ -109,6 +110,12 @@ bool BoxesSmall(const meshserve::Program& program) {
 }
 
 }  // namespace
+
+// Malformed strings (invalid UTF-8) are logged by protobuf on every parse: quiet.
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  google::protobuf::SetLogHandler(nullptr);
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static Harness* harness = new Harness();
