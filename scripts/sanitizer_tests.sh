@@ -20,16 +20,20 @@ SUPP="${ROOT}/tests/sanitizers"
 
 # The concurrency tests: executors, the rendezvous, the registry, fan-out,
 # the batcher, the coordinator over fake and in-process workers, the worker
-# engine, the threaded small-m GEMM, metrics, and the gRPC worker service and
-# client over in-process servers.
+# engine, the threaded small-m GEMM and metrics. Left out: the tests over real
+# gRPC servers (worker_service_test, inference_client_test, ...): libgrpc is
+# not instrumented and hands call buffers between its own threads through
+# synchronization TSan cannot see, so TSan reports gRPC's internal handoffs
+# (a memcpy in libgrpc.so racing with CallOpSet::FillOps), not our code.
 TSAN_TESTS=(
   elastic_executor_test rendezvous_test worker_registry_test fan_out_test batcher_test
   coordinator_test program_cache_test worker_engine_test in_process_workers_test
   compiled_programs_engine_test gemm_small_m_test metric_registry_test
-  worker_service_test inference_client_test
 )
 
-export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=1:abort_on_error=0"
+# allocator_may_return_null: a too-large allocation returns null, as malloc does, so
+# that Tensor::Create's kResourceExhausted path runs instead of ASan aborting.
+export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=1:allocator_may_return_null=1"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=${SUPP}/ubsan.supp"
 export LSAN_OPTIONS="suppressions=${SUPP}/lsan.supp:print_suppressions=0"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=${SUPP}/tsan.supp"
@@ -48,11 +52,12 @@ configure() {  # kind dir
     || { echo "cmake failed, see ${dir}.cmake.log"; tail -20 "${dir}.cmake.log"; return 1; }
 }
 
+exec 3>&1  # timed's report goes to the script's stdout even when the command's is a log
 timed() {  # label command...: runs it, prints its wall time
   local start=${SECONDS} rc
   "${@:2}"
   rc=$?
-  echo "-- $1: $((SECONDS - start)) s (rc ${rc})"
+  echo "-- $1: $((SECONDS - start)) s (rc ${rc})" >&3
   return ${rc}
 }
 
@@ -66,7 +71,9 @@ case "${1:-}" in
     timed "asan build" cmake --build "${ASAN_DIR}" -j"${JOBS}" --target ms_tests \
       >"${ASAN_DIR}.build.log" 2>&1 \
       || { tail -40 "${ASAN_DIR}.build.log"; echo "asan build failed"; exit 1; }
-    timed "asan ctest" ctest --test-dir "${ASAN_DIR}" -LE "e2e|conformance" \
+    # Not here: the Python tests over the release binaries (e2e_*, the
+    # conformance cases, cli_help_test), which this build does not make.
+    timed "asan ctest" ctest --test-dir "${ASAN_DIR}" -LE "e2e|conformance" -E "^cli_help_test$" \
       --output-on-failure -j"${JOBS}" --timeout 900
     ;;
   tsan)

@@ -64,9 +64,21 @@ using CondDeadlineFn = bool (*)(absl::Mutex*, const absl::Condition&, absl::Time
 
 constexpr unsigned kRead = __tsan_mutex_read_lock;
 
+// abseil calls its own entry points too (AwaitWithTimeout calls
+// AwaitWithDeadline), which land here again: only the outermost call of a
+// thread is annotated.
+thread_local int t_depth = 0;
+struct Outermost {
+  Outermost() { ++t_depth; }
+  ~Outermost() { --t_depth; }
+  static bool Nested() { return t_depth > 0; }
+};
+
 // The lock is taken (in mode `flags`) by `call`.
 template <typename Call>
 auto Acquiring(absl::Mutex* mu, unsigned flags, Call call) {
+  if (Outermost::Nested()) return call();
+  Outermost outermost;
   __tsan_mutex_pre_lock(mu, flags);
   auto result = call();
   __tsan_mutex_post_lock(mu, flags, 0);
@@ -76,6 +88,8 @@ auto Acquiring(absl::Mutex* mu, unsigned flags, Call call) {
 // The lock is released (mode `flags`) by `call`.
 template <typename Call>
 void Releasing(absl::Mutex* mu, unsigned flags, Call call) {
+  if (Outermost::Nested()) return call();
+  Outermost outermost;
   __tsan_mutex_pre_unlock(mu, flags);
   call();
   __tsan_mutex_post_unlock(mu, flags);
@@ -84,6 +98,8 @@ void Releasing(absl::Mutex* mu, unsigned flags, Call call) {
 // The lock is released at the start and held again at the end (Await, CondVar::Wait).
 template <typename Call>
 auto ReleaseAndReacquire(absl::Mutex* mu, Call call) {
+  if (Outermost::Nested()) return call();
+  Outermost outermost;
   __tsan_mutex_pre_unlock(mu, 0);
   auto result = call();
   __tsan_mutex_post_unlock(mu, 0);
@@ -109,6 +125,8 @@ void Mutex::ReaderLock() {
 
 bool Mutex::TryLock() {
   static const auto real = RealFn<TryFn>("5Mutex7TryLockEv");
+  if (Outermost::Nested()) return real(this);
+  Outermost outermost;
   __tsan_mutex_pre_lock(this, __tsan_mutex_try_lock);
   const bool ok = real(this);
   __tsan_mutex_post_lock(this, __tsan_mutex_try_lock | (ok ? 0 : __tsan_mutex_try_lock_failed), 0);
@@ -117,6 +135,8 @@ bool Mutex::TryLock() {
 
 bool Mutex::ReaderTryLock() {
   static const auto real = RealFn<TryFn>("5Mutex13ReaderTryLockEv");
+  if (Outermost::Nested()) return real(this);
+  Outermost outermost;
   const unsigned flags = kRead | __tsan_mutex_try_lock;
   __tsan_mutex_pre_lock(this, flags);
   const bool ok = real(this);
