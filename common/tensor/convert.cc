@@ -54,6 +54,7 @@ void FromDouble(const double* src, int64_t n, DType to, void* dst) {
 }  // namespace
 
 void WidenToFloat(DType dtype, const void* src, int64_t n, float* dst) {
+  if (n <= 0) return;  // an empty tensor's buffer may be null (memcpy needs non-null)
   switch (dtype) {
     case DType::kFloat32:
       std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
@@ -78,6 +79,7 @@ void WidenToFloat(DType dtype, const void* src, int64_t n, float* dst) {
 }
 
 void NarrowFromFloat(const float* src, int64_t n, DType dtype, void* dst) {
+  if (n <= 0) return;  // as WidenToFloat
   switch (dtype) {
     case DType::kFloat32:
       std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
@@ -102,6 +104,7 @@ void NarrowFromFloat(const float* src, int64_t n, DType dtype, void* dst) {
 }
 
 void ConvertElements(DType from, const void* src, int64_t n, DType to, void* dst) {
+  if (n <= 0) return;  // as WidenToFloat
   if (from == to) {
     std::memcpy(dst, src, static_cast<size_t>(n * DTypeSize(from)));
     return;

@@ -57,8 +57,12 @@ struct Ops {
 }  // namespace gemm_portable
 
 // ---- AVX2 + FMA: 8 floats per ymm; 16 registers (tiles of 12 accumulators).
+#if defined(__clang__)  // clang ignores GCC's target pragma (sanitizer and fuzz builds)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
+#endif
 namespace gemm_avx2 {
 struct Ops {
   using V = __m256;
@@ -83,7 +87,11 @@ struct Ops {
 };
 #include "common/tensor/gemm_small_m_kernels.inc"
 }  // namespace gemm_avx2
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 // ---- AVX-512F: 16 floats per zmm; 32 registers (tiles of 24 accumulators).
 // GCC 12's avx512fintrin.h trips -W(maybe-)uninitialized on its own
@@ -91,8 +99,12 @@ struct Ops {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,fma"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,fma")
+#endif
 namespace gemm_avx512 {
 struct Ops {
   using V = __m512;
@@ -112,7 +124,11 @@ struct Ops {
 };
 #include "common/tensor/gemm_small_m_kernels.inc"
 }  // namespace gemm_avx512
+#if defined(__clang__)
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 #pragma GCC diagnostic pop
 
 namespace {

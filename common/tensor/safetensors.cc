@@ -206,14 +206,19 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(absl::string_view path) {
   std::sort(by_offset.begin(), by_offset.end(), [](const Entry* a, const Entry* b) {
     return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
   });
-  for (size_t i = 1; i < by_offset.size(); ++i) {
-    const Entry& prev = *by_offset[i - 1];
-    const Entry& cur = *by_offset[i];
-    if (cur.begin < prev.end && cur.begin != cur.end && prev.begin != prev.end) {
+  // Each non-empty entry against the non-empty one reaching furthest before it
+  // (comparing only neighbours missed an overlap across an empty entry).
+  const Entry* furthest = nullptr;
+  for (const Entry* e : by_offset) {
+    const Entry& cur = *e;
+    if (cur.begin == cur.end) continue;
+    if (furthest != nullptr && cur.begin < furthest->end) {
+      const Entry& prev = *furthest;
       return InvalidArgument("safetensors '", path, "': tensors '", prev.name, "' [", prev.begin,
                              ", ", prev.end, ") and '", cur.name, "' [", cur.begin, ", ",
                              cur.end, ") overlap");
     }
+    if (furthest == nullptr || cur.end > furthest->end) furthest = &cur;
   }
   std::sort(file.entries_.begin(), file.entries_.end(),
             [](const Entry& a, const Entry& b) { return a.name < b.name; });

@@ -1,31 +1,36 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets in build-fuzz/ (clang, core-only, ASan+UBSan)
-# and runs each for SECONDS seconds on a seed corpus generated from the
-# public conformance cases. Exits non-zero if a build fails or any target
-# finds a crash.
+# Builds the libFuzzer targets in the ASan+UBSan build directory (build-asan/,
+# configured by scripts/sanitizer_tests.sh: one clang build serves the
+# sanitizer tests and the fuzzers), replays every input that once crashed a
+# target (tests/fuzz/regressions/<target>/), then runs each target for SECONDS
+# seconds on its seed corpus. Exits non-zero if a build fails, a regression
+# input crashes again, or a target finds a crash.
 #
-#   tests/fuzz/run_fuzzers.sh 60
-# MESHSERVE_FUZZ_SEED (default 1) fixes libFuzzer's seed so a CI run can be
-# reproduced; a crash input found once belongs in tests/fuzz/regressions/.
+#   tests/fuzz/run_fuzzers.sh 20
+# Seeds: tests/fuzz/corpus/<target>/ (protobuf inputs as text, encoded here
+# with protoc), the example and bad model files, and the public conformance
+# cases. MESHSERVE_FUZZ_SEED (default 1) fixes libFuzzer's seed so a CI run can
+# be reproduced; a crash input found once belongs in tests/fuzz/regressions/.
 set -u -o pipefail
-SECONDS_EACH="${1:-60}"
+SECONDS_EACH="${1:-20}"
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
-BUILD="${ROOT}/build-fuzz"
+BUILD="${MESHSERVE_FUZZ_BUILD_DIR:-${MESHSERVE_ASAN_DIR:-${ROOT}/build-asan}}"
 CASES="${MESHSERVE_PUBLIC_CASES:-${ROOT}/../shared/conformance/sharding-rules/public-cases.json}"
-JOBS="${JOBS:-2}"
+JOBS="${JOBS:-$(nproc)}"
+SEEDS="${ROOT}/tests/fuzz/corpus"
+TARGETS=(partition_spec_fuzz sharding_text_fuzz rules_case_fuzz model_file_fuzz safetensors_fuzz
+         npy_fuzz infer_request_fuzz program_fuzz data_chunk_fuzz)
 
-cmake -S "${ROOT}" -B "${BUILD}" -G Ninja \
-  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DMESHSERVE_CORE_ONLY=ON -DMESHSERVE_BUILD_FUZZERS=ON -DMESHSERVE_BUILD_TESTS=OFF \
-  "-DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" \
-  >"${BUILD}.cmake.log" 2>&1 || { echo "cmake failed, see ${BUILD}.cmake.log"; exit 1; }
-cmake --build "${BUILD}" -j"${JOBS}" --target partition_spec_fuzz sharding_text_fuzz rules_case_fuzz \
-  || { echo "fuzzer build failed"; exit 1; }
+MESHSERVE_ASAN_DIR="${BUILD}" "${ROOT}/scripts/sanitizer_tests.sh" configure asan || exit 1
+start=${SECONDS}
+cmake --build "${BUILD}" -j"${JOBS}" --target "${TARGETS[@]}" >"${BUILD}.fuzz-build.log" 2>&1 \
+  || { tail -40 "${BUILD}.fuzz-build.log"; echo "fuzzer build failed"; exit 1; }
+echo "-- fuzzer build: $((SECONDS - start)) s"
 
 CORPUS="${BUILD}/corpus"
-mkdir -p "${CORPUS}/partition_spec" "${CORPUS}/rules_case" "${CORPUS}/sharding_text"
-# Seed corpus: every spec and every case of the public file, one per file.
+rm -rf "${CORPUS}"
+for t in "${TARGETS[@]}"; do mkdir -p "${CORPUS}/${t%_fuzz}"; done
+# The sharding targets: every spec and every case of the public file, one per file.
 if [[ -f "${CASES}" ]]; then
   python3 - "${CASES}" "${CORPUS}" <<'PY'
 import json, sys, os
@@ -46,23 +51,42 @@ for i, c in enumerate(cases):
 open(os.path.join(out, "rules_case", "all.json"), "w").write(json.dumps(cases))
 PY
 fi
-# Inputs that once crashed a target are kept in tests/fuzz/regressions/ and
-# replayed first, every run.
-for d in partition_spec rules_case; do
-  if compgen -G "${ROOT}/tests/fuzz/regressions/${d}/*" >/dev/null; then
-    cp "${ROOT}/tests/fuzz/regressions/${d}/"* "${CORPUS}/${d}/"
-  fi
-done
 printf "P('x', unreduced={'y'})" >"${CORPUS}/partition_spec/unreduced.txt"
 printf "PartitionSpec(('a', 'b'), None)" >"${CORPUS}/partition_spec/tuple.txt"
-# The text-forms target starts from the spec seeds plus a mesh and a box.
 cp "${CORPUS}/partition_spec/"* "${CORPUS}/sharding_text/"
 printf "mesh[x=2,y=3,z=2:Auto]" >"${CORPUS}/sharding_text/mesh.txt"
 printf "[0:4, 2:8]" >"${CORPUS}/sharding_text/box.txt"
+# Model files: the examples and the bad models of the e2e tests.
+cp "${ROOT}"/examples/models/*.json "${ROOT}"/tests/integration/models_bad/*.json \
+   "${ROOT}"/tests/integration/testdata/*.json "${CORPUS}/model_file/"
+cp "${SEEDS}"/safetensors/* "${ROOT}"/tests/integration/models_bad/*.safetensors \
+   "${CORPUS}/safetensors/"
+cp "${SEEDS}"/npy/* "${CORPUS}/npy/"
+cp "${SEEDS}"/data_chunk/* "${CORPUS}/data_chunk/"
+encode() {  # dir message proto
+  for f in "${SEEDS}/$1"/*.txtpb; do
+    protoc --proto_path="${ROOT}/proto" --encode="$2" "${ROOT}/proto/$3" <"${f}" \
+      >"${CORPUS}/$1/$(basename "${f}" .txtpb).bin" || { echo "protoc failed on ${f}"; exit 1; }
+  done
+}
+encode infer_request inference.ModelInferRequest inference.proto
+encode program meshserve.Program program.proto
 
 status=0
-for target in partition_spec_fuzz sharding_text_fuzz rules_case_fuzz; do
-  dir="${CORPUS}/${target%_fuzz}"
+for target in "${TARGETS[@]}"; do
+  short=${target%_fuzz}
+  dir="${CORPUS}/${short}"
+  regressions=("${ROOT}/tests/fuzz/regressions/${short}"/*)
+  if [[ -e "${regressions[0]}" ]]; then  # replayed once each; then part of the corpus
+    if ! "${BUILD}/fuzz/${target}" "${regressions[@]}" >"${BUILD}/${target}.replay.log" 2>&1; then
+      echo "FAIL ${target}: a regression input crashes again, see ${BUILD}/${target}.replay.log"
+      tail -30 "${BUILD}/${target}.replay.log"
+      status=1
+      continue
+    fi
+    cp "${regressions[@]}" "${dir}/"
+    echo "== ${target}: ${#regressions[@]} regression inputs replayed"
+  fi
   echo "== ${target}: ${SECONDS_EACH}s on $(ls "${dir}" | wc -l) seeds"
   mkdir -p "${BUILD}/artifacts/${target}"
   if ! "${BUILD}/fuzz/${target}" -max_total_time="${SECONDS_EACH}" -max_len=4096 \
@@ -74,7 +98,7 @@ for target in partition_spec_fuzz sharding_text_fuzz rules_case_fuzz; do
     status=1
   else
     grep -E "stat::number_of_executed_units|cov:" "${BUILD}/${target}.log" | tail -2
-    echo "ok ${target}"
+    echo "ok ${target} (corpus now $(ls "${dir}" | wc -l) inputs)"
   fi
 done
 exit ${status}
