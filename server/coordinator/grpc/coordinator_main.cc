@@ -89,6 +89,20 @@ absl::StatusOr<Edge> EdgeFromFlags() {
   return edge;
 }
 
+// The KServe v2 REST edge when --http_port is set; null otherwise.
+absl::StatusOr<std::unique_ptr<meshserve::CoordinatorHttpServer>> StartHttp(
+    meshserve::Coordinator* coordinator, const meshserve::CoordinatorHttpOptions& options) {
+  if (absl::GetFlag(FLAGS_http_port) <= 0) return nullptr;
+  MS_ASSIGN_OR_RETURN(std::unique_ptr<meshserve::CoordinatorHttpServer> http,
+                      meshserve::CoordinatorHttpServer::Start(coordinator,
+                                                              absl::GetFlag(FLAGS_host),
+                                                              absl::GetFlag(FLAGS_http_port),
+                                                              options));
+  std::cout << "meshserve-coordinator http on " << absl::GetFlag(FLAGS_host) << ":"
+            << http->port() << std::endl;
+  return http;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -125,18 +139,11 @@ int main(int argc, char** argv) {
     std::cerr << "meshserve-coordinator: " << server.status() << "\n";
     return 1;
   }
-  std::unique_ptr<meshserve::CoordinatorHttpServer> http;
-  if (absl::GetFlag(FLAGS_http_port) > 0) {
-    auto started = meshserve::CoordinatorHttpServer::Start(
-        coordinator->get(), absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_http_port),
-        edge->http);
-    if (!started.ok()) {
-      std::cerr << "meshserve-coordinator: " << started.status() << "\n";
-      return 1;
-    }
-    http = *std::move(started);
-    std::cout << "meshserve-coordinator http on " << absl::GetFlag(FLAGS_host) << ":"
-              << http->port() << std::endl;
+  absl::StatusOr<std::unique_ptr<meshserve::CoordinatorHttpServer>> http =
+      StartHttp(coordinator->get(), edge->http);
+  if (!http.ok()) {
+    std::cerr << "meshserve-coordinator: " << http.status() << "\n";
+    return 1;
   }
   if (!edge->security.tls() && !edge->server.edge.auth_token.empty()) {
     MS_LOG(WARNING) << "--auth_token_file without --tls_dir: the token travels in plaintext";
@@ -167,7 +174,7 @@ int main(int argc, char** argv) {
     }
   }
   std::cout << "meshserve-coordinator stopping" << std::endl;
-  if (http != nullptr) http->Stop();
+  if (*http != nullptr) (*http)->Stop();
   (*server)->Shutdown();
   coordinator->reset();
   return 0;
