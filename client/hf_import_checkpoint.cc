@@ -70,7 +70,10 @@ absl::StatusOr<HfCheckpoint> HfCheckpoint::Open(absl::string_view hf_dir) {
     return NotFound("'", hf_dir, "' has no ", kSafetensorsFile, " and no ",
                     kSafetensorsIndexFile, hint);
   }
-  for (const auto& [file, names] : wanted) {
+  for (const auto& entry : wanted) {
+    // Not a structured binding: C++17 lambdas cannot capture one (clang refuses).
+    const std::string& file = entry.first;
+    const auto& names = entry.second;
     const std::string path = (dir / file).string();
     MS_ASSIGN_OR_RETURN(SafetensorsFile st, SafetensorsFile::Open(path));
     ckpt.files_.push_back(file);
