@@ -43,6 +43,9 @@ class Checkpoint {
   absl::StatusOr<Tensor> ReadBox(absl::string_view tensor, const Box& box,
                                  std::optional<DType> out_dtype = std::nullopt) const;
 
+  // The files opened, in the order read (an index's files by tensor name).
+  const std::vector<std::unique_ptr<SafetensorsFile>>& files() const { return files_; }
+
   // "a.safetensors" or "index.json (3 files)", for messages.
   const std::string& description() const { return description_; }
 
