@@ -190,6 +190,15 @@ struct MeshAxisIr {
   std::string type;  // "Explicit" (or ""), "Auto", "Manual"
 };
 
+// One box of one param and where to read it (worker_service.proto ParamPiece).
+struct ParamPieceIr {
+  std::string param;
+  BoxIr box;  // global coordinates
+  int64_t src_worker = -1;
+  int64_t src_generation = 0;
+  int64_t src_version = 0;
+};
+
 struct LoadModelIr {
   std::string model;
   int64_t generation = 0;
@@ -199,6 +208,16 @@ struct LoadModelIr {
   std::vector<int64_t> devices;
   std::vector<int64_t> device_workers;
   std::map<int64_t, std::string> worker_addresses;
+  int64_t version = 1;                   // 0 on the wire is read as 1
+  std::vector<int64_t> replica_devices;  // held for durability only
+  std::vector<ParamPieceIr> sources;     // see LoadModelRequest.sources
+};
+
+// LoadModelResponse.
+struct LoadModelResultIr {
+  int64_t param_bytes = 0;
+  int64_t bytes_fetched = 0;
+  int64_t bytes_local = 0;
 };
 
 struct HostedModelIr {
@@ -206,6 +225,47 @@ struct HostedModelIr {
   int64_t generation = 0;
   std::vector<int64_t> devices;
   int64_t param_bytes = 0;
+  int64_t version = 1;
+  std::vector<int64_t> replica_devices;
+  std::vector<MeshAxisIr> mesh;
+  std::vector<int64_t> device_workers;
+};
+
+// ReadParamRequest.
+struct ReadParamIr {
+  std::string model;
+  int64_t generation = 0;
+  int64_t version = 0;
+  std::string param;
+  BoxIr box;
+};
+
+// StageParamChunk.
+struct StageChunkIr {
+  std::string model;
+  int64_t generation = 0;
+  int64_t version = 0;
+  std::string param;
+  BoxIr box;
+  int64_t total_bytes = 0;
+  int64_t offset = 0;
+  std::string data;
+};
+
+// CommitParamsRequest.
+struct CommitParamsIr {
+  std::string model;
+  int64_t generation = 0;
+  int64_t base_version = 0;
+  int64_t version = 0;
+  std::vector<std::string> params;
+  std::vector<ParamPieceIr> fills;
+};
+
+// CommitParamsResponse.
+struct CommitResultIr {
+  int64_t param_bytes = 0;
+  int64_t bytes_fetched = 0;
 };
 
 struct WorkerStatusIr {

@@ -233,6 +233,9 @@ LoadModelIr LoadModelToIr(const LoadModelRequest& request) {
   for (const auto& [worker, address] : request.worker_addresses()) {
     ir.worker_addresses[worker] = address;
   }
+  ir.version = request.version() == 0 ? 1 : request.version();
+  ir.replica_devices = Ints(request.replica_devices());
+  for (const ParamPiece& piece : request.sources()) ir.sources.push_back(ParamPieceToIr(piece));
   return ir;
 }
 
@@ -252,6 +255,79 @@ void LoadModelFromIr(const LoadModelIr& ir, LoadModelRequest* request) {
   for (const auto& [worker, address] : ir.worker_addresses) {
     (*request->mutable_worker_addresses())[worker] = address;
   }
+  request->set_version(ir.version);
+  SetInts(ir.replica_devices, request->mutable_replica_devices());
+  for (const ParamPieceIr& piece : ir.sources) ParamPieceFromIr(piece, request->add_sources());
+}
+
+ParamPieceIr ParamPieceToIr(const ParamPiece& piece) {
+  return ParamPieceIr{piece.param(), BoxToIr(piece.box()), piece.src_worker(),
+                      piece.src_generation(), piece.src_version()};
+}
+
+void ParamPieceFromIr(const ParamPieceIr& ir, ParamPiece* piece) {
+  piece->set_param(ir.param);
+  BoxFromIr(ir.box, piece->mutable_box());
+  piece->set_src_worker(ir.src_worker);
+  piece->set_src_generation(ir.src_generation);
+  piece->set_src_version(ir.src_version);
+}
+
+ReadParamIr ReadParamToIr(const ReadParamRequest& request) {
+  return ReadParamIr{request.model(), request.generation(), request.version(),
+                     request.param(), BoxToIr(request.box())};
+}
+
+void ReadParamFromIr(const ReadParamIr& ir, ReadParamRequest* request) {
+  request->set_model(ir.model);
+  request->set_generation(ir.generation);
+  request->set_version(ir.version);
+  request->set_param(ir.param);
+  BoxFromIr(ir.box, request->mutable_box());
+}
+
+StageChunkIr StageChunkToIr(StageParamChunk* chunk) {
+  StageChunkIr ir;
+  ir.model = chunk->model();
+  ir.generation = chunk->generation();
+  ir.version = chunk->version();
+  ir.param = chunk->param();
+  ir.box = BoxToIr(chunk->box());
+  ir.total_bytes = chunk->total_bytes();
+  ir.offset = chunk->offset();
+  ir.data = std::move(*chunk->mutable_data());
+  return ir;
+}
+
+void StageChunkFromIr(const StageChunkIr& ir, StageParamChunk* chunk) {
+  chunk->set_model(ir.model);
+  chunk->set_generation(ir.generation);
+  chunk->set_version(ir.version);
+  chunk->set_param(ir.param);
+  BoxFromIr(ir.box, chunk->mutable_box());
+  chunk->set_total_bytes(ir.total_bytes);
+  chunk->set_offset(ir.offset);
+  chunk->set_data(ir.data);
+}
+
+CommitParamsIr CommitParamsToIr(const CommitParamsRequest& request) {
+  CommitParamsIr ir;
+  ir.model = request.model();
+  ir.generation = request.generation();
+  ir.base_version = request.base_version();
+  ir.version = request.version();
+  for (const std::string& p : request.params()) ir.params.push_back(p);
+  for (const ParamPiece& piece : request.fills()) ir.fills.push_back(ParamPieceToIr(piece));
+  return ir;
+}
+
+void CommitParamsFromIr(const CommitParamsIr& ir, CommitParamsRequest* request) {
+  request->set_model(ir.model);
+  request->set_generation(ir.generation);
+  request->set_base_version(ir.base_version);
+  request->set_version(ir.version);
+  for (const std::string& p : ir.params) request->add_params(p);
+  for (const ParamPieceIr& piece : ir.fills) ParamPieceFromIr(piece, request->add_fills());
 }
 
 SliceIr SliceToIr(TensorSlice* slice) {
@@ -292,6 +368,15 @@ void WorkerStatusToProto(const WorkerStatusIr& status, WorkerStatusResponse* res
     hosted->set_generation(model.generation);
     for (int64_t d : model.devices) hosted->add_devices(d);
     hosted->set_param_bytes(model.param_bytes);
+    hosted->set_version(model.version);
+    SetInts(model.replica_devices, hosted->mutable_replica_devices());
+    for (const MeshAxisIr& a : model.mesh) {
+      auto* axis = hosted->mutable_mesh()->add_axes();
+      axis->set_name(a.name);
+      axis->set_size(a.size);
+      axis->set_type(a.type);
+    }
+    SetInts(model.device_workers, hosted->mutable_device_workers());
   }
   response->set_programs(status.programs);
   response->set_requests_served(status.requests_served);
@@ -305,7 +390,18 @@ WorkerStatusIr WorkerStatusFromProto(const WorkerStatusResponse& response) {
   status.blas_config = response.blas_config();
   status.blas_threads = response.blas_threads();
   for (const auto& m : response.models()) {
-    status.models.push_back({m.model(), m.generation(), Ints(m.devices()), m.param_bytes()});
+    HostedModelIr hosted;
+    hosted.model = m.model();
+    hosted.generation = m.generation();
+    hosted.devices = Ints(m.devices());
+    hosted.param_bytes = m.param_bytes();
+    hosted.version = m.version() == 0 ? 1 : m.version();
+    hosted.replica_devices = Ints(m.replica_devices());
+    for (const auto& axis : m.mesh().axes()) {
+      hosted.mesh.push_back(MeshAxisIr{axis.name(), axis.size(), axis.type()});
+    }
+    hosted.device_workers = Ints(m.device_workers());
+    status.models.push_back(std::move(hosted));
   }
   status.programs = response.programs();
   status.requests_served = response.requests_served();

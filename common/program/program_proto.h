@@ -21,6 +21,10 @@ class Program;
 class LoadModelRequest;
 class TensorSlice;
 class WorkerStatusResponse;
+class ParamPiece;
+class ReadParamRequest;
+class StageParamChunk;
+class CommitParamsRequest;
 
 // \error kInvalidArgument naming the step for a step without a kind or with
 //   an unknown compute op (ParseComputeOp).
@@ -38,6 +42,16 @@ SliceIr SliceToIr(TensorSlice* slice);
 void SliceFromIr(SliceIr* ir, TensorSlice* slice);
 // Copies the IR's bytes into `slice`.
 void SliceFromIr(const SliceIr& ir, TensorSlice* slice);
+
+ParamPieceIr ParamPieceToIr(const ParamPiece& piece);
+void ParamPieceFromIr(const ParamPieceIr& ir, ParamPiece* piece);
+ReadParamIr ReadParamToIr(const ReadParamRequest& request);
+void ReadParamFromIr(const ReadParamIr& ir, ReadParamRequest* request);
+// Moves the chunk's data.
+StageChunkIr StageChunkToIr(StageParamChunk* chunk);
+void StageChunkFromIr(const StageChunkIr& ir, StageParamChunk* chunk);
+CommitParamsIr CommitParamsToIr(const CommitParamsRequest& request);
+void CommitParamsFromIr(const CommitParamsIr& ir, CommitParamsRequest* request);
 
 void WorkerStatusToProto(const WorkerStatusIr& status, WorkerStatusResponse* response);
 WorkerStatusIr WorkerStatusFromProto(const WorkerStatusResponse& response);
