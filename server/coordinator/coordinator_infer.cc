@@ -24,8 +24,17 @@
 
 namespace meshserve {
 
+// Workers remember the ids of requests they ran (the rendezvous rejects a
+// second run), so ids must not repeat when a coordinator restarts: each
+// process numbers its requests under its own start time.
+static const std::string& Incarnation() {
+  static const std::string* const incarnation =
+      new std::string(absl::StrCat(absl::Hex(absl::ToUnixMicros(absl::Now()))));
+  return *incarnation;
+}
+
 std::string Coordinator::NextRequestId(const std::string& client_id) {
-  return absl::StrCat("req", next_request_.fetch_add(1),
+  return absl::StrCat("req", next_request_.fetch_add(1), ".", Incarnation(),
                       client_id.empty() ? "" : "-", client_id.substr(0, 64));
 }
 
