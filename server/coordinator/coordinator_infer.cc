@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
@@ -160,6 +161,58 @@ struct CallsInFlight {
   size_t remaining ABSL_GUARDED_BY(mu);
   int first_failed ABSL_GUARDED_BY(mu) = -1;  // index of the first failed call
 };
+
+// Waits for every call of `state` (ids[i]: the worker of call i). The first
+// failure cancels the request on every other worker at once (cancel_others),
+// so peers blocked on a receive from it return now instead of at the
+// deadline. A worker the registry declares dead or suspect (missed
+// heartbeats, another request saw it fail) while its call is in flight is
+// given up at once: its peers are cancelled and the request fails over
+// (retried by InferOne) instead of waiting for a stalled worker's deadline;
+// its task finishes later on its own (it holds `state`). Returns the index of
+// the call given up, or -1; sets the first failed call and its status.
+int WaitForCalls(CallsInFlight& state, const std::vector<int64_t>& ids,
+                 const WorkerRegistry& registry,
+                 absl::FunctionRef<void(int64_t failed)> cancel_others, int* first_failed,
+                 absl::Status* first_status) {
+  int abandoned = -1;
+  state.mu.Lock();  // not a MutexLock: `cancel` releases it around the RPCs
+  bool cancelled = false;
+  auto cancel = [&](int64_t failed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state.mu) {
+    cancelled = true;
+    state.mu.Unlock();
+    cancel_others(failed);
+    state.mu.Lock();
+  };
+  auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state.mu) {
+    return state.remaining == 0 || (state.first_failed >= 0 && !cancelled);
+  };
+  while (state.remaining > 0) {
+    if (state.first_failed >= 0 && !cancelled) {
+      cancel(ids[state.first_failed]);
+      continue;
+    }
+    if (state.mu.AwaitWithTimeout(absl::Condition(&settled), kWatchPeriod)) continue;
+    for (size_t i = 0; i < ids.size() && abandoned < 0; ++i) {
+      if (!state.done[i] && (!registry.IsAlive(ids[i]) || registry.IsSuspect(ids[i]))) {
+        abandoned = static_cast<int>(i);
+      }
+    }
+    if (abandoned >= 0) {
+      if (!cancelled) cancel(ids[abandoned]);
+      break;
+    }
+  }
+  *first_failed = state.first_failed;
+  if (*first_failed >= 0) {
+    *first_status = state.results[*first_failed].status();
+    // Every call may have returned before the wait saw the failure: the
+    // others' requests may still hold state (e.g. slices from the failed one).
+    if (!cancelled) cancel(ids[*first_failed]);
+  }
+  state.mu.Unlock();
+  return abandoned;
+}
 
 int64_t SliceBytes(const std::vector<SliceIr>& slices) {
   int64_t n = 0;
@@ -320,49 +373,12 @@ absl::StatusOr<std::map<int64_t, ExecuteResult>> Coordinator::ExecuteAll(
                                        : absl::StatusOr<ExecuteResult>(client.status()));
     });
   }
-  // Wait for every call. The first failure cancels the request on every other
-  // worker at once, so peers blocked on a receive from it return now instead
-  // of at the deadline. A worker the registry declares dead or suspect (missed
-  // heartbeats, another request saw it fail) while its call is in flight is
-  // given up at once: its peers are cancelled and the request fails over
-  // (retried by InferOne) instead of waiting for a stalled worker's deadline.
-  // Its task finishes later on its own (it holds `state`, not this frame).
   int first_failed = -1;
-  int abandoned = -1;
   absl::Status first_status;
-  {
-    absl::MutexLock lock(&state->mu);
-    bool cancelled = false;
-    auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state->mu) {
-      return state->remaining == 0 || (state->first_failed >= 0 && !cancelled);
-    };
-    while (state->remaining > 0) {
-      if (state->first_failed >= 0 && !cancelled) {
-        cancelled = true;
-        const int64_t failed = ids[state->first_failed];
-        state->mu.Unlock();
-        CancelOthers(placement, ids, failed, request_id);
-        state->mu.Lock();
-        continue;
-      }
-      if (state->mu.AwaitWithTimeout(absl::Condition(&settled), kWatchPeriod)) continue;
-      for (size_t i = 0; i < ids.size() && abandoned < 0; ++i) {
-        if (!state->done[i] && (!registry_.IsAlive(ids[i]) || registry_.IsSuspect(ids[i]))) {
-          abandoned = static_cast<int>(i);
-        }
-      }
-      if (abandoned >= 0) {
-        if (!cancelled) {
-          state->mu.Unlock();
-          CancelOthers(placement, ids, ids[abandoned], request_id);
-          state->mu.Lock();
-        }
-        break;
-      }
-    }
-    first_failed = state->first_failed;
-    if (first_failed >= 0) first_status = state->results[first_failed].status();
-  }
+  const int abandoned = WaitForCalls(
+      *state, ids, registry_,
+      [&](int64_t failed) { CancelOthers(placement, ids, failed, request_id); },
+      &first_failed, &first_status);
   // The first failure is the cause; the others mostly report the cancellation
   // it caused.
   if (first_failed < 0 && abandoned >= 0) {
@@ -390,8 +406,9 @@ absl::StatusOr<std::map<int64_t, ExecuteResult>> Coordinator::ExecuteAll(
     }
     return AnnotateStatus(first_status, where);
   }
-  // Every call has returned: no task writes `state` any more.
+  // Every call has returned (no failure, none given up).
   std::map<int64_t, ExecuteResult> by_worker;
+  absl::MutexLock lock(&state->mu);
   for (size_t i = 0; i < ids.size(); ++i) by_worker[ids[i]] = *std::move(state->results[i]);
   return by_worker;
 }
