@@ -247,7 +247,8 @@ int RunThen(const std::string& command, const std::string& target) {
 constexpr char kLocalUsage[] =
     "local --workers N --model_dir DIR [--port P] [--host 127.0.0.1] [--log_dir D] "
     "[--ready_timeout_s S] [--http_port P] [--then \"COMMAND\"] [--verbose] [--tls_dir DIR] "
-    "[--auth_token_file F] [--max_request_bytes N] [--max_tensor_elements N]";
+    "[--auth_token_file F] [--max_request_bytes N] [--max_tensor_elements N] "
+    "[--max_inflight_per_model N]";
 
 struct LocalOptions {
   int64_t workers = 1;
@@ -285,7 +286,8 @@ absl::StatusOr<LocalOptions> LocalOptionsFromFlags(const CliArgs& args) {
   o.then = args.Get("then");
   o.verbose = args.Has("verbose");
   for (const char* flag :
-       {"tls_dir", "auth_token_file", "max_request_bytes", "max_tensor_elements"}) {
+       {"tls_dir", "auth_token_file", "max_request_bytes", "max_tensor_elements",
+        "max_inflight_per_model"}) {
     if (!args.Has(flag)) continue;
     o.coordinator_flags.push_back(absl::StrCat("--", flag));
     o.coordinator_flags.push_back(args.Get(flag));
@@ -431,7 +433,8 @@ MS_REGISTER_COMMAND(FlagCommand{
      {"tls_dir"},
      {"auth_token_file"},
      {"max_request_bytes"},
-     {"max_tensor_elements"}},
+     {"max_tensor_elements"},
+     {"max_inflight_per_model"}},
     RunLocal,
     /*rejects_positional=*/true});
 

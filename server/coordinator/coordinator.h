@@ -31,7 +31,16 @@
 // it dead when the probe fails), and the request is retried once (inference
 // is idempotent): on the new generation if the model moves within
 // options.retry_wait, or on the same one if the probe finds the worker alive
-// (a transient failure). The retry's error is final.
+// (a transient failure). The retry's error is final. A call in flight on a
+// worker the registry declares dead or suspect is given up at once (its peers
+// are cancelled, the request retried) rather than awaited until its deadline.
+// Deadlines: a request's budget (its timeout, else options.execute_timeout)
+// counts from arrival; each worker gets the time left (ExecuteCall.deadline_ms)
+// and a worker's DEADLINE_EXCEEDED at the deadline is the request's own (not a
+// worker failure, not retried). Admission: an unbatched model has at most
+// options.max_inflight_per_model requests in flight; one more gets
+// RESOURCE_EXHAUSTED naming the model and the limit (a batched model's bound
+// is its batcher's queue).
 //
 // The parts: request types and validation (infer_request.h), the program
 // cache (program_cache.h), fan-out and the worker-failure rule (fan_out.h),
@@ -85,6 +94,8 @@ struct CoordinatorOptions {
   absl::Duration control_timeout = absl::Seconds(2);    // probes, cancel, unload
   absl::Duration retry_wait = absl::Seconds(4);
   absl::Duration placement_retry_backoff = absl::Seconds(1);
+  // Requests of one unbatched model admitted at once; one more: RESOURCE_EXHAUSTED.
+  int max_inflight_per_model = 64;
   bool run_control_thread = true;  // tests may call Tick() themselves
 };
 
@@ -187,13 +198,15 @@ class Coordinator {
                                          InferRecorder* recorder);
   // One attempt of Infer: the request's calls (BuildCalls), ExecuteAll, then
   // AssembleResponse. Sets *failed_worker to a worker whose failure failed it.
+  // `deadline`: the request's (its budget counted from its arrival).
   absl::StatusOr<InferResponse> RunOnce(const ValidatedRequest& v, const InferRequest& request,
                                         const Placement& placement,
-                                        const CompiledPlan& plan, int64_t* failed_worker,
-                                        InferRecorder* recorder);
-  // Runs every call at once (fan_out.h); the first failure cancels the others.
+                                        const CompiledPlan& plan, absl::Time deadline,
+                                        int64_t* failed_worker, InferRecorder* recorder);
+  // Runs every call at once; the first failure cancels the others, and a call
+  // on a worker the registry declares dead or suspect is abandoned at once.
   absl::StatusOr<std::map<int64_t, ExecuteResult>> ExecuteAll(
-      const Placement& placement, const std::string& request_id, absl::Duration timeout,
+      const Placement& placement, const std::string& request_id, absl::Time deadline,
       std::map<int64_t, ExecuteCall> calls, int64_t* failed_worker);
   void CancelOthers(const Placement& placement, const std::vector<int64_t>& worker_ids,
                     int64_t failed, const std::string& request_id);
@@ -211,6 +224,8 @@ class Coordinator {
   // One per model with a "batching" key (batcher.h); made by LoadModelDir.
   std::map<std::string, std::unique_ptr<Batcher>> batchers_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<const Placement>> retired_ ABSL_GUARDED_BY(mu_);
+  // Requests in flight per unbatched model (options_.max_inflight_per_model).
+  std::map<std::string, int64_t> inflight_ ABSL_GUARDED_BY(mu_);
   int64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
 
   ProgramCache program_cache_;

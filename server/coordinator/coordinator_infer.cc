@@ -7,9 +7,12 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "common/base/elastic_executor.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
@@ -18,11 +21,21 @@
 #include "common/tensor/copy_box.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/fan_out.h"
+#include "server/coordinator/worker_registry.h"
 
 namespace meshserve {
 
+// Workers remember the ids of requests they ran (the rendezvous rejects a
+// second run), so ids must not repeat when a coordinator restarts: each
+// process numbers its requests under its own start time.
+static const std::string& Incarnation() {
+  static const std::string* const incarnation =
+      new std::string(absl::StrCat(absl::Hex(absl::ToUnixMicros(absl::Now()))));
+  return *incarnation;
+}
+
 std::string Coordinator::NextRequestId(const std::string& client_id) {
-  return absl::StrCat("req", next_request_.fetch_add(1),
+  return absl::StrCat("req", next_request_.fetch_add(1), ".", Incarnation(),
                       client_id.empty() ? "" : "-", client_id.substr(0, 64));
 }
 
@@ -45,17 +58,36 @@ absl::StatusOr<InferResponse> Coordinator::InferOne(const InferRequest& request,
                                                     std::shared_ptr<const ModelFile> model,
                                                     bool may_batch, InferRecorder* recorder) {
   MS_ASSIGN_OR_RETURN(ValidatedRequest v, ValidateInferRequest(std::move(model), request));
+  // The budget counts from arrival; retries and every worker get what is left.
+  const absl::Duration budget =
+      request.timeout > absl::ZeroDuration() ? request.timeout : options_.execute_timeout;
+  const absl::Time deadline = absl::Now() + budget;
   Batcher* batcher = nullptr;
+  bool admitted = false;
   if (may_batch) {
     absl::MutexLock lock(&mu_);
     auto it = batchers_.find(request.model);
-    if (it != batchers_.end()) batcher = it->second.get();  // lives as long as *this
+    if (it != batchers_.end()) {
+      batcher = it->second.get();  // lives as long as *this; bounds its own queue
+    } else {
+      // An unbatched model's bound: requests in flight, admitted or rejected at once.
+      int64_t& inflight = inflight_[request.model];
+      if (inflight >= options_.max_inflight_per_model) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "model '", request.model, "' has ", inflight,
+            " requests in flight, its limit (--max_inflight_per_model=",
+            options_.max_inflight_per_model, "); retry later"));
+      }
+      ++inflight;
+      admitted = true;
+    }
   }
-  if (batcher != nullptr) {
-    return batcher->Infer(request, v,
-                          request.timeout > absl::ZeroDuration() ? request.timeout
-                                                                 : options_.execute_timeout);
-  }
+  if (batcher != nullptr) return batcher->Infer(request, v, budget);
+  absl::Cleanup release = [this, admitted, &request] {
+    if (!admitted) return;
+    absl::MutexLock lock(&mu_);
+    --inflight_[request.model];
+  };
   absl::Status last;
   for (int attempt = 0; attempt < 2; ++attempt) {
     std::shared_ptr<const Placement> placement = CurrentPlacement(request.model);
@@ -67,7 +99,7 @@ absl::StatusOr<InferResponse> Coordinator::InferOne(const InferRequest& request,
     absl::StatusOr<std::shared_ptr<const CompiledPlan>> plan =
         program_cache_.GetOrCompile(v, placement);
     absl::StatusOr<InferResponse> response =
-        plan.ok() ? RunOnce(v, request, *placement, **plan, &failed_worker, recorder)
+        plan.ok() ? RunOnce(v, request, *placement, **plan, deadline, &failed_worker, recorder)
                   : plan.status();
     if (response.ok() || !absl::IsUnavailable(response.status()) || attempt == 1) {
       return response;
@@ -78,9 +110,9 @@ absl::StatusOr<InferResponse> Coordinator::InferOne(const InferRequest& request,
     // and re-places without it), or on the same one if the probe finds the
     // worker alive (a transient failure, e.g. a worker that joined in this
     // generation and timed out dialling a peer). Give up when the worker is
-    // still suspect and nothing moved within retry_wait.
+    // still suspect and nothing moved within retry_wait or the deadline.
     const int64_t old_generation = placement->generation;
-    const absl::Time give_up = absl::Now() + options_.retry_wait;
+    const absl::Time give_up = std::min(absl::Now() + options_.retry_wait, deadline);
     bool moved = false;
     bool alive = false;
     while (absl::Now() < give_up && !moved && !alive) {
@@ -100,6 +132,88 @@ absl::StatusOr<InferResponse> Coordinator::InferOne(const InferRequest& request,
 
 namespace {
 
+// How often a request waiting for its workers checks the registry for a lost one.
+constexpr absl::Duration kWatchPeriod = absl::Milliseconds(50);
+// Extra time an Execute RPC gets past the request's deadline (see ExecuteAll).
+constexpr absl::Duration kRpcGrace = absl::Milliseconds(500);
+// A worker's DEADLINE_EXCEEDED this close to the request's deadline is the request's.
+constexpr absl::Duration kDeadlineSlack = absl::Milliseconds(100);
+
+// The time left until `deadline`, at least 1 ms (a zero timeout means "none").
+absl::Duration TimeLeft(absl::Time deadline) {
+  return std::max(deadline - absl::Now(), absl::Milliseconds(1));
+}
+
+// One request's Execute calls, shared with the executor tasks that run them
+// (a task outlives ExecuteAll when the request gives up a lost worker).
+struct CallsInFlight {
+  explicit CallsInFlight(size_t n) : results(n), done(n, false), remaining(n) {}
+  void Finish(size_t index, absl::StatusOr<ExecuteResult> result) {
+    absl::MutexLock lock(&mu);
+    if (!result.ok() && first_failed < 0) first_failed = static_cast<int>(index);
+    results[index] = std::move(result);
+    done[index] = true;
+    --remaining;
+  }
+  absl::Mutex mu;
+  std::vector<absl::StatusOr<ExecuteResult>> results ABSL_GUARDED_BY(mu);
+  std::vector<bool> done ABSL_GUARDED_BY(mu);
+  size_t remaining ABSL_GUARDED_BY(mu);
+  int first_failed ABSL_GUARDED_BY(mu) = -1;  // index of the first failed call
+};
+
+// Waits for every call of `state` (ids[i]: the worker of call i). The first
+// failure cancels the request on every other worker at once (cancel_others),
+// so peers blocked on a receive from it return now instead of at the
+// deadline. A worker the registry declares dead or suspect (missed
+// heartbeats, another request saw it fail) while its call is in flight is
+// given up at once: its peers are cancelled and the request fails over
+// (retried by InferOne) instead of waiting for a stalled worker's deadline;
+// its task finishes later on its own (it holds `state`). Returns the index of
+// the call given up, or -1; sets the first failed call and its status.
+int WaitForCalls(CallsInFlight& state, const std::vector<int64_t>& ids,
+                 const WorkerRegistry& registry,
+                 absl::FunctionRef<void(int64_t failed)> cancel_others, int* first_failed,
+                 absl::Status* first_status) {
+  int abandoned = -1;
+  state.mu.Lock();  // not a MutexLock: `cancel` releases it around the RPCs
+  bool cancelled = false;
+  auto cancel = [&](int64_t failed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state.mu) {
+    cancelled = true;
+    state.mu.Unlock();
+    cancel_others(failed);
+    state.mu.Lock();
+  };
+  auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state.mu) {
+    return state.remaining == 0 || (state.first_failed >= 0 && !cancelled);
+  };
+  while (state.remaining > 0) {
+    if (state.first_failed >= 0 && !cancelled) {
+      cancel(ids[state.first_failed]);
+      continue;
+    }
+    if (state.mu.AwaitWithTimeout(absl::Condition(&settled), kWatchPeriod)) continue;
+    for (size_t i = 0; i < ids.size() && abandoned < 0; ++i) {
+      if (!state.done[i] && (!registry.IsAlive(ids[i]) || registry.IsSuspect(ids[i]))) {
+        abandoned = static_cast<int>(i);
+      }
+    }
+    if (abandoned >= 0) {
+      if (!cancelled) cancel(ids[abandoned]);
+      break;
+    }
+  }
+  *first_failed = state.first_failed;
+  if (*first_failed >= 0) {
+    *first_status = state.results[*first_failed].status();
+    // Every call may have returned before the wait saw the failure: the
+    // others' requests may still hold state (e.g. slices from the failed one).
+    if (!cancelled) cancel(ids[*first_failed]);
+  }
+  state.mu.Unlock();
+  return abandoned;
+}
+
 int64_t SliceBytes(const std::vector<SliceIr>& slices) {
   int64_t n = 0;
   for (const SliceIr& s : slices) n += static_cast<int64_t>(s.data.size());
@@ -109,13 +223,13 @@ int64_t SliceBytes(const std::vector<SliceIr>& slices) {
 // One Execute per worker with all of its input slices, cut from the request.
 absl::StatusOr<std::map<int64_t, ExecuteCall>> BuildCalls(
     const CompiledPlan& plan, const std::map<std::string, const InferInput*>& inputs,
-    const std::string& request_id, absl::Duration timeout) {
+    const std::string& request_id, int64_t deadline_ms) {
   std::map<int64_t, ExecuteCall> calls;
   for (const auto& [worker, program] : plan.programs) {
     ExecuteCall& call = calls[worker];
     call.program_id = plan.program_id;
     call.request_id = request_id;
-    call.deadline_ms = absl::ToInt64Milliseconds(timeout);
+    call.deadline_ms = deadline_ms;
   }
   for (const InputSlice& s : plan.input_slices) {
     auto it = inputs.find(s.input);
@@ -133,8 +247,7 @@ absl::StatusOr<std::map<int64_t, ExecuteCall>> BuildCalls(
                        "input '", s.input, "'");
     auto call = calls.find(s.worker);
     if (call == calls.end()) {
-      call = calls.emplace(s.worker, ExecuteCall{plan.program_id, request_id, {},
-                                                 absl::ToInt64Milliseconds(timeout)})
+      call = calls.emplace(s.worker, ExecuteCall{plan.program_id, request_id, {}, deadline_ms})
                  .first;
     }
     call->second.inputs.push_back(std::move(slice));
@@ -209,17 +322,22 @@ absl::StatusOr<InferResponse> Coordinator::RunOnce(const ValidatedRequest& v,
                                                    const InferRequest& request,
                                                    const Placement& placement,
                                                    const CompiledPlan& plan,
-                                                   int64_t* failed_worker,
+                                                   absl::Time deadline, int64_t* failed_worker,
                                                    InferRecorder* recorder) {
   const std::string request_id = NextRequestId(request.id);
-  const absl::Duration timeout =
-      request.timeout > absl::ZeroDuration() ? request.timeout : options_.execute_timeout;
-  MS_ASSIGN_OR_RETURN(auto calls, BuildCalls(plan, v.inputs, request_id, timeout));
+  if (absl::Now() >= deadline) {
+    return absl::DeadlineExceededError(absl::StrCat("request ", request_id, " of model '",
+                                                    request.model,
+                                                    "': its deadline passed before it ran"));
+  }
+  MS_ASSIGN_OR_RETURN(auto calls,
+                      BuildCalls(plan, v.inputs, request_id,
+                                 absl::ToInt64Milliseconds(TimeLeft(deadline))));
   int64_t bytes_in = 0;
   for (const auto& [worker, call] : calls) bytes_in += SliceBytes(call.inputs);
   if (recorder != nullptr) recorder->ComputeStarted();
   const absl::Time compute_start = absl::Now();
-  MS_ASSIGN_OR_RETURN(auto by_worker, ExecuteAll(placement, request_id, timeout,
+  MS_ASSIGN_OR_RETURN(auto by_worker, ExecuteAll(placement, request_id, deadline,
                                                  std::move(calls), failed_worker));
   const absl::Duration compute = absl::Now() - compute_start;
   int64_t bytes_out = 0;
@@ -232,54 +350,66 @@ absl::StatusOr<InferResponse> Coordinator::RunOnce(const ValidatedRequest& v,
 }
 
 absl::StatusOr<std::map<int64_t, ExecuteResult>> Coordinator::ExecuteAll(
-    const Placement& placement, const std::string& request_id, absl::Duration timeout,
+    const Placement& placement, const std::string& request_id, absl::Time deadline,
     std::map<int64_t, ExecuteCall> calls, int64_t* failed_worker) {
   std::vector<int64_t> ids;
-  for (const auto& [id, call] : calls) ids.push_back(id);
-  // The first worker whose Execute fails cancels the request on every other
-  // worker at once, so peers blocked on a receive from it return now instead of
-  // at the deadline.
-  absl::Mutex cancel_mu;
-  int64_t first_failed = -1;  // guarded by cancel_mu
-  std::vector<absl::StatusOr<ExecuteResult>> results =
-      ParallelCall(ids, [&](int64_t id) -> absl::StatusOr<ExecuteResult> {
-        auto addr = placement.worker_addresses.find(id);
-        absl::StatusOr<std::shared_ptr<WorkerClient>> client =
-            addr == placement.worker_addresses.end()
-                ? Internal("worker ", id, " outside the placement")
-                : Client(id, addr->second);
-        // Each call moves its own ExecuteCall out (the map itself is not modified).
-        absl::StatusOr<ExecuteResult> result =
-            client.ok() ? (*client)->Execute(std::move(calls.at(id)), timeout) : client.status();
-        if (!result.ok()) {
-          bool first = false;
-          {
-            absl::MutexLock lock(&cancel_mu);
-            first = first_failed < 0;
-            if (first) first_failed = id;
-          }
-          if (first) CancelOthers(placement, ids, id, request_id);
-        }
-        return result;
-      });
+  auto state = std::make_shared<CallsInFlight>(calls.size());
+  // Each call starts at once on its own executor thread (fan_out.h) and never
+  // waits behind another: the calls of one request wait for each other's data.
+  // The RPC gets a little more than the request's time, so that a worker's own
+  // DEADLINE_EXCEEDED (naming the request and step) arrives first.
+  const absl::Duration rpc_timeout = TimeLeft(deadline) + kRpcGrace;
+  for (auto& [id, call] : calls) {
+    const size_t index = ids.size();
+    ids.push_back(id);
+    auto addr = placement.worker_addresses.find(id);
+    absl::StatusOr<std::shared_ptr<WorkerClient>> client =
+        addr == placement.worker_addresses.end()
+            ? Internal("worker ", id, " outside the placement")
+            : Client(id, addr->second);
+    auto moved = std::make_shared<ExecuteCall>(std::move(call));
+    ElasticExecutor::Shared().Schedule([state, client, moved, index, rpc_timeout] {
+      state->Finish(index, client.ok() ? (*client)->Execute(std::move(*moved), rpc_timeout)
+                                       : absl::StatusOr<ExecuteResult>(client.status()));
+    });
+  }
+  int first_failed = -1;
+  absl::Status first_status;
+  const int abandoned = WaitForCalls(
+      *state, ids, registry_,
+      [&](int64_t failed) { CancelOthers(placement, ids, failed, request_id); },
+      &first_failed, &first_status);
   // The first failure is the cause; the others mostly report the cancellation
-  // it caused. (Every call has returned: first_failed is no longer written.)
+  // it caused.
+  if (first_failed < 0 && abandoned >= 0) {
+    const int64_t worker = ids[abandoned];
+    *failed_worker = worker;
+    return Unavailable("worker ", worker, " (", placement.worker_addresses.at(worker),
+                       ") was declared ", registry_.IsAlive(worker) ? "suspect" : "dead",
+                       " while running request ", request_id,
+                       "; its call was abandoned and its peers cancelled");
+  }
   if (first_failed >= 0) {
-    const int64_t worker = first_failed;
-    const absl::Status s =
-        results[std::find(ids.begin(), ids.end(), worker) - ids.begin()].status();
+    const int64_t worker = ids[first_failed];
     *failed_worker = worker;
     const std::string where = absl::StrCat("worker ", worker, " (",
                                            placement.worker_addresses.at(worker),
                                            ") failed request ", request_id);
-    if (IsWorkerFailure(s)) {
-      registry_.MarkSuspect(worker);
-      return Unavailable(where, ": ", s.message());
+    if (absl::IsDeadlineExceeded(first_status) &&
+        absl::Now() + kDeadlineSlack >= deadline) {
+      // The request's own deadline passed, not a lost worker: no suspect, no retry.
+      return AnnotateStatus(first_status, where);
     }
-    return AnnotateStatus(s, where);
+    if (IsWorkerFailure(first_status)) {
+      registry_.MarkSuspect(worker);
+      return Unavailable(where, ": ", first_status.message());
+    }
+    return AnnotateStatus(first_status, where);
   }
+  // Every call has returned (no failure, none given up).
   std::map<int64_t, ExecuteResult> by_worker;
-  for (size_t i = 0; i < ids.size(); ++i) by_worker[ids[i]] = *std::move(results[i]);
+  absl::MutexLock lock(&state->mu);
+  for (size_t i = 0; i < ids.size(); ++i) by_worker[ids[i]] = *std::move(state->results[i]);
   return by_worker;
 }
 

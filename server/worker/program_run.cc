@@ -354,7 +354,14 @@ absl::Status RequestRun::RunSteps() {
   const std::vector<StepIr>& steps = program_.steps;
   for (size_t i = 0; i < steps.size(); ++i) {
     const StepIr& step = steps[i];
-    absl::Status status = std::visit(StepRunner{this}, step);
+    // A request past its deadline stops between steps (receives wait only
+    // until it); the coordinator's answer has gone or goes out now.
+    absl::Status status =
+        absl::Now() < deadline_
+            ? std::visit(StepRunner{this}, step)
+            : absl::DeadlineExceededError(absl::StrCat(
+                  "request '", request_id_, "' passed its deadline before this step (",
+                  steps.size() - i, " of ", steps.size(), " steps not run)"));
     if (!status.ok() || i + 1 == steps.size() ||
         !std::holds_alternative<SendStepIr>(steps[i + 1])) {
       FlushSends();

@@ -323,3 +323,247 @@ def infer_request(model, inputs, raw):
     for r in raw:
         msg += pb_bytes(7, r)
     return msg
+
+
+# ---- fault and load tests: separate processes, a gRPC client, RSS ----
+
+class ProcessCluster:
+    """meshserve-coordinator and N meshserve-worker processes started one by
+    one (not `meshserve local`), so a test can stop, kill or restart any one of
+    them. Each process has its own group and log file LOG_DIR/<name>.log."""
+
+    def __init__(self, bin_dir, workers, model_dir, log_dir, coordinator_args=(),
+                 heartbeat_ms=500):
+        self.bin_dir = bin_dir
+        self.model_dir = model_dir
+        self.log_dir = log_dir
+        os.makedirs(log_dir, exist_ok=True)
+        self.port = free_port()
+        self.target = "127.0.0.1:%d" % self.port
+        self.coordinator_args = list(coordinator_args)
+        self.heartbeat_ms = heartbeat_ms
+        self.min_workers = workers
+        self.coordinator = None
+        self.workers = []
+        self._n = 0
+        self.start_coordinator()
+        for _ in range(workers):
+            self.add_worker()
+
+    def _spawn(self, name, cmd):
+        log = open(os.path.join(self.log_dir, name + ".log"), "w")
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        log.close()
+        _PROCS.append(proc)
+        return proc
+
+    def start_coordinator(self):
+        self._n += 1
+        self.coordinator_log = "coordinator%d" % self._n
+        self.coordinator = self._spawn(self.coordinator_log, [
+            os.path.join(self.bin_dir, "meshserve-coordinator"), "--port", str(self.port),
+            "--model_dir", self.model_dir, "--min_workers", str(self.min_workers),
+            "--heartbeat_ms", str(self.heartbeat_ms)] + self.coordinator_args)
+        return self.coordinator
+
+    def add_worker(self):
+        i = len(self.workers)
+        proc = self._spawn("worker%d" % i, [
+            os.path.join(self.bin_dir, "meshserve-worker"), "--port", "0",
+            "--coordinator", self.target, "--threads", "1"])
+        self.workers.append(proc)
+        return proc
+
+    def log(self, name):
+        with open(os.path.join(self.log_dir, name + ".log"), errors="replace") as f:
+            return f.read()
+
+    def wait_ready(self, timeout_s=120):
+        """Until the current coordinator printed its "ready" line."""
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            if "meshserve-coordinator ready" in self.log(self.coordinator_log):
+                return True
+            if self.coordinator.poll() is not None:
+                return False
+            time.sleep(0.1)
+        return False
+
+    def logs_tail(self, n=20):
+        out = []
+        for name in sorted(os.listdir(self.log_dir)):
+            lines = self.log(name[:-4]).splitlines()[-n:]
+            out.append("--- %s\n%s" % (name, "\n".join(lines)))
+        return "\n".join(out)
+
+    def stop(self):
+        for proc in self.workers + [self.coordinator]:
+            if proc is not None:
+                stop_process(proc, grace_s=5)
+
+
+def grpc_stubs(bin_dir):
+    """(grpc, inference_pb2, inference_pb2_grpc, worker_service_pb2,
+    worker_service_pb2_grpc, program_pb2, tensor_pb2) from build/python."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(bin_dir)), "python"))
+    import grpc
+    from meshserve_client.proto import (inference_pb2, inference_pb2_grpc, program_pb2,
+                                        tensor_pb2, worker_service_pb2,
+                                        worker_service_pb2_grpc)
+    return (grpc, inference_pb2, inference_pb2_grpc, worker_service_pb2,
+            worker_service_pb2_grpc, program_pb2, tensor_pb2)
+
+
+def grpc_infer_request(pb2, model, x, rid=""):
+    """A float32 ModelInferRequest with one input "x"."""
+    req = pb2.ModelInferRequest(model_name=model, id=rid)
+    req.inputs.add(name="x", datatype="FP32", shape=list(x.shape))
+    req.raw_input_contents.append(np.ascontiguousarray(x, dtype=np.float32).tobytes())
+    return req
+
+
+def grpc_output(response, shape):
+    return np.frombuffer(response.raw_output_contents[0], np.float32).reshape(shape)
+
+
+def rss_bytes(pid):
+    """Resident set size of a process (VmRSS), 0 when gone."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def percentile(values, q):
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q / 100.0 * (len(values) - 1))))]
+
+
+# ---- the fault and load scenarios' model and traffic (test_faults*.py, test_load.py) ----
+# A model with a NumPy-written checkpoint whose mesh follows the worker count,
+# and a gRPC client that classifies every answer as right, wrong or a gRPC
+# error code (a hang shows as the client's deadline passing).
+# y = x @ kernel; x replicated, kernel and y split by columns over every
+# worker ("data": -1), so each request runs on all of the model's workers.
+LIN = {
+    "name": "lin", "mesh": {"data": -1}, "dtype": "float32", "checkpoint": "lin.safetensors",
+    "inputs": {"x": {"shape": [-1, 64], "sharding": [None, None]}},
+    "params": {"kernel": {"shape": [64, 48], "sharding": [None, "data"]}},
+    "layers": [{"name": "y", "op": "linear", "input": "x", "kernel": "kernel",
+                "out_sharding": [None, "data"]}],
+    "outputs": ["y"],
+}
+
+
+def write_lin_model(model_dir, model=None, kernel=None, name=None, checkpoint=None):
+    """Writes `model` (LIN) with its checkpoint; returns the kernel."""
+    model = dict(model or LIN)
+    if name:
+        model["name"] = name
+    if checkpoint:
+        model["checkpoint"] = checkpoint
+    os.makedirs(model_dir, exist_ok=True)
+    if kernel is None:
+        kernel = np.random.default_rng(7).standard_normal((64, 48)).astype(np.float32) / 8
+    write_safetensors(os.path.join(model_dir, model["checkpoint"]), {"kernel": kernel})
+    with open(os.path.join(model_dir, model["name"] + ".json"), "w") as f:
+        json.dump(model, f)
+    return kernel
+
+
+class LinClient:
+    """One channel to the coordinator; infer() returns ("ok", seconds),
+    ("wrong", detail) or (grpc code name, message)."""
+
+    def __init__(self, bin_dir, target, kernel, model="lin"):
+        (self.grpc, self.pb2, pb2_grpc) = grpc_stubs(bin_dir)[:3]
+        # Reconnect within 0.5 s once a restarted coordinator listens again.
+        self.channel = self.grpc.insecure_channel(target, options=[
+            ("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 500)])
+        self.stub = pb2_grpc.GRPCInferenceServiceStub(self.channel)
+        self.kernel = kernel.astype(np.float64)
+        self.model = model
+
+    def check(self, x, response):
+        y = grpc_output(response, (x.shape[0], 48))
+        ref = x.astype(np.float64) @ self.kernel
+        if np.allclose(y, ref, rtol=1e-5, atol=1e-5 * float(np.max(np.abs(ref)))):
+            return None
+        return "max |y-ref| %.3g" % float(np.max(np.abs(y - ref)))
+
+    def infer(self, x, timeout=30, rid=""):
+        start = time.time()
+        try:
+            r = self.stub.ModelInfer(grpc_infer_request(self.pb2, self.model, x, rid),
+                                     timeout=timeout)
+        except self.grpc.RpcError as e:
+            return e.code().name, e.details() or ""
+        wrong = self.check(x, r)
+        return ("wrong", wrong) if wrong else ("ok", time.time() - start)
+
+    def wait_served(self, timeout_s=60):
+        """Until a request gets a right answer; returns the last outcome."""
+        x = np.ones((1, 64), np.float32)
+        deadline = time.time() + timeout_s
+        outcome = ("none", "")
+        while time.time() < deadline:
+            outcome = self.infer(x, timeout=10)
+            if outcome[0] == "ok":
+                return outcome
+            time.sleep(0.2)
+        return outcome
+
+    def close(self):
+        self.channel.close()
+
+
+class Traffic:
+    """`clients` threads sending batch-1 requests in a loop until stop();
+    outcomes are collected as (time, code, detail)."""
+
+    def __init__(self, client, clients=4, timeout=30):
+        self.client = client
+        self.timeout = timeout
+        self.outcomes = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._loop, args=(i,), daemon=True)
+                         for i in range(clients)]
+        for t in self._threads:
+            t.start()
+
+    def _loop(self, i):
+        rng = np.random.default_rng(100 + i)
+        while not self._stop.is_set():
+            x = rng.standard_normal((1 + int(rng.integers(0, 3)), 64)).astype(np.float32)
+            code, detail = self.client.infer(x, timeout=self.timeout)
+            with self._lock:
+                self.outcomes.append((time.time(), code, detail))
+            if code != "ok":
+                time.sleep(0.05)
+
+    def stop(self, join_s=90):
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=join_s)
+        return not any(t.is_alive() for t in self._threads)
+
+    def counts(self):
+        with self._lock:
+            out = {}
+            for _, code, _ in self.outcomes:
+                out[code] = out.get(code, 0) + 1
+            return out
+
+    def details(self, code, n=3):
+        with self._lock:
+            return [d for _, c, d in self.outcomes if c == code][:n]

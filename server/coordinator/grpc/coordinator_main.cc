@@ -50,6 +50,9 @@ ABSL_FLAG(int64_t, max_request_bytes, meshserve::RequestLimits().max_request_byt
           "it: RESOURCE_EXHAUSTED / HTTP 413)");
 ABSL_FLAG(int64_t, max_tensor_elements, meshserve::RequestLimits().max_tensor_elements,
           "most elements one input tensor may have (over it: RESOURCE_EXHAUSTED / 413)");
+ABSL_FLAG(int, max_inflight_per_model, meshserve::CoordinatorOptions().max_inflight_per_model,
+          "requests of one unbatched model in flight at once; one more gets "
+          "RESOURCE_EXHAUSTED (batched models: the model's max_queue_size)");
 ABSL_FLAG(int, http_port, 0,
           "HTTP port for KServe v2 REST, Prometheus /metrics and the status page at / "
           "(0: off)");
@@ -115,8 +118,14 @@ int main(int argc, char** argv) {
   options.model_dir = absl::GetFlag(FLAGS_model_dir);
   options.min_workers = absl::GetFlag(FLAGS_min_workers);
   options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
+  options.max_inflight_per_model = absl::GetFlag(FLAGS_max_inflight_per_model);
   if (options.model_dir.empty()) {
     std::cerr << "meshserve-coordinator: --model_dir is required\n";
+    return 2;
+  }
+  if (options.max_inflight_per_model < 1) {
+    std::cerr << "meshserve-coordinator: --max_inflight_per_model="
+              << options.max_inflight_per_model << " must be at least 1\n";
     return 2;
   }
   absl::StatusOr<Edge> edge = EdgeFromFlags();
