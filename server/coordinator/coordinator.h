@@ -246,6 +246,15 @@ class Coordinator {
   std::vector<ParamHolding> CurrentHoldings(const Placement& current, absl::Time placed_at);
   bool StillHolds(int64_t worker_id, const Placement& placement);
   WorkerHoldings AskHoldings(const std::string& model, const Placement& planned);
+  // The first placement of `name` after start: adopts what the workers hold
+  // (true) or sets the old holdings, version and pushed flag from it (false).
+  bool AdoptOrAsk(const std::string& name, const Placement& planned,
+                  std::vector<ParamHolding>* old, int64_t* version, bool* pushed);
+  // After LoadPlacement of `next`: switches to it (recording the step) or
+  // records the failure.
+  void FinishLoad(const std::string& name, Placement next, const ParamMoveStats& planned,
+                  const LoadModelResultIr& result, const absl::Status& loaded, double seconds)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Records the step and switches the model to `next` (mu_ held).
   void SwitchTo(ModelEntry& entry, const std::string& name, Placement next, ScaleStep step)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

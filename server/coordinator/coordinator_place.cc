@@ -186,6 +186,27 @@ void Coordinator::SwitchTo(ModelEntry& entry, const std::string& name, Placement
                << ", initialized " << step.stats.bytes_initialized << ")";
 }
 
+bool Coordinator::AdoptOrAsk(const std::string& name, const Placement& planned,
+                             std::vector<ParamHolding>* old, int64_t* version, bool* pushed) {
+  WorkerHoldings held = AskHoldings(name, planned);
+  absl::MutexLock lock(&mu_);
+  ModelEntry& entry = models_[name];
+  entry.asked_workers = true;
+  next_generation_ = std::max(next_generation_, held.max_generation + 1);
+  if (held.version > 1) entry.pushed = *pushed = true;
+  if (held.adoptable) {
+    MS_LOG(INFO) << "model '" << name << "': adopting what the workers hold: "
+                 << held.adoptable->ToString();
+    const int64_t generation = held.adoptable->generation;
+    SwitchTo(entry, name, *std::move(held.adoptable),
+             ScaleStep{generation, static_cast<int64_t>(planned.WorkerIds().size()), 0, {}});
+    return true;
+  }
+  *old = std::move(held.newest);
+  *version = held.version;
+  return false;
+}
+
 void Coordinator::PlaceModel(const std::string& name, const ModelFile& model,
                              const std::vector<WorkerInfo>& live) {
   std::vector<PlacementWorker> workers;
@@ -229,23 +250,8 @@ void Coordinator::PlaceModel(const std::string& name, const ModelFile& model,
   if (current != nullptr) {
     old = CurrentHoldings(*current, placed_at);
     version = current->version;
-  } else if (ask) {
-    WorkerHoldings held = AskHoldings(name, *next);
-    absl::MutexLock lock(&mu_);
-    ModelEntry& entry = models_[name];
-    entry.asked_workers = true;
-    next_generation_ = std::max(next_generation_, held.max_generation + 1);
-    if (held.version > 1) entry.pushed = pushed = true;
-    if (held.adoptable) {
-      MS_LOG(INFO) << "model '" << name << "': adopting what the workers hold: "
-                   << held.adoptable->ToString();
-      const int64_t generation = held.adoptable->generation;
-      SwitchTo(entry, name, *std::move(held.adoptable),
-               ScaleStep{generation, static_cast<int64_t>(next->WorkerIds().size()), 0, {}});
-      return;
-    }
-    old = std::move(held.newest);
-    version = held.version;
+  } else if (ask && AdoptOrAsk(name, *next, &old, &version, &pushed)) {
+    return;
   }
   {
     absl::MutexLock lock(&mu_);
@@ -274,6 +280,12 @@ void Coordinator::PlaceModel(const std::string& name, const ModelFile& model,
   metrics_.placement_seconds.Observe({name}, seconds);
   metrics_.placement_events.Increment({name, loaded.ok() ? "loaded" : "failed"});
   metrics_.placement_bytes.Increment({name}, loaded.ok() ? result.param_bytes : 0);
+  FinishLoad(name, *std::move(next), plan->stats, result, loaded, seconds);
+}
+
+void Coordinator::FinishLoad(const std::string& name, Placement next,
+                             const ParamMoveStats& planned, const LoadModelResultIr& result,
+                             const absl::Status& loaded, double seconds) {
   absl::MutexLock lock(&mu_);
   ModelEntry& entry = models_[name];
   if (!loaded.ok()) {
@@ -290,18 +302,18 @@ void Coordinator::PlaceModel(const std::string& name, const ModelFile& model,
     entry.next_attempt = absl::Now() + options_.placement_retry_backoff;
     return;
   }
-  ScaleStep step{next->generation, static_cast<int64_t>(next->WorkerIds().size()), seconds,
-                 plan->stats};
+  ScaleStep step{next.generation, static_cast<int64_t>(next.WorkerIds().size()), seconds,
+                 planned};
   // What the workers did (the plan's numbers when they agree).
-  if (result.bytes_fetched != plan->stats.bytes_moved ||
-      result.bytes_local != plan->stats.bytes_local) {
+  if (result.bytes_fetched != planned.bytes_moved ||
+      result.bytes_local != planned.bytes_local) {
     MS_LOG(WARNING) << "model '" << name << "': workers moved " << result.bytes_fetched
                     << " bytes and copied " << result.bytes_local << " locally; planned "
-                    << plan->stats.bytes_moved << " and " << plan->stats.bytes_local;
+                    << planned.bytes_moved << " and " << planned.bytes_local;
   }
   step.stats.bytes_moved = result.bytes_fetched;
   step.stats.bytes_local = result.bytes_local;
-  SwitchTo(entry, name, *std::move(next), step);
+  SwitchTo(entry, name, std::move(next), step);
 }
 
 void Coordinator::UnloadRetired() {
