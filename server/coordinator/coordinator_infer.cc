@@ -333,6 +333,7 @@ absl::StatusOr<InferResponse> Coordinator::RunOnce(const ValidatedRequest& v,
   MS_ASSIGN_OR_RETURN(auto calls,
                       BuildCalls(plan, v.inputs, request_id,
                                  absl::ToInt64Milliseconds(TimeLeft(deadline))));
+  for (auto& [worker, call] : calls) call.param_version = placement.version;
   int64_t bytes_in = 0;
   for (const auto& [worker, call] : calls) bytes_in += SliceBytes(call.inputs);
   if (recorder != nullptr) recorder->ComputeStarted();
