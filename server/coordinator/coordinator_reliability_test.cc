@@ -45,11 +45,27 @@ constexpr char kOther[] = R"({
 class RecordingClient : public WorkerClient {
  public:
   explicit RecordingClient(std::shared_ptr<FakeWorkerClient> fake) : fake_(std::move(fake)) {}
-  absl::StatusOr<int64_t> LoadModel(const LoadModelIr& call, absl::Duration t) override {
+  absl::StatusOr<LoadModelResultIr> LoadModel(const LoadModelIr& call,
+                                              absl::Duration t) override {
     return fake_->LoadModel(call, t);
   }
-  absl::Status UnloadModel(const std::string& m, int64_t g, absl::Duration t) override {
-    return fake_->UnloadModel(m, g, t);
+  absl::Status UnloadModel(const std::string& m, int64_t g, int64_t v,
+                           absl::Duration t) override {
+    return fake_->UnloadModel(m, g, v, t);
+  }
+  absl::StatusOr<std::string> ReadParam(const ReadParamIr& call, absl::Duration t) override {
+    return fake_->ReadParam(call, t);
+  }
+  absl::StatusOr<std::unique_ptr<StageParamsWriter>> StageParams(absl::Duration t) override {
+    return fake_->StageParams(t);
+  }
+  absl::StatusOr<CommitResultIr> CommitParams(const CommitParamsIr& call,
+                                              absl::Duration t) override {
+    return fake_->CommitParams(call, t);
+  }
+  absl::Status AbortParams(const std::string& m, int64_t g, int64_t v,
+                           absl::Duration t) override {
+    return fake_->AbortParams(m, g, v, t);
   }
   absl::Status InstallProgram(const ProgramIr& p, absl::Duration t) override {
     return fake_->InstallProgram(p, t);

@@ -34,7 +34,8 @@ class ProgramRunDeadlineTest : public ::testing::Test {
     load.mesh = {MeshAxisIr{"x", 1, ""}};
     load.devices = {0};
     load.device_workers = {0};
-    ASSERT_OK_AND_ASSIGN(model_, BuildLoadedModel(load, /*worker_id=*/0));
+    ASSERT_OK_AND_ASSIGN(BuiltModel built, BuildLoadedModel(load, LoadContext{/*worker_id=*/0}));
+    model_ = built.model;
   }
   // Input x on device 0 (4 floats), then `steps`.
   absl::StatusOr<std::vector<SliceIr>> Run(const std::string& request_id,
