@@ -1,5 +1,6 @@
 // Coordinator: creation, model repository, membership, the control loop and
-// the status views. Requests are in coordinator_infer.cc.
+// the status views. Placement is in coordinator_place.cc, requests in
+// coordinator_infer.cc, pushes and pulls in coordinator_params.cc.
 #include "server/coordinator/coordinator.h"
 
 #include <algorithm>
@@ -23,6 +24,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   if (compiler == nullptr) return InvalidArgument("Coordinator: no model compiler");
   if (options.min_workers < 1) {
     return InvalidArgument("min_workers must be >= 1, got ", options.min_workers);
+  }
+  if (options.replicas != 0 && options.replicas != 1) {
+    return InvalidArgument("replicas must be 0 or 1, got ", options.replicas);
   }
   if (options.heartbeat_interval <= absl::ZeroDuration()) {
     return InvalidArgument("heartbeat interval must be positive, got ",
@@ -156,146 +160,6 @@ void Coordinator::ProbeSuspects() {
   }
 }
 
-// Loads `placement` on each of its workers in parallel.
-absl::Status Coordinator::LoadPlacement(const ModelFile& model, const Placement& placement,
-                                        int64_t* resident_bytes) {
-  std::vector<int64_t> ids = placement.WorkerIds();
-  std::atomic<int64_t> bytes{0};
-  std::vector<absl::Status> results = ParallelCall(ids, [&](int64_t id) {
-    LoadModelIr call;
-    call.model = placement.model;
-    call.generation = placement.generation;
-    call.model_json = model.json_text;
-    call.model_dir = model.model_dir;
-    call.mesh = MeshToIr(placement.mesh);
-    call.devices = placement.devices_by_worker.at(id);
-    call.device_workers = placement.device_workers;
-    call.worker_addresses = placement.worker_addresses;
-    absl::StatusOr<std::shared_ptr<WorkerClient>> client =
-        Client(id, placement.worker_addresses.at(id));
-    absl::StatusOr<int64_t> result =
-        client.ok() ? (*client)->LoadModel(call, options_.load_timeout) : client.status();
-    if (result.ok()) bytes += *result;
-    return AnnotateStatus(result.status(), "LoadModel on worker ", id);
-  });
-  *resident_bytes = bytes;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (results[i].ok()) continue;
-    if (IsWorkerFailure(results[i])) registry_.MarkSuspect(ids[i]);
-    for (int64_t id : ids) {  // best effort: free what did load
-      auto client = Client(id, placement.worker_addresses.at(id));
-      if (client.ok()) {
-        (*client)->UnloadModel(placement.model, placement.generation,
-                               options_.control_timeout).IgnoreError();
-      }
-    }
-    return results[i];
-  }
-  return absl::OkStatus();
-}
-
-void Coordinator::PlaceModels() {
-  std::vector<WorkerInfo> live = registry_.PlaceableWorkers();
-  if (live.empty()) return;
-  // min_workers gates a model's first placement; once placed, it follows
-  // membership (a lost worker must not leave it on a dead placement).
-  const bool enough = static_cast<int>(live.size()) >= options_.min_workers;
-  std::vector<std::pair<std::string, std::shared_ptr<const ModelFile>>> todo;
-  {
-    absl::MutexLock lock(&mu_);
-    const absl::Time now = absl::Now();
-    for (auto& [name, entry] : models_) {
-      if (!entry.error.ok() || entry.model == nullptr) continue;
-      if (now < entry.next_attempt) continue;
-      if (!enough && entry.placement == nullptr) continue;
-      todo.push_back({name, entry.model});
-    }
-  }
-  for (const auto& [name, model] : todo) PlaceModel(name, *model, live);
-}
-
-void Coordinator::PlaceModel(const std::string& name, const ModelFile& model,
-                             const std::vector<WorkerInfo>& live) {
-  std::vector<PlacementWorker> workers;
-  for (const WorkerInfo& w : live) workers.push_back({w.worker_id, w.address});
-  absl::StatusOr<Placement> next = ComputePlacement(model, workers, 0);
-  {
-    absl::MutexLock lock(&mu_);
-    ModelEntry& entry = models_[name];
-    if (!next.ok()) {
-      entry.placement_error = next.status();
-      entry.next_attempt = absl::Now() + options_.placement_retry_backoff;
-      return;
-    }
-    bool restarted = false;  // a worker re-registered since the placement loaded
-    for (const WorkerInfo& w : live) {
-      if (next->devices_by_worker.count(w.worker_id) && w.registered_at > entry.placed_at) {
-        restarted = true;
-      }
-    }
-    if (entry.placement != nullptr && entry.placement->SameLayoutAs(*next) && !restarted) {
-      return;
-    }
-    next->generation = next_generation_++;
-  }
-  MS_LOG(INFO) << "placing model '" << name << "': " << next->ToString();
-  const absl::Time load_start = absl::Now();
-  int64_t resident_bytes = 0;
-  absl::Status loaded = LoadPlacement(model, *next, &resident_bytes);
-  metrics_.placement_seconds.Observe({name}, absl::ToDoubleSeconds(absl::Now() - load_start));
-  metrics_.placement_events.Increment({name, loaded.ok() ? "loaded" : "failed"});
-  metrics_.placement_bytes.Increment({name}, loaded.ok() ? resident_bytes : 0);
-  absl::MutexLock lock(&mu_);
-  ModelEntry& entry = models_[name];
-  if (!loaded.ok()) {
-    MS_LOG(WARNING) << "placing model '" << name << "' failed: " << loaded;
-    // ABORTED: a worker gave up on the load because of another (a peer).
-    const bool worker_trouble = IsWorkerFailure(loaded) || absl::IsAborted(loaded);
-    if (!worker_trouble) {
-      // The model itself cannot load (missing or corrupt checkpoint, ...): it
-      // is reported like a bad file and does not hold readiness back.
-      entry.error = loaded;
-      return;
-    }
-    entry.placement_error = loaded;
-    entry.next_attempt = absl::Now() + options_.placement_retry_backoff;
-    return;
-  }
-  if (entry.placement != nullptr) retired_.push_back(entry.placement);
-  entry.placement = std::make_shared<const Placement>(*std::move(next));
-  entry.placed_at = absl::Now();
-  entry.placement_error = absl::OkStatus();
-  MS_LOG(INFO) << "model '" << name << "' now serves generation "
-               << entry.placement->generation;
-}
-
-void Coordinator::UnloadRetired() {
-  std::vector<std::shared_ptr<const Placement>> done;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = retired_.begin();
-    while (it != retired_.end()) {
-      if (it->use_count() == 1) {
-        done.push_back(std::move(*it));
-        it = retired_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-  for (const auto& placement : done) {
-    for (const auto& [id, address] : placement->worker_addresses) {
-      if (!registry_.IsAlive(id)) continue;
-      auto client = Client(id, address);
-      if (!client.ok()) continue;
-      absl::Status s = (*client)->UnloadModel(placement->model, placement->generation,
-                                              options_.control_timeout);
-      if (!s.ok()) MS_LOG(WARNING) << "unload on worker " << id << ": " << s;
-    }
-    program_cache_.EraseGeneration(placement->model, placement->generation);
-  }
-}
-
 absl::StatusOr<std::shared_ptr<const ModelFile>> Coordinator::ServableModel(
     const std::string& name) const {
   absl::MutexLock lock(&mu_);
@@ -342,6 +206,7 @@ std::vector<ModelStatus> Coordinator::ModelStatuses() const {
     s.error = entry.error;
     s.model = entry.model;
     s.placement = entry.placement;
+    s.scale_steps = entry.scale_steps;
     if (!entry.error.ok()) {
       s.state = absl::StrCat("error: ", entry.error.message());
     } else if (entry.placement != nullptr) {
@@ -349,6 +214,8 @@ std::vector<ModelStatus> Coordinator::ModelStatuses() const {
       s.state = "ready";
       s.mesh = entry.placement->mesh.ToString();
       s.generation = entry.placement->generation;
+      s.version = entry.placement->version;
+      s.replicas = entry.placement->replica_devices_by_worker.empty() ? 0 : 1;
     } else if (!entry.placement_error.ok()) {
       s.state = absl::StrCat("placement failed: ", entry.placement_error.message());
     } else {
@@ -391,7 +258,8 @@ std::vector<WorkerView> Coordinator::Workers() {
     for (WorkerView& v : views) {
       auto it = m.placement->devices_by_worker.find(v.info.worker_id);
       if (it == m.placement->devices_by_worker.end()) continue;
-      WorkerView::Hosted h{m.name, m.placement->generation, it->second, {}};
+      WorkerView::Hosted h{m.name, m.placement->generation, it->second, {},
+                           m.placement->version, m.placement->ReplicaDevices(v.info.worker_id)};
       for (int64_t d : it->second) h.coords.push_back(DeviceCoordsString(m.placement->mesh, d));
       v.placements.push_back(std::move(h));
     }

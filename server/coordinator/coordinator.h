@@ -17,6 +17,19 @@
 // on the old generation and no answer mixes generations; a retired placement
 // is unloaded (UnloadModel) once no request holds it.
 //
+// Parameters are state (param_moves.h, param_push.h). A placement carries a
+// parameter version (1 at load) and, with options.replicas = 1, replica
+// devices (placement.h). A scale step loads the new placement with sources
+// from the old one's live holders (draining workers included), keeping the
+// version, and records a ScaleStep. PushParams (BeginPush) stages a new
+// version on the current placement's workers and switches to a new Placement
+// of the same generation and version + 1; PullParams reads the current
+// version. On its first placement of a model this coordinator asks the live
+// workers what they hold: a complete placement on exactly the workers it
+// would use is adopted as is; otherwise their newest version is the source of
+// the new placement (a restarted coordinator re-initialises nothing a live
+// worker still holds).
+//
 // Requests. A model with a "batching" key queues its requests in its Batcher
 // (batcher.h), which runs each batch through the path below as one request.
 // Infer validates the request against the model (names, dtypes,
@@ -40,7 +53,8 @@
 // and coordinator_infer.cc (Infer). README.md has a request's path.
 //
 // Thread-safety: all public methods are thread-safe. Locks, in acquisition
-// order: control_mu_ (one control step at a time) -> mu_ (models, placements)
+// order: control_mu_ (one control step, or a push's commit and switch, at a
+// time) -> mu_ (models, placements)
 // -> the program cache's locks (program_cache.h) -> clients_mu_ (worker
 // clients). No lock is held during an RPC except control_mu_ (only the control
 // loop takes it) and a cache entry's own mutex while its program is compiled
@@ -50,8 +64,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -67,6 +83,8 @@
 #include "server/coordinator/batcher.h"
 #include "server/coordinator/coordinator_metrics.h"
 #include "server/coordinator/infer_request.h"
+#include "server/coordinator/param_moves.h"
+#include "server/coordinator/param_push.h"
 #include "server/coordinator/placement.h"
 #include "server/coordinator/program_cache.h"
 #include "server/coordinator/worker_client.h"
@@ -86,6 +104,15 @@ struct CoordinatorOptions {
   absl::Duration retry_wait = absl::Seconds(4);
   absl::Duration placement_retry_backoff = absl::Seconds(1);
   bool run_control_thread = true;  // tests may call Tick() themselves
+  int replicas = 1;  // 0 or 1: copies of every param box beyond the placement
+};
+
+// One placement change of a model (a scale step), in the status.
+struct ScaleStep {
+  int64_t generation = 0;
+  int64_t workers = 0;
+  double seconds = 0;  // load of the new placement until the switch
+  ParamMoveStats stats;
 };
 
 struct ModelStatus {
@@ -96,8 +123,23 @@ struct ModelStatus {
   absl::Status error;  // the load error of a model that cannot be served
   std::string mesh;
   int64_t generation = 0;
+  int64_t version = 0;  // parameter version served (0: not placed)
+  int replicas = 0;
+  std::vector<ScaleStep> scale_steps;  // newest last, bounded
   std::shared_ptr<const ModelFile> model;  // null when the file did not parse
   std::shared_ptr<const Placement> placement;
+};
+
+// A pulled param's bytes (PullParams): the first chunk of a param sets shape,
+// dtype, total_bytes and version.
+struct PullChunk {
+  std::string param;
+  std::vector<int64_t> shape;
+  int dtype = 0;  // tensor.proto DTypeProto
+  int64_t total_bytes = 0;
+  int64_t byte_offset = 0;
+  std::string data;
+  int64_t version = 0;
 };
 
 struct WorkerView {
@@ -108,6 +150,8 @@ struct WorkerView {
     int64_t generation = 0;
     std::vector<int64_t> devices;
     std::vector<std::string> coords;
+    int64_t version = 0;
+    std::vector<int64_t> replica_devices;
   };
   std::vector<Hosted> placements;
 };
@@ -144,6 +188,18 @@ class Coordinator {
   // Registry view plus each live worker's Status RPC (asked in parallel).
   std::vector<WorkerView> Workers();
 
+  // Parameters (coordinator_params.cc). BeginPush starts a push to `model`
+  // (param_push.h); the ParamPush commits at Finish and aborts when dropped.
+  // \error kNotFound (unknown model), kFailedPrecondition (model with an
+  //   error), kUnavailable (not placed), kAborted (a push to it is in progress).
+  absl::StatusOr<std::unique_ptr<ParamPush>> BeginPush(const std::string& model);
+  // Streams `params` (empty: every param, in the model's order) of the current
+  // version to `sink` in ~1 MiB chunks, each param assembled from one live
+  // holder per distinct box (ReadParam). A sink error stops the pull.
+  // \error as BeginPush; kNotFound for an unknown param.
+  absl::Status PullParams(const std::string& model, const std::vector<std::string>& params,
+                          const std::function<absl::Status(PullChunk)>& sink);
+
   const CoordinatorOptions& options() const { return options_; }
   WorkerRegistry& registry() { return registry_; }
   CoordinatorMetrics& metrics() { return metrics_; }
@@ -157,6 +213,17 @@ class Coordinator {
     absl::Time placed_at = absl::InfinitePast();
     absl::Status placement_error;
     absl::Time next_attempt = absl::InfinitePast();
+    bool pushed = false;           // a push committed: no seed/checkpoint fallback
+    bool push_in_progress = false;
+    bool asked_workers = false;    // the first placement asked workers' holdings
+    std::vector<ScaleStep> scale_steps;
+  };
+  // What live workers report holding of a model (coordinator restart).
+  struct WorkerHoldings {
+    std::optional<Placement> adoptable;  // complete, on exactly the planned workers
+    std::vector<ParamHolding> newest;    // every holding of the newest version
+    int64_t version = 1;
+    int64_t max_generation = 0;
   };
 
   Coordinator(CoordinatorOptions options, WorkerClientFactory factory,
@@ -168,9 +235,25 @@ class Coordinator {
   void PlaceModel(const std::string& name, const ModelFile& model,
                   const std::vector<WorkerInfo>& live)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(control_mu_);
-  // Sets *resident_bytes to the param bytes its workers now hold.
+  // Loads `placement` with `sources` (PlanParamMoves) on its workers in
+  // parallel; sums what they report into *result.
   absl::Status LoadPlacement(const ModelFile& model, const Placement& placement,
-                             int64_t* resident_bytes);
+                             const std::map<int64_t, std::vector<ParamPieceIr>>& sources,
+                             LoadModelResultIr* result);
+  // coordinator_place.cc: the old holdings of a scale step from `current`
+  // (live workers; one that re-registered since `placed_at` only if its Status
+  // still lists the placement).
+  std::vector<ParamHolding> CurrentHoldings(const Placement& current, absl::Time placed_at);
+  bool StillHolds(int64_t worker_id, const Placement& placement);
+  WorkerHoldings AskHoldings(const std::string& model, const Placement& planned);
+  // Records the step and switches the model to `next` (mu_ held).
+  void SwitchTo(ModelEntry& entry, const std::string& name, Placement next, ScaleStep step)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The push's commit and switch, under control_mu_ (coordinator_params.cc).
+  absl::Status CommitPush(const std::string& model,
+                          const std::shared_ptr<const Placement>& at,
+                          const std::function<absl::Status()>& commit)
+      ABSL_LOCKS_EXCLUDED(control_mu_, mu_);
   void UnloadRetired() ABSL_EXCLUSIVE_LOCKS_REQUIRED(control_mu_);
   absl::StatusOr<std::shared_ptr<WorkerClient>> Client(int64_t worker_id,
                                                        const std::string& address);

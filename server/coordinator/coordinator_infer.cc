@@ -215,6 +215,7 @@ absl::StatusOr<InferResponse> Coordinator::RunOnce(const ValidatedRequest& v,
   const absl::Duration timeout =
       request.timeout > absl::ZeroDuration() ? request.timeout : options_.execute_timeout;
   MS_ASSIGN_OR_RETURN(auto calls, BuildCalls(plan, v.inputs, request_id, timeout));
+  for (auto& [worker, call] : calls) call.param_version = placement.version;
   int64_t bytes_in = 0;
   for (const auto& [worker, call] : calls) bytes_in += SliceBytes(call.inputs);
   if (recorder != nullptr) recorder->ComputeStarted();

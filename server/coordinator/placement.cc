@@ -27,26 +27,42 @@ std::vector<int64_t> Placement::WorkerIds() const {
   return ids;
 }
 
+std::vector<int64_t> Placement::ReplicaDevices(int64_t worker_id) const {
+  auto it = replica_devices_by_worker.find(worker_id);
+  return it == replica_devices_by_worker.end() ? std::vector<int64_t>{} : it->second;
+}
+
 bool Placement::SameLayoutAs(const Placement& other) const {
   return mesh == other.mesh && device_workers == other.device_workers &&
-         worker_addresses == other.worker_addresses;
+         worker_addresses == other.worker_addresses &&
+         replica_devices_by_worker == other.replica_devices_by_worker;
 }
 
 std::string Placement::ToString() const {
+  auto range = [](const std::vector<int64_t>& devices) {
+    return devices.size() == 1 ? absl::StrCat(devices.front())
+                               : absl::StrCat(devices.front(), "-", devices.back());
+  };
   std::vector<std::string> parts;
   for (const auto& [id, devices] : devices_by_worker) {
-    std::string range = devices.size() == 1
-                            ? absl::StrCat(devices.front())
-                            : absl::StrCat(devices.front(), "-", devices.back());
-    parts.push_back(absl::StrCat(id, ": devices ", range));
+    parts.push_back(absl::StrCat(id, ": devices ", range(devices)));
   }
-  return absl::StrCat("gen ", generation, " ", mesh.ToString(), " workers {",
-                      absl::StrJoin(parts, ", "), "}");
+  std::string out = absl::StrCat("gen ", generation, " v", version, " ", mesh.ToString(),
+                                 " workers {", absl::StrJoin(parts, ", "), "}");
+  if (replica_devices_by_worker.empty()) return out;
+  parts.clear();
+  for (const auto& [id, devices] : replica_devices_by_worker) {
+    parts.push_back(absl::StrCat(id, ": ", range(devices)));
+  }
+  return absl::StrCat(out, " replicas {", absl::StrJoin(parts, ", "), "}");
 }
 
 absl::StatusOr<Placement> ComputePlacement(const ModelFile& model,
                                            const std::vector<PlacementWorker>& workers,
-                                           int64_t generation) {
+                                           int64_t generation, int replicas) {
+  if (replicas != 0 && replicas != 1) {
+    return InvalidArgument("replicas must be 0 or 1, got ", replicas);
+  }
   if (workers.empty()) {
     return FailedPrecondition("model '", model.name, "': no live workers to place on");
   }
@@ -74,6 +90,13 @@ absl::StatusOr<Placement> ComputePlacement(const ModelFile& model,
     placement.device_workers[d] = w.worker_id;
     placement.devices_by_worker[w.worker_id].push_back(d);
     placement.worker_addresses[w.worker_id] = w.address;
+  }
+  const std::vector<int64_t> ids = placement.WorkerIds();
+  if (replicas == 1 && ids.size() >= 2) {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      placement.replica_devices_by_worker[ids[i]] =
+          placement.devices_by_worker.at(ids[(i + 1) % ids.size()]);
+    }
   }
   return placement;
 }

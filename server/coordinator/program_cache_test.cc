@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/program/ir_conv.h"
 #include "server/coordinator/testing/fake_cluster.h"
 #include "server/coordinator/testing/fake_model_compiler.h"
 #include "server/coordinator/testing/fake_worker_client.h"
@@ -32,6 +33,14 @@ std::shared_ptr<const ModelFile> FixedModel() {
   y.inputs = {"x"};
   model->layers.push_back(std::move(y));
   model->outputs = {"y"};
+  // What the fake workers parse (the same model).
+  model->json_text = R"({
+    "name": "fixed", "mesh": {"data": 4, "model": 2}, "dtype": "float32",
+    "inputs": {"x": {"shape": [8, 6], "sharding": ["data", "model"]}},
+    "params": {},
+    "layers": [{"name": "y", "op": "relu", "input": "x"}],
+    "outputs": ["y"]
+  })";
   return model;
 }
 
@@ -57,6 +66,8 @@ class ProgramCacheTest : public ::testing::Test {
       LoadModelIr call;
       call.model = placement->model;
       call.generation = generation;
+      call.model_json = model_->json_text;
+      call.mesh = MeshToIr(placement->mesh);
       call.devices = devices;
       call.device_workers = placement->device_workers;
       EXPECT_OK(cluster_.Worker(id)->LoadModel(call, absl::ZeroDuration()).status());
@@ -146,7 +157,7 @@ TEST_F(ProgramCacheTest, LostWorkerDuringInstallIsUnavailableAndNotCached) {
 TEST_F(ProgramCacheTest, OtherInstallErrorsKeepTheirCode) {
   std::shared_ptr<const Placement> placement = Place(1);
   const int64_t w1 = workers_[1].worker_id;
-  ASSERT_OK(cluster_.Worker(w1)->UnloadModel("fixed", 1, absl::ZeroDuration()));
+  ASSERT_OK(cluster_.Worker(w1)->UnloadModel("fixed", 1, 0, absl::ZeroDuration()));
   EXPECT_THAT(cache_.GetOrCompile(Validated(request_), placement),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        absl::StrCat("InstallProgram on worker ", w1)));

@@ -37,21 +37,46 @@ struct ExecuteCall {
   std::string request_id;
   std::vector<SliceIr> inputs;
   int64_t deadline_ms = 0;
+  int64_t param_version = 0;  // 0: the newest resident version of the generation
 };
 
 struct ExecuteResult {
   std::vector<SliceIr> outputs;
 };
 
+// A StageParams stream to one worker (WorkerClient::StageParams): Write each
+// chunk in order, then Finish once (returns the bytes the worker staged). A
+// failed Write ends the stream; Finish then returns the cause. Not
+// thread-safe: one writer per stream.
+class StageParamsWriter {
+ public:
+  virtual ~StageParamsWriter() = default;
+  // Moves the chunk's data.
+  virtual absl::Status Write(StageChunkIr chunk) = 0;
+  virtual absl::StatusOr<int64_t> Finish() = 0;
+};
+
 class WorkerClient {
  public:
   virtual ~WorkerClient() = default;
-  // Returns the param bytes now resident.
-  virtual absl::StatusOr<int64_t> LoadModel(const LoadModelIr& call,
-                                            absl::Duration timeout) = 0;
-  // generation -1: every generation.
+  // Param bytes now resident, and the bytes of call.sources read from peers
+  // and copied locally.
+  virtual absl::StatusOr<LoadModelResultIr> LoadModel(const LoadModelIr& call,
+                                                      absl::Duration timeout) = 0;
+  // generation -1: every generation; version 0: every version of it.
   virtual absl::Status UnloadModel(const std::string& model, int64_t generation,
-                                   absl::Duration timeout) = 0;
+                                   int64_t version, absl::Duration timeout) = 0;
+  // The bytes (row-major, the param's dtype) of call.box, which lies inside
+  // one held box of the resident version (or its push staging).
+  virtual absl::StatusOr<std::string> ReadParam(const ReadParamIr& call,
+                                                absl::Duration timeout) = 0;
+  // Opens a StageParams stream (the deadline covers the whole stream).
+  virtual absl::StatusOr<std::unique_ptr<StageParamsWriter>> StageParams(
+      absl::Duration timeout) = 0;
+  virtual absl::StatusOr<CommitResultIr> CommitParams(const CommitParamsIr& call,
+                                                      absl::Duration timeout) = 0;
+  virtual absl::Status AbortParams(const std::string& model, int64_t generation,
+                                   int64_t version, absl::Duration timeout) = 0;
   // This worker's part of a compiled plan (program.worker is its id).
   virtual absl::Status InstallProgram(const ProgramIr& program, absl::Duration timeout) = 0;
   // By value: the input slices' bytes move into the RPC, not copied again.

@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/program/program_proto.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
 #include "grpcpp/client_context.h"
@@ -192,6 +193,35 @@ void GrpcPeerTransport::CancelOnPeer(int64_t worker, const std::string& request_
   call->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
   stub->first->async()->Cancel(&call->context, &call->request, &call->response,
                                [call](grpc::Status) { delete call; });
+}
+
+absl::Status GrpcPeerTransport::ReadParam(int64_t worker, const ReadParamIr& request,
+                                          absl::Time deadline,
+                                          const ParamChunkSink& on_chunk) {
+  MS_ASSIGN_OR_RETURN(auto stub_and_address, StubFor(worker));
+  auto& [stub, address] = stub_and_address;
+  const std::string peer = absl::StrCat("worker ", worker, " at ", address);
+  grpc::ClientContext context;
+  if (deadline != absl::InfiniteFuture()) context.set_deadline(absl::ToChronoTime(deadline));
+  ReadParamRequest message;
+  ReadParamFromIr(request, &message);
+  std::unique_ptr<grpc::ClientReader<ParamChunk>> reader = stub->ReadParam(&context, message);
+  ParamChunk chunk;
+  absl::Status sink_status;
+  while (reader->Read(&chunk)) {
+    sink_status = on_chunk(ParamChunkView{chunk.total_bytes(), chunk.offset(), chunk.data(),
+                                          static_cast<int>(chunk.dtype())});
+    if (!sink_status.ok()) {
+      context.TryCancel();
+      while (reader->Read(&chunk)) {
+      }
+      break;
+    }
+  }
+  grpc::Status status = reader->Finish();
+  if (!sink_status.ok()) return AnnotateStatus(sink_status, peer);
+  if (!status.ok()) return AnnotateStatus(FromGrpcStatus(status), peer);
+  return absl::OkStatus();
 }
 
 int64_t GrpcPeerTransport::chunks_sent() const {

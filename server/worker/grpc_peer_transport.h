@@ -19,6 +19,9 @@
 // reached, kDeadlineExceeded past the deadline, or the receiver's rejection
 // (which fails every slice of that stream).
 //
+// ReadParam opens one WorkerService.ReadParam stream on the caller's thread
+// and hands each ParamChunk to the sink; errors carry the same peer prefix.
+//
 // Thread-safety: thread-safe. The destructor stops the senders: queued slices
 // fail with kCancelled.
 #ifndef MESHSERVE_SERVER_WORKER_GRPC_PEER_TRANSPORT_H_
@@ -62,6 +65,9 @@ class GrpcPeerTransport : public PeerTransport {
   void UpdatePeers(const std::map<int64_t, std::string>& addresses) override;
   void CancelOnPeer(int64_t worker, const std::string& request_id,
                     const std::string& reason) override;
+  // WorkerService.ReadParam on the calling thread (a server stream).
+  absl::Status ReadParam(int64_t worker, const ReadParamIr& request, absl::Time deadline,
+                         const ParamChunkSink& on_chunk) override;
 
   int64_t chunks_sent() const;
   int64_t slices_sent() const;

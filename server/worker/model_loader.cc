@@ -1,7 +1,10 @@
-// WorkerEngine::LoadModel's work: parse the model, compute each hosted
-// device's param boxes, read them (each the box + from_offset of its source
-// tensor `from` in the checkpoint: checkpoint.h) or initialize them.
+// WorkerEngine::LoadModel's work: parse the model, compute the held cells of
+// each param (the distinct boxes of the devices and replica devices), take
+// them from `sources` (param_sources.cc) or read them (each the box +
+// from_offset of its source tensor `from` in the checkpoint: checkpoint.h) or
+// initialize them.
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,6 +31,36 @@ std::string LoadedModel::DevicesString() const {
   return absl::StrCat("[", absl::StrJoin(devices, ", "), "]");
 }
 
+std::string LoadedModel::Name() const {
+  return absl::StrCat("model '", model, "' generation ", generation, " version ", version);
+}
+
+int HeldParam::CellContaining(const Box& box) const {
+  for (size_t i = 0; i < cells.size(); ++i) {
+    if (cells[i]->box.rank() == box.rank() && cells[i]->box.Contains(box)) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+std::string HeldParam::CellsString() const {
+  std::vector<std::string> boxes;
+  for (const auto& cell : cells) boxes.push_back(cell->box.ToString());
+  return absl::StrJoin(boxes, ", ");
+}
+
+int64_t DistinctHeldBytes(const LoadedModel& model) {
+  absl::flat_hash_set<const BoxTensor*> seen;
+  int64_t bytes = 0;
+  for (const auto& [name, held] : model.held) {
+    for (const auto& cell : held.cells) {
+      if (seen.insert(cell.get()).second) bytes += cell->tensor.NumBytes();
+    }
+  }
+  return bytes;
+}
+
 namespace {
 
 // The mesh of the request must be the model's mesh with any -1 resolved.
@@ -52,9 +85,20 @@ absl::StatusOr<int64_t> CheckPlacement(const LoadModelIr& request, const Mesh& m
     return InvalidArgument("device_workers has ", request.device_workers.size(),
                            " entries but mesh ", mesh.ToString(), " has ", n, " devices");
   }
-  if (request.devices.empty()) return InvalidArgument("no devices to host");
+  if (request.devices.empty() && request.replica_devices.empty()) {
+    return InvalidArgument("no devices to host or hold");
+  }
+  for (int64_t device : request.replica_devices) {
+    if (device < 0 || device >= n) {
+      return OutOfRange("replica device ", device, " is outside mesh ", mesh.ToString(), " (",
+                        n, " devices)");
+    }
+  }
   absl::flat_hash_set<int64_t> seen;
-  int64_t owner = -1;
+  int64_t owner = request.devices.empty() ? worker_id : -1;
+  if (owner < 0 && request.devices.empty()) {
+    return InvalidArgument("only replica devices and this worker's id is not known yet");
+  }
   for (int64_t device : request.devices) {
     if (device < 0 || device >= n) {
       return OutOfRange("device ", device, " is outside mesh ", mesh.ToString(), " (",
@@ -124,12 +168,67 @@ absl::StatusOr<Tensor> MaterializeBox(const ModelFile& model, const ParamDef& pa
   return checkpoint->ReadBox(param.from, source, param.dtype);
 }
 
+
+// Validates `sources` against the model; returns them by param.
+absl::StatusOr<absl::flat_hash_map<std::string, std::vector<const ParamPieceIr*>>>
+GroupSources(const std::vector<ParamPieceIr>& sources, const ModelFile& model) {
+  absl::flat_hash_map<std::string, std::vector<const ParamPieceIr*>> by_param;
+  for (const ParamPieceIr& piece : sources) {
+    const ParamDef* param = nullptr;
+    for (const ParamDef& p : model.params) {
+      if (p.name == piece.param) param = &p;
+    }
+    if (param == nullptr) {
+      return InvalidArgument("source piece ", BoxIrToString(piece.box), " names param '",
+                             piece.param, "' which the model does not have");
+    }
+    MS_ASSIGN_OR_RETURN(Box box, BoxFromIr(piece.box), "source piece of param '",
+                        piece.param, "'");
+    if (box.rank() != static_cast<int>(param->shape.size())) {
+      return InvalidArgument("source piece ", box.ToString(), " of param '", piece.param,
+                             "' has rank ", box.rank(), " but the param has shape ",
+                             ShapeToString(param->shape));
+    }
+    by_param[piece.param].push_back(&piece);
+  }
+  return by_param;
+}
+
+// The sorted, deduplicated `devices`.
+std::vector<int64_t> SortedUnique(std::vector<int64_t> devices) {
+  std::sort(devices.begin(), devices.end());
+  devices.erase(std::unique(devices.begin(), devices.end()), devices.end());
+  return devices;
+}
+
+using CellsByParam =
+    absl::flat_hash_map<std::string, std::map<Box, std::shared_ptr<const BoxTensor>>>;
+
+// Sets model->held from `cells` and points each hosted device's params at them.
+absl::Status SetHeldCells(const ModelFile& model, CellsByParam cells, LoadedModel* loaded) {
+  for (const ParamDef& param : model.params) {
+    HeldParam& held = loaded->held[param.name];
+    held.dtype = param.dtype;
+    held.shape = param.shape;
+    for (auto& [box, values] : cells[param.name]) held.cells.push_back(values);
+    MS_ASSIGN_OR_RETURN(NamedSharding sharding,
+                        NamedSharding::Create(loaded->mesh, param.sharding,
+                                              static_cast<int>(param.shape.size())));
+    for (int64_t device : loaded->devices) {
+      MS_ASSIGN_OR_RETURN(Box box, CheckedShardBoxForDevice(param.shape, sharding, device));
+      loaded->params[device][param.name] = cells[param.name].at(box);
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<const LoadedModel>> BuildLoadedModel(
-    const LoadModelIr& request, int64_t worker_id) {
+absl::StatusOr<BuiltModel> BuildLoadedModel(const LoadModelIr& request,
+                                            const LoadContext& context) {
   const std::string where =
       absl::StrCat("model '", request.model, "' generation ", request.generation);
+  if (request.version < 0) return InvalidArgument(where, ": version ", request.version, " < 0");
   MS_ASSIGN_OR_RETURN(ModelFile model, ParseModelFile(request.model_json, request.model_dir),
                       where);
   if (model.name != request.model) {
@@ -138,42 +237,64 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> BuildLoadedModel(
   MS_ASSIGN_OR_RETURN(Mesh mesh, MeshFromIr(request.mesh), where);
   MS_RETURN_IF_ERROR(CheckMeshMatchesModel(model, mesh), where);
   auto loaded = std::make_shared<LoadedModel>();
-  MS_ASSIGN_OR_RETURN(loaded->worker_id, CheckPlacement(request, mesh, worker_id), where);
+  MS_ASSIGN_OR_RETURN(loaded->worker_id, CheckPlacement(request, mesh, context.worker_id),
+                      where);
   loaded->model = request.model;
   loaded->generation = request.generation;
+  loaded->version = request.version == 0 ? 1 : request.version;
   loaded->mesh = mesh;
-  loaded->devices = request.devices;
-  std::sort(loaded->devices.begin(), loaded->devices.end());
+  loaded->devices = SortedUnique(request.devices);
+  loaded->replica_devices = SortedUnique(request.replica_devices);
   loaded->device_workers = request.device_workers;
+  MS_ASSIGN_OR_RETURN(auto sources, GroupSources(request.sources, model), where);
 
   std::optional<Checkpoint> checkpoint;
   if (!model.checkpoints.empty()) {
     MS_ASSIGN_OR_RETURN(checkpoint, Checkpoint::Open(model.checkpoints), where);
   }
   for (int64_t device : loaded->devices) loaded->params[device];  // hosted, maybe no params
+  std::vector<int64_t> held_devices = loaded->devices;
+  held_devices.insert(held_devices.end(), loaded->replica_devices.begin(),
+                      loaded->replica_devices.end());
+  // param -> cell -> values; the cells of `sourced` are filled below.
+  CellsByParam cells;
+  std::vector<SourcedCell> sourced;
   for (const ParamDef& param : model.params) {
     MS_ASSIGN_OR_RETURN(
         NamedSharding sharding,
         NamedSharding::Create(mesh, param.sharding, static_cast<int>(param.shape.size())),
         where, ": param '", param.name, "'");
-    absl::flat_hash_map<Box, std::shared_ptr<const BoxTensor>> by_box;
-    for (int64_t device : loaded->devices) {
+    std::map<Box, std::shared_ptr<const BoxTensor>>& by_box = cells[param.name];
+    for (int64_t device : held_devices) {
       MS_ASSIGN_OR_RETURN(Box box, CheckedShardBoxForDevice(param.shape, sharding, device),
                           where, ": param '", param.name, "'");
+      if (by_box.count(box) > 0) continue;
       std::shared_ptr<const BoxTensor>& shared = by_box[box];
-      if (shared == nullptr) {
-        MS_ASSIGN_OR_RETURN(
-            Tensor values,
-            MaterializeBox(model, param, checkpoint ? &*checkpoint : nullptr, box), where,
-            ": param '", param.name, "' box ", box.ToString());
-        MS_ASSIGN_OR_RETURN(BoxTensor tensor, BoxTensor::Wrap(box, std::move(values)));
-        loaded->param_bytes += tensor.tensor.NumBytes();
-        shared = std::make_shared<const BoxTensor>(std::move(tensor));
+      std::vector<const ParamPieceIr*> pieces;
+      for (const ParamPieceIr* piece : sources[param.name]) {
+        if (!Intersect(UncheckedBoxFromIr(piece->box), box).IsEmpty()) pieces.push_back(piece);
       }
-      loaded->params[device][param.name] = shared;
+      if (!pieces.empty()) {
+        MS_RETURN_IF_ERROR(CheckTiling(param.name, box, pieces), where);
+        sourced.push_back(SourcedCell{param.name, param.dtype, box, std::move(pieces)});
+        continue;
+      }
+      MS_ASSIGN_OR_RETURN(
+          Tensor values, MaterializeBox(model, param, checkpoint ? &*checkpoint : nullptr, box),
+          where, ": param '", param.name, "' box ", box.ToString());
+      MS_ASSIGN_OR_RETURN(BoxTensor tensor, BoxTensor::Wrap(box, std::move(values)));
+      shared = std::make_shared<const BoxTensor>(std::move(tensor));
     }
   }
-  return std::shared_ptr<const LoadedModel>(std::move(loaded));
+  BuiltModel built;
+  MS_RETURN_IF_ERROR(
+      FillFromSources(request.model, loaded->worker_id, context, &sourced, &built.result), where);
+  for (SourcedCell& cell : sourced) cells[cell.param][cell.box] = std::move(cell.values);
+  MS_RETURN_IF_ERROR(SetHeldCells(model, std::move(cells), loaded.get()), where);
+  loaded->param_bytes = DistinctHeldBytes(*loaded);
+  built.result.param_bytes = loaded->param_bytes;
+  built.model = std::move(loaded);
+  return built;
 }
 
 }  // namespace meshserve

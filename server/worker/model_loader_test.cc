@@ -79,7 +79,11 @@ class ModelLoaderTest : public ::testing::Test {
     load.mesh = {MeshAxisIr{"x", 2, ""}};
     load.devices = {0, 1};
     load.device_workers = {0, 0};
-    return BuildLoadedModel(load, 0);
+    LoadContext context;
+    context.worker_id = 0;
+    absl::StatusOr<BuiltModel> built = BuildLoadedModel(load, context);
+    if (!built.ok()) return built.status();
+    return built->model;
   }
 
   // Checks param `name` on both devices: element (r, c) of its box equals

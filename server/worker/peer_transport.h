@@ -18,6 +18,11 @@
 // Implementations: InMemoryTransport (workers in one process, tests) and
 // GrpcPeerTransport (WorkerService.PushData streams of ~1 MiB DataChunks).
 //
+// ReadParam is the other direction and blocks: a worker loading or committing
+// params (LoadModelRequest.sources, CommitParamsRequest.fills) reads a box of a
+// peer's held param (WorkerService.ReadParam: ~1 MiB ParamChunks in order).
+// It never runs on a step loop.
+//
 // Thread-safety: implementations must be thread-safe.
 #ifndef MESHSERVE_SERVER_WORKER_PEER_TRANSPORT_H_
 #define MESHSERVE_SERVER_WORKER_PEER_TRANSPORT_H_
@@ -31,7 +36,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/program/program_ir.h"
 
 namespace meshserve {
 
@@ -44,6 +51,25 @@ struct OutgoingSlice {
   int dtype = 0;      // the sent buffer's dtype (program_ir.h WireDType)
   std::string bytes;  // raw row-major bytes of the sent box
   absl::Time deadline = absl::InfiniteFuture();
+};
+
+// One ParamChunk of a ReadParam stream (the bytes are valid during the call
+// that receives it).
+struct ParamChunkView {
+  int64_t total_bytes = 0;  // of the whole box
+  int64_t offset = 0;       // of this chunk within the box's bytes
+  absl::string_view data;
+  int dtype = 0;  // the param's dtype (program_ir.h WireDType)
+};
+using ParamChunkSink = std::function<absl::Status(const ParamChunkView&)>;
+
+// The bytes of a box of a held param (row-major, the param's dtype), as a
+// worker serves them: a view into the held buffer (or a copy) that stays valid
+// while `keep_alive` lives.
+struct ParamBytes {
+  int dtype = 0;
+  absl::string_view bytes;
+  std::shared_ptr<const void> keep_alive;
 };
 
 class PeerTransport {
@@ -75,7 +101,23 @@ class PeerTransport {
   // Cancel on a peer (best effort, asynchronous): WorkerService.Cancel.
   virtual void CancelOnPeer(int64_t worker, const std::string& request_id,
                             const std::string& reason) {}
+
+  // Reads request.box of request.param of peer `worker`'s (model, generation,
+  // version) (WorkerService.ReadParam) and calls `on_chunk` for each chunk in
+  // order, on the calling thread; blocks until the stream ends or `deadline`.
+  // \error kUnavailable naming the worker for an unknown or unreachable peer,
+  //   kDeadlineExceeded, the peer's error (kNotFound, kOutOfRange, ...), or
+  //   the first error of `on_chunk` (which ends the read). The default:
+  //   kUnimplemented.
+  virtual absl::Status ReadParam(int64_t worker, const ReadParamIr& request,
+                                 absl::Time deadline, const ParamChunkSink& on_chunk);
 };
+
+inline absl::Status PeerTransport::ReadParam(int64_t worker, const ReadParamIr& request,
+                                             absl::Time deadline,
+                                             const ParamChunkSink& on_chunk) {
+  return absl::UnimplementedError("this peer transport cannot read params from peers");
+}
 
 }  // namespace meshserve
 

@@ -14,13 +14,15 @@ namespace meshserve {
 
 absl::Status ShardWorker::LoadModel(const LoadModelRequest& request,
                                     LoadModelResponse* response) {
-  MS_ASSIGN_OR_RETURN(int64_t bytes, engine_.LoadModel(LoadModelToIr(request)));
-  response->set_param_bytes(bytes);
+  MS_ASSIGN_OR_RETURN(LoadModelResultIr result, engine_.LoadModel(LoadModelToIr(request)));
+  response->set_param_bytes(result.param_bytes);
+  response->set_bytes_fetched(result.bytes_fetched);
+  response->set_bytes_local(result.bytes_local);
   return absl::OkStatus();
 }
 
 absl::Status ShardWorker::UnloadModel(const UnloadModelRequest& request) {
-  return engine_.UnloadModel(request.model(), request.generation());
+  return engine_.UnloadModel(request.model(), request.generation(), request.version());
 }
 
 absl::Status ShardWorker::InstallProgram(const Program& program) {
@@ -35,7 +37,8 @@ absl::Status ShardWorker::Execute(ExecuteRequest* request, ExecuteResponse* resp
   MS_ASSIGN_OR_RETURN(std::vector<SliceIr> outputs,
                       engine_.Execute(request->program_id(), request->request_id(),
                                       std::move(inputs),
-                                      absl::Milliseconds(request->deadline_ms())));
+                                      absl::Milliseconds(request->deadline_ms()),
+                                      request->param_version()));
   for (SliceIr& out : outputs) SliceFromIr(&out, response->add_outputs());
   return absl::OkStatus();
 }
@@ -48,6 +51,26 @@ absl::Status ShardWorker::PushChunk(const DataChunk& chunk) {
 
 void ShardWorker::Cancel(const CancelRequest& request) {
   engine_.Cancel(request.request_id(), request.reason());
+}
+
+absl::StatusOr<ParamBytes> ShardWorker::ReadParam(const ReadParamRequest& request) const {
+  return engine_.ReadParam(ReadParamToIr(request));
+}
+
+absl::StatusOr<int64_t> ShardWorker::StageChunk(StageParamChunk* chunk) {
+  return engine_.StageParams(StageChunkToIr(chunk));
+}
+
+absl::Status ShardWorker::CommitParams(const CommitParamsRequest& request,
+                                       CommitParamsResponse* response) {
+  MS_ASSIGN_OR_RETURN(CommitResultIr result, engine_.CommitParams(CommitParamsToIr(request)));
+  response->set_param_bytes(result.param_bytes);
+  response->set_bytes_fetched(result.bytes_fetched);
+  return absl::OkStatus();
+}
+
+absl::Status ShardWorker::AbortParams(const AbortParamsRequest& request) {
+  return engine_.AbortParams(request.model(), request.generation(), request.version());
 }
 
 void ShardWorker::GetStatus(WorkerStatusResponse* response) const {

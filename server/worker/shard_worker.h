@@ -8,6 +8,9 @@
 // This header forward-declares the messages: include "proto/worker_service.pb.h"
 // to call it.
 //
+// Param versions: ExecuteRequest.param_version picks the resident version
+// (0: the newest); UnloadModelRequest.version 0 unloads every version.
+//
 // Program semantics (program.proto). A worker runs its step list in order.
 // Buffers are per (request, device, name): "param/<name>" is the resident
 // param box of the program's (model, generation) on that device (read-only),
@@ -52,6 +55,7 @@
 #include <memory>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "server/worker/peer_transport.h"
 #include "server/worker/worker_engine.h"
 
@@ -66,6 +70,11 @@ class ExecuteResponse;
 class DataChunk;
 class CancelRequest;
 class WorkerStatusResponse;
+class ReadParamRequest;
+class StageParamChunk;
+class CommitParamsRequest;
+class CommitParamsResponse;
+class AbortParamsRequest;
 
 class ShardWorker {
  public:
@@ -83,6 +92,12 @@ class ShardWorker {
   // One chunk of a peer's slice (WorkerService.PushData).
   absl::Status PushChunk(const DataChunk& chunk);
   void Cancel(const CancelRequest& request);
+  // Params as state (WorkerEngine::ReadParam / StageParams / CommitParams /
+  // AbortParams). StageChunk moves the chunk's data out and returns its bytes.
+  absl::StatusOr<ParamBytes> ReadParam(const ReadParamRequest& request) const;
+  absl::StatusOr<int64_t> StageChunk(StageParamChunk* chunk);
+  absl::Status CommitParams(const CommitParamsRequest& request, CommitParamsResponse* response);
+  absl::Status AbortParams(const AbortParamsRequest& request);
   // Fills everything but `address` (which the service knows).
   void GetStatus(WorkerStatusResponse* response) const;
 

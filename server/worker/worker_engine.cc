@@ -1,5 +1,7 @@
 #include "server/worker/worker_engine.h"
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -9,52 +11,249 @@
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/program/ir_conv.h"
 #include "common/tensor/blas.h"
+#include "server/worker/param_store.h"
 #include "server/worker/worker_engine_internal.h"
 
 namespace meshserve {
+
+namespace {
+
+template <typename... Parts>
+absl::Status AlreadyExists(const Parts&... parts) {
+  return absl::AlreadyExistsError(absl::StrCat(parts...));
+}
+
+// Serves this worker's own ReadParam as a transport (a fill that names this
+// worker as its source).
+class SelfReader : public PeerTransport {
+ public:
+  explicit SelfReader(const WorkerEngine* engine) : engine_(engine) {}
+  void Send(OutgoingSlice slice, DoneCallback done) override {
+    done(Internal("SelfReader sends nothing"));
+  }
+  absl::Status ReadParam(int64_t worker, const ReadParamIr& request, absl::Time deadline,
+                         const ParamChunkSink& on_chunk) override {
+    MS_ASSIGN_OR_RETURN(ParamBytes bytes, engine_->ReadParam(request));
+    const int64_t n = static_cast<int64_t>(bytes.bytes.size());
+    return on_chunk(ParamChunkView{n, 0, bytes.bytes, bytes.dtype});
+  }
+
+ private:
+  const WorkerEngine* const engine_;
+};
+
+}  // namespace
 
 WorkerEngine::WorkerEngine(Options options, PeerTransport* transport)
     : options_(options),
       transport_(transport),
       worker_id_(options.worker_id),
-      rendezvous_(options.rendezvous) {}
+      rendezvous_(options.rendezvous),
+      store_(std::make_unique<ParamStore>()) {}
 
 WorkerEngine::~WorkerEngine() = default;
 
-absl::StatusOr<int64_t> WorkerEngine::LoadModel(const LoadModelIr& request) {
-  MS_ASSIGN_OR_RETURN(std::shared_ptr<const LoadedModel> loaded,
-                      BuildLoadedModel(request, worker_id()));
-  int64_t expected = -1;
-  worker_id_.compare_exchange_strong(expected, loaded->worker_id);
-  if (transport_ != nullptr) transport_->UpdatePeers(request.worker_addresses);
-  const int64_t bytes = loaded->param_bytes;
-  MS_LOG(INFO) << "loaded model '" << request.model << "' generation " << request.generation
-               << " devices " << loaded->DevicesString() << ": " << bytes << " param bytes";
-  absl::MutexLock lock(&mu_);
-  models_[ModelKey(request.model, request.generation)] = std::move(loaded);
-  return bytes;
+std::shared_ptr<const LoadedModel> WorkerEngine::FindLocked(absl::string_view model,
+                                                            int64_t generation,
+                                                            int64_t version) const {
+  auto it = models_.find(ModelKey(std::string(model), generation));
+  if (it == models_.end() || it->second.empty()) return nullptr;
+  if (version == 0) return it->second.rbegin()->second;
+  auto v = it->second.find(version);
+  return v == it->second.end() ? nullptr : v->second;
 }
 
-absl::Status WorkerEngine::UnloadModel(absl::string_view model, int64_t generation) {
+std::shared_ptr<const LoadedModel> WorkerEngine::Find(absl::string_view model,
+                                                      int64_t generation,
+                                                      int64_t version) const {
   absl::MutexLock lock(&mu_);
-  int64_t removed = 0;
+  return FindLocked(model, generation, version);
+}
+
+absl::StatusOr<LoadModelResultIr> WorkerEngine::LoadModel(const LoadModelIr& request) {
+  if (transport_ != nullptr) transport_->UpdatePeers(request.worker_addresses);
+  LoadContext context;
+  context.worker_id = worker_id();
+  context.transport = transport_;
+  context.read_timeout = options_.param_read_timeout;
+  context.find_resident = [this, &request](int64_t generation, int64_t version) {
+    return Find(request.model, generation, version);
+  };
+  MS_ASSIGN_OR_RETURN(BuiltModel built, BuildLoadedModel(request, context));
+  int64_t expected = -1;
+  worker_id_.compare_exchange_strong(expected, built.model->worker_id);
+  MS_LOG(INFO) << "loaded " << built.model->Name() << " devices "
+               << built.model->DevicesString() << " replicas "
+               << built.model->replica_devices.size() << ": " << built.result.param_bytes
+               << " param bytes (" << built.result.bytes_fetched << " fetched, "
+               << built.result.bytes_local << " local)";
+  absl::MutexLock lock(&mu_);
+  models_[ModelKey(request.model, request.generation)][built.model->version] =
+      std::move(built.model);
+  return built.result;
+}
+
+absl::Status WorkerEngine::UnloadModel(absl::string_view model, int64_t generation,
+                                       int64_t version) {
+  int64_t removed = store_->Drop(model, generation, version);
+  absl::MutexLock lock(&mu_);
   for (auto it = models_.begin(); it != models_.end();) {
     auto cur = it++;
-    if (cur->first.first == model && (generation == -1 || cur->first.second == generation)) {
-      models_.erase(cur);
-      ++removed;
+    if (cur->first.first != model || (generation != -1 && cur->first.second != generation)) {
+      continue;
     }
-  }
-  for (auto it = programs_.begin(); it != programs_.end();) {
-    auto cur = it++;
-    if (cur->second->model == model &&
-        (generation == -1 || cur->second->generation == generation)) {
-      programs_.erase(cur);
+    Versions& versions = cur->second;
+    for (auto v = versions.begin(); v != versions.end();) {
+      if (version == 0 || v->first == version) {
+        v = versions.erase(v);
+        ++removed;
+      } else {
+        ++v;
+      }
+    }
+    if (!versions.empty()) continue;
+    const int64_t gone = cur->first.second;
+    models_.erase(cur);
+    for (auto p = programs_.begin(); p != programs_.end();) {
+      auto program = p++;
+      if (program->second->model == model && program->second->generation == gone) {
+        programs_.erase(program);
+      }
     }
   }
   if (removed == 0) {
-    return NotFound("model '", model, "' generation ", generation, " is not loaded here");
+    return NotFound("model '", model, "' generation ", generation, " version ", version,
+                    " is not loaded here");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ParamBytes> WorkerEngine::ReadParam(const ReadParamIr& request) const {
+  const std::string what = absl::StrCat("model '", request.model, "' generation ",
+                                        request.generation, " version ", request.version);
+  std::shared_ptr<const LoadedModel> model =
+      Find(request.model, request.generation, request.version);
+  if (model == nullptr) {
+    const ParamStore::Key key(request.model, request.generation, request.version);
+    if (request.version == 0 || !store_->Contains(key)) {
+      return NotFound(what, " is neither resident nor being staged on worker ", worker_id());
+    }
+    return store_->Read(key, request.param, request.box);
+  }
+  auto held = model->held.find(request.param);
+  if (held == model->held.end()) {
+    return NotFound(model->Name(), " has no param '", request.param, "'");
+  }
+  MS_ASSIGN_OR_RETURN(Box box, BoxFromIr(request.box), "param '", request.param, "'");
+  if (box.rank() != static_cast<int>(held->second.shape.size())) {
+    return InvalidArgument("box ", box.ToString(), " of param '", request.param,
+                           "' has the wrong rank for shape ",
+                           ShapeToString(held->second.shape));
+  }
+  const int i = held->second.CellContaining(box);
+  if (i < 0) {
+    return OutOfRange("box ", box.ToString(), " of param '", request.param, "' of ",
+                      model->Name(), " is not inside one held cell of worker ", worker_id(),
+                      " (held: ", held->second.CellsString(), ")");
+  }
+  return CellBytes(held->second.cells[i], box);
+}
+
+absl::StatusOr<int64_t> WorkerEngine::StageParams(const StageChunkIr& chunk) {
+  if (chunk.version <= 0) return InvalidArgument("stage into version ", chunk.version);
+  std::shared_ptr<const LoadedModel> newest;
+  {
+    absl::MutexLock lock(&mu_);
+    newest = FindLocked(chunk.model, chunk.generation, 0);
+    if (newest == nullptr) {
+      return NotFound("model '", chunk.model, "' generation ", chunk.generation,
+                      " is not resident on worker ", worker_id());
+    }
+    if (FindLocked(chunk.model, chunk.generation, chunk.version) != nullptr) {
+      return AlreadyExists("model '", chunk.model, "' generation ", chunk.generation,
+                           " version ", chunk.version, " is already resident");
+    }
+  }
+  return store_->Stage(chunk, std::move(newest));
+}
+
+absl::StatusOr<CommitResultIr> WorkerEngine::CommitParams(const CommitParamsIr& request) {
+  const ParamStore::Key key(request.model, request.generation, request.version);
+  const std::string what = absl::StrCat("commit of model '", request.model, "' generation ",
+                                        request.generation, " version ", request.version);
+  if (request.version <= 0) return InvalidArgument(what, ": version must be > 0");
+  std::shared_ptr<const LoadedModel> base =
+      Find(request.model, request.generation, request.base_version);
+  if (base == nullptr) {
+    return NotFound(what, ": base version ", request.base_version, " is not resident");
+  }
+  if (std::shared_ptr<const LoadedModel> done =
+          Find(request.model, request.generation, request.version)) {
+    if (store_->Contains(key)) return AlreadyExists(what, ": the version is resident");
+    return CommitResultIr{done->param_bytes, 0};  // a retry of a commit that succeeded
+  }
+  // The fills: each into its own box, then staged all at once.
+  SelfReader self(this);
+  const absl::Time deadline = absl::Now() + options_.param_read_timeout;
+  std::vector<std::pair<std::string, BoxTensor>> boxes;
+  boxes.reserve(request.fills.size());
+  std::vector<std::pair<int64_t, std::function<absl::Status()>>> jobs;
+  std::atomic<int64_t> fetched{0};
+  for (const ParamPieceIr& fill : request.fills) {
+    auto held = base->held.find(fill.param);
+    if (held == base->held.end()) {
+      return InvalidArgument(what, ": fill of unknown param '", fill.param, "'");
+    }
+    MS_ASSIGN_OR_RETURN(Box box, BoxFromIr(fill.box), what, ": fill of '", fill.param, "'");
+    if (box.rank() != static_cast<int>(held->second.shape.size())) {
+      return InvalidArgument(what, ": fill ", box.ToString(), " of '", fill.param,
+                             "' has the wrong rank");
+    }
+    MS_ASSIGN_OR_RETURN(Tensor values,
+                        Tensor::CreateUninitialized(held->second.dtype, box.shape()));
+    MS_ASSIGN_OR_RETURN(BoxTensor tensor, BoxTensor::Wrap(box, std::move(values)));
+    boxes.emplace_back(fill.param, std::move(tensor));
+  }
+  for (size_t i = 0; i < request.fills.size(); ++i) {
+    const ParamPieceIr& fill = request.fills[i];
+    PeerTransport* from = fill.src_worker == worker_id() ? &self : transport_;
+    ReadParamIr read{request.model, fill.src_generation, fill.src_version, fill.param,
+                     fill.box};
+    jobs.emplace_back(fill.src_worker, [from, read = std::move(read), &fill, &boxes, i,
+                                        deadline, &fetched, this]() {
+      MS_ASSIGN_OR_RETURN(int64_t bytes, FetchBoxInto(from, fill.src_worker, read, deadline,
+                                                      &boxes[i].second));
+      if (fill.src_worker != worker_id()) fetched += bytes;
+      return absl::OkStatus();
+    });
+  }
+  MS_RETURN_IF_ERROR(RunPerPeer(std::move(jobs)), what);
+  if (!boxes.empty()) MS_RETURN_IF_ERROR(store_->StageBoxes(key, base, std::move(boxes)), what);
+  absl::MutexLock lock(&mu_);
+  if (FindLocked(request.model, request.generation, request.version) != nullptr) {
+    return AlreadyExists(what, ": the version became resident meanwhile");
+  }
+  MS_ASSIGN_OR_RETURN(std::shared_ptr<const LoadedModel> built,
+                      store_->Commit(key, *base, request.version, request.params));
+  const CommitResultIr result{built->param_bytes, fetched.load()};
+  MS_LOG(INFO) << "committed " << built->Name() << " on base version " << base->version
+               << ": " << result.param_bytes << " param bytes, " << result.bytes_fetched
+               << " fetched";
+  models_[ModelKey(request.model, request.generation)][request.version] = std::move(built);
+  return result;
+}
+
+absl::Status WorkerEngine::AbortParams(absl::string_view model, int64_t generation,
+                                       int64_t version) {
+  if (version <= 0) return InvalidArgument("abort of version ", version);
+  store_->Drop(model, generation, version);
+  absl::MutexLock lock(&mu_);
+  auto it = models_.find(ModelKey(std::string(model), generation));
+  if (it != models_.end()) {
+    it->second.erase(version);
+    if (it->second.empty()) models_.erase(it);
   }
   return absl::OkStatus();
 }
@@ -70,7 +269,8 @@ absl::Status WorkerEngine::InstallProgram(ProgramIr program) {
 absl::StatusOr<std::vector<SliceIr>> WorkerEngine::Execute(absl::string_view program_id,
                                                            absl::string_view request_id,
                                                            std::vector<SliceIr> inputs,
-                                                           absl::Duration timeout) {
+                                                           absl::Duration timeout,
+                                                           int64_t param_version) {
   if (request_id.empty()) return InvalidArgument("request_id is empty");
   const absl::Time deadline =
       absl::Now() + (timeout > absl::ZeroDuration() ? timeout : options_.default_deadline);
@@ -84,13 +284,17 @@ absl::StatusOr<std::vector<SliceIr>> WorkerEngine::Execute(absl::string_view pro
                       " installed)");
     }
     program = p->second;
-    auto m = models_.find(ModelKey(program->model, program->generation));
-    if (m == models_.end()) {
+    if (FindLocked(program->model, program->generation, 0) == nullptr) {
       return FailedPrecondition("program '", program_id, "': model '", program->model,
                                 "' generation ", program->generation,
                                 " is not loaded on this worker");
     }
-    model = m->second;
+    model = FindLocked(program->model, program->generation, param_version);
+    if (model == nullptr) {
+      return NotFound("program '", program_id, "': model '", program->model,
+                      "' generation ", program->generation, " version ", param_version,
+                      " is not resident on this worker");
+    }
   }
   MS_RETURN_IF_ERROR(rendezvous_.StartRequest(request_id));
   RunContext context{&rendezvous_, transport_, worker_id()};
@@ -115,13 +319,19 @@ WorkerStatusIr WorkerEngine::Status() const {
   status.blas_config = BlasConfig();
   status.blas_threads = BlasThreads();
   absl::MutexLock lock(&mu_);
-  for (const auto& [key, model] : models_) {
-    HostedModelIr hosted;
-    hosted.model = model->model;
-    hosted.generation = model->generation;
-    hosted.devices = model->devices;
-    hosted.param_bytes = model->param_bytes;
-    status.models.push_back(std::move(hosted));
+  for (const auto& [key, versions] : models_) {
+    for (const auto& [version, model] : versions) {
+      HostedModelIr hosted;
+      hosted.model = model->model;
+      hosted.generation = model->generation;
+      hosted.devices = model->devices;
+      hosted.param_bytes = model->param_bytes;
+      hosted.version = model->version;
+      hosted.replica_devices = model->replica_devices;
+      hosted.mesh = MeshToIr(model->mesh);
+      hosted.device_workers = model->device_workers;
+      status.models.push_back(std::move(hosted));
+    }
   }
   status.programs = static_cast<int64_t>(programs_.size());
   status.requests_served = requests_served_;

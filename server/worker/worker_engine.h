@@ -4,10 +4,14 @@
 // use this class directly.
 //
 // State:
-//   - resident models: (model, generation) -> per hosted device, the param
-//     boxes ("param/<name>"); devices of this worker holding an identical box
-//     share one buffer. Requests hold a reference, so unloading a model while a
-//     request runs on it frees its params when that request ends.
+//   - resident models: (model, generation, version) -> the held cells of each
+//     param (the distinct boxes of the hosted devices and of replica_devices,
+//     held for durability) and per hosted device its param boxes
+//     ("param/<name>"); devices of this worker holding an identical box share
+//     one buffer, and versions share the buffers of params they did not
+//     change. Requests hold a reference, so unloading a model while a request
+//     runs on it frees its params when that request ends.
+//   - the push staging (param_store.h): values of a version being pushed.
 //   - installed programs: program_id -> ProgramIr.
 //   - the rendezvous (rendezvous.h) where peers' slices arrive.
 //
@@ -15,8 +19,15 @@
 // mesh, and for each param and hosted device computes the device's box
 // (ShardBoxForDevice of the param's NamedSharding); reads it from the model's
 // checkpoint with SafetensorsFile::ReadBox (only that box's bytes) when the
-// checkpoint has the param, else InitializeBox with the model's seed. Loading
-// the same (model, generation) again replaces it.
+// checkpoint has the param, else InitializeBox with the model's seed; or, for
+// cells that pieces of `sources` meet, from those pieces (local: copied or
+// shared from this worker's resident versions; remote: ReadParam from the
+// peer; see LoadModelRequest.sources). Loading the same (model, generation,
+// version) again replaces it.
+//
+// Params as state: ReadParam serves a box inside one held cell of a resident
+// version (or of a version being staged here); StageParams/CommitParams build
+// a new version from staged chunks (param_store.h); AbortParams drops one.
 //
 // Execute: runs the program's steps in order for one request (see
 // shard_worker.h for the step semantics and error codes). Concurrent requests
@@ -34,6 +45,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -52,9 +64,10 @@
 
 namespace meshserve {
 
-// Defined in worker_engine_internal.h (it needs the core tensor types, which
-// stay out of this header: its users see only the IR).
+// Defined in worker_engine_internal.h / param_store.h (they need the core
+// tensor types, which stay out of this header: its users see only the IR).
 struct LoadedModel;
+class ParamStore;
 
 class WorkerEngine {
  public:
@@ -64,6 +77,8 @@ class WorkerEngine {
     int64_t worker_id = -1;
     // Budget of a request whose ExecuteRequest has no deadline.
     absl::Duration default_deadline = absl::Seconds(60);
+    // Budget of the ReadParam calls of one LoadModel or CommitParams.
+    absl::Duration param_read_timeout = absl::Minutes(5);
     Rendezvous::Options rendezvous;
   };
 
@@ -75,28 +90,63 @@ class WorkerEngine {
   WorkerEngine(const WorkerEngine&) = delete;
   WorkerEngine& operator=(const WorkerEngine&) = delete;
 
-  // Returns the bytes of param buffers now resident for this model generation.
+  // Returns the bytes of the version's distinct held buffers and the bytes
+  // taken from `sources` (fetched from peers, copied or shared locally).
   // \error kInvalidArgument: bad JSON/model, mesh mismatch with the model file,
   //   device outside the mesh or repeated, device_workers of the wrong length,
   //   hosted devices mapped to different workers or to another worker id,
-  //   checkpoint shape mismatch; kNotFound / kDataLoss from the checkpoint.
-  absl::StatusOr<int64_t> LoadModel(const LoadModelIr& request);
+  //   checkpoint shape mismatch, sources that do not tile a held cell exactly
+  //   (naming param, cell and piece) or name an unknown param; kNotFound /
+  //   kDataLoss from the checkpoint; kNotFound for a local source that is not
+  //   resident; the peers' ReadParam errors (kUnavailable naming the worker).
+  absl::StatusOr<LoadModelResultIr> LoadModel(const LoadModelIr& request);
 
-  // generation -1: every generation. Programs of the unloaded generations are
-  // dropped too. \error kNotFound when nothing matched.
-  absl::Status UnloadModel(absl::string_view model, int64_t generation);
+  // generation -1: every generation; version 0: every version. Programs of a
+  // generation are dropped with its last version; stagings that match go too.
+  // \error kNotFound when nothing matched.
+  absl::Status UnloadModel(absl::string_view model, int64_t generation, int64_t version = 0);
 
   // Validates the program's structure (step kinds, ops, boxes, dtypes, unique
   // tags) and stores it (replacing one with the same id).
   // \error kInvalidArgument naming the step index and value.
   absl::Status InstallProgram(ProgramIr program);
 
-  // Runs program `program_id` for `request_id`; returns the output slices.
-  // timeout <= 0: Options::default_deadline.
+  // Runs program `program_id` for `request_id` on param version
+  // `param_version` of the program's (model, generation) (0: the newest
+  // resident); returns the output slices. timeout <= 0:
+  // Options::default_deadline. \error kNotFound naming model, generation and
+  // version when that version is not resident.
   absl::StatusOr<std::vector<SliceIr>> Execute(absl::string_view program_id,
                                                absl::string_view request_id,
                                                std::vector<SliceIr> inputs,
-                                               absl::Duration timeout);
+                                               absl::Duration timeout,
+                                               int64_t param_version = 0);
+
+  // The bytes of request.box of a held param of resident (model, generation,
+  // version) (version 0: the newest), else of that version's staging here.
+  // \error kNotFound naming the missing model version or param; kOutOfRange
+  //   when the box is not inside one held cell; kInvalidArgument for a bad
+  //   box; kFailedPrecondition for a staging box not fully staged yet.
+  absl::StatusOr<ParamBytes> ReadParam(const ReadParamIr& request) const;
+
+  // Stages one chunk of a push (param_store.h) into version chunk.version of
+  // (model, generation), on the geometry of its newest resident version.
+  // Returns the chunk's data bytes. \error kNotFound when (model, generation)
+  //   is not resident; kAlreadyExists when that version is; ParamStore::Stage's.
+  absl::StatusOr<int64_t> StageParams(const StageChunkIr& chunk);
+
+  // Fetches `fills` (ReadParam, peers in parallel) into the staging, checks
+  // coverage and makes (model, generation, version) resident (see
+  // CommitParamsRequest). Nothing resident changes on an error. A retry of a
+  // commit that succeeded (version resident, nothing staged) succeeds again.
+  // \error kInvalidArgument: version <= 0, fills outside the held cells,
+  //   overlaps, a coverage gap (ParamStore::Commit); kNotFound for a missing
+  //   base version; kAlreadyExists when the version is resident and staged.
+  absl::StatusOr<CommitResultIr> CommitParams(const CommitParamsIr& request);
+
+  // Drops the staging and the resident (model, generation, version);
+  // idempotent. \error kInvalidArgument for version <= 0.
+  absl::Status AbortParams(absl::string_view model, int64_t generation, int64_t version);
 
   // Receiving side of the data plane (see rendezvous.h).
   absl::Status DeliverChunk(absl::string_view request_id, absl::string_view tag,
@@ -125,6 +175,15 @@ class WorkerEngine {
 
  private:
   using ModelKey = std::pair<std::string, int64_t>;
+  // version -> the resident version.
+  using Versions = std::map<int64_t, std::shared_ptr<const LoadedModel>>;
+
+  // Resident (model, generation, version) (version 0: the newest), or null.
+  std::shared_ptr<const LoadedModel> FindLocked(absl::string_view model, int64_t generation,
+                                                int64_t version) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  std::shared_ptr<const LoadedModel> Find(absl::string_view model, int64_t generation,
+                                          int64_t version) const;
 
   const Options options_;
   PeerTransport* const transport_;
@@ -132,8 +191,9 @@ class WorkerEngine {
   Rendezvous rendezvous_;
 
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<ModelKey, std::shared_ptr<const LoadedModel>> models_
-      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<ModelKey, Versions> models_ ABSL_GUARDED_BY(mu_);
+  // Lock order: mu_, then the store's.
+  std::unique_ptr<ParamStore> store_;
   absl::flat_hash_map<std::string, std::shared_ptr<const ProgramIr>> programs_
       ABSL_GUARDED_BY(mu_);
   int64_t requests_served_ ABSL_GUARDED_BY(mu_) = 0;

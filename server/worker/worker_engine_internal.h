@@ -4,6 +4,7 @@
 #define MESHSERVE_SERVER_WORKER_WORKER_ENGINE_INTERNAL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,29 +21,108 @@
 
 namespace meshserve {
 
-// One (model, generation) resident on this worker. Immutable once built.
+// The held cells of one param: the distinct boxes of the model's devices and
+// replica_devices (the boxes of one NamedSharding are identical or disjoint),
+// ascending by box.
+struct HeldParam {
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+  std::vector<std::shared_ptr<const BoxTensor>> cells;
+
+  // The index of the cell that contains `box` (same rank), or -1.
+  int CellContaining(const Box& box) const;
+  std::string CellsString() const;  // "[0:4, 0:6], [4:8, 0:6]"
+};
+
+// One (model, generation, version) resident on this worker. Immutable once
+// built; versions share the buffers of params they did not change.
 struct LoadedModel {
   std::string model;
   int64_t generation = 0;
+  int64_t version = 1;
   Mesh mesh;
-  std::vector<int64_t> devices;         // hosted here, ascending
-  std::vector<int64_t> device_workers;  // worker id of every mesh device
-  int64_t worker_id = -1;               // the worker of `devices`
-  // device -> param name -> its box. Devices holding an identical box share
-  // the pointer.
+  std::vector<int64_t> devices;          // hosted here, ascending
+  std::vector<int64_t> replica_devices;  // held for durability only, ascending
+  std::vector<int64_t> device_workers;   // worker id of every mesh device
+  int64_t worker_id = -1;                // this worker
+  // device (of `devices`) -> param name -> its box, pointing into `held`.
+  // Devices holding an identical box share the pointer.
   absl::flat_hash_map<int64_t,
                       absl::flat_hash_map<std::string, std::shared_ptr<const BoxTensor>>>
       params;
-  int64_t param_bytes = 0;  // distinct buffers only
+  absl::flat_hash_map<std::string, HeldParam> held;
+  int64_t param_bytes = 0;  // distinct held buffers only
 
   bool HostsDevice(int64_t device) const { return params.contains(device); }
   std::string DevicesString() const;  // "[0, 1]"
+  std::string Name() const;           // "model 'm' generation 1 version 2"
 };
 
-// Parses, validates and loads (see WorkerEngine::LoadModel). `worker_id` is
-// this worker's id or -1 when not known yet.
-absl::StatusOr<std::shared_ptr<const LoadedModel>> BuildLoadedModel(
-    const LoadModelIr& request, int64_t worker_id);
+// The bytes of the distinct buffers of model.held.
+int64_t DistinctHeldBytes(const LoadedModel& model);
+
+// What BuildLoadedModel needs besides the request.
+struct LoadContext {
+  int64_t worker_id = -1;  // -1: not known yet (learnt from the devices)
+  PeerTransport* transport = nullptr;  // remote pieces; may be null
+  absl::Duration read_timeout = absl::Minutes(5);
+  // This worker's resident (request.model, generation, version) (version 0:
+  // the newest), for local pieces; null when nothing is resident.
+  std::function<std::shared_ptr<const LoadedModel>(int64_t generation, int64_t version)>
+      find_resident;
+};
+
+struct BuiltModel {
+  std::shared_ptr<const LoadedModel> model;
+  LoadModelResultIr result;
+};
+
+// Parses, validates and loads (see WorkerEngine::LoadModel).
+absl::StatusOr<BuiltModel> BuildLoadedModel(const LoadModelIr& request,
+                                            const LoadContext& context);
+
+// ---- param_sources.cc ----
+// A held cell whose values come from LoadModelRequest.sources.
+struct SourcedCell {
+  std::string param;
+  DType dtype = DType::kFloat32;
+  Box box;
+  std::vector<const ParamPieceIr*> pieces;  // tile `box` (CheckTiling)
+  std::shared_ptr<const BoxTensor> values;  // set by FillFromSources
+};
+
+// Fills every cell from its pieces: a local piece (src_worker == worker_id)
+// from this worker's resident (model, src_generation, src_version) held cell
+// containing it (sharing the buffer when the piece is the whole cell and that
+// cell is identical), a remote one with ReadParam (peers in parallel).
+// Counts bytes_fetched and bytes_local into `result`.
+// \error kNotFound for a local source that is not resident or holds no cell
+//   containing the piece; kUnavailable without a transport; FetchBoxInto's.
+absl::Status FillFromSources(const std::string& model, int64_t worker_id,
+                             const LoadContext& context, std::vector<SourcedCell>* cells,
+                             LoadModelResultIr* result);
+
+// Checks that the pieces meeting `cell` lie inside it and tile it exactly.
+// \error kInvalidArgument naming the param, the cell and the piece.
+absl::Status CheckTiling(absl::string_view param, const Box& cell,
+                         const std::vector<const ParamPieceIr*>& pieces);
+
+// Reads request.box from peer `worker` (PeerTransport::ReadParam) into `dst`
+// (which holds a box containing it, of the param's dtype). Returns the bytes.
+// \error kInvalidArgument for a dtype or byte count that differs from dst's,
+//   chunks out of order; the transport's errors.
+absl::StatusOr<int64_t> FetchBoxInto(PeerTransport* transport, int64_t worker,
+                                     const ReadParamIr& request, absl::Time deadline,
+                                     BoxTensor* dst);
+
+// Runs `jobs` (peer worker -> its work): the jobs of one peer in order,
+// different peers in parallel (a thread each). Returns the first error.
+absl::Status RunPerPeer(std::vector<std::pair<int64_t, std::function<absl::Status()>>> jobs);
+
+// The bytes of `box` of a held cell: a view into it when `box` is the whole
+// cell, else a copy.
+absl::StatusOr<ParamBytes> CellBytes(const std::shared_ptr<const BoxTensor>& cell,
+                                     const Box& box);
 
 // Structural checks of a program (see WorkerEngine::InstallProgram).
 absl::Status ValidateProgram(const ProgramIr& program);

@@ -144,7 +144,8 @@ class TwoWorkers {
 
   absl::Status LoadAndInstall(const std::string& json = MatmulModelJson()) {
     for (int w = 0; w < 2; ++w) {
-      absl::StatusOr<int64_t> bytes = engines_[w]->LoadModel(MatmulLoad({w}, {0, 1}, json));
+      absl::StatusOr<LoadModelResultIr> bytes =
+          engines_[w]->LoadModel(MatmulLoad({w}, {0, 1}, json));
       if (!bytes.ok()) return bytes.status();
       absl::Status s = engines_[w]->InstallProgram(MatmulProgram(w));
       if (!s.ok()) return s;
@@ -271,8 +272,8 @@ TEST(WorkerEngineTest, DevicesWithIdenticalBoxesShareOneBuffer) {
   WorkerEngine engine(WorkerEngine::Options(), nullptr);
   // One worker hosts both devices: w is split (two boxes), r is replicated
   // (one shared box).
-  ASSERT_OK_AND_ASSIGN(int64_t bytes, engine.LoadModel(MatmulLoad({0, 1}, {0, 0})));
-  EXPECT_EQ(bytes, (kK * kN + kN) * 4);
+  ASSERT_OK_AND_ASSIGN(LoadModelResultIr loaded, engine.LoadModel(MatmulLoad({0, 1}, {0, 0})));
+  EXPECT_EQ(loaded.param_bytes, (kK * kN + kN) * 4);
   WorkerStatusIr status = engine.Status();
   ASSERT_EQ(status.models.size(), 1u);
   EXPECT_EQ(status.models[0].devices, (std::vector<int64_t>{0, 1}));

@@ -10,7 +10,9 @@
 // it the port is plaintext and says so in the "serving on" line. --http_port P serves
 // Prometheus /metrics on P. SIGTERM/SIGINT: a
 // draining heartbeat; it keeps serving until the coordinator has moved its
-// models away (at most 10 s; at once when the coordinator is gone), then exits.
+// models away (at most --drain_timeout_s, 60 s by default: the new holders read
+// the params from this worker with ReadParam meanwhile; at once when the
+// coordinator is gone), then exits.
 #include <signal.h>
 #include <unistd.h>
 
@@ -52,6 +54,9 @@ ABSL_FLAG(std::string, coordinator, "", "Coordinator HOST:PORT to register with.
 ABSL_FLAG(int, cores, 0, "Cores this worker may use (0 = all of the machine's).");
 ABSL_FLAG(int, threads, 0, "OpenBLAS threads (0 = cores / 2, at least 1).");
 ABSL_FLAG(int, http_port, 0, "Port serving Prometheus /metrics over HTTP (0 = off).");
+ABSL_FLAG(int, drain_timeout_s, 60,
+          "On SIGTERM, serve (ReadParam for the hand-off of the params) at most this long "
+          "while the coordinator moves the models away, then exit.");
 ABSL_FLAG(std::string, tls_dir, "",
           "Directory with ca.pem, member.pem and member.key (scripts/make-dev-certs.sh): "
           "serve and dial with mutual TLS, accepting only members of that CA (empty: "
@@ -72,14 +77,16 @@ std::string AdvertisedAddress(const std::string& host, int port) {
 
 // A leaving worker keeps serving until the coordinator has moved its models
 // to a generation without it and unloaded them here (so no request is routed
-// to a closed port), at most kDrainTimeout, and not at all once the
-// coordinator stops answering (it is shutting down too).
+// to a closed port, and the new holders have read their shards from here with
+// ReadParam), at most --drain_timeout_s, and not at all once the coordinator
+// stops answering (it is shutting down too).
 void DrainModels(const ShardWorker& worker, MembershipClient& membership) {
-  constexpr absl::Duration kDrainTimeout = absl::Seconds(10);
-  const absl::Time give_up = absl::Now() + kDrainTimeout;
+  const absl::Duration timeout =
+      absl::Seconds(std::max(0, absl::GetFlag(FLAGS_drain_timeout_s)));
+  const absl::Time give_up = absl::Now() + timeout;
   while (!worker.engine().Status().models.empty()) {
     if (absl::Now() >= give_up) {
-      MS_LOG(WARNING) << "models still hosted after " << kDrainTimeout << "; exiting";
+      MS_LOG(WARNING) << "models still hosted after " << timeout << "; exiting";
       return;
     }
     if (absl::Status s = membership.DrainingHeartbeat(); !s.ok()) {

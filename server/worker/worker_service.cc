@@ -1,5 +1,6 @@
 #include "server/worker/worker_service.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -88,6 +89,81 @@ class PushDataReactor final : public grpc::ServerReadReactor<DataChunk> {
   int64_t chunks_ = 0;
 };
 
+// Streams one box of a held param in ParamChunks (an empty box: one chunk).
+class ReadParamReactor final : public grpc::ServerWriteReactor<ParamChunk> {
+ public:
+  static constexpr int64_t kChunkBytes = int64_t{1} << 20;
+
+  ReadParamReactor(ShardWorker* worker, const ReadParamRequest& request) {
+    absl::StatusOr<ParamBytes> read = worker->ReadParam(request);
+    Metrics().calls.Increment({"ReadParam", read.ok() ? "ok" : "error"});
+    if (!read.ok()) {
+      Finish(ToGrpcStatus(read.status()));
+      return;
+    }
+    bytes_ = std::move(*read);
+    chunk_.set_total_bytes(static_cast<int64_t>(bytes_.bytes.size()));
+    chunk_.set_dtype(static_cast<DTypeProto>(bytes_.dtype));
+    WriteNext();
+  }
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "ReadParam stream broke"));
+    } else if (offset_ >= static_cast<int64_t>(bytes_.bytes.size())) {
+      Finish(grpc::Status::OK);
+    } else {
+      WriteNext();
+    }
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void WriteNext() {
+    const int64_t total = static_cast<int64_t>(bytes_.bytes.size());
+    const int64_t n = std::min(kChunkBytes, total - offset_);
+    chunk_.set_offset(offset_);
+    chunk_.set_data(bytes_.bytes.data() + offset_, n);
+    offset_ += n;
+    StartWrite(&chunk_);
+  }
+
+  ParamBytes bytes_;
+  ParamChunk chunk_;
+  int64_t offset_ = 0;
+};
+
+// Receives one StageParams stream, staging each chunk as it arrives.
+class StageParamsReactor final : public grpc::ServerReadReactor<StageParamChunk> {
+ public:
+  StageParamsReactor(ShardWorker* worker, StageParamsResponse* response)
+      : worker_(worker), response_(response) {
+    StartRead(&chunk_);
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      response_->set_bytes(bytes_);
+      Metrics().calls.Increment({"StageParams", "ok"});
+      Finish(grpc::Status::OK);
+      return;
+    }
+    absl::StatusOr<int64_t> staged = worker_->StageChunk(&chunk_);
+    if (!staged.ok()) {
+      Metrics().calls.Increment({"StageParams", "error"});
+      Finish(ToGrpcStatus(staged.status()));
+      return;
+    }
+    bytes_ += *staged;
+    StartRead(&chunk_);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  ShardWorker* const worker_;
+  StageParamsResponse* const response_;
+  StageParamChunk chunk_;
+  int64_t bytes_ = 0;
+};
+
 }  // namespace
 
 void WorkerServiceImpl::set_address(std::string address) {
@@ -152,6 +228,31 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Status(grpc::CallbackServerContext*
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
+}
+
+grpc::ServerWriteReactor<ParamChunk>* WorkerServiceImpl::ReadParam(
+    grpc::CallbackServerContext* context, const ReadParamRequest* request) {
+  return new ReadParamReactor(worker_, *request);
+}
+
+grpc::ServerReadReactor<StageParamChunk>* WorkerServiceImpl::StageParams(
+    grpc::CallbackServerContext* context, StageParamsResponse* response) {
+  return new StageParamsReactor(worker_, response);
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::CommitParams(grpc::CallbackServerContext* context,
+                                                          const CommitParamsRequest* request,
+                                                          CommitParamsResponse* response) {
+  return RunOnPool(context, pool_, "CommitParams", [this, request, response]() {
+    return worker_->CommitParams(*request, response);
+  });
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::AbortParams(grpc::CallbackServerContext* context,
+                                                         const AbortParamsRequest* request,
+                                                         AbortParamsResponse* response) {
+  return RunOnPool(context, pool_, "AbortParams",
+                   [this, request]() { return worker_->AbortParams(*request); });
 }
 
 absl::StatusOr<WorkerServer> StartWorkerServer(

@@ -4,7 +4,12 @@
 // GEMMs), converts the Status with ToGrpcStatus (common/rpc) and finishes.
 // PushData is a read reactor that hands each DataChunk to the rendezvous as it
 // arrives (one copy, in place) and acknowledges the count at the end; a bad
-// chunk ends the stream with the receiver's error.
+// chunk ends the stream with the receiver's error. ReadParam takes the box's
+// bytes (a view of the held buffer, or a copy) on the reactor's thread, not on
+// the pool (a pool busy with LoadModels waiting for peers' ReadParams must not
+// block them), and writes them in 1 MiB ParamChunks; StageParams stages each
+// chunk as it arrives, as PushData does; CommitParams (which reads fills from
+// peers) and AbortParams run on the pool.
 //
 // StartWorkerServer binds host:port (port 0 picks a free one) with message
 // size limits raised (ConfigureServerBuilder: 1 GiB), enables the
@@ -57,6 +62,16 @@ class WorkerServiceImpl final : public WorkerService::CallbackService {
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* context,
                                    const WorkerStatusRequest* request,
                                    WorkerStatusResponse* response) override;
+  grpc::ServerWriteReactor<ParamChunk>* ReadParam(grpc::CallbackServerContext* context,
+                                                  const ReadParamRequest* request) override;
+  grpc::ServerReadReactor<StageParamChunk>* StageParams(
+      grpc::CallbackServerContext* context, StageParamsResponse* response) override;
+  grpc::ServerUnaryReactor* CommitParams(grpc::CallbackServerContext* context,
+                                         const CommitParamsRequest* request,
+                                         CommitParamsResponse* response) override;
+  grpc::ServerUnaryReactor* AbortParams(grpc::CallbackServerContext* context,
+                                        const AbortParamsRequest* request,
+                                        AbortParamsResponse* response) override;
 
  private:
   ShardWorker* const worker_;

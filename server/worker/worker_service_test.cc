@@ -2,7 +2,9 @@
 // (GrpcPeerTransport): a >4 MiB cross-worker transfer (chunked), consecutive
 // sends sharing one stream, a 2-worker
 // dot_general with a reduce-scatter checked against a naive loop, a receive
-// that never gets its data, bad peer chunks, and Status.
+// that never gets its data, bad peer chunks, Status, and params as state
+// (LoadModel from a peer's cells, StageParams/CommitParams with fills,
+// ReadParam of a >1 MiB cell in chunks, param versions on Execute).
 //
 // References are plain loops, and the checkpoint is written byte by byte.
 #include "server/worker/worker_service.h"
@@ -24,8 +26,11 @@
 #include "gtest/gtest.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
+#include "common/sharding/box.h"
+#include "common/tensor/initializers.h"
 #include "server/worker/grpc_peer_transport.h"
 #include "server/worker/shard_worker.h"
+#include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
 #include "tests/testing/status_matchers.h"
 
@@ -33,6 +38,7 @@ namespace meshserve {
 namespace {
 
 using ::meshserve::testing::IsOk;
+using ::meshserve::testing::IsOkAndHolds;
 using ::meshserve::testing::StatusIs;
 
 constexpr int64_t kM = 4, kK = 8, kN = 6;
@@ -439,6 +445,285 @@ TEST_F(WorkerServiceTest, UnknownProgramAndStatus) {
   ASSERT_EQ(status.models_size(), 1);
   EXPECT_EQ(status.models(0).model(), "mm");
   EXPECT_EQ(status.models(0).param_bytes(), kK / 2 * kN * 4);
+}
+
+// ---- params as state ----
+
+LoadModelRequest LoadOf(const std::string& model, const std::string& json, int64_t generation,
+                        std::vector<int64_t> devices, std::vector<int64_t> device_workers,
+                        const Node (&nodes)[2]) {
+  LoadModelRequest load;
+  load.set_model(model);
+  load.set_generation(generation);
+  load.set_model_json(json);
+  auto* axis = load.mutable_mesh()->add_axes();
+  axis->set_name("x");
+  axis->set_size(2);
+  for (int64_t d : devices) load.add_devices(d);
+  for (int64_t w : device_workers) load.add_device_workers(w);
+  for (int i = 0; i < 2; ++i) (*load.mutable_worker_addresses())[i] = nodes[i].address;
+  return load;
+}
+
+void AddSource(LoadModelRequest* load, const std::string& param, int64_t r0, int64_t r1,
+               int64_t cols, int64_t worker, int64_t generation, int64_t version) {
+  ParamPiece* piece = load->add_sources();
+  piece->set_param(param);
+  SetBoxOf({{r0, r1}, {0, cols}}, piece->mutable_box());
+  piece->set_src_worker(worker);
+  piece->set_src_generation(generation);
+  piece->set_src_version(version);
+}
+
+// Sends `values` (rows [r0, r1) of a [*, kN] param) to StageParams in
+// `num_chunks` chunks on one stream; returns the acknowledged bytes.
+absl::StatusOr<int64_t> StageRows(WorkerService::Stub* stub, int64_t generation,
+                                  int64_t version, int64_t r0, int64_t r1,
+                                  const std::vector<float>& values, int num_chunks) {
+  grpc::ClientContext context;
+  StageParamsResponse response;
+  std::unique_ptr<grpc::ClientWriter<StageParamChunk>> writer =
+      stub->StageParams(&context, &response);
+  const std::string bytes(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+  const size_t step = (bytes.size() + num_chunks - 1) / num_chunks;
+  for (size_t offset = 0; offset < bytes.size(); offset += step) {
+    StageParamChunk chunk;
+    chunk.set_model("mm");
+    chunk.set_generation(generation);
+    chunk.set_version(version);
+    chunk.set_param("w");
+    SetBoxOf({{r0, r1}, {0, kN}}, chunk.mutable_box());
+    chunk.set_total_bytes(bytes.size());
+    chunk.set_offset(offset);
+    chunk.set_data(bytes.substr(offset, step));
+    if (!writer->Write(chunk)) break;
+  }
+  writer->WritesDone();
+  MS_RETURN_IF_ERROR(FromGrpcStatus(writer->Finish()));
+  return response.bytes();
+}
+
+// ReadParam of rows [r0, r1) of `param` over gRPC: the floats, and the chunks.
+absl::StatusOr<std::vector<float>> ReadRows(WorkerService::Stub* stub, const std::string& model,
+                                            int64_t generation, int64_t version,
+                                            const std::string& param, int64_t r0, int64_t r1,
+                                            int64_t cols, int* chunks = nullptr) {
+  ReadParamRequest request;
+  request.set_model(model);
+  request.set_generation(generation);
+  request.set_version(version);
+  request.set_param(param);
+  SetBoxOf({{r0, r1}, {0, cols}}, request.mutable_box());
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReader<ParamChunk>> reader = stub->ReadParam(&context, request);
+  std::string bytes;
+  ParamChunk chunk;
+  int n = 0;
+  while (reader->Read(&chunk)) {
+    EXPECT_EQ(chunk.offset(), static_cast<int64_t>(bytes.size()));
+    EXPECT_EQ(chunk.total_bytes(), (r1 - r0) * cols * 4);
+    EXPECT_EQ(chunk.dtype(), FLOAT32);
+    bytes += chunk.data();
+    ++n;
+  }
+  MS_RETURN_IF_ERROR(FromGrpcStatus(reader->Finish()));
+  if (chunks != nullptr) *chunks = n;
+  std::vector<float> out(bytes.size() / 4);
+  std::memcpy(out.data(), bytes.data(), out.size() * 4);
+  return out;
+}
+
+std::vector<float> Rows(const std::vector<float>& full, int64_t r0, int64_t r1, int64_t cols) {
+  return std::vector<float>(full.begin() + r0 * cols, full.begin() + r1 * cols);
+}
+
+TEST_F(WorkerServiceTest, LoadFromPeerThenPushWithReplicaFillsOverGrpc) {
+  // Generation 2: each worker keeps its own w cell (local) and takes the
+  // other's as a replica from the peer (ReadParam over gRPC).
+  for (int i = 0; i < 2; ++i) {
+    LoadModelRequest load = LoadOf("mm", ModelJson(ckpt_), 2, {i}, {0, 1}, nodes_);
+    load.add_replica_devices(1 - i);
+    AddSource(&load, "w", 4 * i, 4 * i + 4, kN, i, 1, 1);
+    AddSource(&load, "w", 4 * (1 - i), 4 * (1 - i) + 4, kN, 1 - i, 1, 1);
+    grpc::ClientContext context;
+    LoadModelResponse response;
+    ASSERT_OK(FromGrpcStatus(nodes_[i].stub->LoadModel(&context, load, &response)));
+    EXPECT_EQ(response.param_bytes(), kK * kN * 4);
+    EXPECT_EQ(response.bytes_local(), kK / 2 * kN * 4);
+    EXPECT_EQ(response.bytes_fetched(), kK / 2 * kN * 4);
+  }
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_OK_AND_ASSIGN(std::vector<float> all,
+                         ReadRows(nodes_[i].stub.get(), "mm", 2, 1, "w", 0, 4, kN));
+    EXPECT_EQ(all, Rows(w_, 0, 4, kN)) << "worker " << i;
+    ASSERT_OK_AND_ASSIGN(all, ReadRows(nodes_[i].stub.get(), "mm", 2, 1, "w", 4, 8, kN));
+    EXPECT_EQ(all, Rows(w_, 4, 8, kN)) << "worker " << i;
+  }
+  // Push version 2: each worker gets its own cell (in 3 chunks); the
+  // replicas are filled worker to worker at commit.
+  const std::vector<float> pushed = Values(kK * kN, -1.5f);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_THAT(StageRows(nodes_[i].stub.get(), 2, 2, 4 * i, 4 * i + 4,
+                          Rows(pushed, 4 * i, 4 * i + 4, kN), 3),
+                IsOkAndHolds(kK / 2 * kN * 4));
+  }
+  for (int i = 0; i < 2; ++i) {
+    CommitParamsRequest commit;
+    commit.set_model("mm");
+    commit.set_generation(2);
+    commit.set_base_version(1);
+    commit.set_version(2);
+    commit.add_params("w");
+    ParamPiece* fill = commit.add_fills();
+    fill->set_param("w");
+    SetBoxOf({{4 * (1 - i), 4 * (1 - i) + 4}, {0, kN}}, fill->mutable_box());
+    fill->set_src_worker(1 - i);
+    fill->set_src_generation(2);
+    fill->set_src_version(2);
+    grpc::ClientContext context;
+    CommitParamsResponse response;
+    ASSERT_OK(FromGrpcStatus(nodes_[i].stub->CommitParams(&context, commit, &response)));
+    EXPECT_EQ(response.param_bytes(), kK * kN * 4);
+    EXPECT_EQ(response.bytes_fetched(), kK / 2 * kN * 4);
+  }
+  for (int i = 0; i < 2; ++i) {
+    for (int64_t r0 : {0, 4}) {
+      EXPECT_THAT(ReadRows(nodes_[i].stub.get(), "mm", 2, 2, "w", r0, r0 + 4, kN),
+                  IsOkAndHolds(Rows(pushed, r0, r0 + 4, kN)))
+          << "worker " << i << " rows " << r0;
+    }
+    EXPECT_THAT(ReadRows(nodes_[i].stub.get(), "mm", 2, 2, "w", 2, 6, kN),
+                StatusIs(absl::StatusCode::kOutOfRange, "not inside one held cell"));
+  }
+  // Execute picks the version: a program that outputs device 0's w cell.
+  Program p;
+  p.set_program_id("w-out");
+  p.set_model("mm");
+  p.set_generation(2);
+  p.set_worker(0);
+  auto* out = AddStep(&p)->mutable_output();
+  out->set_buffer("param/w");
+  SetBoxOf({{0, 4}, {0, kN}}, out->mutable_box());
+  out->set_output("w");
+  out->set_device(0);
+  ASSERT_OK(Install(0, p));
+  for (int64_t version : {1, 2, 0}) {
+    ExecuteRequest request;
+    request.set_program_id("w-out");
+    request.set_request_id(absl::StrCat("v", version));
+    request.set_param_version(version);
+    grpc::ClientContext context;
+    ExecuteResponse response;
+    ASSERT_OK(FromGrpcStatus(nodes_[0].stub->Execute(&context, request, &response)));
+    ASSERT_EQ(response.outputs_size(), 1);
+    std::vector<float> got(4 * kN);
+    ASSERT_EQ(response.outputs(0).data().size(), got.size() * 4);
+    std::memcpy(got.data(), response.outputs(0).data().data(), got.size() * 4);
+    EXPECT_EQ(got, Rows(version == 1 ? w_ : pushed, 0, 4, kN)) << "version " << version;
+  }
+  // Status reports each version with what a coordinator needs to adopt it.
+  grpc::ClientContext status_context;
+  WorkerStatusResponse status;
+  ASSERT_OK(FromGrpcStatus(
+      nodes_[0].stub->Status(&status_context, WorkerStatusRequest(), &status)));
+  ASSERT_EQ(status.models_size(), 3);  // generation 1, generation 2 versions 1 and 2
+  for (const auto& m : status.models()) {
+    EXPECT_EQ(m.mesh().axes_size(), 1);
+    EXPECT_EQ(m.device_workers_size(), 2);
+    EXPECT_EQ(m.replica_devices_size(), m.generation() == 2 ? 1 : 0);
+  }
+  // Unload one version; the other keeps serving.
+  UnloadModelRequest unload;
+  unload.set_model("mm");
+  unload.set_generation(2);
+  unload.set_version(2);
+  grpc::ClientContext unload_context;
+  UnloadModelResponse unloaded;
+  ASSERT_OK(FromGrpcStatus(nodes_[0].stub->UnloadModel(&unload_context, unload, &unloaded)));
+  EXPECT_THAT(ReadRows(nodes_[0].stub.get(), "mm", 2, 0, "w", 0, 4, kN),
+              IsOkAndHolds(Rows(w_, 0, 4, kN)));
+}
+
+TEST_F(WorkerServiceTest, BigCellIsReadInMegabyteChunksAndMovedByLoad) {
+  constexpr int64_t kRows = 1024, kCols = 640;  // a cell is 1.25 MiB
+  const std::string json = absl::StrReplaceAll(
+      R"({'name': 'big', 'mesh': {'x': 2}, 'dtype': 'float32', 'seed': 3,
+  'inputs': {'x': {'shape': [-1, 1024], 'sharding': [null, 'x']}},
+  'params': {'e': {'shape': [1024, 640], 'sharding': ['x', null], 'init': 'uniform',
+                   'scale': 1.0}},
+  'layers': [{'name': 'y', 'op': 'linear', 'input': 'x', 'kernel': 'e',
+              'out_sharding': ['x', null]}],
+  'outputs': ['y']})",
+      {{"'", "\""}});
+  for (int i = 0; i < 2; ++i) {
+    grpc::ClientContext context;
+    LoadModelResponse response;
+    ASSERT_OK(FromGrpcStatus(nodes_[i].stub->LoadModel(
+        &context, LoadOf("big", json, 1, {i}, {0, 1}, nodes_), &response)));
+  }
+  InitSpec uniform;
+  uniform.kind = InitKind::kUniform;
+  uniform.scale = 1.0;
+  ASSERT_OK_AND_ASSIGN(Tensor seed, InitializeBox(uniform, 3, "e", {kRows, kCols},
+                                                  Box::FromShape({kRows, kCols}),
+                                                  DType::kFloat32));
+  const std::vector<float> e = seed.ToFloatVector();
+  int chunks = 0;
+  EXPECT_THAT(ReadRows(nodes_[0].stub.get(), "big", 1, 1, "e", 0, 512, kCols, &chunks),
+              IsOkAndHolds(Rows(e, 0, 512, kCols)));
+  EXPECT_EQ(chunks, 2);
+  // Worker 1 takes both devices: device 0's cell over gRPC, its own shared.
+  LoadModelRequest load = LoadOf("big", json, 2, {0, 1}, {1, 1}, nodes_);
+  AddSource(&load, "e", 0, 512, kCols, 0, 1, 1);
+  AddSource(&load, "e", 512, 1024, kCols, 1, 1, 1);
+  grpc::ClientContext context;
+  LoadModelResponse response;
+  ASSERT_OK(FromGrpcStatus(nodes_[1].stub->LoadModel(&context, load, &response)));
+  EXPECT_EQ(response.bytes_fetched(), 512 * kCols * 4);
+  EXPECT_EQ(response.bytes_local(), 512 * kCols * 4);
+  EXPECT_THAT(ReadRows(nodes_[1].stub.get(), "big", 2, 1, "e", 0, 512, kCols),
+              IsOkAndHolds(Rows(e, 0, 512, kCols)));
+  EXPECT_THAT(ReadRows(nodes_[1].stub.get(), "big", 2, 1, "e", 512, 1024, kCols),
+              IsOkAndHolds(Rows(e, 512, 1024, kCols)));
+}
+
+TEST_F(WorkerServiceTest, ParamRpcErrorsOverGrpc) {
+  EXPECT_THAT(ReadRows(nodes_[0].stub.get(), "mm", 1, 3, "w", 0, 4, kN),
+              StatusIs(absl::StatusCode::kNotFound, "version 3"));
+  EXPECT_THAT(ReadRows(nodes_[0].stub.get(), "mm", 1, 1, "q", 0, 4, kN),
+              StatusIs(absl::StatusCode::kNotFound, "param 'q'"));
+  // A chunk of the wrong size ends the stream with the receiver's error.
+  EXPECT_THAT(StageRows(nodes_[0].stub.get(), 1, 2, 0, 4, Values(3, 1.f), 1),
+              StatusIs(absl::StatusCode::kInvalidArgument, "total_bytes 12"));
+  ASSERT_OK(StageRows(nodes_[0].stub.get(), 1, 2, 0, 2, Values(2 * kN, 1.f), 2).status());
+  CommitParamsRequest commit;
+  commit.set_model("mm");
+  commit.set_generation(1);
+  commit.set_base_version(1);
+  commit.set_version(2);
+  commit.add_params("w");
+  grpc::ClientContext context;
+  CommitParamsResponse response;
+  EXPECT_THAT(FromGrpcStatus(nodes_[0].stub->CommitParams(&context, commit, &response)),
+              StatusIs(absl::StatusCode::kInvalidArgument, "12 of 24 elements missing"));
+  AbortParamsRequest abort;
+  abort.set_model("mm");
+  abort.set_generation(1);
+  abort.set_version(2);
+  for (int round = 0; round < 2; ++round) {  // idempotent
+    grpc::ClientContext abort_context;
+    AbortParamsResponse aborted;
+    ASSERT_OK(FromGrpcStatus(nodes_[0].stub->AbortParams(&abort_context, abort, &aborted)));
+  }
+  EXPECT_THAT(ReadRows(nodes_[0].stub.get(), "mm", 1, 2, "w", 0, 2, kN),
+              StatusIs(absl::StatusCode::kNotFound, "neither resident nor being staged"));
+  ExecuteRequest request;
+  request.set_program_id("absent");
+  request.set_request_id("r");
+  grpc::ClientContext execute_context;
+  ExecuteResponse executed;
+  EXPECT_THAT(FromGrpcStatus(nodes_[0].stub->Execute(&execute_context, request, &executed)),
+              StatusIs(absl::StatusCode::kNotFound));
 }
 
 }  // namespace

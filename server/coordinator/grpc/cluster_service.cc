@@ -45,11 +45,13 @@ void ClusterStatusToProto(const std::vector<WorkerView>& workers,
       auto* pl = p->add_placements();
       pl->set_model(h.model);
       pl->set_generation(h.generation);
+      pl->set_version(h.version);
       for (int64_t d : h.devices) pl->add_devices(d);
+      for (int64_t d : h.replica_devices) pl->add_replica_devices(d);
       for (const std::string& c : h.coords) pl->add_coords(c);
       if (!w.status.ok()) continue;
       for (const auto& m : w.status->models) {
-        if (m.model == h.model && m.generation == h.generation) {
+        if (m.model == h.model && m.generation == h.generation && m.version == h.version) {
           pl->set_param_bytes(m.param_bytes);
         }
       }
@@ -61,6 +63,18 @@ void ClusterStatusToProto(const std::vector<WorkerView>& workers,
     p->set_state(m.state);
     p->set_mesh(m.mesh);
     p->set_generation(m.generation);
+    p->set_version(m.version);
+    p->set_replicas(m.replicas);
+    for (const ScaleStep& step : m.scale_steps) {
+      auto* s = p->add_scale_steps();
+      s->set_generation(step.generation);
+      s->set_workers(step.workers);
+      s->set_seconds(step.seconds);
+      s->set_bytes_moved(step.stats.bytes_moved);
+      s->set_lower_bound_bytes(step.stats.lower_bound_bytes);
+      s->set_bytes_local(step.stats.bytes_local);
+      s->set_bytes_initialized(step.stats.bytes_initialized);
+    }
   }
 }
 
@@ -83,6 +97,62 @@ grpc::Status ClusterServiceImpl::Status(grpc::ServerContext* context, const Clus
   if (grpc::Status denied = CheckClientCall(edge_, *context); !denied.ok()) return denied;
   ClusterStatusToProto(coordinator_->Workers(), coordinator_->ModelStatuses(), response);
   return grpc::Status::OK;
+}
+
+// Reads the stream into the core's ParamPush (param_push.h); the push aborts
+// when this handler returns without committing.
+grpc::Status ClusterServiceImpl::PushParams(grpc::ServerContext* context,
+                                            grpc::ServerReader<PushParamsChunk>* reader,
+                                            PushParamsResponse* response) {
+  if (grpc::Status denied = CheckClientCall(edge_, *context); !denied.ok()) return denied;
+  PushParamsChunk message;
+  if (!reader->Read(&message)) {
+    return ToGrpcStatus(absl::InvalidArgumentError("PushParams: empty stream"));
+  }
+  absl::StatusOr<std::unique_ptr<ParamPush>> push = coordinator_->BeginPush(message.model());
+  if (!push.ok()) return ToGrpcStatus(push.status());
+  do {
+    PushChunk chunk{message.model(),
+                    message.param(),
+                    {message.offset().begin(), message.offset().end()},
+                    {message.shape().begin(), message.shape().end()},
+                    static_cast<int>(message.dtype()),
+                    message.byte_offset(),
+                    std::move(*message.mutable_data())};
+    absl::Status s = (*push)->Add(std::move(chunk));
+    if (!s.ok()) return ToGrpcStatus(s);
+  } while (reader->Read(&message));
+  if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "push cancelled");
+  absl::StatusOr<PushResult> result = (*push)->Finish();
+  if (!result.ok()) return ToGrpcStatus(result.status());
+  response->set_version(result->version);
+  response->set_bytes_received(result->bytes_received);
+  for (const std::string& p : result->params) response->add_params(p);
+  response->set_bytes_to_workers(result->bytes_to_workers);
+  response->set_bytes_filled(result->bytes_filled);
+  response->set_seconds(result->seconds);
+  return grpc::Status::OK;
+}
+
+grpc::Status ClusterServiceImpl::PullParams(grpc::ServerContext* context,
+                                            const PullParamsRequest* request,
+                                            grpc::ServerWriter<PullParamsChunk>* writer) {
+  if (grpc::Status denied = CheckClientCall(edge_, *context); !denied.ok()) return denied;
+  std::vector<std::string> params(request->params().begin(), request->params().end());
+  absl::Status s = coordinator_->PullParams(
+      request->model(), params, [&](PullChunk chunk) -> absl::Status {
+        PullParamsChunk message;
+        message.set_param(chunk.param);
+        for (int64_t d : chunk.shape) message.add_shape(d);
+        message.set_dtype(static_cast<DTypeProto>(chunk.dtype));
+        message.set_total_bytes(chunk.total_bytes);
+        message.set_byte_offset(chunk.byte_offset);
+        message.set_data(std::move(chunk.data));
+        message.set_version(chunk.version);
+        if (!writer->Write(message)) return absl::CancelledError("PullParams: client gone");
+        return absl::OkStatus();
+      });
+  return ToGrpcStatus(s);
 }
 
 grpc::Status MembershipServiceImpl::Register(grpc::ServerContext* context,

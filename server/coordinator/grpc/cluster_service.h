@@ -1,4 +1,5 @@
-// meshserve.ClusterService (Describe, Status: for clients) and
+// meshserve.ClusterService (Describe, Status, PushParams, PullParams: for
+// clients) and
 // meshserve.MembershipService (Register, Heartbeat: for workers) over the
 // Coordinator. Thin handlers: parse, call the core, convert the status once.
 //
@@ -27,6 +28,10 @@ class ClusterServiceImpl final : public ClusterService::Service {
                         DescribeResponse*) override;
   grpc::Status Status(grpc::ServerContext*, const ClusterStatusRequest*,
                       ClusterStatusResponse*) override;
+  grpc::Status PushParams(grpc::ServerContext*, grpc::ServerReader<PushParamsChunk>*,
+                          PushParamsResponse*) override;
+  grpc::Status PullParams(grpc::ServerContext*, const PullParamsRequest*,
+                          grpc::ServerWriter<PullParamsChunk>*) override;
 
  private:
   Coordinator* const coordinator_;

@@ -39,6 +39,9 @@ ABSL_FLAG(std::string, host, "127.0.0.1", "address to bind (0.0.0.0 in container
 ABSL_FLAG(std::string, model_dir, "", "directory of *.json model files");
 ABSL_FLAG(int, min_workers, 1, "placement waits for this many live workers");
 ABSL_FLAG(int, heartbeat_ms, 500, "worker heartbeat interval; 3 missed = dead");
+ABSL_FLAG(int, replicas, 1,
+          "copies of every param box kept on a second worker (0 or 1; 0 turns replicas "
+          "off, leaving a pushed model unrecoverable if a worker dies)");
 ABSL_FLAG(std::string, tls_dir, "",
           "directory with ca.pem, member.pem, member.key (scripts/make-dev-certs.sh): TLS "
           "on the client port, mutual TLS with the workers (empty: insecure, plaintext)");
@@ -114,6 +117,7 @@ int main(int argc, char** argv) {
   meshserve::CoordinatorOptions options;
   options.model_dir = absl::GetFlag(FLAGS_model_dir);
   options.min_workers = absl::GetFlag(FLAGS_min_workers);
+  options.replicas = absl::GetFlag(FLAGS_replicas);
   options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
   if (options.model_dir.empty()) {
     std::cerr << "meshserve-coordinator: --model_dir is required\n";

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/program/program_proto.h"
+#include "common/base/status_util.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
 #include "proto/worker_service.grpc.pb.h"
@@ -11,28 +12,131 @@
 namespace meshserve {
 namespace {
 
+absl::Status Named(absl::Status s, const char* rpc, const std::string& address) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat(rpc, " on ", address, ": ", s.message()));
+}
+
+// One client-streaming StageParams call; owns its context.
+class GrpcStageWriter : public StageParamsWriter {
+ public:
+  GrpcStageWriter(WorkerService::Stub* stub, absl::Duration timeout, std::string address)
+      : address_(std::move(address)) {
+    SetDeadline(&context_, timeout);
+    writer_ = stub->StageParams(&context_, &response_);
+  }
+  ~GrpcStageWriter() override {
+    if (!finished_) {
+      context_.TryCancel();
+      writer_->Finish().ok();  // reaps the call
+    }
+  }
+  absl::Status Write(StageChunkIr chunk) override {
+    if (broken_) return FailedPrecondition("StageParams on ", address_, ": stream ended");
+    StageParamChunk message;
+    std::string data = std::move(chunk.data);
+    chunk.data.clear();
+    StageChunkFromIr(chunk, &message);
+    message.set_data(std::move(data));
+    if (writer_->Write(message)) return absl::OkStatus();
+    broken_ = true;  // the cause comes with Finish
+    return Finish().status();
+  }
+  absl::StatusOr<int64_t> Finish() override {
+    if (finished_) return status_.ok() ? absl::StatusOr<int64_t>(response_.bytes()) : status_;
+    finished_ = true;
+    writer_->WritesDone();
+    status_ = Named(FromGrpcStatus(writer_->Finish()), "StageParams", address_);
+    if (!status_.ok()) return status_;
+    return response_.bytes();
+  }
+
+ private:
+  const std::string address_;
+  grpc::ClientContext context_;
+  StageParamsResponse response_;
+  std::unique_ptr<grpc::ClientWriter<StageParamChunk>> writer_;
+  bool broken_ = false;
+  bool finished_ = false;
+  absl::Status status_;
+};
+
 class GrpcWorkerClient : public WorkerClient {
  public:
   GrpcWorkerClient(std::string address, std::shared_ptr<grpc::Channel> channel)
       : address_(std::move(address)), stub_(WorkerService::NewStub(channel)) {}
 
-  absl::StatusOr<int64_t> LoadModel(const LoadModelIr& call,
-                                    absl::Duration timeout) override {
+  absl::StatusOr<LoadModelResultIr> LoadModel(const LoadModelIr& call,
+                                              absl::Duration timeout) override {
     LoadModelRequest request;
     LoadModelFromIr(call, &request);
     LoadModelResponse response;
     absl::Status s = Call(&WorkerService::Stub::LoadModel, request, &response, timeout, "LoadModel");
     if (!s.ok()) return s;
-    return response.param_bytes();
+    return LoadModelResultIr{response.param_bytes(), response.bytes_fetched(),
+                             response.bytes_local()};
   }
 
-  absl::Status UnloadModel(const std::string& model, int64_t generation,
+  absl::Status UnloadModel(const std::string& model, int64_t generation, int64_t version,
                            absl::Duration timeout) override {
     UnloadModelRequest request;
     request.set_model(model);
     request.set_generation(generation);
+    request.set_version(version);
     UnloadModelResponse response;
     return Call(&WorkerService::Stub::UnloadModel, request, &response, timeout, "UnloadModel");
+  }
+
+  absl::StatusOr<std::string> ReadParam(const ReadParamIr& call,
+                                        absl::Duration timeout) override {
+    ReadParamRequest request;
+    ReadParamFromIr(call, &request);
+    grpc::ClientContext context;
+    SetDeadline(&context, timeout);
+    std::unique_ptr<grpc::ClientReader<ParamChunk>> reader =
+        stub_->ReadParam(&context, request);
+    std::string bytes;
+    ParamChunk chunk;
+    bool order_ok = true;
+    while (reader->Read(&chunk)) {
+      if (chunk.offset() != static_cast<int64_t>(bytes.size())) order_ok = false;
+      if (bytes.empty()) bytes.reserve(static_cast<size_t>(chunk.total_bytes()));
+      bytes.append(chunk.data());
+    }
+    absl::Status s = Named(FromGrpcStatus(reader->Finish()), "ReadParam", address_);
+    if (!s.ok()) return s;
+    if (!order_ok) {
+      return Internal("ReadParam on ", address_, ": chunks of param '", call.param,
+                      "' out of order");
+    }
+    return bytes;
+  }
+
+  absl::StatusOr<std::unique_ptr<StageParamsWriter>> StageParams(
+      absl::Duration timeout) override {
+    return std::unique_ptr<StageParamsWriter>(
+        std::make_unique<GrpcStageWriter>(stub_.get(), timeout, address_));
+  }
+
+  absl::StatusOr<CommitResultIr> CommitParams(const CommitParamsIr& call,
+                                              absl::Duration timeout) override {
+    CommitParamsRequest request;
+    CommitParamsFromIr(call, &request);
+    CommitParamsResponse response;
+    absl::Status s =
+        Call(&WorkerService::Stub::CommitParams, request, &response, timeout, "CommitParams");
+    if (!s.ok()) return s;
+    return CommitResultIr{response.param_bytes(), response.bytes_fetched()};
+  }
+
+  absl::Status AbortParams(const std::string& model, int64_t generation, int64_t version,
+                           absl::Duration timeout) override {
+    AbortParamsRequest request;
+    request.set_model(model);
+    request.set_generation(generation);
+    request.set_version(version);
+    AbortParamsResponse response;
+    return Call(&WorkerService::Stub::AbortParams, request, &response, timeout, "AbortParams");
   }
 
   // The one place a compiled program is serialized (into the request).
@@ -49,6 +153,7 @@ class GrpcWorkerClient : public WorkerClient {
     request.set_program_id(call.program_id);
     request.set_request_id(call.request_id);
     request.set_deadline_ms(call.deadline_ms);
+    request.set_param_version(call.param_version);
     for (SliceIr& s : call.inputs) SliceFromIr(&s, request.add_inputs());  // moves bytes
     ExecuteResponse response;
     absl::Status s = Call(&WorkerService::Stub::Execute, request, &response, timeout, "Execute");
@@ -86,9 +191,8 @@ class GrpcWorkerClient : public WorkerClient {
                     const char* rpc) {
     grpc::ClientContext context;
     SetDeadline(&context, timeout);
-    absl::Status s = FromGrpcStatus((stub_.get()->*method)(&context, request, response));
-    if (s.ok()) return s;
-    return absl::Status(s.code(), absl::StrCat(rpc, " on ", address_, ": ", s.message()));
+    return Named(FromGrpcStatus((stub_.get()->*method)(&context, request, response)), rpc,
+                 address_);
   }
 
   const std::string address_;

@@ -1,5 +1,6 @@
 #include "server/coordinator/grpc/inference_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <utility>
@@ -156,7 +157,7 @@ grpc::Status InferenceService::ModelMetadata(grpc::ServerContext* context,
   }
   const ModelFile& model = *status->model;
   response->set_name(model.name);
-  response->add_versions("1");
+  response->add_versions(absl::StrCat(std::max<int64_t>(1, status->version)));
   response->set_platform("meshserve_jax");
   for (const InputDef& in : model.inputs) {
     auto* t = response->add_inputs();

@@ -1,5 +1,6 @@
 #include "server/coordinator/http/rest_handlers.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -237,7 +238,7 @@ HttpReply RestHandlers::ModelMetadata(const std::string& model) const {
     outputs.push_back({{"name", out}, {"datatype", std::string(DTypeWireName(m.dtype))}});
   }
   return JsonReply(200, {{"name", m.name},
-                         {"versions", {"1"}},
+                         {"versions", {std::to_string(std::max<int64_t>(1, status->version))}},
                          {"platform", "meshserve_jax"},
                          {"inputs", inputs},
                          {"outputs", outputs}});

@@ -38,7 +38,8 @@ Json WorkerJson(const WorkerView& w, absl::Time now) {
   Json placements = Json::array();
   for (const WorkerView::Hosted& h : w.placements) {
     placements.push_back({{"model", h.model}, {"generation", h.generation},
-                          {"devices", h.devices}});
+                          {"version", h.version}, {"devices", h.devices},
+                          {"replica_devices", h.replica_devices}});
   }
   Json j = {{"id", w.info.worker_id},
             {"address", w.info.address},
@@ -88,6 +89,8 @@ Json ModelJson(const ModelStatus& m, const CoordinatorMetrics& metrics) {
             {"state", m.state},
             {"ready", m.ready},
             {"generation", m.generation},
+            {"version", m.version},
+            {"replicas", m.replicas},
             {"requests", metrics.requests.Value({m.name})},
             {"in_flight", metrics.in_flight.Value({m.name})}};
   if (m.placement == nullptr || m.model == nullptr) return j;
@@ -96,6 +99,17 @@ Json ModelJson(const ModelStatus& m, const CoordinatorMetrics& metrics) {
   Json params = Json::array();
   for (const ParamDef& p : m.model->params) params.push_back(ParamJson(p, *m.placement));
   j["params"] = params;
+  Json steps = Json::array();
+  for (const ScaleStep& step : m.scale_steps) {
+    steps.push_back({{"generation", step.generation},
+                     {"workers", step.workers},
+                     {"seconds", step.seconds},
+                     {"bytes_moved", step.stats.bytes_moved},
+                     {"lower_bound_bytes", step.stats.lower_bound_bytes},
+                     {"bytes_local", step.stats.bytes_local},
+                     {"bytes_initialized", step.stats.bytes_initialized}});
+  }
+  j["scale_steps"] = steps;
   return j;
 }
 

@@ -12,7 +12,10 @@ WorkerClientFactory FakeCluster::Factory() {
 std::shared_ptr<FakeWorkerClient> FakeCluster::Worker(int64_t worker_id) {
   absl::MutexLock lock(&mu_);
   auto& w = workers_[worker_id];
-  if (w == nullptr) w = std::make_shared<FakeWorkerClient>(worker_id);
+  if (w == nullptr) {
+    w = std::make_shared<FakeWorkerClient>(worker_id,
+                                           [this](int64_t id) { return Worker(id); });
+  }
   return w;
 }
 

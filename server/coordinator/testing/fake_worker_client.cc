@@ -1,6 +1,8 @@
 #include "server/coordinator/testing/fake_worker_client.h"
 
 #include <algorithm>
+#include <cstring>
+#include <set>
 #include <utility>
 #include <variant>
 
@@ -9,6 +11,7 @@
 #include "common/program/ir_conv.h"
 #include "common/tensor/copy_box.h"
 #include "common/tensor/tensor.h"
+#include "server/coordinator/param_moves.h"
 
 namespace meshserve {
 
@@ -17,28 +20,127 @@ absl::Status FakeWorkerClient::CheckUp() const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> FakeWorkerClient::LoadModel(const LoadModelIr& call,
-                                                    absl::Duration) {
-  absl::MutexLock lock(&mu_);
-  MS_RETURN_IF_ERROR(CheckUp());
-  auto failure = load_failures_.find(call.model);
-  if (failure != load_failures_.end()) return failure->second;
-  for (int64_t d : call.devices) {
-    if (d < 0 || d >= static_cast<int64_t>(call.device_workers.size()) ||
-        call.device_workers[d] != worker_id_) {
-      return InvalidArgument("fake worker ", worker_id_, ": device ", d, " is not mine");
+absl::StatusOr<std::shared_ptr<FakeWorkerClient>> FakeWorkerClient::Peer(
+    int64_t worker_id) const {
+  if (!peers_) return FailedPrecondition("fake worker ", worker_id_, " has no peers");
+  std::shared_ptr<FakeWorkerClient> peer = peers_(worker_id);
+  if (peer == nullptr) return Unavailable("fake worker ", worker_id, " unknown");
+  return peer;
+}
+
+absl::StatusOr<std::string> FakeWorkerClient::ReadPeer(const std::string& model,
+                                                        const ParamPieceIr& piece) const {
+  MS_ASSIGN_OR_RETURN(std::shared_ptr<FakeWorkerClient> peer, Peer(piece.src_worker));
+  absl::StatusOr<std::string> bytes = peer->ReadParam(
+      {model, piece.src_generation, piece.src_version, piece.param, piece.box},
+      absl::ZeroDuration());
+  if (!bytes.ok()) return AnnotateStatus(bytes.status(), "from worker ", piece.src_worker);
+  return bytes;
+}
+
+const FakeWorkerClient::Resident* FakeWorkerClient::AnyResident(const std::string& model,
+                                                                int64_t generation) const {
+  for (const auto& [key, r] : residents_) {
+    if (std::get<0>(key) == model && std::get<1>(key) == generation) return &r;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<LoadModelResultIr> FakeWorkerClient::LoadModel(const LoadModelIr& call,
+                                                              absl::Duration) {
+  MS_ASSIGN_OR_RETURN(ModelFile file, ParseModelFile(call.model_json, call.model_dir));
+  MS_ASSIGN_OR_RETURN(Mesh mesh, MeshFromIr(call.mesh));
+  Resident r;
+  r.load = call;
+  r.load.model_json.clear();
+  if (r.load.version == 0) r.load.version = 1;
+  r.model = std::make_shared<const ModelFile>(std::move(file));
+  std::vector<int64_t> held = call.devices;
+  held.insert(held.end(), call.replica_devices.begin(), call.replica_devices.end());
+  using CellKey = std::pair<std::string, Box>;
+  std::map<CellKey, std::vector<std::pair<Box, std::string>>> got;
+  std::vector<std::pair<CellKey, ParamPieceIr>> remote;
+  LoadModelResultIr result;
+  {
+    absl::MutexLock lock(&mu_);
+    MS_RETURN_IF_ERROR(CheckUp());
+    load_calls_.push_back(r.load);
+    auto failure = load_failures_.find(call.model);
+    if (failure != load_failures_.end()) return failure->second;
+    for (int64_t d : call.devices) {
+      if (d < 0 || d >= static_cast<int64_t>(call.device_workers.size()) ||
+          call.device_workers[d] != worker_id_) {
+        return InvalidArgument("fake worker ", worker_id_, ": device ", d, " is not mine");
+      }
+    }
+    for (const ParamDef& param : r.model->params) {
+      MS_ASSIGN_OR_RETURN(std::vector<Box> cells, HeldCells(param, mesh, held));
+      for (const Box& cell : cells) {
+        r.cells[param.name][cell] = nullptr;
+        for (const ParamPieceIr& piece : call.sources) {
+          MS_ASSIGN_OR_RETURN(Box box, BoxFromIr(piece.box));
+          if (piece.param != param.name || Intersect(box, cell).IsEmpty()) continue;
+          if (!cell.Contains(box)) {
+            return InvalidArgument("fake worker ", worker_id_, ": source box ",
+                                   box.ToString(), " of param '", param.name,
+                                   "' crosses cell ", cell.ToString());
+          }
+          if (piece.src_worker != worker_id_) {
+            if (!call.worker_addresses.count(piece.src_worker)) {
+              return InvalidArgument("fake worker ", worker_id_, ": source worker ",
+                                     piece.src_worker, " has no address");
+            }
+            remote.push_back({{param.name, cell}, piece});
+            continue;
+          }
+          auto src = residents_.find({call.model, piece.src_generation, piece.src_version});
+          if (src == residents_.end()) {
+            return FailedPrecondition("fake worker ", worker_id_, ": local source generation ",
+                                      piece.src_generation, " version ", piece.src_version,
+                                      " not resident");
+          }
+          MS_ASSIGN_OR_RETURN(std::string bytes, ReadCells(src->second, param.name, box));
+          result.bytes_local += static_cast<int64_t>(bytes.size());
+          got[{param.name, cell}].push_back({box, std::move(bytes)});
+        }
+      }
     }
   }
-  loaded_[{call.model, call.generation}] = call.devices;
-  return 0;
+  for (auto& [key, piece] : remote) {
+    MS_ASSIGN_OR_RETURN(std::string bytes, ReadPeer(call.model, piece), "source");
+    result.bytes_fetched += static_cast<int64_t>(bytes.size());
+    got[key].push_back({UncheckedBoxFromIr(piece.box), std::move(bytes)});
+  }
+  for (auto& [name, cells] : r.cells) {
+    const ParamDef& param = *r.model->FindParam(name);
+    for (auto& [cell, bytes] : cells) {
+      auto pieces = got.find({name, cell});
+      if (pieces == got.end()) {
+        bytes = std::make_shared<const std::string>(FakeParamBytes(param, cell));
+        continue;
+      }
+      MS_ASSIGN_OR_RETURN(std::string assembled, Assemble(param, cell, pieces->second));
+      bytes = std::make_shared<const std::string>(std::move(assembled));
+    }
+  }
+  result.param_bytes = ResidentBytes(r);
+  absl::MutexLock lock(&mu_);
+  MS_RETURN_IF_ERROR(CheckUp());
+  residents_[{call.model, call.generation, r.load.version}] = std::move(r);
+  return result;
 }
 
 absl::Status FakeWorkerClient::UnloadModel(const std::string& model, int64_t generation,
-                                           absl::Duration) {
+                                           int64_t version, absl::Duration) {
   absl::MutexLock lock(&mu_);
   MS_RETURN_IF_ERROR(CheckUp());
-  loaded_.erase({model, generation});
-  unloaded_.push_back({model, generation});
+  for (auto it = residents_.begin(); it != residents_.end();) {
+    const auto& [m, g, v] = it->first;
+    const bool match = m == model && (generation < 0 || g == generation) &&
+                       (version == 0 || v == version);
+    it = match ? residents_.erase(it) : std::next(it);
+  }
+  unloaded_.push_back({model, generation, version});
   return absl::OkStatus();
 }
 
@@ -46,7 +148,7 @@ absl::Status FakeWorkerClient::InstallProgram(const ProgramIr& program, absl::Du
   absl::MutexLock lock(&mu_);
   MS_RETURN_IF_ERROR(CheckUp());
   ++install_calls_;
-  if (!loaded_.count({program.model, program.generation})) {
+  if (AnyResident(program.model, program.generation) == nullptr) {
     return FailedPrecondition("fake worker ", worker_id_, ": model '", program.model,
                               "' generation ", program.generation, " not loaded");
   }
@@ -88,8 +190,21 @@ absl::StatusOr<ExecuteResult> FakeWorkerClient::Execute(ExecuteCall call,
     return FailedPrecondition("fake worker ", worker_id_, ": unknown program '",
                               call.program_id, "'");
   }
+  const ProgramIr& p = program->second;
+  const Resident* resident = nullptr;  // the version asked for (0: newest)
+  for (const auto& [key, r] : residents_) {
+    const auto& [m, g, v] = key;
+    if (m == p.model && g == p.generation && (call.param_version == 0 || v == call.param_version)) {
+      resident = &r;
+    }
+  }
+  if (resident == nullptr) {
+    return FailedPrecondition("fake worker ", worker_id_, ": model '", p.model,
+                              "' generation ", p.generation, " version ", call.param_version,
+                              " not resident");
+  }
   // Only Output steps: each returns a box of an input buffer it was sent.
-  for (const StepIr& step : program->second.steps) {
+  for (const StepIr& step : p.steps) {
     const auto* output = std::get_if<OutputStepIr>(&step);
     if (output == nullptr) continue;
     auto in = inputs.find({output->device, output->buffer});
@@ -101,6 +216,20 @@ absl::StatusOr<ExecuteResult> FakeWorkerClient::Execute(ExecuteCall call,
     out.box = output->box;
     out.dtype = DTypeToProto(in->second.tensor.dtype());
     MS_ASSIGN_OR_RETURN(out.data, ExtractBox(in->second, box));
+    const ParamDef* offset = resident->model->FindParam("offset");
+    if (offset != nullptr && offset->dtype == DType::kFloat32 &&
+        in->second.tensor.dtype() == DType::kFloat32) {
+      absl::StatusOr<std::string> add = ReadCells(*resident, "offset", box);
+      if (add.ok() && add->size() == out.data.size()) {
+        for (size_t i = 0; i < out.data.size(); i += 4) {
+          float a, b;
+          std::memcpy(&a, out.data.data() + i, 4);
+          std::memcpy(&b, add->data() + i, 4);
+          a += b;
+          std::memcpy(out.data.data() + i, &a, 4);
+        }
+      }
+    }
     result.outputs.push_back(std::move(out));
   }
   return result;
@@ -120,8 +249,17 @@ absl::StatusOr<WorkerStatusIr> FakeWorkerClient::Status(absl::Duration) {
   WorkerStatusIr result;
   result.worker_id = worker_id_;
   result.blas_core = "Fake";
-  for (const auto& [key, devices] : loaded_) {
-    result.models.push_back({key.first, key.second, devices, 0});
+  for (const auto& [key, r] : residents_) {
+    HostedModelIr h;
+    h.model = r.load.model;
+    h.generation = r.load.generation;
+    h.devices = r.load.devices;
+    h.param_bytes = ResidentBytes(r);
+    h.version = r.load.version;
+    h.replica_devices = r.load.replica_devices;
+    h.mesh = r.load.mesh;
+    h.device_workers = r.load.device_workers;
+    result.models.push_back(std::move(h));
   }
   return result;
 }
@@ -138,6 +276,16 @@ void FakeWorkerClient::FailExecute(absl::Status status, int times) {
 void FakeWorkerClient::FailLoad(const std::string& model, absl::Status status) {
   absl::MutexLock lock(&mu_);
   load_failures_[model] = std::move(status);
+}
+void FakeWorkerClient::FailCommit(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  commit_failure_ = std::move(status);
+}
+void FakeWorkerClient::Restart() {
+  absl::MutexLock lock(&mu_);
+  residents_.clear();
+  staging_.clear();
+  programs_.clear();
 }
 void FakeWorkerClient::SetExecuteDelay(absl::Duration delay) {
   absl::MutexLock lock(&mu_);
@@ -158,11 +306,45 @@ std::vector<std::string> FakeWorkerClient::cancelled() const {
 std::map<std::pair<std::string, int64_t>, std::vector<int64_t>> FakeWorkerClient::loaded()
     const {
   absl::MutexLock lock(&mu_);
-  return loaded_;
+  std::map<std::pair<std::string, int64_t>, std::vector<int64_t>> out;
+  for (const auto& [key, r] : residents_) out[{r.load.model, r.load.generation}] = r.load.devices;
+  return out;
 }
 std::vector<std::pair<std::string, int64_t>> FakeWorkerClient::unloaded() const {
   absl::MutexLock lock(&mu_);
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const auto& [m, g, v] : unloaded_) out.push_back({m, g});
+  return out;
+}
+std::vector<std::tuple<std::string, int64_t, int64_t>> FakeWorkerClient::unloaded_versions()
+    const {
+  absl::MutexLock lock(&mu_);
   return unloaded_;
+}
+std::vector<LoadModelIr> FakeWorkerClient::load_calls() const {
+  absl::MutexLock lock(&mu_);
+  return load_calls_;
+}
+int64_t FakeWorkerClient::staged_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return staged_bytes_;
+}
+std::vector<CommitParamsIr> FakeWorkerClient::commit_calls() const {
+  absl::MutexLock lock(&mu_);
+  return commit_calls_;
+}
+int FakeWorkerClient::abort_calls() const {
+  absl::MutexLock lock(&mu_);
+  return abort_calls_;
+}
+std::vector<int64_t> FakeWorkerClient::versions(const std::string& model,
+                                                int64_t generation) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<int64_t> out;
+  for (const auto& [key, r] : residents_) {
+    if (std::get<0>(key) == model && std::get<1>(key) == generation) out.push_back(std::get<2>(key));
+  }
+  return out;
 }
 int64_t FakeWorkerClient::max_concurrent_executes() const {
   absl::MutexLock lock(&mu_);

@@ -1,35 +1,70 @@
-// An in-memory WorkerClient for tests of the coordinator core. It keeps the
-// programs it is given (common/program/program_ir.h) and runs only their
-// Output steps, over the input slices of the request: each Output step whose
-// buffer is an input buffer InputBuffer(name) it was sent on that device
-// returns that box of it (the programs of FakeModelCompiler,
-// fake_model_compiler.h, are just such steps). Other steps are ignored. It
-// records its calls and injects failures (a worker down, failing Executes or
-// loads, slow Executes).
+// An in-memory WorkerClient for tests of the coordinator core.
 //
-// Thread-safety: thread-safe (one mutex).
+// Params are real state: LoadModel parses the model file and holds, per param,
+// the distinct boxes ("cells", param_moves.h) of its devices and replica
+// devices, each filled from LoadModelIr::sources (its own residents, or peers'
+// ReadParam through the FakeCluster) or, for a cell no source meets, from
+// FakeParamBytes (a deterministic stand-in for checkpoint/seed values).
+// StageParams/CommitParams/AbortParams build new versions as the worker does
+// (fills read from peers' staging; every held cell of a committed param must
+// be covered exactly once), and ReadParam serves resident or staged boxes.
+//
+// Programs: it keeps the programs it is given (common/program/program_ir.h)
+// and runs only their Output steps, over the input slices of the request: each
+// Output step whose buffer is an input buffer InputBuffer(name) it was sent on
+// that device returns that box of it (the programs of FakeModelCompiler,
+// fake_model_compiler.h, are just such steps), plus, when the model has a
+// param named "offset" of the output's dtype float32 and a held cell of it
+// contains the box, that param's values of ExecuteCall::param_version (0: the
+// newest), so tests see which version served (y = x + offset). Other steps
+// are ignored.
+//
+// It records its calls and injects failures (a worker down, failing Executes,
+// loads or commits, slow Executes, a restart that forgets everything).
+//
+// Thread-safety: thread-safe (one mutex, never held while calling a peer).
 #ifndef MESHSERVE_SERVER_COORDINATOR_TESTING_FAKE_WORKER_CLIENT_H_
 #define MESHSERVE_SERVER_COORDINATOR_TESTING_FAKE_WORKER_CLIENT_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/model/model_file.h"
+#include "common/sharding/box.h"
 #include "server/coordinator/worker_client.h"
 
 namespace meshserve {
 
+// The bytes FakeWorkerClient materialises for `box` of `param` (row-major):
+// element at global flat index i is the float32 (or int32) value
+// (i % 997) + 1000 * (hash of the name % 7), other dtypes get its low bytes.
+std::string FakeParamBytes(const ParamDef& param, const Box& box);
+
 class FakeWorkerClient : public WorkerClient {
  public:
-  explicit FakeWorkerClient(int64_t worker_id) : worker_id_(worker_id) {}
+  using PeerLookup = std::function<std::shared_ptr<FakeWorkerClient>(int64_t worker_id)>;
+  explicit FakeWorkerClient(int64_t worker_id, PeerLookup peers = nullptr)
+      : worker_id_(worker_id), peers_(std::move(peers)) {}
 
-  absl::StatusOr<int64_t> LoadModel(const LoadModelIr& call,
-                                    absl::Duration timeout) override;
-  absl::Status UnloadModel(const std::string& model, int64_t generation,
+  absl::StatusOr<LoadModelResultIr> LoadModel(const LoadModelIr& call,
+                                              absl::Duration timeout) override;
+  absl::Status UnloadModel(const std::string& model, int64_t generation, int64_t version,
+                           absl::Duration timeout) override;
+  absl::StatusOr<std::string> ReadParam(const ReadParamIr& call,
+                                        absl::Duration timeout) override;
+  absl::StatusOr<std::unique_ptr<StageParamsWriter>> StageParams(
+      absl::Duration timeout) override;
+  absl::StatusOr<CommitResultIr> CommitParams(const CommitParamsIr& call,
+                                              absl::Duration timeout) override;
+  absl::Status AbortParams(const std::string& model, int64_t generation, int64_t version,
                            absl::Duration timeout) override;
   absl::Status InstallProgram(const ProgramIr& program, absl::Duration timeout) override;
   absl::StatusOr<ExecuteResult> Execute(ExecuteCall call,
@@ -46,27 +81,75 @@ class FakeWorkerClient : public WorkerClient {
   void SetExecuteDelay(absl::Duration delay);
   // LoadModel of `model` fails with `status` (e.g. a corrupt checkpoint).
   void FailLoad(const std::string& model, absl::Status status);
+  // The next CommitParams fails with `status` (OK clears it).
+  void FailCommit(absl::Status status);
+  // A restarted process: forgets every resident, staging and program.
+  void Restart();
 
   int execute_calls() const;
   int install_calls() const;
   std::vector<std::string> cancelled() const;
-  // (model, generation) pairs loaded now; devices of each.
+  // (model, generation) pairs loaded now (any version); devices of each.
   std::map<std::pair<std::string, int64_t>, std::vector<int64_t>> loaded() const;
+  // (model, generation) of every UnloadModel (version dropped).
   std::vector<std::pair<std::string, int64_t>> unloaded() const;
+  // (model, generation, version) of every UnloadModel.
+  std::vector<std::tuple<std::string, int64_t, int64_t>> unloaded_versions() const;
+  std::vector<LoadModelIr> load_calls() const;
+  int64_t staged_bytes() const;  // data bytes received through StageParams
+  std::vector<CommitParamsIr> commit_calls() const;
+  int abort_calls() const;
+  // Resident versions of (model, generation), ascending.
+  std::vector<int64_t> versions(const std::string& model, int64_t generation) const;
   int64_t max_concurrent_executes() const;
 
  private:
+  friend class FakeStageWriter;
+  using Cells = std::map<std::string, std::map<Box, std::shared_ptr<const std::string>>>;
+  struct Resident {
+    LoadModelIr load;  // model_json cleared
+    std::shared_ptr<const ModelFile> model;
+    Cells cells;
+  };
+  using Key = std::tuple<std::string, int64_t, int64_t>;  // model, generation, version
+  struct Staging {
+    std::map<std::pair<std::string, Box>, std::string> boxes;  // (param, box) -> bytes
+    std::map<std::pair<std::string, Box>, int64_t> received;
+  };
+
   absl::Status CheckUp() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::shared_ptr<FakeWorkerClient>> Peer(int64_t worker_id) const;
+  // ReadParam of `piece` from its source worker.
+  absl::StatusOr<std::string> ReadPeer(const std::string& model,
+                                       const ParamPieceIr& piece) const;
+  // A resident of (model, generation) (any version), or null.
+  const Resident* AnyResident(const std::string& model, int64_t generation) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<int64_t> Stage(StageChunkIr chunk);
+  // The bytes of `pieces` (which tile `cell` of `param`) assembled.
+  absl::StatusOr<std::string> Assemble(const ParamDef& param, const Box& cell,
+                                       const std::vector<std::pair<Box, std::string>>& pieces);
+  static int64_t ResidentBytes(const Resident& r);
+  // The bytes of `box`, which must lie inside one of r's cells of `param`.
+  static absl::StatusOr<std::string> ReadCells(const Resident& r, const std::string& param,
+                                               const Box& box);
 
   const int64_t worker_id_;
+  const PeerLookup peers_;
   mutable absl::Mutex mu_;
   bool down_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status execute_failure_ ABSL_GUARDED_BY(mu_);
   int execute_failures_left_ ABSL_GUARDED_BY(mu_) = -1;  // negative: no limit
   absl::Duration execute_delay_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
   std::map<std::string, absl::Status> load_failures_ ABSL_GUARDED_BY(mu_);
-  std::map<std::pair<std::string, int64_t>, std::vector<int64_t>> loaded_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::pair<std::string, int64_t>> unloaded_ ABSL_GUARDED_BY(mu_);
+  absl::Status commit_failure_ ABSL_GUARDED_BY(mu_);
+  std::map<Key, Resident> residents_ ABSL_GUARDED_BY(mu_);
+  std::map<Key, Staging> staging_ ABSL_GUARDED_BY(mu_);
+  std::vector<Key> unloaded_ ABSL_GUARDED_BY(mu_);
+  std::vector<LoadModelIr> load_calls_ ABSL_GUARDED_BY(mu_);
+  std::vector<CommitParamsIr> commit_calls_ ABSL_GUARDED_BY(mu_);
+  int abort_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t staged_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, ProgramIr> programs_ ABSL_GUARDED_BY(mu_);  // by program_id
   std::vector<std::string> cancelled_ ABSL_GUARDED_BY(mu_);
   int execute_calls_ ABSL_GUARDED_BY(mu_) = 0;

@@ -66,6 +66,55 @@ void InMemoryTransport::Send(OutgoingSlice slice, DoneCallback done) {
   done(absl::OkStatus());
 }
 
+absl::Status InMemoryTransport::ReadParam(int64_t worker, const ReadParamIr& request,
+                                          absl::Time deadline,
+                                          const ParamChunkSink& on_chunk) {
+  WorkerEngine* engine = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = engines_.find(worker);
+    if (it != engines_.end() && !down_.contains(worker)) engine = it->second;
+  }
+  if (engine == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("worker ", worker, " is unreachable (in-memory link down)"));
+  }
+  if (absl::Now() > deadline) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("ReadParam of '", request.param, "' from worker ", worker,
+                     " past the deadline"));
+  }
+  absl::StatusOr<ParamBytes> read = engine->ReadParam(request);
+  if (!read.ok()) {
+    return absl::Status(read.status().code(),
+                        absl::StrCat("worker ", worker, ": ", read.status().message()));
+  }
+  const int64_t total = static_cast<int64_t>(read->bytes.size());
+  const int64_t chunk = chunk_bytes_ > 0 ? chunk_bytes_ : int64_t{1} << 20;
+  int64_t offset = 0;
+  do {
+    const int64_t n = std::min(chunk, total - offset);
+    absl::Status status =
+        on_chunk(ParamChunkView{total, offset, read->bytes.substr(offset, n), read->dtype});
+    if (!status.ok()) return status;
+    offset += n;
+  } while (offset < total);
+  absl::MutexLock lock(&mu_);
+  param_bytes_read_ += total;
+  ++param_reads_;
+  return absl::OkStatus();
+}
+
+int64_t InMemoryTransport::param_bytes_read() const {
+  absl::MutexLock lock(&mu_);
+  return param_bytes_read_;
+}
+
+int64_t InMemoryTransport::param_reads() const {
+  absl::MutexLock lock(&mu_);
+  return param_reads_;
+}
+
 int64_t InMemoryTransport::bytes_sent() const {
   absl::MutexLock lock(&mu_);
   return bytes_sent_;

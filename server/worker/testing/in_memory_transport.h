@@ -6,7 +6,7 @@
 // Knobs for tests: `chunk_bytes` > 0 splits each slice into DataChunk-sized
 // pieces through DeliverChunk (the gRPC path's receive logic) instead of
 // moving it whole; SetLinkDown(worker) makes sends to that worker fail with
-// kUnavailable, as a broken peer stream would.
+// kUnavailable, as a broken peer stream would (ReadParam too).
 //
 // Thread-safety: thread-safe.
 #ifndef MESHSERVE_SERVER_WORKER_TESTING_IN_MEMORY_TRANSPORT_H_
@@ -32,9 +32,14 @@ class InMemoryTransport : public PeerTransport {
   void SetLinkDown(int64_t worker_id, bool down);
 
   void Send(OutgoingSlice slice, DoneCallback done) override;
+  // The peer engine's ReadParam, in chunks of chunk_bytes (1 MiB when 0).
+  absl::Status ReadParam(int64_t worker, const ReadParamIr& request, absl::Time deadline,
+                         const ParamChunkSink& on_chunk) override;
 
   int64_t bytes_sent() const;
   int64_t slices_sent() const;
+  int64_t param_bytes_read() const;  // by ReadParam
+  int64_t param_reads() const;
 
  private:
   const int64_t chunk_bytes_;
@@ -43,6 +48,8 @@ class InMemoryTransport : public PeerTransport {
   absl::flat_hash_set<int64_t> down_ ABSL_GUARDED_BY(mu_);
   int64_t bytes_sent_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t slices_sent_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t param_bytes_read_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t param_reads_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace meshserve

@@ -1,0 +1,224 @@
+// Where held cells' values come from besides the checkpoint: pieces of this
+// worker's own resident versions (copied or shared) and of peers (ReadParam),
+// for LoadModelRequest.sources; also the fetch used by CommitParams' fills.
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/base/status_macros.h"
+#include "common/base/status_util.h"
+#include "common/program/ir_conv.h"
+#include "common/tensor/copy_box.h"
+#include "server/worker/worker_engine_internal.h"
+
+namespace meshserve {
+
+absl::Status CheckTiling(absl::string_view param, const Box& cell,
+                         const std::vector<const ParamPieceIr*>& pieces) {
+  const std::string where =
+      absl::StrCat("param '", param, "' cell ", cell.ToString(), ": ");
+  int64_t elements = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const Box a = UncheckedBoxFromIr(pieces[i]->box);
+    if (!cell.Contains(a)) {
+      return InvalidArgument(where, "source piece ", a.ToString(), " (from worker ",
+                             pieces[i]->src_worker, ") is not inside the cell");
+    }
+    for (size_t j = 0; j < i; ++j) {
+      const Box b = UncheckedBoxFromIr(pieces[j]->box);
+      if (!Intersect(a, b).IsEmpty()) {
+        return InvalidArgument(where, "source pieces ", b.ToString(), " and ", a.ToString(),
+                               " overlap");
+      }
+    }
+    elements += a.NumElements();
+  }
+  if (elements != cell.NumElements()) {
+    return InvalidArgument(where, "source pieces cover ", elements, " of ",
+                           cell.NumElements(), " elements (a gap)");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> FetchBoxInto(PeerTransport* transport, int64_t worker,
+                                     const ReadParamIr& request, absl::Time deadline,
+                                     BoxTensor* dst) {
+  const std::string what = absl::StrCat("param '", request.param, "' box ",
+                                        BoxIrToString(request.box), " of worker ", worker,
+                                        " (generation ", request.generation, " version ",
+                                        request.version, ")");
+  if (transport == nullptr) return Unavailable(what, ": no peer transport");
+  MS_ASSIGN_OR_RETURN(Box box, BoxFromIr(request.box), what);
+  if (!dst->box.Contains(box)) {
+    return Internal(what, ": not inside the destination ", dst->box.ToString());
+  }
+  const int64_t expected = box.NumElements() * DTypeSize(dst->tensor.dtype());
+  const bool whole = box == dst->box;  // chunks go straight into dst
+  std::string assembled;
+  int64_t received = 0;
+  absl::Status status = transport->ReadParam(
+      worker, request, deadline, [&](const ParamChunkView& chunk) -> absl::Status {
+        if (chunk.dtype != DTypeToProto(dst->tensor.dtype())) {
+          return InvalidArgument("chunk dtype ", chunk.dtype, " but the param is ",
+                                 DTypeName(dst->tensor.dtype()));
+        }
+        if (chunk.total_bytes != expected) {
+          return InvalidArgument("total_bytes ", chunk.total_bytes, " but the box has ",
+                                 expected);
+        }
+        const int64_t n = static_cast<int64_t>(chunk.data.size());
+        if (chunk.offset != received || received + n > expected) {
+          return InvalidArgument("chunk at offset ", chunk.offset, " of ", n,
+                                 " bytes; expected offset ", received, " of ", expected);
+        }
+        if (whole) {
+          if (n > 0) std::memcpy(dst->tensor.raw_data() + received, chunk.data.data(), n);
+        } else {
+          if (assembled.empty()) assembled.reserve(expected);
+          assembled.append(chunk.data.data(), chunk.data.size());
+        }
+        received += n;
+        return absl::OkStatus();
+      });
+  MS_RETURN_IF_ERROR(status, what);
+  if (received != expected) {
+    return InvalidArgument(what, ": the stream ended after ", received, " of ", expected,
+                           " bytes");
+  }
+  if (!whole) MS_RETURN_IF_ERROR(InsertBox(dst, box, assembled, false), what);
+  return received;
+}
+
+absl::Status RunPerPeer(
+    std::vector<std::pair<int64_t, std::function<absl::Status()>>> jobs) {
+  std::map<int64_t, std::vector<std::function<absl::Status()>>> by_peer;
+  for (auto& [peer, job] : jobs) by_peer[peer].push_back(std::move(job));
+  std::vector<absl::Status> statuses(by_peer.size());
+  auto run = [](std::vector<std::function<absl::Status()>>& list) {
+    for (auto& job : list) MS_RETURN_IF_ERROR(job());
+    return absl::OkStatus();
+  };
+  if (by_peer.size() <= 1) {
+    for (auto& [peer, list] : by_peer) return run(list);
+    return absl::OkStatus();
+  }
+  std::vector<std::thread> threads;
+  size_t i = 0;
+  for (auto& [peer, list] : by_peer) {
+    threads.emplace_back([&run, &list = list, &status = statuses[i++]]() {
+      status = run(list);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (absl::Status& status : statuses) MS_RETURN_IF_ERROR(status);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ParamBytes> CellBytes(const std::shared_ptr<const BoxTensor>& cell,
+                                     const Box& box) {
+  ParamBytes out;
+  out.dtype = DTypeToProto(cell->tensor.dtype());
+  if (box == cell->box) {
+    out.bytes = cell->tensor.bytes();
+    out.keep_alive = cell;
+    return out;
+  }
+  MS_ASSIGN_OR_RETURN(std::string bytes, ExtractBox(*cell, box));
+  auto owned = std::make_shared<const std::string>(std::move(bytes));
+  out.bytes = *owned;
+  out.keep_alive = std::move(owned);
+  return out;
+}
+
+absl::Status FillFromSources(const std::string& model, int64_t worker_id,
+                             const LoadContext& context, std::vector<SourcedCell>* cells,
+                             LoadModelResultIr* result) {
+  // The local sources, looked up once each.
+  std::map<std::pair<int64_t, int64_t>, std::shared_ptr<const LoadedModel>> local;
+  auto local_source = [&](const ParamPieceIr& piece)
+      -> absl::StatusOr<std::shared_ptr<const LoadedModel>> {
+    const auto key = std::make_pair(piece.src_generation, piece.src_version);
+    auto it = local.find(key);
+    if (it == local.end()) {
+      it = local
+               .emplace(key, context.find_resident
+                                 ? context.find_resident(piece.src_generation,
+                                                         piece.src_version)
+                                 : nullptr)
+               .first;
+    }
+    if (it->second == nullptr) {
+      return NotFound("source piece ", BoxIrToString(piece.box), " of param '", piece.param,
+                      "': model '", model, "' generation ", piece.src_generation,
+                      " version ", piece.src_version, " is not resident on this worker");
+    }
+    return it->second;
+  };
+  const absl::Time deadline = absl::Now() + context.read_timeout;
+  std::atomic<int64_t> fetched{0};
+  std::vector<std::pair<int64_t, std::function<absl::Status()>>> remote;
+  std::vector<std::shared_ptr<BoxTensor>> filling(cells->size());
+  for (size_t c = 0; c < cells->size(); ++c) {
+    SourcedCell& cell = (*cells)[c];
+    const ParamPieceIr& first = *cell.pieces.front();
+    if (cell.pieces.size() == 1 && first.src_worker == worker_id &&
+        UncheckedBoxFromIr(first.box) == cell.box) {
+      MS_ASSIGN_OR_RETURN(std::shared_ptr<const LoadedModel> src, local_source(first));
+      auto held = src->held.find(cell.param);
+      const int i = held == src->held.end() ? -1 : held->second.CellContaining(cell.box);
+      if (i >= 0 && held->second.cells[i]->box == cell.box &&
+          held->second.cells[i]->tensor.dtype() == cell.dtype) {
+        cell.values = held->second.cells[i];  // zero copy
+        result->bytes_local += cell.values->tensor.NumBytes();
+        continue;
+      }
+    }
+    MS_ASSIGN_OR_RETURN(Tensor values,
+                        Tensor::CreateUninitialized(cell.dtype, cell.box.shape()),
+                        "param '", cell.param, "' cell ", cell.box.ToString());
+    MS_ASSIGN_OR_RETURN(BoxTensor wrapped, BoxTensor::Wrap(cell.box, std::move(values)));
+    filling[c] = std::make_shared<BoxTensor>(std::move(wrapped));
+    BoxTensor* dst = filling[c].get();
+    for (const ParamPieceIr* piece : cell.pieces) {
+      const Box box = UncheckedBoxFromIr(piece->box);
+      if (piece->src_worker != worker_id) {
+        ReadParamIr read{model, piece->src_generation, piece->src_version, piece->param,
+                         piece->box};
+        remote.emplace_back(piece->src_worker, [&context, &fetched, read = std::move(read),
+                                                worker = piece->src_worker, deadline, dst]() {
+          MS_ASSIGN_OR_RETURN(int64_t bytes,
+                              FetchBoxInto(context.transport, worker, read, deadline, dst));
+          fetched += bytes;
+          return absl::OkStatus();
+        });
+        continue;
+      }
+      MS_ASSIGN_OR_RETURN(std::shared_ptr<const LoadedModel> src, local_source(*piece));
+      auto held = src->held.find(cell.param);
+      const int i = held == src->held.end() ? -1 : held->second.CellContaining(box);
+      if (i < 0) {
+        return NotFound("source piece ", box.ToString(), " of param '", cell.param, "': ",
+                        src->Name(), " holds no cell containing it here");
+      }
+      MS_RETURN_IF_ERROR(CopyBox(*held->second.cells[i], dst, box, false), "param '",
+                         cell.param, "' source piece ", box.ToString());
+      result->bytes_local += box.NumElements() * DTypeSize(cell.dtype);
+    }
+  }
+  MS_RETURN_IF_ERROR(RunPerPeer(std::move(remote)));
+  result->bytes_fetched += fetched.load();
+  for (size_t c = 0; c < cells->size(); ++c) {
+    if (filling[c] != nullptr) (*cells)[c].values = std::move(filling[c]);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace meshserve

@@ -1,0 +1,118 @@
+// The push staging of one worker: the new values of params being pushed
+// (StageParams, CommitParams' fills) before CommitParams makes them a resident
+// version (WorkerEngine, worker_engine.h).
+//
+// A staging is keyed by (model, generation, version). Its geometry (held cells
+// and dtypes) is the newest resident version of (model, generation) when it
+// was created; only the cells that some chunk touched are allocated (so it
+// holds only the cells of the params being pushed). Per cell it tracks the
+// staged boxes (complete, pairwise disjoint) and the boxes still being
+// assembled.
+//
+// A chunk is a byte range [offset, offset + len) of `box` (row-major, the
+// param's dtype): the chunks of one box come in order (offset 0 first, each
+// starting where the last ended, possibly over several StageParams streams).
+// A box that is a whole cell is written straight into the cell's buffer;
+// other boxes are assembled and then copied in once complete.
+//
+// Commit: every held cell of every committed param must be fully staged; the
+// result is the base version with those params' cells replaced by the staged
+// buffers (moved, not copied) and everything else shared.
+//
+// Thread-safety: thread-safe (one mutex; chunk copies run under it).
+#ifndef MESHSERVE_SERVER_WORKER_PARAM_STORE_H_
+#define MESHSERVE_SERVER_WORKER_PARAM_STORE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "common/program/program_ir.h"
+#include "common/sharding/box.h"
+#include "common/tensor/tensor.h"
+#include "server/worker/peer_transport.h"
+#include "server/worker/worker_engine_internal.h"
+
+namespace meshserve {
+
+class ParamStore {
+ public:
+  using Key = std::tuple<std::string, int64_t, int64_t>;  // model, generation, version
+
+  // Stages one chunk (see the top); `geometry` is used when this chunk creates
+  // the staging. Returns the chunk's data bytes.
+  // \error kInvalidArgument naming the value: unknown param, bad box, box not
+  //   inside one held cell, total_bytes != box bytes, offset/length outside
+  //   the box or out of order, a box overlapping one staged or being staged.
+  absl::StatusOr<int64_t> Stage(const StageChunkIr& chunk,
+                                std::shared_ptr<const LoadedModel> geometry);
+
+  // Stages whole boxes of params at once (CommitParams' fills): all or none.
+  // \error as Stage, and kInvalidArgument for a dtype other than the param's.
+  absl::Status StageBoxes(const Key& key, std::shared_ptr<const LoadedModel> geometry,
+                          std::vector<std::pair<std::string, BoxTensor>> boxes);
+
+  // `base` with every held cell of `params` replaced by the staged buffers, as
+  // `version`; drops the staging. Nothing changes on an error.
+  // \error kInvalidArgument: unknown param, a held cell of `params` not fully
+  //   staged (naming param, cell and the elements missing), a staged param
+  //   not in `params`.
+  absl::StatusOr<std::shared_ptr<const LoadedModel>> Commit(
+      const Key& key, const LoadedModel& base, int64_t version,
+      const std::vector<std::string>& params);
+
+  // The bytes of `box` of `param` in the staging of `key` (a copy).
+  // \error kNotFound when `key` has no staging or the param is unknown;
+  //   kOutOfRange when the box is not inside one held cell; kFailedPrecondition
+  //   when it is not fully staged; kInvalidArgument for a bad box.
+  absl::StatusOr<ParamBytes> Read(const Key& key, absl::string_view param,
+                                  const BoxIr& box) const;
+
+  bool Contains(const Key& key) const;
+  // Drops the stagings of `model` matching generation (-1: all) and version
+  // (0: all). Returns how many.
+  int Drop(absl::string_view model, int64_t generation, int64_t version);
+
+ private:
+  struct Cell {
+    std::unique_ptr<BoxTensor> values;  // allocated at first touch
+    std::vector<Box> staged;            // complete, pairwise disjoint
+    std::vector<Box> pending;           // being assembled
+    int64_t staged_elements = 0;
+  };
+  struct Assembly {  // a box whose chunks are arriving
+    Box cell;
+    int64_t received = 0;
+    std::string bytes;  // unused when the box is the whole cell
+  };
+  struct Staging {
+    std::shared_ptr<const LoadedModel> geometry;
+    absl::flat_hash_map<std::string, std::map<Box, Cell>> cells;
+    std::map<std::pair<std::string, Box>, Assembly> assembling;
+  };
+  // The held param and the cell containing `box` of `staging`'s geometry.
+  static absl::StatusOr<std::pair<const HeldParam*, Box>> Locate(const Staging& staging,
+                                                                 absl::string_view param,
+                                                                 const Box& box);
+  // kInvalidArgument when `box` overlaps a staged or pending box of `cell`.
+  static absl::Status CheckNoOverlap(absl::string_view param, const Cell& cell,
+                                     const Box& box);
+  static absl::Status Allocate(const HeldParam& held, const Box& cell_box, Cell* cell);
+
+  mutable absl::Mutex mu_;
+  std::map<Key, Staging> staging_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_SERVER_WORKER_PARAM_STORE_H_
