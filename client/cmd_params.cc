@@ -74,7 +74,7 @@ int RunPush(const CliArgs& args) {
               (*reader)->entries().size(), static_cast<long long>(pushed->bytes_sent),
               pushed->seconds, MiBPerSecond(pushed->bytes_sent, pushed->seconds));
   std::printf("server: received %lld bytes, %lld to workers, %lld worker to worker, %.3f s\n",
-              static_cast<long long>(r.bytes_received),
+              static_cast<long long>(r.bytes_received()),
               static_cast<long long>(r.bytes_to_workers()),
               static_cast<long long>(r.bytes_filled()), r.seconds());
   std::fflush(stdout);
