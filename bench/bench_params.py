@@ -79,7 +79,8 @@ def write_model(model_dir):
     for i in range(4):
         layers.append({"name": "h%d" % i, "op": "linear", "input": prev, "kernel": "p%d" % i})
         prev = "h%d" % i
-    layers[-1]["out_sharding"] = [None, None]
+        if i % 2 == 1:  # contracting over 'model': say where the sum goes
+            layers[-1]["out_sharding"] = [None, None]
     model = {"name": MODEL, "mesh": {"model": -1}, "dtype": "float32", "seed": 0,
              "inputs": {"x": {"shape": [-1, DIM], "sharding": [None, None]}},
              "params": params, "layers": layers, "outputs": ["h3"]}
@@ -122,11 +123,14 @@ def wait_ready(client, pred, timeout_s):
     while time.time() < deadline:
         try:
             st = status(client)
-            m = model_of(st)
-            if m is not None and m.state == "ready" and pred(st, m):
-                return time.time(), st, m
         except Exception:  # noqa: BLE001 - busy coordinator: poll again
-            pass
+            time.sleep(0.02)
+            continue
+        m = model_of(st)
+        if m is not None and m.state == "ready" and pred(st, m):
+            return time.time(), st, m
+        if m is None or m.state.startswith("error"):
+            raise RuntimeError("model %s: %s" % (MODEL, m and m.state))
         time.sleep(0.02)
     raise RuntimeError("not ready in %ss" % timeout_s)
 
