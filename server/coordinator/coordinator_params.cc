@@ -106,6 +106,7 @@ absl::Status Coordinator::PullParams(const std::string& name,
                      '\0');
     MS_ASSIGN_OR_RETURN(std::vector<CellHolders> cells, PlacementCells(*param, *p));
     for (const CellHolders& cell : cells) {
+      if (cell.box.IsEmpty()) continue;  // an uneven sharding's empty shard
       std::vector<int64_t> holders = cell.primaries;
       holders.insert(holders.end(), cell.replicas.begin(), cell.replicas.end());
       absl::Status last = Unavailable("param '", param->name, "' box ", cell.box.ToString(),

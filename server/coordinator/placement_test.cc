@@ -31,6 +31,28 @@ TEST(PlacementTest, MinusOneAxisTakesTheRest) {
   EXPECT_THAT(p.device_workers, ElementsAre(10, 11, 12, 13, 14, 15, 16, 17));
 }
 
+TEST(PlacementTest, ReplicasHoldTheNextWorkersDevices) {
+  ASSERT_OK_AND_ASSIGN(Placement p,
+                       ComputePlacement(Model({{"fsdp", 2}, {"model", 4}}), Workers(3), 1, 1));
+  EXPECT_EQ(p.version, 1);
+  EXPECT_THAT(p.ReplicaDevices(10), ElementsAre(3, 4, 5));
+  EXPECT_THAT(p.ReplicaDevices(11), ElementsAre(6, 7));
+  EXPECT_THAT(p.ReplicaDevices(12), ElementsAre(0, 1, 2));
+  EXPECT_EQ(p.ToString(),
+            "gen 1 v1 mesh[fsdp=2,model=4] workers {10: devices 0-2, 11: devices 3-5, "
+            "12: devices 6-7} replicas {10: 3-5, 11: 6-7, 12: 0-2}");
+  ASSERT_OK_AND_ASSIGN(Placement none,
+                       ComputePlacement(Model({{"fsdp", 2}, {"model", 4}}), Workers(3), 1, 0));
+  EXPECT_TRUE(none.replica_devices_by_worker.empty());
+  EXPECT_FALSE(none.SameLayoutAs(p));
+  // One worker has no other worker to copy.
+  ASSERT_OK_AND_ASSIGN(Placement one,
+                       ComputePlacement(Model({{"fsdp", 2}, {"model", 4}}), Workers(1), 1, 1));
+  EXPECT_TRUE(one.replica_devices_by_worker.empty());
+  EXPECT_THAT(ComputePlacement(Model({{"data", -1}}), Workers(2), 1, 2),
+              StatusIs(absl::StatusCode::kInvalidArgument, "replicas must be 0 or 1, got 2"));
+}
+
 TEST(PlacementTest, FixedMeshOnFewerWorkersUsesContiguousBlocks) {
   ASSERT_OK_AND_ASSIGN(Placement p,
                        ComputePlacement(Model({{"fsdp", 2}, {"model", 4}}), Workers(3), 1));
