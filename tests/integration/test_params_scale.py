@@ -71,6 +71,7 @@ def run(env):
     atol = e2e.ATOL_FRACTION * float(np.max(np.abs(ref)))
     phase = ["steady"]
     answers = []  # (phase, ok, right)
+    errors = []
     stop = threading.Event()
 
     def loop():
@@ -79,8 +80,9 @@ def run(env):
             try:
                 y = client.infer(MODEL, {"x": x}, timeout_s=30)["y"]
                 answers.append((p, True, bool(np.allclose(y, ref, rtol=e2e.RTOL, atol=atol))))
-            except Exception:  # noqa: BLE001 - counted per phase
+            except Exception as e:  # noqa: BLE001 - counted per phase
                 answers.append((p, False, False))
+                errors.append("%s: %s" % (p, str(e)[:300]))
             time.sleep(0.02)
 
     def check_change(what, want_mesh, workers):
@@ -154,7 +156,8 @@ def run(env):
     c.check(all(w == 0 for _, _, w in by_phase.values()),
             "load: no answer differs from the pushed reference %s" % by_phase)
     c.check(all(by_phase.get(p, (0, 0, 0))[1] == 0 for p in ("steady", "up", "down", "after")),
-            "load: no request fails outside the kill -9 %s" % by_phase)
+            "load: no request fails outside the kill -9 %s" % by_phase,
+            "\n".join("    " + e for e in errors[:5]))
 
 
 if __name__ == "__main__":
