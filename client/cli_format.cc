@@ -76,17 +76,31 @@ std::string FormatStatus(const ClusterStatusResponse& response) {
                               w.blas_threads(), w.cores(), w.last_heartbeat_ms_ago()));
     for (const auto& p : w.placements()) {
       absl::StrAppend(&out, absl::StrFormat("    %s gen %d devices [%s] coords [%s] "
-                                            "params %d bytes\n",
+                                            "params %d bytes version %d",
                                             p.model(), p.generation(),
                                             absl::StrJoin(p.devices(), ","),
                                             absl::StrJoin(p.coords(), "; "),
-                                            p.param_bytes()));
+                                            p.param_bytes(), p.version()));
+      if (!p.replica_devices().empty()) {
+        absl::StrAppend(&out, " replicas [", absl::StrJoin(p.replica_devices(), ","), "]");
+      }
+      absl::StrAppend(&out, "\n");
     }
   }
   absl::StrAppend(&out, "models: ", response.models_size(), "\n");
   for (const auto& m : response.models()) {
-    absl::StrAppend(&out, absl::StrFormat("  %s  %s  %s  generation %d\n", m.name(),
-                                          m.state(), m.mesh(), m.generation()));
+    absl::StrAppend(&out, absl::StrFormat("  %s  %s  %s  generation %d  version %d  "
+                                          "replicas %d\n",
+                                          m.name(), m.state(), m.mesh(), m.generation(),
+                                          m.version(), m.replicas()));
+    if (m.scale_steps().empty()) continue;
+    const auto& s = m.scale_steps(m.scale_steps_size() - 1);
+    absl::StrAppend(&out, absl::StrFormat("    last scale step: generation %d, %d workers, "
+                                          "%.3f s, bytes moved %d (lower bound %d), "
+                                          "local %d, initialized %d\n",
+                                          s.generation(), s.workers(), s.seconds(),
+                                          s.bytes_moved(), s.lower_bound_bytes(),
+                                          s.bytes_local(), s.bytes_initialized()));
   }
   return out;
 }

@@ -45,6 +45,40 @@ TEST(FormatStatusTest, ListsWorkersAndModels) {
   EXPECT_THAT(text, HasSubstr("worker 3  127.0.0.1:4000  healthy  blas=SkylakeX"));
   EXPECT_THAT(text, HasSubstr("coords [data=3]"));
   EXPECT_THAT(text, HasSubstr("linear  ready  mesh[data=8]"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("last scale step")));
+}
+
+TEST(FormatStatusTest, ShowsVersionsReplicasAndTheLastScaleStep) {
+  ClusterStatusResponse response;
+  auto* p = response.add_workers()->add_placements();
+  p->set_model("mlp");
+  p->set_generation(4);
+  p->set_version(2);
+  p->add_devices(0);
+  p->add_replica_devices(1);
+  auto* m = response.add_models();
+  m->set_name("mlp");
+  m->set_state("ready");
+  m->set_mesh("mesh[model=8]");
+  m->set_generation(4);
+  m->set_version(2);
+  m->set_replicas(1);
+  auto* old_step = m->add_scale_steps();
+  old_step->set_generation(3);
+  auto* step = m->add_scale_steps();
+  step->set_generation(4);
+  step->set_workers(8);
+  step->set_seconds(0.25);
+  step->set_bytes_moved(1024);
+  step->set_lower_bound_bytes(1024);
+  step->set_bytes_local(2048);
+  step->set_bytes_initialized(0);
+  std::string text = FormatStatus(response);
+  EXPECT_THAT(text, HasSubstr("version 2 replicas [1]"));
+  EXPECT_THAT(text, HasSubstr("mlp  ready  mesh[model=8]  generation 4  version 2  replicas 1"));
+  EXPECT_THAT(text, HasSubstr("last scale step: generation 4, 8 workers, 0.250 s, "
+                              "bytes moved 1024 (lower bound 1024), local 2048, initialized 0"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("generation 3,")));
 }
 
 }  // namespace

@@ -8,11 +8,13 @@ COMMANDS = {
     "describe": ["--target", "--input_shape"],
     "status": ["--target"],
     "bench": ["--target", "--model", "--concurrency"],
-    "local": ["--workers", "--model_dir", "--then"],
+    "local": ["--workers", "--model_dir", "--then", "--replicas"],
     "rules": ["--human"],
     "plan": ["--human"],
     "demo": [],
     "import": ["--hf_dir", "--out_dir", "--name", "--mesh"],
+    "push": ["--target", "--model", "--checkpoint", "--tls_dir", "--auth_token_file"],
+    "pull": ["--target", "--model", "--output", "--params"],
 }
 
 

@@ -3,10 +3,12 @@
 //   meshserve local --workers N --model_dir DIR [--port P] [--host H]
 //       [--log_dir D] [--ready_timeout_s S] [--http_port P] [--then "COMMAND"] [--verbose]
 //       [--tls_dir DIR] [--auth_token_file F] [--max_request_bytes N] [--max_tensor_elements N]
+//       [--replicas N]
 //
 // --tls_dir goes to every process (mutual TLS inside the cluster) and our own
 // client presents DIR/client.pem; --auth_token_file and the limits go to the
-// coordinator (and the token to our client).
+// coordinator (and the token to our client), as does --replicas (copies of
+// every param box kept on a second worker; 0: none).
 // Starts `meshserve-coordinator --host H --port P --model_dir DIR
 // --min_workers N` and N `meshserve-worker --port 0 --coordinator H:P`
 // processes (both binaries from the directory of the running `meshserve`),
@@ -248,7 +250,7 @@ constexpr char kLocalUsage[] =
     "local --workers N --model_dir DIR [--port P] [--host 127.0.0.1] [--log_dir D] "
     "[--ready_timeout_s S] [--http_port P] [--then \"COMMAND\"] [--verbose] [--tls_dir DIR] "
     "[--auth_token_file F] [--max_request_bytes N] [--max_tensor_elements N] "
-    "[--max_inflight_per_model N]";
+    "[--max_inflight_per_model N] [--replicas N]";
 
 struct LocalOptions {
   int64_t workers = 1;
@@ -285,9 +287,10 @@ absl::StatusOr<LocalOptions> LocalOptionsFromFlags(const CliArgs& args) {
   o.has_then = args.Has("then");
   o.then = args.Get("then");
   o.verbose = args.Has("verbose");
+  MS_RETURN_IF_ERROR(args.GetInt("replicas", 1, 0, 16).status());
   for (const char* flag :
        {"tls_dir", "auth_token_file", "max_request_bytes", "max_tensor_elements",
-        "max_inflight_per_model"}) {
+        "max_inflight_per_model", "replicas"}) {
     if (!args.Has(flag)) continue;
     o.coordinator_flags.push_back(absl::StrCat("--", flag));
     o.coordinator_flags.push_back(args.Get(flag));
@@ -434,7 +437,8 @@ MS_REGISTER_COMMAND(FlagCommand{
      {"auth_token_file"},
      {"max_request_bytes"},
      {"max_tensor_elements"},
-     {"max_inflight_per_model"}},
+     {"max_inflight_per_model"},
+     {"replicas"}},
     RunLocal,
     /*rejects_positional=*/true});
 

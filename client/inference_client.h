@@ -132,6 +132,10 @@ class InferenceClient {
 
   absl::StatusOr<ClusterStatusResponse> Status(absl::Time deadline);
 
+  // The ClusterService stub on this client's channel, for the streaming RPCs
+  // of client/params_client.h (PushParams, PullParams).
+  ClusterService::Stub& cluster_stub() { return *cluster_stub_; }
+
   // Polls ServerReady (and ModelReady for `model` when non-empty) every
   // `poll` until ready.
   // \error kDeadlineExceeded naming the target and the last answer or error

@@ -567,3 +567,132 @@ class Traffic:
     def details(self, code, n=3):
         with self._lock:
             return [d for _, c, d in self.outcomes if c == code][:n]
+# ---- parameters as state (test_params*.py, bench/bench_params.py) ----
+
+_ST_DTYPES = {"F32": np.float32, "F64": np.float64, "BF16": np.uint16, "F16": np.float16,
+              "I32": np.int32, "I64": np.int64, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+
+
+def read_safetensors(path):
+    """{name: array} of a safetensors file (BF16 as uint16 bits), and its
+    metadata: returns (tensors, metadata)."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    meta = header.pop("__metadata__", {})
+    out = {}
+    for name, e in header.items():
+        begin, end = e["data_offsets"]
+        out[name] = np.frombuffer(data[begin:end], dtype=_ST_DTYPES[e["dtype"]]).reshape(e["shape"])
+    return out, meta
+
+
+def client_package(bin_dir):
+    """The built Python client (BUILD/python/meshserve_client, with the
+    generated stubs in meshserve_client.proto)."""
+    import sys
+    path = os.path.join(os.path.dirname(os.path.abspath(bin_dir)), "python")
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    import meshserve_client
+    import meshserve_client.proto.cluster_service_pb2  # noqa: F401
+    import meshserve_client.proto.cluster_service_pb2_grpc  # noqa: F401
+    import meshserve_client.proto.inference_pb2  # noqa: F401
+    import meshserve_client.proto.tensor_pb2  # noqa: F401
+    return meshserve_client
+
+
+def start_process(cmd, log_path):
+    """A process in its own session with its output in `log_path`, stopped at exit."""
+    log = open(log_path, "a")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log.close()
+    _PROCS.append(proc)
+    return proc
+
+
+def start_worker(bin_dir, coordinator, log_path, extra=()):
+    return start_process([os.path.join(bin_dir, "meshserve-worker"), "--port", "0",
+                          "--coordinator", coordinator] + list(extra), log_path)
+
+
+def start_coordinator(bin_dir, port, model_dir, min_workers, log_path, extra=()):
+    return start_process([os.path.join(bin_dir, "meshserve-coordinator"), "--host", "127.0.0.1",
+                          "--port", str(port), "--model_dir", model_dir,
+                          "--min_workers", str(min_workers)] + list(extra), log_path)
+
+
+def vm_hwm_bytes(pid):
+    """Peak resident set (VmHWM) of a live process, in bytes; None if gone."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def push_chunks(model, boxes, chunk_bytes=1 << 20, pb=None):
+    """PushParamsChunk messages for `boxes` [(param, offset, array, dtype
+    enum or None)]: each box's row-major bytes in chunk_bytes pieces; its first
+    message sets model, param, offset, shape and dtype. `pb`: cluster_service_pb2."""
+    for param, offset, array, dtype in boxes:
+        data = np.ascontiguousarray(array).tobytes()
+        step = max(1, chunk_bytes)
+        for start in range(0, max(len(data), 1), step):
+            msg = pb.PushParamsChunk(byte_offset=start, data=data[start:start + step])
+            if start == 0:
+                msg.model = model
+                msg.param = param
+                msg.offset.extend(int(o) for o in offset)
+                msg.shape.extend(int(d) for d in array.shape)
+                msg.dtype = 1 if dtype is None else dtype  # FLOAT32
+            yield msg
+
+
+def mlp_model(name="mlp", d_in=16, hidden=48, d_out=16, checkpoint=None, seed=3):
+    """A 2-layer MLP on mesh {model: -1}: w1 [d_in, hidden] P(None, 'model'),
+    w2 [hidden, d_out] P('model', None), b2 [d_out] replicated (initialised
+    from the seed unless the checkpoint has it). hidden 48 types on 1, 2, 3,
+    4, 6 and 8 workers."""
+    model = {
+        "name": name, "mesh": {"model": -1}, "dtype": "float32", "seed": seed,
+        "inputs": {"x": {"shape": [-1, d_in], "sharding": [None, None]}},
+        "params": {
+            "w1": {"shape": [d_in, hidden], "sharding": [None, "model"], "init": "xavier_uniform"},
+            "w2": {"shape": [hidden, d_out], "sharding": ["model", None], "init": "xavier_uniform"},
+            "b2": {"shape": [d_out], "sharding": [None], "init": "uniform", "scale": 0.5},
+        },
+        "layers": [
+            {"name": "h", "op": "linear", "input": "x", "kernel": "w1"},
+            {"name": "a", "op": "relu", "input": "h"},
+            {"name": "y", "op": "linear", "input": "a", "kernel": "w2", "bias": "b2",
+             "out_sharding": [None, None]},
+        ],
+        "outputs": ["y"],
+    }
+    if checkpoint:
+        model["checkpoint"] = checkpoint
+    return model
+
+
+def mlp_random_params(model, rng, names=None):
+    """float32 params of mlp_model of the model's shapes (all, or `names`)."""
+    out = {}
+    for name, spec in model["params"].items():
+        if names is not None and name not in names:
+            continue
+        shape = spec["shape"]
+        fan_in = shape[0] if len(shape) > 1 else 1
+        out[name] = (rng.standard_normal(shape) / np.sqrt(fan_in)).astype(np.float32)
+    return out
+
+
+def mlp_ref(params, x):
+    """float64 reference of mlp_model: relu(x @ w1) @ w2 + b2."""
+    p = {k: np.asarray(v, np.float64) for k, v in params.items()}
+    h = np.maximum(np.asarray(x, np.float64) @ p["w1"], 0.0)
+    return h @ p["w2"] + p["b2"]

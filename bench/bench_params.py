@@ -1,0 +1,241 @@
+#!/usr/bin/python3
+"""Parameters as state, measured on loopback (docs/PARAMETERS.md, "Benchmark"):
+
+  - push throughput of `meshserve push` of a 1 GiB float32 safetensors file
+    (4 params of 256 MiB, [8192, 8192] each, alternately P(None,'model') and
+    P('model',None), mesh {model: -1}) into a 4-worker cluster, vs the same
+    command streaming the same file into a bare gRPC sink of PushParams in the
+    same run (a grpcio generic handler that counts the bytes and answers; no
+    parsing, no workers);
+  - scale 4 -> 8 workers: time from the 4 new workers registered until the
+    model is ready on mesh[model=8] (and the server's own scale-step seconds),
+    with bytes moved vs the lower bound from status;
+  - recovery after SIGKILL of one of the 8 workers: time until status shows
+    the model ready again without the dead worker (includes detection: the
+    coordinator's --heartbeat_ms, 3 missed beats);
+  - peak RSS (VmHWM) of each worker vs the param bytes it holds (status'
+    placements: primary and replica boxes).
+
+The coordinator and workers are started as separate processes (mslib). Not
+part of the test suite; about 2-4 minutes on 2 cores, ~6 GiB of RAM, 1 GiB
+of disk in --work_dir.
+
+Usage: bench/bench_params.py [--bin_dir build/bin] [--work_dir /tmp] [--heartbeat_ms 500]
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "integration"))
+import mslib  # noqa: E402
+
+DIM = 8192  # 4 x [8192, 8192] float32 = 4 x 256 MiB
+MODEL = "big"
+
+
+def sink_main(port, python_dir):
+    """The baseline: PushParams that reads every message and answers."""
+    sys.path.insert(0, python_dir)
+    from concurrent import futures
+
+    import grpc
+    from meshserve_client.proto import cluster_service_pb2
+
+    def push(request_iterator, context):
+        n = 0
+        for raw in request_iterator:  # raw bytes: no deserializer
+            n += len(raw)
+        return cluster_service_pb2.PushParamsResponse(version=2, bytes_received=n)
+
+    handler = grpc.method_handlers_generic_handler("meshserve.ClusterService", {
+        "PushParams": grpc.stream_unary_rpc_method_handler(
+            push, request_deserializer=None,
+            response_serializer=cluster_service_pb2.PushParamsResponse.SerializeToString)})
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
+                         options=[("grpc.max_receive_message_length", 1 << 30)])
+    server.add_generic_rpc_handlers((handler,))
+    server.add_insecure_port("127.0.0.1:%d" % port)
+    server.start()
+    print("sink ready on %d" % port, flush=True)
+    signal.sigwait([signal.SIGTERM, signal.SIGINT])
+    server.stop(1)
+
+
+def write_model(model_dir):
+    specs = [[None, "model"], ["model", None]]
+    params = {"p%d" % i: {"shape": [DIM, DIM], "sharding": specs[i % 2], "init": "zeros"}
+              for i in range(4)}
+    layers, prev = [], "x"
+    for i in range(4):
+        layers.append({"name": "h%d" % i, "op": "linear", "input": prev, "kernel": "p%d" % i})
+        prev = "h%d" % i
+        if i % 2 == 1:  # contracting over 'model': say where the sum goes
+            layers[-1]["out_sharding"] = [None, None]
+    model = {"name": MODEL, "mesh": {"model": -1}, "dtype": "float32", "seed": 0,
+             "inputs": {"x": {"shape": [-1, DIM], "sharding": [None, None]}},
+             "params": params, "layers": layers, "outputs": ["h3"]}
+    with open(os.path.join(model_dir, MODEL + ".json"), "w") as f:
+        json.dump(model, f)
+
+
+def write_checkpoint(path):
+    """1 GiB safetensors written tensor by tensor (no 1 GiB array in memory)."""
+    header, offset = {}, 0
+    nbytes = DIM * DIM * 4
+    for i in range(4):
+        header["p%d" % i] = {"dtype": "F32", "shape": [DIM, DIM],
+                             "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    rng = np.random.default_rng(0)
+    block = rng.standard_normal(DIM * 256).astype(np.float32)  # 8 MiB, tiled
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little"))
+        f.write(text)
+        for i in range(4):
+            for j in range(DIM // 256):
+                f.write((block + np.float32(i * 1000 + j)).tobytes())
+    return offset
+
+
+def status(client):
+    return client.status(timeout_s=30)
+
+
+def model_of(st):
+    return next((m for m in st.models if m.name == MODEL), None)
+
+
+def wait_ready(client, pred, timeout_s):
+    """Polls Status every 20 ms until pred(status, model); returns the time."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        try:
+            st = status(client)
+        except Exception:  # noqa: BLE001 - busy coordinator: poll again
+            time.sleep(0.02)
+            continue
+        m = model_of(st)
+        if m is not None and m.state == "ready" and pred(st, m):
+            return time.time(), st, m
+        if m is None or m.state.startswith("error"):
+            raise RuntimeError("model %s: %s" % (MODEL, m and m.state))
+        time.sleep(0.02)
+    raise RuntimeError("not ready in %ss" % timeout_s)
+
+
+def push(bin_dir, target, path):
+    start = time.time()
+    p = subprocess.run([os.path.join(bin_dir, "meshserve"), "push", "--target", target,
+                        "--model", MODEL, "--checkpoint", path], capture_output=True, text=True,
+                       timeout=600)
+    wall = time.time() - start
+    if p.returncode != 0:
+        raise RuntimeError("push failed: %s%s" % (p.stdout, p.stderr))
+    m = re.search(r"(\d+) bytes sent in ([\d.]+) s", p.stdout)
+    return int(m.group(1)), float(m.group(2)), wall, p.stdout.strip()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--bin_dir", default=os.path.join(os.path.dirname(HERE), "build", "bin"))
+    ap.add_argument("--work_dir", default=tempfile.gettempdir())
+    ap.add_argument("--heartbeat_ms", type=int, default=500)
+    ap.add_argument("--sink_port", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--python_dir", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    python_dir = os.path.join(os.path.dirname(os.path.abspath(args.bin_dir)), "python")
+    if args.sink_port:
+        return sink_main(args.sink_port, args.python_dir)
+    mc = mslib.client_package(args.bin_dir)
+    root = tempfile.mkdtemp(prefix="bench-params-", dir=args.work_dir)
+    results = {}
+    try:
+        model_dir = os.path.join(root, "models")
+        os.makedirs(model_dir)
+        write_model(model_dir)
+        ckpt = os.path.join(root, "push.safetensors")
+        total = write_checkpoint(ckpt)
+        # Baseline: the same command into a bare sink.
+        sink_port = mslib.free_port()
+        sink = mslib.start_process([sys.executable, os.path.abspath(__file__), "--sink_port",
+                                    str(sink_port), "--python_dir", python_dir],
+                                   os.path.join(root, "sink.log"))
+        time.sleep(1.0)
+        sink_runs = [push(args.bin_dir, "127.0.0.1:%d" % sink_port, ckpt) for _ in range(2)]
+        mslib.stop_process(sink)
+        sink_bytes, sink_s, _, _ = min(sink_runs, key=lambda r: r[1])
+        results["sink_gib_per_s"] = sink_bytes / sink_s / 2 ** 30
+        # The cluster.
+        port = mslib.free_port()
+        target = "127.0.0.1:%d" % port
+        extra = ["--heartbeat_ms", str(args.heartbeat_ms)]
+        mslib.start_coordinator(args.bin_dir, port, model_dir, 4,
+                                              os.path.join(root, "coordinator.log"), extra)
+        workers = [mslib.start_worker(args.bin_dir, target, os.path.join(root, "w%d.log" % i))
+                   for i in range(4)]
+        client = mc.MeshserveClient(target, timeout_s=60)
+        wait_ready(client, lambda st, m: m.mesh == "mesh[model=4]", 300)
+        push_runs = [push(args.bin_dir, target, ckpt) for _ in range(2)]
+        push_bytes, push_s, push_wall, push_out = min(push_runs, key=lambda r: r[1])
+        results.update(push_bytes=push_bytes, push_s=push_s, push_wall_s=push_wall,
+                       push_gib_per_s=push_bytes / push_s / 2 ** 30, push_out=push_out,
+                       file_bytes=total)
+        results["push_vs_sink"] = results["push_gib_per_s"] / results["sink_gib_per_s"]
+        # Scale 4 -> 8.
+        gen0 = model_of(status(client)).generation
+        for i in range(4, 8):
+            workers.append(mslib.start_worker(args.bin_dir, target,
+                                              os.path.join(root, "w%d.log" % i)))
+        deadline = time.time() + 60
+        while time.time() < deadline and len(status(client).workers) < 8:
+            time.sleep(0.02)
+        t_registered = time.time()
+        t_ready, st, m = wait_ready(
+            client, lambda st, m: m.mesh == "mesh[model=8]" and m.generation > gen0, 300)
+        step = m.scale_steps[-1]
+        results.update(scale_wall_s=t_ready - t_registered, scale_step_s=step.seconds,
+                       scale_bytes_moved=step.bytes_moved, scale_lower_bound=step.lower_bound_bytes,
+                       scale_bytes_local=step.bytes_local,
+                       scale_bytes_initialized=step.bytes_initialized)
+        # Peak RSS vs held bytes, on 8 workers after the push and the scale-up.
+        held = {}
+        for w in st.workers:
+            held[w.address] = sum(p.param_bytes for p in w.placements if p.model == MODEL)
+        peaks = [mslib.vm_hwm_bytes(p.pid) for p in workers]
+        results.update(worker_vmhwm_mib=[round(x / 2 ** 20) for x in peaks if x],
+                       worker_held_mib=sorted(round(v / 2 ** 20) for v in held.values()))
+        # Recovery after kill -9 of one worker.
+        victim = workers[5]
+        gen1 = m.generation
+        t_kill = time.time()
+        victim.send_signal(signal.SIGKILL)
+        t_back, st, m = wait_ready(
+            client, lambda st, m: m.generation > gen1 and sum(w.healthy for w in st.workers) == 7
+            and not any(p.model == MODEL for w in st.workers if not w.healthy
+                        for p in w.placements), 120)
+        step = m.scale_steps[-1]
+        results.update(recovery_s=t_back - t_kill, recovery_mesh=m.mesh,
+                       recovery_step_s=step.seconds, recovery_bytes_moved=step.bytes_moved,
+                       recovery_lower_bound=step.lower_bound_bytes, version=m.version)
+        client.close()
+    finally:
+        mslib._cleanup()
+        shutil.rmtree(root, ignore_errors=True)
+        print(json.dumps(results, indent=1))  # what was measured, also after a failure
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+#!/usr/bin/python3
+"""e2e_params_recovery: where pushed weights live when processes die.
+
+  1. coordinator restart: a coordinator and 3 workers started as separate
+     processes; after a push the coordinator is killed (SIGKILL) and started
+     again on the same port. The workers re-register and the model serves the
+     pushed weights again (NumPy reference), with version 2 in status, and a
+     pull gives the pushed bytes.
+  2. `meshserve local --replicas 0`: without a push, a worker killed with
+     SIGKILL is re-created from the seed (the initializers, re-implemented in
+     mslib); after a push, killing a worker loses shards that exist nowhere
+     else, so the model must report an error state (or refuse requests)
+     instead of serving anything but the pushed weights.
+
+Usage: test_params_recovery.py --bin_dir build/bin [--keep]
+"""
+import json
+import os
+import re
+import signal
+import sys
+import time
+
+import numpy as np
+
+import e2e_common as e2e
+import mslib
+
+MODEL = "mlp"
+
+
+def write_model(root, name):
+    model = mslib.mlp_model(MODEL)
+    model_dir = os.path.join(root, name)
+    os.makedirs(model_dir)
+    with open(os.path.join(model_dir, MODEL + ".json"), "w") as f:
+        json.dump(model, f)
+    return model, model_dir
+
+
+def model_status(client):
+    try:
+        return next((m for m in client.status(timeout_s=10).models if m.name == MODEL), None)
+    except Exception:  # noqa: BLE001 - not answering yet
+        return None
+
+
+def wait_for(pred, timeout_s=60, poll_s=0.2):
+    deadline = time.time() + timeout_s
+    value = None
+    while time.time() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(poll_s)
+    return value
+
+
+def push(env, target, params):
+    path = os.path.join(env.root, "push-%d.safetensors" % int(time.time() * 1e6))
+    mslib.write_safetensors(path, params)
+    return env.cli.run("push", "--target", target, "--model", MODEL, "--checkpoint", path)
+
+
+def coordinator_restart(env):
+    c, cli = env.c, env.cli
+    rng = np.random.default_rng(21)
+    model, model_dir = write_model(env.root, "models-restart")
+    logs = os.path.join(env.root, "logs-restart")
+    os.makedirs(logs)
+    port = mslib.free_port()
+    target = "127.0.0.1:%d" % port
+    coordinator = mslib.start_coordinator(env.bin_dir, port, model_dir, 3,
+                                          os.path.join(logs, "coordinator.log"))
+    workers = [mslib.start_worker(env.bin_dir, target, os.path.join(logs, "worker-%d.log" % i))
+               for i in range(3)]
+    mc = mslib.client_package(env.bin_dir)
+    client = mc.MeshserveClient(target, timeout_s=60)
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    try:
+        m = wait_for(lambda: (lambda m: m if m and m.state == "ready" else None)(
+            model_status(client)), 90)
+        if not c.check(m is not None, "restart: model ready on 3 separate workers"):
+            return
+        new = mslib.mlp_random_params(model, rng)
+        rc, out, err = push(env, target, new)
+        if not c.check(rc == 0 and re.search(r"version 2\b", out), "restart: push -> version 2",
+                       out + err):
+            return
+        ref = mslib.mlp_ref(new, x)
+        c.close(client.infer(MODEL, {"x": x})["y"], ref, "restart: pushed weights served")
+        coordinator.send_signal(signal.SIGKILL)
+        coordinator.wait(timeout=10)
+        coordinator = mslib.start_coordinator(env.bin_dir, port, model_dir, 3,
+                                              os.path.join(logs, "coordinator-2.log"))
+        m = wait_for(lambda: (lambda m: m if m and m.state == "ready" else None)(
+            model_status(client)), 90)
+        if not c.check(m is not None, "restart: the new coordinator has the model ready",
+                       "    coordinator log:\n" + open(os.path.join(logs, "coordinator-2.log")).read()[-2000:]):
+            return
+        c.check(m.version == 2, "restart: status version 2 after the restart",
+                "    got %d" % m.version)
+        c.close(client.infer(MODEL, {"x": x})["y"], ref,
+                "restart: the pushed weights are served after the restart")
+        out_path = os.path.join(env.root, "restart-pull.safetensors")
+        rc, out, err = cli.run("pull", "--target", target, "--model", MODEL, "--output", out_path)
+        pulled = mslib.read_safetensors(out_path)[0] if rc == 0 else {}
+        c.check(rc == 0 and all(pulled.get(n) is not None and pulled[n].tobytes() == v.tobytes()
+                                for n, v in new.items()),
+                "restart: pull gives the pushed bytes", out + err)
+        c.check(all(w.poll() is None for w in workers), "restart: the workers kept running")
+    finally:
+        client.close()
+        for p in workers + [coordinator]:
+            mslib.stop_process(p, grace_s=5)
+
+
+def no_replicas(env):
+    c = env.c
+    rng = np.random.default_rng(31)
+    model, model_dir = write_model(env.root, "models-norep")
+    cluster = env.cluster(4, model_dir, "norep", extra_args=("--replicas", "0"))
+    mc = mslib.client_package(env.bin_dir)
+    client = mc.MeshserveClient(cluster.target, timeout_s=30)
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    seed = mslib.init_params(model)
+    seed_ref = mslib.mlp_ref(seed, x)
+    try:
+        m = model_status(client)
+        c.check(m is not None and m.replicas == 0 and m.state == "ready",
+                "replicas 0: status shows replicas 0, ready", "    %s" % m)
+        c.close(client.infer(MODEL, {"x": x})["y"], seed_ref, "replicas 0: seed weights served",
+                rtol=1e-5)
+        os.kill(cluster.worker_pids[3], signal.SIGKILL)
+        m = wait_for(lambda: (lambda m: m if m and m.state == "ready"
+                              and m.mesh == "mesh[model=3]" else None)(model_status(client)), 60)
+        if c.check(m is not None, "replicas 0, no push: after kill -9 ready on mesh[model=3]"):
+            c.close(client.infer(MODEL, {"x": x})["y"], seed_ref,
+                    "replicas 0, no push: re-created from the seed")
+            c.check(m.version == 1, "replicas 0, no push: still version 1",
+                    "    got %d" % m.version)
+        new = mslib.mlp_random_params(model, rng)
+        rc, out, err = push(env, cluster.target, new)
+        if not c.check(rc == 0 and re.search(r"version 2\b", out), "replicas 0: push -> version 2",
+                       out + err):
+            return
+        ref = mslib.mlp_ref(new, x)
+        atol = e2e.ATOL_FRACTION * float(np.max(np.abs(ref)))
+        c.close(client.infer(MODEL, {"x": x})["y"], ref, "replicas 0: pushed weights served")
+        os.kill(cluster.worker_pids[2], signal.SIGKILL)
+        served, refused, wrong, state = 0, 0, 0, ""
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            try:
+                y = client.infer(MODEL, {"x": x}, timeout_s=10)["y"]
+                served += 1
+                wrong += not np.allclose(y, ref, rtol=e2e.RTOL, atol=atol)
+            except mc.MeshserveError:
+                refused += 1
+            m = model_status(client)
+            state = m.state if m else "?"
+            if state.startswith("error") and refused > 0:
+                break
+            time.sleep(0.2)
+        c.check(wrong == 0, "replicas 0, after a push: no answer with other weights after "
+                "kill -9 (%d served, %d refused)" % (served, refused))
+        c.check(state.startswith("error") or (refused > 0 and served == 0),
+                "replicas 0, after a push: the model reports an error or refuses "
+                "(state '%s', %d refused)" % (state, refused))
+    finally:
+        client.close()
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(e2e.main("params_recovery", lambda env: [
+        ("coordinator restart", lambda: coordinator_restart(env)),
+        ("replicas 0", lambda: no_replicas(env))], doc=__doc__))
