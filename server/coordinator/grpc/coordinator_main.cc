@@ -22,6 +22,7 @@
 #include <iostream>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/base/flags_usage.h"
 #include "common/base/logging.h"
@@ -109,6 +110,26 @@ absl::StatusOr<std::unique_ptr<meshserve::CoordinatorHttpServer>> StartHttp(
   return http;
 }
 
+// The coordinator's options from the flags (range checks beyond these are
+// Coordinator::Create's).
+absl::StatusOr<meshserve::CoordinatorOptions> OptionsFromFlags() {
+  meshserve::CoordinatorOptions options;
+  options.model_dir = absl::GetFlag(FLAGS_model_dir);
+  options.min_workers = absl::GetFlag(FLAGS_min_workers);
+  options.replicas = absl::GetFlag(FLAGS_replicas);
+  options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
+  options.max_inflight_per_model = absl::GetFlag(FLAGS_max_inflight_per_model);
+  if (options.model_dir.empty()) {
+    return absl::InvalidArgumentError("--model_dir is required");
+  }
+  if (options.max_inflight_per_model < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_inflight_per_model=", options.max_inflight_per_model,
+                     " must be at least 1"));
+  }
+  return options;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -117,19 +138,9 @@ int main(int argc, char** argv) {
       "meshserve-coordinator: serves the models of --model_dir to clients (KServe v2 gRPC)\n"
       "and places them on the workers that register with it.\n\n"
       "  meshserve-coordinator --port 8500 --model_dir examples/models --min_workers 2");
-  meshserve::CoordinatorOptions options;
-  options.model_dir = absl::GetFlag(FLAGS_model_dir);
-  options.min_workers = absl::GetFlag(FLAGS_min_workers);
-  options.replicas = absl::GetFlag(FLAGS_replicas);
-  options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
-  options.max_inflight_per_model = absl::GetFlag(FLAGS_max_inflight_per_model);
-  if (options.model_dir.empty()) {
-    std::cerr << "meshserve-coordinator: --model_dir is required\n";
-    return 2;
-  }
-  if (options.max_inflight_per_model < 1) {
-    std::cerr << "meshserve-coordinator: --max_inflight_per_model="
-              << options.max_inflight_per_model << " must be at least 1\n";
+  absl::StatusOr<meshserve::CoordinatorOptions> options = OptionsFromFlags();
+  if (!options.ok()) {
+    std::cerr << "meshserve-coordinator: " << options.status().message() << "\n";
     return 2;
   }
   absl::StatusOr<Edge> edge = EdgeFromFlags();
@@ -139,7 +150,7 @@ int main(int argc, char** argv) {
   }
   absl::StatusOr<std::unique_ptr<meshserve::Coordinator>> coordinator =
       meshserve::Coordinator::Create(
-          options, meshserve::GrpcWorkerClientFactory(edge->security.MemberChannelOptions()),
+          *options, meshserve::GrpcWorkerClientFactory(edge->security.MemberChannelOptions()),
           std::make_unique<meshserve::JaxModelCompiler>());
   if (!coordinator.ok()) {
     std::cerr << "meshserve-coordinator: " << coordinator.status() << "\n";
