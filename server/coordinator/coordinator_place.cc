@@ -324,7 +324,8 @@ void Coordinator::UnloadRetired() {
   std::vector<Unload> done;
   {
     absl::MutexLock lock(&mu_);
-    auto uses_generation = [&](const Placement& p) {
+    // Runs under mu_ (annotated so that clang's analysis sees it).
+    auto uses_generation = [&](const Placement& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       auto entry = models_.find(p.model);
       if (entry != models_.end() && entry->second.placement != nullptr &&
           entry->second.placement->generation == p.generation) {
