@@ -190,6 +190,16 @@ std::vector<int64_t> Origin(const Box& sub, const Box& held) {
   return o;
 }
 
+// Copies (or, with accumulate, adds) one run of n elements from src to dst.
+// The ranges may overlap only when copying (memmove).
+void MoveRun(DType dtype, const char* src, char* dst, int64_t n, bool accumulate) {
+  if (accumulate) {
+    AddRun(dtype, src, dst, n);
+  } else {
+    std::memmove(dst, src, static_cast<size_t>(n * DTypeSize(dtype)));
+  }
+}
+
 }  // namespace
 
 absl::Status AppendBox(const BoxTensor& src, const Box& sub, std::string* out) {
@@ -234,13 +244,8 @@ absl::Status InsertBox(BoxTensor* dst, const Box& sub, absl::string_view bytes,
       PlanRuns(sub, dst->tensor.shape(), Origin(sub, dst->box), sub.shape(), zero);
   char* d = dst->tensor.raw_data();
   const char* s = bytes.data();
-  const size_t run_bytes = static_cast<size_t>(plan.run_elems * size);
   ForEachRun(plan, [&](int64_t a, int64_t b) {
-    if (accumulate) {
-      AddRun(dtype, s + b * size, d + a * size, plan.run_elems);
-    } else {
-      std::memcpy(d + a * size, s + b * size, run_bytes);
-    }
+    MoveRun(dtype, s + b * size, d + a * size, plan.run_elems, accumulate);
   });
   return absl::OkStatus();
 }
@@ -260,13 +265,8 @@ absl::Status CopyBox(const BoxTensor& src, BoxTensor* dst, const Box& sub, bool 
                                 dst->tensor.shape(), Origin(sub, dst->box));
   const char* s = src.tensor.raw_data();
   char* d = dst->tensor.raw_data();
-  const size_t run_bytes = static_cast<size_t>(plan.run_elems * size);
   ForEachRun(plan, [&](int64_t a, int64_t b) {
-    if (accumulate) {
-      AddRun(dtype, s + a * size, d + b * size, plan.run_elems);
-    } else {
-      std::memmove(d + b * size, s + a * size, run_bytes);
-    }
+    MoveRun(dtype, s + a * size, d + b * size, plan.run_elems, accumulate);
   });
   return absl::OkStatus();
 }

@@ -32,42 +32,43 @@ absl::Status CheckNormArgs(absl::string_view op, const Tensor& x, const Tensor& 
   return absl::OkStatus();
 }
 
+// Normalizes each row of x's last dim: norm_row(row, d, out_row) writes one
+// float32 row. Returns the result in out_dtype.
+template <typename NormRow>
+absl::StatusOr<Tensor> NormalizeRows(const Tensor& x, DType out_dtype, NormRow norm_row) {
+  std::optional<Tensor> xs;
+  const float* px = AsFloat32(x, &xs).data<float>();
+  const int64_t d = x.dim(x.rank() - 1);
+  Tensor out = Tensor::Zeros(DType::kFloat32, x.shape());
+  float* po = out.data<float>();
+  const int64_t rows = d == 0 ? 0 : x.NumElements() / d;
+  for (int64_t r = 0; r < rows; ++r) norm_row(px + r * d, d, po + r * d);
+  return kernel_internal::FinishFloat32(std::move(out), out_dtype);
+}
+
 }  // namespace
 
 absl::StatusOr<Tensor> RmsNorm(const Tensor& x, const Tensor& scale, double eps,
                                DType out_dtype) {
   MS_RETURN_IF_ERROR(CheckNormArgs("RmsNorm", x, scale, "scale", eps, out_dtype));
-  std::optional<Tensor> xs, ss;
-  const float* px = AsFloat32(x, &xs).data<float>();
+  std::optional<Tensor> ss;
   const float* ps = AsFloat32(scale, &ss).data<float>();
-  const int64_t d = x.dim(x.rank() - 1);
-  Tensor out = Tensor::Zeros(DType::kFloat32, x.shape());
-  float* po = out.data<float>();
-  const int64_t rows = d == 0 ? 0 : x.NumElements() / d;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = px + r * d;
+  return NormalizeRows(x, out_dtype, [&](const float* row, int64_t d, float* out) {
     double sum_sq = 0.0;
     for (int64_t j = 0; j < d; ++j) sum_sq += static_cast<double>(row[j]) * row[j];
     const float inv = static_cast<float>(1.0 / std::sqrt(sum_sq / d + eps));
-    for (int64_t j = 0; j < d; ++j) po[r * d + j] = row[j] * inv * ps[j];
-  }
-  return kernel_internal::FinishFloat32(std::move(out), out_dtype);
+    for (int64_t j = 0; j < d; ++j) out[j] = row[j] * inv * ps[j];
+  });
 }
 
 absl::StatusOr<Tensor> LayerNorm(const Tensor& x, const Tensor& scale, const Tensor& bias,
                                  double eps, DType out_dtype) {
   MS_RETURN_IF_ERROR(CheckNormArgs("LayerNorm", x, scale, "scale", eps, out_dtype));
   MS_RETURN_IF_ERROR(CheckNormArgs("LayerNorm", x, bias, "bias", eps, out_dtype));
-  std::optional<Tensor> xs, ss, bs;
-  const float* px = AsFloat32(x, &xs).data<float>();
+  std::optional<Tensor> ss, bs;
   const float* ps = AsFloat32(scale, &ss).data<float>();
   const float* pb = AsFloat32(bias, &bs).data<float>();
-  const int64_t d = x.dim(x.rank() - 1);
-  Tensor out = Tensor::Zeros(DType::kFloat32, x.shape());
-  float* po = out.data<float>();
-  const int64_t rows = d == 0 ? 0 : x.NumElements() / d;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = px + r * d;
+  return NormalizeRows(x, out_dtype, [&](const float* row, int64_t d, float* out) {
     double sum = 0.0;
     for (int64_t j = 0; j < d; ++j) sum += row[j];
     const double mean = sum / d;
@@ -76,9 +77,8 @@ absl::StatusOr<Tensor> LayerNorm(const Tensor& x, const Tensor& scale, const Ten
     var /= d;
     const float inv = static_cast<float>(1.0 / std::sqrt(var + eps));
     const float m = static_cast<float>(mean);
-    for (int64_t j = 0; j < d; ++j) po[r * d + j] = (row[j] - m) * inv * ps[j] + pb[j];
-  }
-  return kernel_internal::FinishFloat32(std::move(out), out_dtype);
+    for (int64_t j = 0; j < d; ++j) out[j] = (row[j] - m) * inv * ps[j] + pb[j];
+  });
 }
 
 absl::StatusOr<Tensor> Softmax(const Tensor& x, int64_t axis, DType out_dtype) {

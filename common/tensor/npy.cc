@@ -128,6 +128,19 @@ class HeaderParser {
   size_t pos_ = 0;
 };
 
+// The .npy descrs we read and write: kind (the descr without its byte-order
+// character) and dtype. bfloat16 has no NumPy dtype and is written as <f4.
+struct DescrKind {
+  absl::string_view kind;
+  DType dtype;
+  char order;  // the byte-order character we write
+};
+constexpr DescrKind kDescrKinds[] = {
+    {"f4", DType::kFloat32, '<'}, {"f8", DType::kFloat64, '<'}, {"f2", DType::kFloat16, '<'},
+    {"i4", DType::kInt32, '<'},   {"i8", DType::kInt64, '<'},   {"i1", DType::kInt8, '|'},
+    {"u1", DType::kUInt8, '|'},   {"b1", DType::kBool, '|'},
+};
+
 absl::StatusOr<DType> DTypeFromDescr(absl::string_view descr) {
   if (descr.size() >= 2) {
     const char order = descr[0];
@@ -137,30 +150,19 @@ absl::StatusOr<DType> DTypeFromDescr(absl::string_view descr) {
                              "' is not supported (save with dtype.newbyteorder('<'))");
     }
     if (order == '<' || order == '=' || order == '|' || order == '>') {
-      if (kind == "f4") return DType::kFloat32;
-      if (kind == "f8") return DType::kFloat64;
-      if (kind == "f2") return DType::kFloat16;
-      if (kind == "i4") return DType::kInt32;
-      if (kind == "i8") return DType::kInt64;
-      if (kind == "i1") return DType::kInt8;
-      if (kind == "u1") return DType::kUInt8;
-      if (kind == "b1") return DType::kBool;
+      for (const DescrKind& d : kDescrKinds) {
+        if (d.kind == kind) return d.dtype;
+      }
     }
   }
   return InvalidArgument("unsupported descr '", descr,
                          "' (supported: <f4 <f8 <f2 <i4 <i8 |i1 |u1 |b1)");
 }
 
-absl::string_view DescrOf(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32: case DType::kBFloat16: return "<f4";
-    case DType::kFloat64: return "<f8";
-    case DType::kFloat16: return "<f2";
-    case DType::kInt32: return "<i4";
-    case DType::kInt64: return "<i8";
-    case DType::kInt8: return "|i1";
-    case DType::kUInt8: return "|u1";
-    case DType::kBool: return "|b1";
+std::string DescrOf(DType dtype) {
+  const DType written = dtype == DType::kBFloat16 ? DType::kFloat32 : dtype;
+  for (const DescrKind& d : kDescrKinds) {
+    if (d.dtype == written) return absl::StrCat(std::string(1, d.order), d.kind);
   }
   return "<f4";
 }

@@ -1,6 +1,7 @@
 #include "common/sharding/rules/dot_general.h"
 
 #include <algorithm>
+#include <tuple>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -58,20 +59,16 @@ absl::Status CheckDotShapes(const ArrayType& lhs, const ArrayType& rhs,
         "dimensions, got ", DimsRepr(d.lhs_contracting), " and ",
         DimsRepr(d.rhs_contracting), ".");
   }
-  for (int64_t b : d.lhs_batch) {
-    if (std::count(d.lhs_contracting.begin(), d.lhs_contracting.end(), b)) {
-      return InvalidArgument("dot_general requires lhs batch dimensions to be disjoint "
-                             "from contracting dimensions, got lhs_batch ",
-                             DimsRepr(d.lhs_batch), " and lhs_contracting ",
-                             DimsRepr(d.lhs_contracting), ".");
-    }
-  }
-  for (int64_t b : d.rhs_batch) {
-    if (std::count(d.rhs_contracting.begin(), d.rhs_contracting.end(), b)) {
-      return InvalidArgument("dot_general requires rhs batch dimensions to be disjoint "
-                             "from contracting dimensions, got rhs_batch ",
-                             DimsRepr(d.rhs_batch), " and rhs_contracting ",
-                             DimsRepr(d.rhs_contracting), ".");
+  for (const auto& [side, batch, contracting] :
+       {std::tie("lhs", d.lhs_batch, d.lhs_contracting),
+        std::tie("rhs", d.rhs_batch, d.rhs_contracting)}) {
+    for (int64_t b : batch) {
+      if (std::count(contracting.begin(), contracting.end(), b)) {
+        return InvalidArgument("dot_general requires ", side,
+                               " batch dimensions to be disjoint from contracting dimensions, "
+                               "got ", side, "_batch ", DimsRepr(batch), " and ", side,
+                               "_contracting ", DimsRepr(contracting), ".");
+      }
     }
   }
   for (size_t i = 0; i < d.lhs_batch.size(); ++i) {
