@@ -16,6 +16,7 @@ deadline passing counts as a hang), and the cluster serves afterwards.
 
 Usage: test_faults.py --bin_dir build/bin [--keep]
 """
+import contextlib
 import os
 import re
 import signal
@@ -41,6 +42,18 @@ def cluster(env, name, workers):
     return cl, mslib.LinClient(env.bin_dir, cl.target, kernel)
 
 
+@contextlib.contextmanager
+def running(env, name, workers):
+    """cluster() for the length of a with block: stopped (and its client
+    closed) however the block ends."""
+    cl, client = cluster(env, name, workers)
+    try:
+        yield cl, client
+    finally:
+        client.close()
+        cl.stop()
+
+
 def check_traffic(c, what, traffic, allowed=("ok", "UNAVAILABLE")):
     finished = traffic.stop()
     counts = traffic.counts()
@@ -64,8 +77,7 @@ def served(c, what, client):
 
 def kill9_mid_request(env):
     c = env.c
-    cl, client = cluster(env, "kill", 3)
-    try:
+    with running(env, "kill", 3) as (cl, client):
         traffic = mslib.Traffic(client, clients=4, timeout=30)
         time.sleep(1.5)
         before = traffic.counts().get("ok", 0)
@@ -76,15 +88,11 @@ def kill9_mid_request(env):
                 "kill -9 mid-request: answers before (%d) and after the kill (%d)" % (
                     before, counts.get("ok", 0) - before))
         served(c, "kill -9 mid-request", client)
-    finally:
-        client.close()
-        cl.stop()
 
 
 def kill9_mid_scale(env):
     c = env.c
-    cl, client = cluster(env, "scale", 3)
-    try:
+    with running(env, "scale", 3) as (cl, client):
         traffic = mslib.Traffic(client, clients=3, timeout=30)
         time.sleep(1)
         log = cl.coordinator_log
@@ -104,9 +112,6 @@ def kill9_mid_scale(env):
         print("    generations served: %s" % generations, flush=True)
         served(c, "kill -9 mid-scale", client)
         c.check(counts.get("ok", 0) > 0, "kill -9 mid-scale: requests served during (%s)" % counts)
-    finally:
-        client.close()
-        cl.stop()
 
 
 def sigstop(env):
