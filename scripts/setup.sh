@@ -7,11 +7,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(
-  build-essential cmake ninja-build pkg-config git
-  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libcpp-httplib-dev
+# What builds the binaries (shared with deploy/Dockerfile), then what the
+# tests, benchmarks and tools use.
+mapfile -t PACKAGES < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' scripts/build-packages.txt)
+PACKAGES+=(
+  git
   python3 python3-numpy python3-grpcio
   python3-protobuf
   curl prometheus chromium
