@@ -2,8 +2,9 @@
 """e2e_params_scale: pushed weights survive membership changes. On
 `meshserve local --workers 4` (replicas on, the default), mslib.mlp_model
 (mesh {model: -1}) gets new weights by `meshserve push`; then 4 workers join
-(mesh[model=8]), 5 leave by SIGTERM (mesh[model=3]) and one is killed with
-SIGKILL (mesh[model=2]). After each change the model answers with the pushed
+(mesh[model=8]), 5 leave by SIGTERM (mesh[model=3]), one is killed with
+SIGKILL (mesh[model=2]) and, once its boxes are re-replicated, a second one
+(mesh[model=1]). After each change the model answers with the pushed
 weights (NumPy reference), status shows version 2 on every placement, and the
 change's scale step reports bytes_moved == lower_bound_bytes. A request loop
 runs throughout: no answer differs from the pushed reference, and none fails
@@ -139,6 +140,11 @@ def run(env):
         phase[0] = "kill"
         os.kill(cluster.worker_pids[2], signal.SIGKILL)
         check_change("kill -9 of a worker (3 -> 2)", "mesh[model=2]", 2)
+        # The lost boxes were re-replicated onto the 2 survivors: a second loss
+        # loses nothing either.
+        phase[0] = "kill2"
+        os.kill(cluster.worker_pids[1], signal.SIGKILL)
+        check_change("second kill -9 (2 -> 1)", "mesh[model=1]", 1)
         phase[0] = "after"
         time.sleep(1.0)
     finally:
