@@ -49,10 +49,15 @@ GrpcPeerTransport::StubFor(int64_t worker) {
   if (it == peers_.end()) return Unavailable("worker ", worker, " has no known address");
   Peer& peer = it->second;
   if (peer.stub == nullptr) {
-    MS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
-                        CreateChannel(peer.address, options_.channel),
-                        "worker ", worker);
-    peer.stub = std::shared_ptr<WorkerService::Stub>(WorkerService::NewStub(channel));
+    // gRPC takes min_reconnect_backoff_ms as the connect timeout too: a busy
+    // peer (every worker loads at once in a scale step) can need more than
+    // the default 100 ms for the handshake, and the step failed with
+    // "tcp handshaker shutdown". Connections refused still fail at once.
+    ChannelOptions channel = options_.channel;
+    channel.min_reconnect_backoff_ms = std::max(channel.min_reconnect_backoff_ms, 5000);
+    MS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> connection,
+                        CreateChannel(peer.address, channel), "worker ", worker);
+    peer.stub = std::shared_ptr<WorkerService::Stub>(WorkerService::NewStub(connection));
   }
   // Callers share ownership: a stub replaced by UpdatePeers stays alive until
   // its streams end.
