@@ -160,7 +160,7 @@ def main():
         return sink_main(args.sink_port, args.python_dir)
     mc = mslib.client_package(args.bin_dir)
     root = tempfile.mkdtemp(prefix="bench-params-", dir=args.work_dir)
-    results = {}
+    results = {"loadavg_start": list(os.getloadavg())}  # the machine may be shared
     try:
         model_dir = os.path.join(root, "models")
         os.makedirs(model_dir)
@@ -230,6 +230,7 @@ def main():
                        recovery_step_s=step.seconds, recovery_bytes_moved=step.bytes_moved,
                        recovery_lower_bound=step.lower_bound_bytes, version=m.version)
         client.close()
+        results["loadavg_end"] = list(os.getloadavg())
     finally:
         mslib._cleanup()
         shutil.rmtree(root, ignore_errors=True)

@@ -2,11 +2,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
+#include <deque>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "common/base/dtype.h"
+#include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/program/ir_conv.h"
@@ -17,13 +22,91 @@
 namespace meshserve {
 namespace {
 
-constexpr int64_t kStageChunkBytes = 1 << 20;
+constexpr int64_t kSlabBytes = 1 << 20;  // route whole rows in about this much
+constexpr size_t kQueueChunks = 16;      // per worker stream
 
 std::string Dims(const std::vector<int64_t>& dims) {
   return absl::StrCat("[", absl::StrJoin(dims, ", "), "]");
 }
 
 }  // namespace
+
+// Writes one worker's StageParams stream from a bounded queue on its own
+// thread. Enqueue blocks while the queue is full and returns the stream's
+// error once a Write failed; Close drains the queue and finishes the stream.
+class ParamPush::Sender {
+ public:
+  Sender(int64_t worker, std::unique_ptr<StageParamsWriter> writer)
+      : worker_(worker), writer_(std::move(writer)), thread_([this] { Run(); }) {}
+  ~Sender() {
+    if (thread_.joinable()) {
+      {
+        absl::MutexLock lock(&mu_);
+        cancelled_ = true;
+      }
+      writer_->Cancel();  // a Write blocked on a stuck worker returns
+      thread_.join();
+    }
+  }
+  absl::Status Enqueue(StageChunkIr chunk) {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](Sender* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+          return s->queue_.size() < kQueueChunks || !s->status_.ok();
+        },
+        this));
+    if (!status_.ok()) return status_;
+    queue_.push_back(std::move(chunk));
+    return absl::OkStatus();
+  }
+  absl::Status Close() {
+    {
+      absl::MutexLock lock(&mu_);
+      closed_ = true;
+    }
+    thread_.join();
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
+
+ private:
+  void Run() {
+    for (;;) {
+      StageChunkIr chunk;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](Sender* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+              return !s->queue_.empty() || s->closed_ || s->cancelled_;
+            },
+            this));
+        if (cancelled_) return;
+        if (queue_.empty()) break;  // closed and drained
+        chunk = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      absl::Status s = writer_->Write(std::move(chunk));
+      if (!s.ok()) {
+        absl::MutexLock lock(&mu_);
+        status_ = AnnotateStatus(s, "staging on worker ", worker_);
+        queue_.clear();
+        return;
+      }
+    }
+    absl::Status s = writer_->Finish().status();
+    absl::MutexLock lock(&mu_);
+    if (!s.ok()) status_ = AnnotateStatus(s, "staging on worker ", worker_);
+  }
+
+  const int64_t worker_;
+  std::unique_ptr<StageParamsWriter> writer_;
+  absl::Mutex mu_;
+  std::deque<StageChunkIr> queue_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
 
 ParamPush::ParamPush(PushTarget target) : target_(std::move(target)), start_(absl::Now()) {}
 
@@ -33,8 +116,7 @@ ParamPush::~ParamPush() {
 }
 
 void ParamPush::AbortAll() {
-  for (auto& [id, writer] : writers_) writer.reset();  // cancels open streams
-  writers_.clear();
+  senders_.clear();  // cancels open streams
   const Placement& p = *target_.placement;
   ParallelCall(p.WorkerIds(), [&](int64_t id) {
     absl::StatusOr<std::shared_ptr<WorkerClient>> client = target_.client(id);
@@ -48,38 +130,103 @@ absl::Status ParamPush::Add(PushChunk chunk) {
   absl::Status s = [&]() -> absl::Status {
     if (done_) return FailedPrecondition("push to model '", model(), "' already finished");
     if (!chunk.model.empty() && chunk.model != model()) {
-      return InvalidArgument("push to model '", model(), "' got a chunk for model '",
-                             chunk.model, "'");
+      return InvalidArgument("push to model '", model(), "' got a chunk for model '", chunk.model,
+                             "'");
     }
     bytes_received_ += static_cast<int64_t>(chunk.data.size());
     if (chunk.byte_offset == 0) {
       MS_RETURN_IF_ERROR(StartBox(chunk));
-    } else if (!open_valid_ ||
-               chunk.byte_offset != static_cast<int64_t>(open_.bytes.size())) {
+    } else if (!open_valid_ || chunk.byte_offset != open_.received) {
       return InvalidArgument(
           "push to model '", model(), "': byte_offset ", chunk.byte_offset,
           open_valid_ ? absl::StrCat(" for box ", open_.box.ToString(), " of param '",
-                                     open_.param->name, "', expected ", open_.bytes.size())
+                                     open_.param->name, "', expected ", open_.received)
                       : std::string(" continues no box (a box starts at byte_offset 0)"));
     }
-    if (static_cast<int64_t>(open_.bytes.size() + chunk.data.size()) > open_.total_bytes) {
-      return InvalidArgument("param '", open_.param->name, "' box ", open_.box.ToString(),
-                             ": ", open_.bytes.size() + chunk.data.size(), " bytes, expected ",
+    if (open_.received + static_cast<int64_t>(chunk.data.size()) > open_.total_bytes) {
+      return InvalidArgument("param '", open_.param->name, "' box ", open_.box.ToString(), ": ",
+                             open_.received + chunk.data.size(), " bytes, expected ",
                              open_.total_bytes);
     }
-    open_.bytes.append(chunk.data);
-    if (static_cast<int64_t>(open_.bytes.size()) == open_.total_bytes) return RouteBox();
-    return absl::OkStatus();
+    return Take(std::move(chunk.data));
   }();
   if (!s.ok()) failed_ = s;
   return s;
 }
 
+absl::Status ParamPush::Take(std::string data) {
+  OpenBox& box = open_;
+  box.received += static_cast<int64_t>(data.size());
+  const bool complete = box.received == box.total_bytes;
+  if (box.total_bytes == 0) {
+    open_valid_ = false;
+    return absl::OkStatus();
+  }
+  const int64_t n = static_cast<int64_t>(data.size());
+  if (slab_.empty() && n % box.row_bytes == 0 && n > 0) {
+    MS_RETURN_IF_ERROR(RouteRows(n / box.row_bytes, data.data(), &data));  // as it came
+  } else {
+    slab_.append(data);
+    const int64_t have = static_cast<int64_t>(slab_.size());
+    if (have >= kSlabBytes || complete) {
+      const int64_t rows = have / box.row_bytes;
+      if (rows > 0) {
+        MS_RETURN_IF_ERROR(RouteRows(rows, slab_.data(), nullptr));
+        slab_.erase(0, static_cast<size_t>(rows * box.row_bytes));  // a partial row stays
+      }
+    }
+  }
+  if (complete) {
+    open_valid_ = false;
+    slab_.clear();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParamPush::RouteRows(int64_t rows, const char* data, std::string* owned) {
+  OpenBox& box = open_;
+  Box slab = box.box;
+  if (slab.rank() > 0) {
+    const int64_t begin = box.box.dims()[0].begin + box.rows_routed;
+    slab.mutable_dims()[0] = Interval{begin, begin + rows};
+  }
+  box.rows_routed += rows;
+  const int64_t elem = DTypeSize(box.param->dtype);
+  const Placement& p = *target_.placement;
+  std::vector<std::pair<Box, int64_t>> pieces;  // the slab's part of each target
+  for (const Target& t : box.targets) {
+    Box piece = Intersect(t.piece, slab);
+    if (!piece.IsEmpty()) pieces.emplace_back(std::move(piece), t.holder);
+  }
+  for (const auto& [piece, holder] : pieces) {
+    std::string bytes;
+    if (piece == slab) {
+      if (owned != nullptr && pieces.size() == 1) {
+        bytes = std::move(*owned);  // the chunk's own bytes, not copied
+      } else {
+        bytes.assign(data, static_cast<size_t>(rows * box.row_bytes));
+      }
+    } else {
+      bytes.resize(static_cast<size_t>(piece.NumElements() * elem));
+      Box local = piece;  // piece in the slab's coordinates
+      for (int d = 0; d < local.rank(); ++d) {
+        local.mutable_dims()[d].begin -= slab.dims()[d].begin;
+        local.mutable_dims()[d].end -= slab.dims()[d].begin;
+      }
+      MS_RETURN_IF_ERROR(ExtractBoxBytes(data, slab.shape(), elem, local, bytes.data()), "param '",
+                         box.param->name, "'");
+    }
+    const int64_t total = static_cast<int64_t>(bytes.size());
+    MS_RETURN_IF_ERROR(Stage(holder, StageChunkIr{p.model, p.generation, version(), box.param->name,
+                                                  BoxToIr(piece), total, 0, std::move(bytes)}));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParamPush::StartBox(PushChunk& chunk) {
   if (open_valid_) {
-    return InvalidArgument("param '", open_.param->name, "' box ", open_.box.ToString(),
-                           ": got ", open_.bytes.size(), " of ", open_.total_bytes,
-                           " bytes before the next box");
+    return InvalidArgument("param '", open_.param->name, "' box ", open_.box.ToString(), ": got ",
+                           open_.received, " of ", open_.total_bytes, " bytes before the next box");
   }
   const ParamDef* param = target_.model->FindParam(chunk.param);
   if (param == nullptr) {
@@ -88,15 +235,15 @@ absl::Status ParamPush::StartBox(PushChunk& chunk) {
   const std::string where = absl::StrCat("param '", param->name, "'");
   if (chunk.dtype != DTypeToProto(param->dtype)) {
     absl::StatusOr<DType> got = DTypeFromProto(chunk.dtype);
-    return InvalidArgument(where, ": dtype ",
-                           got.ok() ? std::string(DTypeName(*got))
-                                    : absl::StrCat("(wire ", chunk.dtype, ")"),
-                           ", expected ", DTypeName(param->dtype));
+    return InvalidArgument(
+        where, ": dtype ",
+        got.ok() ? std::string(DTypeName(*got)) : absl::StrCat("(wire ", chunk.dtype, ")"),
+        ", expected ", DTypeName(param->dtype));
   }
   const size_t rank = param->shape.size();
   if (chunk.offset.size() != rank || chunk.shape.size() != rank) {
-    return InvalidArgument(where, " of rank ", rank, ": box offset ", Dims(chunk.offset),
-                           " shape ", Dims(chunk.shape));
+    return InvalidArgument(where, " of rank ", rank, ": box offset ", Dims(chunk.offset), " shape ",
+                           Dims(chunk.shape));
   }
   Box box;
   for (size_t d = 0; d < rank; ++d) {
@@ -104,44 +251,33 @@ absl::Status ParamPush::StartBox(PushChunk& chunk) {
     const int64_t size = chunk.shape[d];
     if (begin < 0 || size < 0 || begin > param->shape[d] || size > param->shape[d] - begin) {
       return InvalidArgument(where, ": box offset ", Dims(chunk.offset), " shape ",
-                             Dims(chunk.shape), " out of bounds of shape ",
-                             Dims(param->shape));
+                             Dims(chunk.shape), " out of bounds of shape ", Dims(param->shape));
     }
     box.mutable_dims().push_back(Interval{begin, begin + size});
   }
-  open_ = OpenBox{param, box, box.NumElements() * DTypeSize(param->dtype), {}};
-  open_.bytes.reserve(static_cast<size_t>(open_.total_bytes));
-  open_valid_ = true;
-  if (!boxes_.count(param->name)) params_.push_back(param->name);
-  return absl::OkStatus();
-}
-
-absl::Status ParamPush::RouteBox() {
-  open_valid_ = false;
-  OpenBox box = std::move(open_);
-  const std::string& name = box.param->name;
-  std::vector<Box>& seen = boxes_[name];
+  std::vector<Box>& seen = boxes_[param->name];
   for (const Box& other : seen) {
-    if (!Intersect(other, box.box).IsEmpty()) {
-      return InvalidArgument("param '", name, "': box ", box.box.ToString(), " overlaps box ",
-                             other.ToString(), " pushed before");
+    if (!Intersect(other, box).IsEmpty()) {
+      return InvalidArgument(where, ": box ", box.ToString(), " overlaps box ", other.ToString(),
+                             " pushed before");
     }
   }
-  seen.push_back(box.box);
-  if (box.box.IsEmpty()) return absl::OkStatus();
-  auto cells = cells_.find(name);
+  if (seen.empty()) params_.push_back(param->name);
+  seen.push_back(box);
+  const int64_t total = box.NumElements() * DTypeSize(param->dtype);
+  open_ = OpenBox{param, box, total, 0, total, 0, {}};
+  if (rank > 0 && box.dims()[0].size() > 0) open_.row_bytes = total / box.dims()[0].size();
+  open_valid_ = true;
+  slab_.clear();
+  if (box.IsEmpty()) return absl::OkStatus();
+  auto cells = cells_.find(param->name);
   if (cells == cells_.end()) {
-    MS_ASSIGN_OR_RETURN(std::vector<CellHolders> c,
-                        PlacementCells(*box.param, *target_.placement));
-    cells = cells_.emplace(name, std::move(c)).first;
+    MS_ASSIGN_OR_RETURN(std::vector<CellHolders> c, PlacementCells(*param, *target_.placement));
+    cells = cells_.emplace(param->name, std::move(c)).first;
   }
-  MS_ASSIGN_OR_RETURN(Tensor tensor,
-                      Tensor::FromBytes(box.param->dtype, box.box.shape(), box.bytes));
-  const BoxTensor pushed{box.box, std::move(tensor)};
-  box.bytes.clear();
   const Placement& p = *target_.placement;
   for (const CellHolders& cell : cells->second) {
-    const Box piece = Intersect(cell.box, box.box);
+    const Box piece = Intersect(cell.box, box);
     if (piece.IsEmpty()) continue;
     const std::vector<int64_t>& candidates =
         cell.primaries.empty() ? cell.replicas : cell.primaries;
@@ -149,21 +285,13 @@ absl::Status ParamPush::RouteBox() {
     for (int64_t id : candidates) {
       if (assigned_[id] < assigned_[holder]) holder = id;
     }
-    MS_ASSIGN_OR_RETURN(std::string bytes, ExtractBox(pushed, piece));
-    const int64_t total = static_cast<int64_t>(bytes.size());
-    assigned_[holder] += total;
-    for (int64_t offset = 0; offset < total || offset == 0; offset += kStageChunkBytes) {
-      StageChunkIr chunk{p.model, p.generation, version(), name, BoxToIr(piece), total,
-                         offset, bytes.substr(static_cast<size_t>(offset),
-                                              static_cast<size_t>(kStageChunkBytes))};
-      MS_RETURN_IF_ERROR(Stage(holder, std::move(chunk)));
-      if (total == 0) break;
-    }
+    assigned_[holder] += piece.NumElements() * DTypeSize(param->dtype);
+    open_.targets.push_back(Target{piece, holder});
     for (const std::vector<int64_t>* group : {&cell.primaries, &cell.replicas}) {
       for (int64_t id : *group) {
         if (id == holder) continue;
-        fills_[id].push_back(ParamPieceIr{name, BoxToIr(piece), holder, p.generation,
-                                          version()});
+        fills_[id].push_back(
+            ParamPieceIr{param->name, BoxToIr(piece), holder, p.generation, version()});
       }
     }
   }
@@ -171,22 +299,32 @@ absl::Status ParamPush::RouteBox() {
 }
 
 absl::Status ParamPush::Stage(int64_t worker, StageChunkIr chunk) {
-  auto it = writers_.find(worker);
-  if (it == writers_.end()) {
+  auto it = senders_.find(worker);
+  if (it == senders_.end()) {
     MS_ASSIGN_OR_RETURN(std::shared_ptr<WorkerClient> client, target_.client(worker));
     MS_ASSIGN_OR_RETURN(std::unique_ptr<StageParamsWriter> writer,
                         client->StageParams(target_.timeout), "worker ", worker);
-    it = writers_.emplace(worker, std::move(writer)).first;
+    it = senders_.emplace(worker, std::make_unique<Sender>(worker, std::move(writer))).first;
   }
   bytes_to_workers_ += static_cast<int64_t>(chunk.data.size());
-  return AnnotateStatus(it->second->Write(std::move(chunk)), "staging on worker ", worker);
+  return it->second->Enqueue(std::move(chunk));
+}
+
+absl::Status ParamPush::CloseSenders() {
+  absl::Status first;
+  for (auto& [id, sender] : senders_) {
+    absl::Status s = sender->Close();  // the others keep sending meanwhile
+    if (first.ok()) first = s;
+  }
+  senders_.clear();
+  return first;
 }
 
 absl::Status ParamPush::CheckCover() const {
   if (open_valid_) {
     return InvalidArgument("param '", open_.param->name, "' box ", open_.box.ToString(),
-                           ": stream ended after ", open_.bytes.size(), " of ",
-                           open_.total_bytes, " bytes");
+                           ": stream ended after ", open_.received, " of ", open_.total_bytes,
+                           " bytes");
   }
   if (params_.empty()) return InvalidArgument("push to model '", model(), "': no params");
   for (const std::string& name : params_) {
@@ -206,20 +344,21 @@ absl::Status ParamPush::CheckCover() const {
     }
     return InvalidArgument("param '", name, "': the pushed boxes cover ", volume, " of ",
                            full.NumElements(), " elements; box ",
-                           gap.empty() ? full.ToString() : gap.front().ToString(),
-                           " is missing");
+                           gap.empty() ? full.ToString() : gap.front().ToString(), " is missing");
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<PushResult> ParamPush::Finish() {
   if (!failed_.ok()) return failed_;
+  stream_end_ = absl::Now();
   absl::Status s = CheckCover();
-  for (auto& [id, writer] : writers_) {
-    if (!s.ok()) break;
-    s = AnnotateStatus(writer->Finish().status(), "staging on worker ", id);
+  if (s.ok()) {
+    s = CloseSenders();
+  } else {
+    senders_.clear();
   }
-  writers_.clear();
+  const absl::Time staged = absl::Now();
   PushResult result;
   if (s.ok()) {
     const Placement& p = *target_.placement;
@@ -245,11 +384,18 @@ absl::StatusOr<PushResult> ParamPush::Finish() {
     return s;  // the destructor aborts
   }
   done_ = true;
+  const absl::Time end = absl::Now();
+  MS_LOG(INFO) << "push to model '" << model() << "' version " << version() << ": "
+               << bytes_received_ << " bytes received in "
+               << absl::ToDoubleSeconds(stream_end_ - start_) << " s, staged on "
+               << assigned_.size() << " workers at +" << absl::ToDoubleSeconds(staged - start_)
+               << " s, committed (" << result.bytes_filled << " bytes filled) at +"
+               << absl::ToDoubleSeconds(end - start_) << " s";
   result.version = version();
   result.bytes_received = bytes_received_;
   result.params = params_;
   result.bytes_to_workers = bytes_to_workers_;
-  result.seconds = absl::ToDoubleSeconds(absl::Now() - start_);
+  result.seconds = absl::ToDoubleSeconds(end - start_);
   return result;
 }
 

@@ -4,15 +4,22 @@
 // Path. Add() takes the stream's chunks in order. A chunk with byte_offset 0
 // starts a box (it names param, offset, shape and dtype); later chunks carry
 // the box's next bytes. Each box is checked as it starts (unknown param:
-// kNotFound; dtype not the param's, rank, bounds, a byte length or offset that
-// does not fit: kInvalidArgument naming the value) and, once complete,
-// against the earlier boxes of its param (an overlap: kInvalidArgument naming
-// both). A complete box B is cut by the distinct cells C of its param on the
-// placement (param_moves.h: PlacementCells): each B ∩ C goes, in ~1 MiB
-// StageParams chunks, to ONE holder h of C (a primary holder, the one with the
-// fewest bytes so far), and every other holder of C (replicas, replicated
-// shardings) gets the piece B ∩ C from h as a fill in its CommitParams, so
-// the client's bytes cross the coordinator -> worker links once.
+// kNotFound; dtype not the param's, rank, bounds: kInvalidArgument naming the
+// value; an overlap with an earlier box of its param: kInvalidArgument naming
+// both) and each chunk as it arrives (a byte length or offset that does not
+// fit). A box B is cut by the distinct cells C of its param on the placement
+// (param_moves.h: PlacementCells); when B starts, each B ∩ C gets ONE holder
+// h of C (a primary holder, the one with the fewest bytes so far), and every
+// other holder of C (replicas, replicated shardings) gets the piece B ∩ C
+// from h as a fill in its CommitParams, so the client's bytes cross the
+// coordinator -> worker links once.
+//
+// Streaming. A box is not buffered whole: its bytes are routed as soon as
+// whole rows (along dim 0) of about kSlabBytes have arrived (a chunk of whole
+// rows is routed as it is); the rows' part of each B ∩ C goes to its holder
+// as one StageParams chunk of its own box. Each worker's StageParams stream is
+// written by its own thread from a bounded queue, so the streams to all
+// workers and the reading of the client's stream run at the same time.
 //
 // Finish() checks exact cover (per param named: pairwise-disjoint boxes whose
 // volumes sum to the param's; a gap is kInvalidArgument naming the param and
@@ -93,21 +100,34 @@ class ParamPush {
   absl::StatusOr<PushResult> Finish();
 
  private:
+  class Sender;  // one worker's StageParams stream on its own thread
+  struct Target {
+    Box piece;  // B ∩ C
+    int64_t holder = -1;
+  };
   struct OpenBox {
     const ParamDef* param = nullptr;
     Box box;
     int64_t total_bytes = 0;
-    std::string bytes;
+    int64_t received = 0;
+    int64_t row_bytes = 0;    // of one row along dim 0 (the whole box at rank 0)
+    int64_t rows_routed = 0;  // rows already staged
+    std::vector<Target> targets;
   };
   absl::Status StartBox(PushChunk& chunk);
-  absl::Status RouteBox();  // open_ is complete
+  absl::Status Take(std::string data);
+  // Routes rows [rows_routed, rows_routed + rows) of open_ held in `data`;
+  // `owned` (data's string, or null) may be moved into a chunk.
+  absl::Status RouteRows(int64_t rows, const char* data, std::string* owned);
   absl::Status Stage(int64_t worker, StageChunkIr chunk);
+  absl::Status CloseSenders();
   absl::Status CheckCover() const;
   void AbortAll();
   int64_t version() const { return target_.placement->version + 1; }
 
   PushTarget target_;
   const absl::Time start_;
+  absl::Time stream_end_;
   absl::Status failed_;
   bool done_ = false;
   bool open_valid_ = false;
@@ -118,7 +138,8 @@ class ParamPush {
   std::map<std::string, std::vector<Box>> boxes_;   // pushed boxes per param
   std::map<std::string, std::vector<CellHolders>> cells_;
   std::map<int64_t, int64_t> assigned_;             // staged bytes per worker
-  std::map<int64_t, std::unique_ptr<StageParamsWriter>> writers_;
+  std::string slab_;  // bytes of open_ past its routed rows (reused)
+  std::map<int64_t, std::unique_ptr<Sender>> senders_;
   std::map<int64_t, std::vector<ParamPieceIr>> fills_;
 };
 

@@ -159,6 +159,16 @@ class ParamTest : public ::testing::Test {
       }
     }
   }
+  // Version 2 holds these values: pulled, and on every holder of every cell.
+  void ExpectVersion2(const std::string& offset, const std::string& w, const std::string& s) {
+    std::map<std::string, std::string> pulled = Pull();
+    EXPECT_EQ(pulled["offset"], offset);
+    EXPECT_EQ(pulled["w"], w);
+    EXPECT_EQ(pulled["s"], s);
+    ExpectHeld("offset", offset, 2);
+    ExpectHeld("w", w, 2);
+    ExpectHeld("s", s, 2);
+  }
   int64_t StagedBytes() {
     int64_t n = 0;
     for (int64_t id : Status().placement->WorkerIds()) n += cluster_.Worker(id)->staged_bytes();
@@ -205,18 +215,58 @@ TEST_F(ParamTest, PushSendsEachByteToOneHolderAndFillsTheOthers) {
   EXPECT_THAT(r.params, ::testing::ElementsAre("offset", "w", "s"));
   EXPECT_EQ(Status().version, 2);
   EXPECT_EQ(Status().generation, generation);
-  std::map<std::string, std::string> pulled = Pull();
-  EXPECT_EQ(pulled["offset"], offset);
-  EXPECT_EQ(pulled["w"], w);
-  EXPECT_EQ(pulled["s"], s);
-  ExpectHeld("offset", offset, 2);
-  ExpectHeld("w", w, 2);
-  ExpectHeld("s", s, 2);
+  ExpectVersion2(offset, w, s);
   // The old version goes when nothing holds it; the generation stays.
   coordinator_->Tick();
   for (int64_t id : {0, 1}) {
     EXPECT_THAT(cluster_.Worker(id)->versions("pm", generation), ::testing::ElementsAre(2));
   }
+}
+
+// Boxes are routed in row slabs as their bytes arrive, whatever the chunk
+// size (here 12 bytes: never whole rows of offset or w); the fills still name
+// one piece per box and cell, so the replicas get whole pieces.
+TEST_F(ParamTest, BoxesStreamInRowsWhateverTheChunkSizes) {
+  Start();
+  for (int i = 0; i < 4; ++i) AddWorker(i);
+  coordinator_->Tick();
+  ASSERT_EQ(Status().placement->WorkerIds().size(), 4u);
+  const std::string offset = FloatRamp(32, 5), w = RandomBytes(6 * 8 * 4, 8),
+                    s = RandomBytes(20, 9);
+  std::vector<PushChunk> chunks;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, const std::string& all) {
+    for (size_t at = 0; at < all.size(); at += 12) {
+      chunks.push_back(at == 0 ? Chunk(name, std::vector<int64_t>(shape.size(), 0), shape,
+                                       all.substr(0, 12))
+                               : Chunk(name, {}, {}, all.substr(at, 12),
+                                       static_cast<int64_t>(at)));
+    }
+  };
+  add("offset", {8, 4}, offset);
+  add("w", {6, 8}, w);
+  add("s", {5}, s);
+  ASSERT_OK_AND_ASSIGN(PushResult r, Push(std::move(chunks)));
+  const int64_t total = 32 * 4 + 6 * 8 * 4 + 20;
+  EXPECT_EQ(r.bytes_to_workers, total);
+  EXPECT_EQ(StagedBytes(), total);
+  ExpectVersion2(offset, w, s);
+  size_t fills = 0, want = 0;
+  int64_t want_filled = 0;
+  for (int64_t id : Status().placement->WorkerIds()) {
+    for (const CommitParamsIr& c : cluster_.Worker(id)->commit_calls()) fills += c.fills.size();
+  }
+  for (const char* name : {"offset", "w", "s"}) {
+    ASSERT_OK_AND_ASSIGN(std::vector<CellHolders> cells,
+                         PlacementCells(Param(name), *Status().placement));
+    for (const CellHolders& cell : cells) {
+      if (cell.box.IsEmpty()) continue;
+      const size_t others = cell.primaries.size() + cell.replicas.size() - 1;
+      want += others;
+      want_filled += static_cast<int64_t>(others) * cell.box.NumElements() * 4;
+    }
+  }
+  EXPECT_EQ(fills, want);
+  EXPECT_EQ(r.bytes_filled, want_filled);
 }
 
 TEST_F(ParamTest, PartialPushKeepsTheOtherParams) {

@@ -47,13 +47,15 @@ struct ExecuteResult {
 // A StageParams stream to one worker (WorkerClient::StageParams): Write each
 // chunk in order, then Finish once (returns the bytes the worker staged). A
 // failed Write ends the stream; Finish then returns the cause. Not
-// thread-safe: one writer per stream.
+// thread-safe: one writer per stream, except Cancel, which any thread may
+// call to make a blocked Write return.
 class StageParamsWriter {
  public:
   virtual ~StageParamsWriter() = default;
   // Moves the chunk's data.
   virtual absl::Status Write(StageChunkIr chunk) = 0;
   virtual absl::StatusOr<int64_t> Finish() = 0;
+  virtual void Cancel() {}
 };
 
 class WorkerClient {

@@ -49,10 +49,15 @@ GrpcPeerTransport::StubFor(int64_t worker) {
   if (it == peers_.end()) return Unavailable("worker ", worker, " has no known address");
   Peer& peer = it->second;
   if (peer.stub == nullptr) {
-    MS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
-                        CreateChannel(peer.address, options_.channel),
-                        "worker ", worker);
-    peer.stub = std::shared_ptr<WorkerService::Stub>(WorkerService::NewStub(channel));
+    // gRPC takes min_reconnect_backoff_ms as the connect timeout too: a busy
+    // peer (every worker loads at once in a scale step) can need more than
+    // the default 100 ms for the handshake, and the step failed with
+    // "tcp handshaker shutdown". Connections refused still fail at once.
+    ChannelOptions channel = options_.channel;
+    channel.min_reconnect_backoff_ms = std::max(channel.min_reconnect_backoff_ms, 5000);
+    MS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> connection,
+                        CreateChannel(peer.address, channel), "worker ", worker);
+    peer.stub = std::shared_ptr<WorkerService::Stub>(WorkerService::NewStub(connection));
   }
   // Callers share ownership: a stub replaced by UpdatePeers stays alive until
   // its streams end.
@@ -201,27 +206,42 @@ absl::Status GrpcPeerTransport::ReadParam(int64_t worker, const ReadParamIr& req
   MS_ASSIGN_OR_RETURN(auto stub_and_address, StubFor(worker));
   auto& [stub, address] = stub_and_address;
   const std::string peer = absl::StrCat("worker ", worker, " at ", address);
-  grpc::ClientContext context;
-  if (deadline != absl::InfiniteFuture()) context.set_deadline(absl::ToChronoTime(deadline));
   ReadParamRequest message;
   ReadParamFromIr(request, &message);
-  std::unique_ptr<grpc::ClientReader<ParamChunk>> reader = stub->ReadParam(&context, message);
-  ParamChunk chunk;
-  absl::Status sink_status;
-  while (reader->Read(&chunk)) {
-    sink_status = on_chunk(ParamChunkView{chunk.total_bytes(), chunk.offset(), chunk.data(),
-                                          static_cast<int>(chunk.dtype())});
-    if (!sink_status.ok()) {
-      context.TryCancel();
-      while (reader->Read(&chunk)) {
-      }
-      break;
+  // A connection to a peer that is busy (a scale step loads every worker at
+  // once) can miss the channel's short connect timeout; the call fails with
+  // UNAVAILABLE before any byte arrived. Then it is tried once more, waiting
+  // for the connection (at most kConnectGrace, within the deadline).
+  constexpr absl::Duration kConnectGrace = absl::Seconds(10);
+  for (int attempt = 0;; ++attempt) {
+    grpc::ClientContext context;
+    absl::Time until = deadline;
+    if (attempt > 0) {
+      context.set_wait_for_ready(true);
+      until = std::min(deadline, absl::Now() + kConnectGrace);
     }
+    if (until != absl::InfiniteFuture()) context.set_deadline(absl::ToChronoTime(until));
+    std::unique_ptr<grpc::ClientReader<ParamChunk>> reader = stub->ReadParam(&context, message);
+    ParamChunk chunk;
+    absl::Status sink_status;
+    bool any = false;
+    while (reader->Read(&chunk)) {
+      any = true;
+      sink_status = on_chunk(ParamChunkView{chunk.total_bytes(), chunk.offset(), chunk.data(),
+                                            static_cast<int>(chunk.dtype())});
+      if (!sink_status.ok()) {
+        context.TryCancel();
+        while (reader->Read(&chunk)) {
+        }
+        break;
+      }
+    }
+    grpc::Status status = reader->Finish();
+    if (!sink_status.ok()) return AnnotateStatus(sink_status, peer);
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE && !any && attempt == 0) continue;
+    if (!status.ok()) return AnnotateStatus(FromGrpcStatus(status), peer);
+    return absl::OkStatus();
   }
-  grpc::Status status = reader->Finish();
-  if (!sink_status.ok()) return AnnotateStatus(sink_status, peer);
-  if (!status.ok()) return AnnotateStatus(FromGrpcStatus(status), peer);
-  return absl::OkStatus();
 }
 
 int64_t GrpcPeerTransport::chunks_sent() const {

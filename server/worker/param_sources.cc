@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/program/ir_conv.h"
@@ -23,8 +24,7 @@ namespace meshserve {
 
 absl::Status CheckTiling(absl::string_view param, const Box& cell,
                          const std::vector<const ParamPieceIr*>& pieces) {
-  const std::string where =
-      absl::StrCat("param '", param, "' cell ", cell.ToString(), ": ");
+  const std::string where = absl::StrCat("param '", param, "' cell ", cell.ToString(), ": ");
   int64_t elements = 0;
   for (size_t i = 0; i < pieces.size(); ++i) {
     const Box a = UncheckedBoxFromIr(pieces[i]->box);
@@ -42,8 +42,8 @@ absl::Status CheckTiling(absl::string_view param, const Box& cell,
     elements += a.NumElements();
   }
   if (elements != cell.NumElements()) {
-    return InvalidArgument(where, "source pieces cover ", elements, " of ",
-                           cell.NumElements(), " elements (a gap)");
+    return InvalidArgument(where, "source pieces cover ", elements, " of ", cell.NumElements(),
+                           " elements (a gap)");
   }
   return absl::OkStatus();
 }
@@ -51,10 +51,9 @@ absl::Status CheckTiling(absl::string_view param, const Box& cell,
 absl::StatusOr<int64_t> FetchBoxInto(PeerTransport* transport, int64_t worker,
                                      const ReadParamIr& request, absl::Time deadline,
                                      BoxTensor* dst) {
-  const std::string what = absl::StrCat("param '", request.param, "' box ",
-                                        BoxIrToString(request.box), " of worker ", worker,
-                                        " (generation ", request.generation, " version ",
-                                        request.version, ")");
+  const std::string what =
+      absl::StrCat("param '", request.param, "' box ", BoxIrToString(request.box), " of worker ",
+                   worker, " (generation ", request.generation, " version ", request.version, ")");
   if (transport == nullptr) return Unavailable(what, ": no peer transport");
   MS_ASSIGN_OR_RETURN(Box box, BoxFromIr(request.box), what);
   if (!dst->box.Contains(box)) {
@@ -62,7 +61,8 @@ absl::StatusOr<int64_t> FetchBoxInto(PeerTransport* transport, int64_t worker,
   }
   const int64_t expected = box.NumElements() * DTypeSize(dst->tensor.dtype());
   const bool whole = box == dst->box;  // chunks go straight into dst
-  std::string assembled;
+  // Otherwise assembled in a tensor (a reused buffer for big boxes, tensor.cc).
+  Tensor assembled;
   int64_t received = 0;
   absl::Status status = transport->ReadParam(
       worker, request, deadline, [&](const ParamChunkView& chunk) -> absl::Status {
@@ -71,34 +71,33 @@ absl::StatusOr<int64_t> FetchBoxInto(PeerTransport* transport, int64_t worker,
                                  DTypeName(dst->tensor.dtype()));
         }
         if (chunk.total_bytes != expected) {
-          return InvalidArgument("total_bytes ", chunk.total_bytes, " but the box has ",
-                                 expected);
+          return InvalidArgument("total_bytes ", chunk.total_bytes, " but the box has ", expected);
         }
         const int64_t n = static_cast<int64_t>(chunk.data.size());
         if (chunk.offset != received || received + n > expected) {
           return InvalidArgument("chunk at offset ", chunk.offset, " of ", n,
                                  " bytes; expected offset ", received, " of ", expected);
         }
-        if (whole) {
-          if (n > 0) std::memcpy(dst->tensor.raw_data() + received, chunk.data.data(), n);
-        } else {
-          if (assembled.empty()) assembled.reserve(expected);
-          assembled.append(chunk.data.data(), chunk.data.size());
+        if (!whole && assembled.NumBytes() != expected) {
+          MS_ASSIGN_OR_RETURN(assembled,
+                              Tensor::CreateUninitialized(dst->tensor.dtype(), box.shape()));
         }
+        char* into = whole ? dst->tensor.raw_data() : assembled.raw_data();
+        if (n > 0) std::memcpy(into + received, chunk.data.data(), n);
         received += n;
         return absl::OkStatus();
       });
   MS_RETURN_IF_ERROR(status, what);
   if (received != expected) {
-    return InvalidArgument(what, ": the stream ended after ", received, " of ", expected,
-                           " bytes");
+    return InvalidArgument(what, ": the stream ended after ", received, " of ", expected, " bytes");
   }
-  if (!whole) MS_RETURN_IF_ERROR(InsertBox(dst, box, assembled, false), what);
+  if (!whole && expected > 0) {
+    MS_RETURN_IF_ERROR(InsertBox(dst, box, assembled.bytes(), false), what);
+  }
   return received;
 }
 
-absl::Status RunPerPeer(
-    std::vector<std::pair<int64_t, std::function<absl::Status()>>> jobs) {
+absl::Status RunPerPeer(std::vector<std::pair<int64_t, std::function<absl::Status()>>> jobs) {
   std::map<int64_t, std::vector<std::function<absl::Status()>>> by_peer;
   for (auto& [peer, job] : jobs) by_peer[peer].push_back(std::move(job));
   std::vector<absl::Status> statuses(by_peer.size());
@@ -113,17 +112,14 @@ absl::Status RunPerPeer(
   std::vector<std::thread> threads;
   size_t i = 0;
   for (auto& [peer, list] : by_peer) {
-    threads.emplace_back([&run, &list = list, &status = statuses[i++]]() {
-      status = run(list);
-    });
+    threads.emplace_back([&run, &list = list, &status = statuses[i++]]() { status = run(list); });
   }
   for (std::thread& t : threads) t.join();
   for (absl::Status& status : statuses) MS_RETURN_IF_ERROR(status);
   return absl::OkStatus();
 }
 
-absl::StatusOr<ParamBytes> CellBytes(const std::shared_ptr<const BoxTensor>& cell,
-                                     const Box& box) {
+absl::StatusOr<ParamBytes> CellBytes(const std::shared_ptr<const BoxTensor>& cell, const Box& box) {
   ParamBytes out;
   out.dtype = DTypeToProto(cell->tensor.dtype());
   if (box == cell->box) {
@@ -131,34 +127,48 @@ absl::StatusOr<ParamBytes> CellBytes(const std::shared_ptr<const BoxTensor>& cel
     out.keep_alive = cell;
     return out;
   }
-  MS_ASSIGN_OR_RETURN(std::string bytes, ExtractBox(*cell, box));
-  auto owned = std::make_shared<const std::string>(std::move(bytes));
-  out.bytes = *owned;
+  // Into a tensor, not a string: big tensor buffers are reused (tensor.cc)
+  // instead of being fresh memory for every read.
+  MS_ASSIGN_OR_RETURN(Tensor part, Tensor::CreateUninitialized(cell->tensor.dtype(), box.shape()));
+  MS_ASSIGN_OR_RETURN(BoxTensor wrapped, BoxTensor::Wrap(box, std::move(part)));
+  MS_RETURN_IF_ERROR(CopyBox(*cell, &wrapped, box, false));
+  auto owned = std::make_shared<const BoxTensor>(std::move(wrapped));
+  out.bytes = owned->tensor.bytes();
   out.keep_alive = std::move(owned);
   return out;
 }
+
+namespace {
+
+// The timeline of one load from sources (docs/PARAMETERS.md, "Benchmark").
+void LogSourced(const std::string& model, const LoadModelResultIr& result, absl::Duration buffers,
+                absl::Time reads) {
+  MS_LOG(INFO) << "model '" << model << "' from sources: " << result.bytes_fetched
+               << " bytes from peers, " << result.bytes_local << " local; buffers and local "
+               << "copies " << absl::ToDoubleSeconds(buffers) << " s, peer reads "
+               << absl::ToDoubleSeconds(absl::Now() - reads) << " s";
+}
+
+}  // namespace
 
 absl::Status FillFromSources(const std::string& model, int64_t worker_id,
                              const LoadContext& context, std::vector<SourcedCell>* cells,
                              LoadModelResultIr* result) {
   // The local sources, looked up once each.
   std::map<std::pair<int64_t, int64_t>, std::shared_ptr<const LoadedModel>> local;
-  auto local_source = [&](const ParamPieceIr& piece)
-      -> absl::StatusOr<std::shared_ptr<const LoadedModel>> {
+  auto local_source =
+      [&](const ParamPieceIr& piece) -> absl::StatusOr<std::shared_ptr<const LoadedModel>> {
     const auto key = std::make_pair(piece.src_generation, piece.src_version);
     auto it = local.find(key);
     if (it == local.end()) {
-      it = local
-               .emplace(key, context.find_resident
-                                 ? context.find_resident(piece.src_generation,
-                                                         piece.src_version)
-                                 : nullptr)
-               .first;
+      std::shared_ptr<const LoadedModel> found;
+      if (context.find_resident) found = context.find_resident(key.first, key.second);
+      it = local.emplace(key, std::move(found)).first;
     }
     if (it->second == nullptr) {
       return NotFound("source piece ", BoxIrToString(piece.box), " of param '", piece.param,
-                      "': model '", model, "' generation ", piece.src_generation,
-                      " version ", piece.src_version, " is not resident on this worker");
+                      "': model '", model, "' generation ", piece.src_generation, " version ",
+                      piece.src_version, " is not resident on this worker");
     }
     return it->second;
   };
@@ -181,8 +191,7 @@ absl::Status FillFromSources(const std::string& model, int64_t worker_id,
         continue;
       }
     }
-    MS_ASSIGN_OR_RETURN(Tensor values,
-                        Tensor::CreateUninitialized(cell.dtype, cell.box.shape()),
+    MS_ASSIGN_OR_RETURN(Tensor values, Tensor::CreateUninitialized(cell.dtype, cell.box.shape()),
                         "param '", cell.param, "' cell ", cell.box.ToString());
     MS_ASSIGN_OR_RETURN(BoxTensor wrapped, BoxTensor::Wrap(cell.box, std::move(values)));
     filling[c] = std::make_shared<BoxTensor>(std::move(wrapped));
@@ -205,16 +214,19 @@ absl::Status FillFromSources(const std::string& model, int64_t worker_id,
       auto held = src->held.find(cell.param);
       const int i = held == src->held.end() ? -1 : held->second.CellContaining(box);
       if (i < 0) {
-        return NotFound("source piece ", box.ToString(), " of param '", cell.param, "': ",
-                        src->Name(), " holds no cell containing it here");
+        return NotFound("source piece ", box.ToString(), " of param '", cell.param,
+                        "': ", src->Name(), " holds no cell containing it here");
       }
-      MS_RETURN_IF_ERROR(CopyBox(*held->second.cells[i], dst, box, false), "param '",
-                         cell.param, "' source piece ", box.ToString());
+      MS_RETURN_IF_ERROR(CopyBox(*held->second.cells[i], dst, box, false), "param '", cell.param,
+                         "' source piece ", box.ToString());
       result->bytes_local += box.NumElements() * DTypeSize(cell.dtype);
     }
   }
+  const absl::Time reads = absl::Now();
+  const bool any_remote = !remote.empty();
   MS_RETURN_IF_ERROR(RunPerPeer(std::move(remote)));
   result->bytes_fetched += fetched.load();
+  if (any_remote) LogSourced(model, *result, reads - (deadline - context.read_timeout), reads);
   for (size_t c = 0; c < cells->size(); ++c) {
     if (filling[c] != nullptr) (*cells)[c].values = std::move(filling[c]);
   }

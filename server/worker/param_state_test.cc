@@ -456,6 +456,37 @@ TEST(ParamStagingTest, ReplicasAreFilledFromThePeersStaging) {
   EXPECT_EQ(engines[0].Status().models.size(), 2u);
 }
 
+// A push streams a box as row slabs, each a box of its own in one chunk, in
+// any order across boxes; staged cells are read whole (shared) or in part
+// (copied), and a fill that is only part of a cell arrives in many chunks.
+TEST(ParamStagingTest, SingleChunkSlabsInAnyOrderAndChunkedPartialFills) {
+  Engines engines(2, /*chunk_bytes=*/12);
+  ASSERT_OK(engines[0].LoadModel(Load(1, {0}, {0, 1}, {1})).status());
+  ASSERT_OK(engines[1].LoadModel(Load(1, {1}, {0, 1}, {0})).status());
+  // Worker 0's cell kTop [0:4] in slabs, last rows first, one slab in columns.
+  const BoxIr slabs[] = {B({{3, 4}, {0, kCols}}), B({{1, 3}, {2, kCols}}),
+                         B({{0, 1}, {0, kCols}}), B({{1, 3}, {0, 2}})};
+  for (const BoxIr& slab : slabs) ASSERT_OK(Stage(engines[0], 2, "w", slab, Pattern(slab, 2)));
+  ASSERT_OK(Stage(engines[1], 2, "w", kBottom, Pattern(kBottom, 2), 7));
+  const BoxIr inner = B({{1, 3}, {1, 5}});  // spans three slabs
+  EXPECT_EQ(ReadFloats(engines[0], 1, 2, "w", kTop), Pattern(kTop, 2));
+  EXPECT_EQ(ReadFloats(engines[0], 1, 2, "w", inner), Pattern(inner, 2));
+  // Worker 1 fills its replica of kTop from worker 0's staging in two parts
+  // (neither is the whole cell), each read in 12-byte chunks.
+  const BoxIr upper = B({{0, 1}, {0, kCols}}), lower = B({{1, 4}, {0, kCols}});
+  ASSERT_OK_AND_ASSIGN(CommitResultIr c1,
+                       engines[1].CommitParams(Commit(2, {"w"}, {Piece("w", upper, 0, 1, 2),
+                                                                 Piece("w", lower, 0, 1, 2)})));
+  EXPECT_EQ(c1.bytes_fetched, 4 * kCols * 4);
+  ASSERT_OK(engines[0].CommitParams(Commit(2, {"w"}, {Piece("w", kBottom, 1, 1, 2)})).status());
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_EQ(ReadFloats(engines[w], 1, 2, "w", kTop), Pattern(kTop, 2)) << "worker " << w;
+    EXPECT_EQ(ReadFloats(engines[w], 1, 2, "w", kBottom), Pattern(kBottom, 2)) << "worker " << w;
+    EXPECT_EQ(ReadFloats(engines[w], 1, 2, "w", inner), Pattern(inner, 2)) << "worker " << w;
+    EXPECT_EQ(ReadFloats(engines[w], 1, 1, "w", kTop), SeedW(kTop)) << "worker " << w;
+  }
+}
+
 TEST(ReadParamTest, ErrorsNameWhatIsMissing) {
   WorkerEngine engine(WorkerEngine::Options(), nullptr);
   ASSERT_OK(engine.LoadModel(Load(1, {0}, {0, 1})).status());

@@ -13,6 +13,7 @@
 #include "common/tensor/copy_box.h"
 
 namespace meshserve {
+
 namespace {
 
 std::string KeyString(const ParamStore::Key& key) {
@@ -62,7 +63,7 @@ absl::Status ParamStore::Allocate(const HeldParam& held, const Box& cell_box, Ce
   MS_ASSIGN_OR_RETURN(Tensor values, Tensor::CreateUninitialized(held.dtype, cell_box.shape()),
                       "staging cell ", cell_box.ToString());
   MS_ASSIGN_OR_RETURN(BoxTensor wrapped, BoxTensor::Wrap(cell_box, std::move(values)));
-  cell->values = std::make_unique<BoxTensor>(std::move(wrapped));
+  cell->values = std::make_shared<BoxTensor>(std::move(wrapped));
   return absl::OkStatus();
 }
 
@@ -108,6 +109,12 @@ absl::StatusOr<int64_t> ParamStore::Stage(const StageChunkIr& chunk,
     Staging& live = found->second;
     cell = &live.cells[chunk.param][cell_box];
     MS_RETURN_IF_ERROR(Allocate(*held, cell_box, cell), what);
+    if (n == expected && box != cell_box) {  // a whole box in one chunk: no assembly
+      MS_RETURN_IF_ERROR(InsertBox(cell->values.get(), box, chunk.data, false), what);
+      cell->staged.push_back(box);
+      cell->staged_elements += box.NumElements();
+      return n;
+    }
     cell->pending.push_back(box);
     Assembly a;
     a.cell = cell_box;
@@ -174,7 +181,7 @@ absl::Status ParamStore::StageBoxes(const Key& key, std::shared_ptr<const Loaded
     Cell& cell = found->second.cells[param][where[i].second];
     const Box box = tensor.box;
     if (cell.values == nullptr && box == where[i].second) {
-      cell.values = std::make_unique<BoxTensor>(std::move(tensor));  // no copy
+      cell.values = std::make_shared<BoxTensor>(std::move(tensor));  // no copy
     } else {
       MS_RETURN_IF_ERROR(Allocate(*where[i].first, where[i].second, &cell));
       MS_RETURN_IF_ERROR(CopyBox(tensor, cell.values.get(), box, false));
@@ -274,11 +281,7 @@ absl::StatusOr<ParamBytes> ParamStore::Read(const Key& key, absl::string_view pa
   ParamBytes out;
   out.dtype = DTypeToProto(located->first->dtype);
   if (cell == nullptr || cell->values == nullptr) return out;  // an empty box
-  MS_ASSIGN_OR_RETURN(std::string bytes, ExtractBox(*cell->values, box));
-  auto owned = std::make_shared<const std::string>(std::move(bytes));
-  out.bytes = *owned;
-  out.keep_alive = std::move(owned);
-  return out;
+  return CellBytes(cell->values, box);
 }
 
 bool ParamStore::Contains(const Key& key) const {

@@ -12,8 +12,9 @@
 // A chunk is a byte range [offset, offset + len) of `box` (row-major, the
 // param's dtype): the chunks of one box come in order (offset 0 first, each
 // starting where the last ended, possibly over several StageParams streams).
-// A box that is a whole cell is written straight into the cell's buffer;
-// other boxes are assembled and then copied in once complete.
+// A box that is a whole cell, or that comes in one chunk, is written straight
+// into the cell's buffer; other boxes are assembled and then copied in once
+// complete.
 //
 // Commit: every held cell of every committed param must be fully staged; the
 // result is the base version with those params' cells replaced by the staged
@@ -71,7 +72,9 @@ class ParamStore {
       const Key& key, const LoadedModel& base, int64_t version,
       const std::vector<std::string>& params);
 
-  // The bytes of `box` of `param` in the staging of `key` (a copy).
+  // The bytes of `box` of `param` in the staging of `key`: the cell's own
+  // buffer when `box` is the cell (no copy; the staged bytes no longer change),
+  // else a copy.
   // \error kNotFound when `key` has no staging or the param is unknown;
   //   kOutOfRange when the box is not inside one held cell; kFailedPrecondition
   //   when it is not fully staged; kInvalidArgument for a bad box.
@@ -85,7 +88,7 @@ class ParamStore {
 
  private:
   struct Cell {
-    std::unique_ptr<BoxTensor> values;  // allocated at first touch
+    std::shared_ptr<BoxTensor> values;  // allocated at first touch; Read shares it
     std::vector<Box> staged;            // complete, pairwise disjoint
     std::vector<Box> pending;           // being assembled
     int64_t staged_elements = 0;

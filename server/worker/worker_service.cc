@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/base/logging.h"
 #include "common/base/status_util.h"
 #include "common/metrics/metric_registry.h"
 #include "common/rpc/channel.h"
@@ -94,17 +96,22 @@ class ReadParamReactor final : public grpc::ServerWriteReactor<ParamChunk> {
  public:
   static constexpr int64_t kChunkBytes = int64_t{1} << 20;
 
+  // The read (a copy when the box is part of a cell) runs on its own thread:
+  // a gRPC thread busy with it for long could not serve other calls, nor the
+  // handshakes of peers connecting to this worker.
   ReadParamReactor(ShardWorker* worker, const ReadParamRequest& request) {
-    absl::StatusOr<ParamBytes> read = worker->ReadParam(request);
-    Metrics().calls.Increment({"ReadParam", read.ok() ? "ok" : "error"});
-    if (!read.ok()) {
-      Finish(ToGrpcStatus(read.status()));
-      return;
-    }
-    bytes_ = std::move(*read);
-    chunk_.set_total_bytes(static_cast<int64_t>(bytes_.bytes.size()));
-    chunk_.set_dtype(static_cast<DTypeProto>(bytes_.dtype));
-    WriteNext();
+    std::thread([this, worker, request]() {
+      absl::StatusOr<ParamBytes> read = worker->ReadParam(request);
+      Metrics().calls.Increment({"ReadParam", read.ok() ? "ok" : "error"});
+      if (!read.ok()) {
+        Finish(ToGrpcStatus(read.status()));
+        return;
+      }
+      bytes_ = std::move(*read);
+      chunk_.set_total_bytes(static_cast<int64_t>(bytes_.bytes.size()));
+      chunk_.set_dtype(static_cast<DTypeProto>(bytes_.dtype));
+      WriteNext();
+    }).detach();
   }
   void OnWriteDone(bool ok) override {
     if (!ok) {
@@ -143,10 +150,17 @@ class StageParamsReactor final : public grpc::ServerReadReactor<StageParamChunk>
     if (!ok) {
       response_->set_bytes(bytes_);
       Metrics().calls.Increment({"StageParams", "ok"});
+      MS_LOG(INFO) << "StageParams: " << bytes_ << " bytes in " << chunks_
+                   << " chunks, first after " << absl::ToDoubleSeconds(first_ - start_)
+                   << " s, stream " << absl::ToDoubleSeconds(absl::Now() - start_)
+                   << " s (staging " << staging_s_ << " s)";
       Finish(grpc::Status::OK);
       return;
     }
+    const absl::Time t = absl::Now();
+    if (chunks_++ == 0) first_ = t;
     absl::StatusOr<int64_t> staged = worker_->StageChunk(&chunk_);
+    staging_s_ += absl::ToDoubleSeconds(absl::Now() - t);
     if (!staged.ok()) {
       Metrics().calls.Increment({"StageParams", "error"});
       Finish(ToGrpcStatus(staged.status()));
@@ -162,6 +176,10 @@ class StageParamsReactor final : public grpc::ServerReadReactor<StageParamChunk>
   StageParamsResponse* const response_;
   StageParamChunk chunk_;
   int64_t bytes_ = 0;
+  int64_t chunks_ = 0;
+  const absl::Time start_ = absl::Now();
+  absl::Time first_ = start_;
+  double staging_s_ = 0;  // in StageChunk (the copies into the staging)
 };
 
 }  // namespace
@@ -244,7 +262,13 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::CommitParams(grpc::CallbackServerCo
                                                           const CommitParamsRequest* request,
                                                           CommitParamsResponse* response) {
   return RunOnPool(context, pool_, "CommitParams", [this, request, response]() {
-    return worker_->CommitParams(*request, response);
+    const absl::Time start = absl::Now();
+    absl::Status s = worker_->CommitParams(*request, response);
+    MS_LOG(INFO) << "CommitParams of model '" << request->model() << "' version "
+                 << request->version() << " (" << request->fills_size() << " fills, "
+                 << response->bytes_fetched() << " bytes fetched): "
+                 << absl::ToDoubleSeconds(absl::Now() - start) << " s";
+    return s;
   });
 }
 

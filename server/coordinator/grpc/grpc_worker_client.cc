@@ -42,6 +42,7 @@ class GrpcStageWriter : public StageParamsWriter {
     broken_ = true;  // the cause comes with Finish
     return Finish().status();
   }
+  void Cancel() override { context_.TryCancel(); }
   absl::StatusOr<int64_t> Finish() override {
     if (finished_) return status_.ok() ? absl::StatusOr<int64_t>(response_.bytes()) : status_;
     finished_ = true;

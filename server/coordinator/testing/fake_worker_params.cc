@@ -117,11 +117,23 @@ absl::StatusOr<std::string> FakeWorkerClient::ReadParam(const ReadParamIr& call,
   auto s = staging_.find({call.model, call.generation, call.version});
   const Resident* any = AnyResident(call.model, call.generation);
   if (s != staging_.end() && any != nullptr) {
+    // The box may span several staged boxes (a push streams a box in row
+    // slabs): assemble it from every staged box it meets.
     const ParamDef* param = any->model->FindParam(call.param);
-    for (const auto& [key, bytes] : s->second.boxes) {
-      if (param == nullptr || key.first != call.param || !key.second.Contains(box)) continue;
-      MS_ASSIGN_OR_RETURN(Tensor t, Tensor::FromBytes(param->dtype, key.second.shape(), bytes));
-      return ExtractBox(BoxTensor{key.second, std::move(t)}, box);
+    if (param != nullptr) {
+      BoxTensor out{box, Tensor::Zeros(param->dtype, box.shape())};
+      int64_t covered = 0;
+      for (const auto& [key, bytes] : s->second.boxes) {
+        const Box part = Intersect(key.second, box);
+        if (key.first != call.param || part.IsEmpty()) continue;
+        MS_ASSIGN_OR_RETURN(Tensor t,
+                            Tensor::FromBytes(param->dtype, key.second.shape(), bytes));
+        MS_RETURN_IF_ERROR(CopyBox(BoxTensor{key.second, std::move(t)}, &out, part, false));
+        covered += part.NumElements();
+      }
+      if (covered == box.NumElements() && !box.IsEmpty()) {
+        return std::string(out.tensor.raw_data(), static_cast<size_t>(out.tensor.NumBytes()));
+      }
     }
   }
   return NotFound("fake worker ", worker_id_, ": no held box of param '", call.param,
