@@ -25,6 +25,10 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   if (options.min_workers < 1) {
     return InvalidArgument("min_workers must be >= 1, got ", options.min_workers);
   }
+  if (options.max_concurrent_pushes < 1) {
+    return InvalidArgument("max_concurrent_pushes must be >= 1, got ",
+                           options.max_concurrent_pushes);
+  }
   if (options.replicas != 0 && options.replicas != 1) {
     return InvalidArgument("replicas must be 0 or 1, got ", options.replicas);
   }

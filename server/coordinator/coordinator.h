@@ -53,7 +53,12 @@
 // worker failure, not retried). Admission: an unbatched model has at most
 // options.max_inflight_per_model requests in flight; one more gets
 // RESOURCE_EXHAUSTED naming the model and the limit (a batched model's bound
-// is its batcher's queue).
+// is its batcher's queue). At most options.max_concurrent_pushes pushes stage
+// at once over all models (one more: RESOURCE_EXHAUSTED naming the limit; a
+// second push to the same model: ABORTED). Scale steps need no cap: the
+// control loop places one model at a time under control_mu_, so at most one
+// scale step runs at any time, beside at most max_concurrent_pushes pushes
+// (whose commits also take control_mu_).
 //
 // The parts: request types and validation (infer_request.h), the program
 // cache (program_cache.h), fan-out and the worker-failure rule (fan_out.h),
@@ -114,6 +119,8 @@ struct CoordinatorOptions {
   absl::Duration placement_retry_backoff = absl::Seconds(1);
   // Requests of one unbatched model admitted at once; one more: RESOURCE_EXHAUSTED.
   int max_inflight_per_model = 64;
+  // Parameter pushes staging at once over all models; one more: RESOURCE_EXHAUSTED.
+  int max_concurrent_pushes = 2;
   bool run_control_thread = true;  // tests may call Tick() themselves
   int replicas = 1;  // 0 or 1: copies of every param box beyond the placement
 };
@@ -202,7 +209,8 @@ class Coordinator {
   // Parameters (coordinator_params.cc). BeginPush starts a push to `model`
   // (param_push.h); the ParamPush commits at Finish and aborts when dropped.
   // \error kNotFound (unknown model), kFailedPrecondition (model with an
-  //   error), kUnavailable (not placed), kAborted (a push to it is in progress).
+  //   error), kUnavailable (not placed), kAborted (a push to it is in progress),
+  //   kResourceExhausted (options.max_concurrent_pushes pushes in progress).
   absl::StatusOr<std::unique_ptr<ParamPush>> BeginPush(const std::string& model);
   // Streams `params` (empty: every param, in the model's order) of the current
   // version to `sink` in ~1 MiB chunks, each param assembled from one live
@@ -319,6 +327,8 @@ class Coordinator {
   // Requests in flight per unbatched model (options_.max_inflight_per_model).
   std::map<std::string, int64_t> inflight_ ABSL_GUARDED_BY(mu_);
   int64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
+  // Pushes begun and not yet committed or aborted (options_.max_concurrent_pushes).
+  int pushes_in_progress_ ABSL_GUARDED_BY(mu_) = 0;
 
   ProgramCache program_cache_;
   CoordinatorMetrics metrics_;

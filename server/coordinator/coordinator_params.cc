@@ -31,6 +31,13 @@ absl::StatusOr<std::unique_ptr<ParamPush>> Coordinator::BeginPush(const std::str
     if (entry.push_in_progress) {
       return absl::AbortedError(absl::StrCat("a push to model ", name, " is in progress"));
     }
+    if (pushes_in_progress_ >= options_.max_concurrent_pushes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "push to model '", name, "': ", pushes_in_progress_,
+          " pushes in progress, the cluster's limit (--max_concurrent_pushes=",
+          options_.max_concurrent_pushes, "); retry later"));
+    }
+    ++pushes_in_progress_;
     entry.push_in_progress = true;
     target.placement = entry.placement;
   }
@@ -49,6 +56,7 @@ absl::StatusOr<std::unique_ptr<ParamPush>> Coordinator::BeginPush(const std::str
   target.release = [this, name] {
     absl::MutexLock lock(&mu_);
     models_.at(name).push_in_progress = false;
+    --pushes_in_progress_;
   };
   return std::make_unique<ParamPush>(std::move(target));
 }

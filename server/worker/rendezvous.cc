@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 
 namespace meshserve {
@@ -15,6 +16,52 @@ std::string SliceName(absl::string_view request_id, absl::string_view tag) {
 }
 
 }  // namespace
+
+absl::Status Rendezvous::ValidateOptions(const Options& options) {
+  if (options.max_inflight_slice_bytes < 1) {
+    return InvalidArgument("max_inflight_slice_bytes must be at least 1, got ",
+                           options.max_inflight_slice_bytes);
+  }
+  if (options.max_slice_bytes < 0) {
+    return InvalidArgument("max_slice_bytes must be >= 0, got ", options.max_slice_bytes);
+  }
+  if (options.max_remembered_requests < 1) {
+    return InvalidArgument("max_remembered_requests must be at least 1, got ",
+                           options.max_remembered_requests);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Rendezvous::ChargeLocked(absl::string_view request_id, absl::string_view tag,
+                                      int64_t src_worker, int64_t bytes, Slice* slice) {
+  // inflight_bytes_ <= budget always, so the subtraction cannot overflow.
+  if (bytes > options_.max_inflight_slice_bytes - inflight_bytes_) {
+    slice->refused = true;
+    slice->error = absl::ResourceExhaustedError(absl::StrCat(
+        SliceName(request_id, tag), " from worker ", src_worker, ": a slice of ", bytes,
+        " bytes does not fit: ", inflight_bytes_, " of this worker's ",
+        options_.max_inflight_slice_bytes,
+        " bytes for slices in flight are in use (--max_inflight_slice_bytes=",
+        options_.max_inflight_slice_bytes, "); retry later"));
+    arrived_.SignalAll();
+    return slice->error;
+  }
+  inflight_bytes_ += bytes;
+  slice->charged = bytes;
+  return absl::OkStatus();
+}
+
+void Rendezvous::UnchargeLocked(Slice* slice) {
+  inflight_bytes_ -= slice->charged;
+  slice->charged = 0;
+}
+
+void Rendezvous::EraseRequestLocked(const std::string& request_id) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return;
+  for (auto& [tag, slice] : it->second.slices) UnchargeLocked(&slice);
+  requests_.erase(it);
+}
 
 void Rendezvous::RememberLocked(const std::string& request_id) {
   done_order_.push_back(request_id);
@@ -31,6 +78,7 @@ void Rendezvous::CollectOrphansLocked(absl::Time now) {
   for (auto it = requests_.begin(); it != requests_.end();) {
     auto cur = it++;
     if (!cur->second.running && now - cur->second.created > options_.orphan_ttl) {
+      for (auto& [tag, slice] : cur->second.slices) UnchargeLocked(&slice);
       requests_.erase(cur);
     }
   }
@@ -68,6 +116,7 @@ absl::Status Rendezvous::DeliverChunk(absl::string_view request_id,
     slice.total_bytes = total_bytes;
     slice.src_worker = src_worker;
     slice.dtype = dtype;
+    MS_RETURN_IF_ERROR(ChargeLocked(request_id, tag, src_worker, total_bytes, &slice));
     slice.bytes.resize(total_bytes);
   }
   if (!slice.error.ok()) return slice.error;
@@ -92,6 +141,7 @@ absl::Status Rendezvous::DeliverChunk(absl::string_view request_id,
     slice.error = error;
     slice.bytes.clear();
     slice.bytes.shrink_to_fit();
+    UnchargeLocked(&slice);
     arrived_.SignalAll();
     return error;
   }
@@ -121,9 +171,12 @@ absl::Status Rendezvous::DeliverSlice(absl::string_view request_id,
                                   src_worker, ": a second slice under a tag already ",
                                   slice.complete() ? "complete" : "being received");
     slice.bytes.clear();
+    slice.bytes.shrink_to_fit();
+    UnchargeLocked(&slice);
     arrived_.SignalAll();
     return slice.error;
   }
+  MS_RETURN_IF_ERROR(ChargeLocked(request_id, tag, src_worker, total, &slice));
   slice.bytes = std::move(bytes);
   slice.total_bytes = total;
   slice.received = total;
@@ -167,11 +220,13 @@ absl::StatusOr<Rendezvous::Received> Rendezvous::Receive(absl::string_view reque
     if (it != request->slices.end()) {
       if (!it->second.error.ok()) {
         absl::Status error = it->second.error;
-        request->slices.erase(it);
+        // A refused slice stays (its later chunks are refused too).
+        if (!it->second.refused) request->slices.erase(it);
         return error;
       }
       if (it->second.complete()) {
         Received received{std::move(it->second.bytes), it->second.dtype};
+        UnchargeLocked(&it->second);
         request->slices.erase(it);
         return received;
       }
@@ -210,14 +265,14 @@ void Rendezvous::Cancel(absl::string_view request_id, absl::string_view reason) 
   } else if (it->second.ok()) {
     return;  // already finished: nothing to abort
   }
-  requests_.erase(id);
+  EraseRequestLocked(id);
   arrived_.SignalAll();
 }
 
 void Rendezvous::FinishRequest(absl::string_view request_id) {
   absl::MutexLock lock(&mu_);
   std::string id(request_id);
-  requests_.erase(id);
+  EraseRequestLocked(id);
   if (done_.try_emplace(id, absl::OkStatus()).second) RememberLocked(id);
 }
 
@@ -226,6 +281,11 @@ int64_t Rendezvous::NumPendingSlices() const {
   int64_t n = 0;
   for (const auto& [id, request] : requests_) n += request.slices.size();
   return n;
+}
+
+int64_t Rendezvous::InflightSliceBytes() const {
+  absl::MutexLock lock(&mu_);
+  return inflight_bytes_;
 }
 
 }  // namespace meshserve

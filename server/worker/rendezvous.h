@@ -21,8 +21,22 @@
 //   total_bytes, total_bytes different from an earlier chunk's, a second slice
 //   under a tag already complete -> kInvalidArgument. The bad entry is poisoned:
 //   a Receive on it fails at once with the same error instead of timing out.
+//   A new slice whose buffer would take the bytes held over
+//   max_inflight_slice_bytes -> kResourceExhausted naming the request, the tag,
+//   the bytes asked, the bytes in use and the flag; the entry is poisoned the
+//   same way (its Receive fails at once) and stays until the request ends, so
+//   that later chunks of that slice are refused too.
 //   Receive past the deadline -> kDeadlineExceeded; on a cancelled request ->
 //   the cancel status (kAborted naming the reason).
+//
+// Memory budget. Every slice buffer held here (complete or partial, of a
+// request running here or not started yet) counts from its first chunk until
+// Receive takes it out, or the request finishes, is cancelled or is collected
+// as an orphan, or the slice is poisoned. The total never exceeds
+// Options::max_inflight_slice_bytes (worker flag --max_inflight_slice_bytes):
+// a slice that does not fit is refused, never waited for (waiting could
+// deadlock requests that hold budget while they wait for each other). A slice
+// larger than the budget can never be received.
 //
 // Thread-safety: all methods are thread-safe (one absl::Mutex); Receive blocks
 // only its caller.
@@ -49,6 +63,8 @@ class Rendezvous {
  public:
   struct Options {
     int64_t max_slice_bytes = int64_t{16} << 30;
+    // Bytes of all slice buffers held at once (see "Memory budget").
+    int64_t max_inflight_slice_bytes = int64_t{4} << 30;
     // Slices of requests that never start here are dropped after this long.
     absl::Duration orphan_ttl = absl::Minutes(5);
     // How many finished/cancelled request ids are remembered (to drop late
@@ -58,6 +74,8 @@ class Rendezvous {
 
   Rendezvous() : Rendezvous(Options()) {}
   explicit Rendezvous(Options options) : options_(options) {}
+  // \error kInvalidArgument naming the field and its value: a size < 1.
+  static absl::Status ValidateOptions(const Options& options);
   Rendezvous(const Rendezvous&) = delete;
   Rendezvous& operator=(const Rendezvous&) = delete;
 
@@ -96,6 +114,8 @@ class Rendezvous {
 
   // Number of slices held (complete or partial), for tests and status.
   int64_t NumPendingSlices() const;
+  // Bytes of the slice buffers held (counted against max_inflight_slice_bytes).
+  int64_t InflightSliceBytes() const;
 
  private:
   struct Slice {
@@ -104,7 +124,9 @@ class Rendezvous {
     int64_t received = 0;
     int64_t src_worker = -1;
     int dtype = 0;
+    int64_t charged = 0;  // bytes counted in inflight_bytes_ for this buffer
     absl::Status error;  // poisoned by a bad chunk
+    bool refused = false;  // poisoned by the budget: kept until the request ends
     bool complete() const { return error.ok() && received == total_bytes; }
   };
   struct RequestSlices {
@@ -120,6 +142,14 @@ class Rendezvous {
   // finished or cancelled (chunks for it are dropped).
   RequestSlices* FindOrCreateLocked(absl::string_view request_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts `bytes` for a new slice buffer, or returns the refusal.
+  absl::Status ChargeLocked(absl::string_view request_id, absl::string_view tag,
+                            int64_t src_worker, int64_t bytes, Slice* slice)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UnchargeLocked(Slice* slice) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Erases the request's entry, releasing what its slices held.
+  void EraseRequestLocked(const std::string& request_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   mutable absl::Mutex mu_;
@@ -129,6 +159,7 @@ class Rendezvous {
   absl::flat_hash_map<std::string, absl::Status> done_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> done_order_ ABSL_GUARDED_BY(mu_);
   absl::Time last_collect_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  int64_t inflight_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // sum of every Slice::charged
 };
 
 }  // namespace meshserve

@@ -137,10 +137,16 @@ absl::StatusOr<ParamBytes> WorkerEngine::ReadParam(const ReadParamIr& request) c
       Find(request.model, request.generation, request.version);
   if (model == nullptr) {
     const ParamStore::Key key(request.model, request.generation, request.version);
-    if (request.version == 0 || !store_->Contains(key)) {
+    if (request.version != 0 && store_->Contains(key)) {
+      absl::StatusOr<ParamBytes> staged = store_->Read(key, request.param, request.box);
+      if (staged.ok() || store_->Contains(key)) return staged;
+    }
+    // A CommitParams may have moved the version from staging to resident
+    // between the two looks (a peer's commit fill reads it meanwhile).
+    model = Find(request.model, request.generation, request.version);
+    if (model == nullptr) {
       return NotFound(what, " is neither resident nor being staged on worker ", worker_id());
     }
-    return store_->Read(key, request.param, request.box);
   }
   auto held = model->held.find(request.param);
   if (held == model->held.end()) {

@@ -7,8 +7,9 @@
 //   meshserve-worker ready id=<id> address=<addr> blas=<core>
 // on stdout once registered (id=-1 without --coordinator). --tls_dir DIR: mutual
 // TLS with members of DIR/ca.pem only (common/rpc/grpc_credentials.h); without
-// it the port is plaintext and says so in the "serving on" line. --http_port P serves
-// Prometheus /metrics on P. SIGTERM/SIGINT: a
+// it the port is plaintext and says so in the "serving on" line.
+// --max_inflight_slice_bytes N bounds the bytes of peers' slices held at once
+// (rendezvous.h). --http_port P serves Prometheus /metrics on P. SIGTERM/SIGINT: a
 // draining heartbeat; it keeps serving until the coordinator has moved its
 // models away (at most --drain_timeout_s, 60 s by default: the new holders read
 // the params from this worker with ReadParam meanwhile; at once when the
@@ -57,6 +58,10 @@ ABSL_FLAG(int, http_port, 0, "Port serving Prometheus /metrics over HTTP (0 = of
 ABSL_FLAG(int, drain_timeout_s, 60,
           "On SIGTERM, serve (ReadParam for the hand-off of the params) at most this long "
           "while the coordinator moves the models away, then exit.");
+ABSL_FLAG(int64_t, max_inflight_slice_bytes,
+          meshserve::Rendezvous::Options().max_inflight_slice_bytes,
+          "Bytes of peers' slices this worker holds at once for the requests in flight; a "
+          "slice that does not fit fails its request with RESOURCE_EXHAUSTED.");
 ABSL_FLAG(std::string, tls_dir, "",
           "Directory with ca.pem, member.pem and member.key (scripts/make-dev-certs.sh): "
           "serve and dial with mutual TLS, accepting only members of that CA (empty: "
@@ -142,6 +147,18 @@ absl::StatusOr<RpcSecurity> SecurityFromFlag() {
   return RpcSecurity::Tls(std::move(files));
 }
 
+// --max_inflight_slice_bytes, validated (the message names the flag and value).
+absl::StatusOr<ShardWorker::Options> WorkerOptionsFromFlags() {
+  ShardWorker::Options options;
+  const int64_t budget = absl::GetFlag(FLAGS_max_inflight_slice_bytes);
+  options.rendezvous.max_inflight_slice_bytes = budget;
+  if (absl::Status s = Rendezvous::ValidateOptions(options.rendezvous); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max_inflight_slice_bytes=", budget, ": ", s.message()));
+  }
+  return options;
+}
+
 int Run() {
   const int machine_cores = std::max(1u, std::thread::hardware_concurrency());
   const int cores = absl::GetFlag(FLAGS_cores) > 0 ? absl::GetFlag(FLAGS_cores) : machine_cores;
@@ -162,10 +179,15 @@ int Run() {
     std::cerr << "meshserve-worker: " << security.status() << "\n";
     return 2;
   }
+  absl::StatusOr<ShardWorker::Options> worker_options = WorkerOptionsFromFlags();
+  if (!worker_options.ok()) {
+    std::cerr << "meshserve-worker: " << worker_options.status().message() << "\n";
+    return 2;
+  }
   GrpcPeerTransport::Options transport_options;
   transport_options.channel = security->MemberChannelOptions();
   GrpcPeerTransport transport(transport_options);
-  ShardWorker worker(ShardWorker::Options(), &transport);
+  ShardWorker worker(*worker_options, &transport);
   ThreadPool pool;
   WorkerServiceImpl service(&worker, &pool);
   const std::string host = absl::GetFlag(FLAGS_host);

@@ -15,12 +15,19 @@ processes (mslib.ProcessCluster) with answers checked against NumPy.
                        request fails cleanly (DEADLINE_EXCEEDED naming the
                        bytes received), a complete push to the same program is
                        answered right, and the cluster serves the next request.
+  slice_budget         workers with --max_inflight_slice_bytes 8192 on a model
+                       whose workers exchange batch-sized slices: a large batch
+                       gets RESOURCE_EXHAUSTED naming the bytes and the flag (no
+                       worker marked suspect), smaller ones just under the
+                       budget are then answered right many times in a row; a
+                       bad flag value is refused naming it.
 
 Usage: test_faults_inputs.py --bin_dir build/bin [--keep]
 """
 import os
 import re
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -30,10 +37,76 @@ import numpy as np
 import e2e_common as e2e
 import mslib
 
-# TODO(parameters feature, #8): kill -9 a worker mid-push (PushParams /
-# StageParams / CommitParams): the push fails cleanly or commits whole, the old
-# version keeps serving, the next push succeeds. Written once the parameters
-# feature lands; not tested here.
+# kill -9 of a worker mid-push and a pushing client cut half-way: test_faults_push.py.
+
+
+class BudgetCluster(mslib.ProcessCluster):
+    """A ProcessCluster whose workers get extra flags (`worker_args`)."""
+
+    def __init__(self, *args, worker_args=(), **kwargs):
+        self.worker_args = list(worker_args)
+        super().__init__(*args, **kwargs)
+
+    def add_worker(self):
+        i = len(self.workers)
+        proc = self._spawn("worker%d" % i, [
+            os.path.join(self.bin_dir, "meshserve-worker"), "--port", "0",
+            "--coordinator", self.target, "--threads", "1"] + self.worker_args)
+        self.workers.append(proc)
+        return proc
+
+
+# y = x @ kernel with the contraction split over the workers: each worker sends
+# the other its partial sums of half of y's columns (batch x 24 floats), a slice
+# that grows with the batch.
+LIN_K = dict(mslib.LIN, name="link", checkpoint="link.safetensors",
+             inputs={"x": {"shape": [-1, 64], "sharding": [None, "data"]}},
+             params={"kernel": {"shape": [64, 48], "sharding": ["data", None]}})
+SLICE_BUDGET = 8192  # bytes: a batch of up to 85 rows fits, 512 rows do not
+
+
+def slice_budget(env):
+    c = env.c
+    model_dir = os.path.join(env.root, "models-budget")
+    kernel = mslib.write_lin_model(model_dir, model=LIN_K)
+    bad = subprocess.run([os.path.join(env.bin_dir, "meshserve-worker"),
+                          "--max_inflight_slice_bytes", "0"], capture_output=True, text=True,
+                         timeout=60)
+    c.check(bad.returncode == 2 and "--max_inflight_slice_bytes=0" in bad.stderr,
+            "budget: a worker refuses --max_inflight_slice_bytes=0 naming the flag and value",
+            "    rc %s: %s" % (bad.returncode, bad.stderr[-300:]))
+    cl = BudgetCluster(env.bin_dir, 2, model_dir, os.path.join(env.root, "logs-budget"),
+                       worker_args=["--max_inflight_slice_bytes", str(SLICE_BUDGET)])
+    try:
+        c.check(cl.wait_ready(), "budget: cluster ready", cl.logs_tail())
+        client = mslib.LinClient(env.bin_dir, cl.target, kernel, model="link")
+        code, detail = client.wait_served()
+        c.check(code == "ok", "budget: a batch-1 request is answered right", detail)
+        rng = np.random.default_rng(5)
+        big = rng.standard_normal((512, 64)).astype(np.float32)
+        outcomes = {}
+        for i in range(5):
+            code, detail = client.infer(big, timeout=60)
+            outcomes[code] = outcomes.get(code, 0) + 1
+        print("    512 rows: %s: %s" % (outcomes, detail), flush=True)
+        c.check(outcomes == {"RESOURCE_EXHAUSTED": 5} and "--max_inflight_slice_bytes=8192"
+                in detail and "49152 bytes" in detail,
+                "budget: 5 requests of 512 rows (slices of 49152 bytes) each get "
+                "RESOURCE_EXHAUSTED naming the bytes and the flag", "    %s %s" % (
+                    outcomes, detail))
+        ok = sum(client.infer(rng.standard_normal((80, 64)).astype(np.float32))[0] == "ok"
+                 for _ in range(40))
+        c.check(ok == 40, "budget: then 40 requests of 80 rows (7680-byte slices, just "
+                "under the budget) in a row are answered right: the refused and the "
+                "served slices gave their bytes back (%d/40)" % ok)
+        healthy = worker_addresses(env, cl.target)
+        c.check(len(healthy) == 2, "budget: both workers still healthy (not marked suspect)",
+                "    %s" % healthy)
+        c.check(cl.workers[0].poll() is None and cl.workers[1].poll() is None,
+                "budget: both workers still run")
+        client.close()
+    finally:
+        cl.stop()
 
 
 def coordinator_restart(env):
@@ -219,7 +292,8 @@ def half_push(env):
 def stages(env):
     return [("coordinator restart under load", lambda: coordinator_restart(env)),
             ("truncated and corrupted checkpoints", lambda: bad_checkpoints(env)),
-            ("a peer closes PushData half-way", lambda: half_push(env))]
+            ("a peer closes PushData half-way", lambda: half_push(env)),
+            ("a worker's in-flight slice budget", lambda: slice_budget(env))]
 
 
 if __name__ == "__main__":

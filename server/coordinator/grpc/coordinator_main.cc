@@ -57,6 +57,9 @@ ABSL_FLAG(int64_t, max_tensor_elements, meshserve::RequestLimits().max_tensor_el
 ABSL_FLAG(int, max_inflight_per_model, meshserve::CoordinatorOptions().max_inflight_per_model,
           "requests of one unbatched model in flight at once; one more gets "
           "RESOURCE_EXHAUSTED (batched models: the model's max_queue_size)");
+ABSL_FLAG(int, max_concurrent_pushes, meshserve::CoordinatorOptions().max_concurrent_pushes,
+          "parameter pushes in progress at once over all models; one more gets "
+          "RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, http_port, 0,
           "HTTP port for KServe v2 REST, Prometheus /metrics and the status page at / "
           "(0: off)");
@@ -119,6 +122,7 @@ absl::StatusOr<meshserve::CoordinatorOptions> OptionsFromFlags() {
   options.replicas = absl::GetFlag(FLAGS_replicas);
   options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
   options.max_inflight_per_model = absl::GetFlag(FLAGS_max_inflight_per_model);
+  options.max_concurrent_pushes = absl::GetFlag(FLAGS_max_concurrent_pushes);
   if (options.model_dir.empty()) {
     return absl::InvalidArgumentError("--model_dir is required");
   }
@@ -126,6 +130,10 @@ absl::StatusOr<meshserve::CoordinatorOptions> OptionsFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--max_inflight_per_model=", options.max_inflight_per_model,
                      " must be at least 1"));
+  }
+  if (options.max_concurrent_pushes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_concurrent_pushes=", options.max_concurrent_pushes, " must be at least 1"));
   }
   return options;
 }

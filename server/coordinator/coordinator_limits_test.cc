@@ -1,0 +1,165 @@
+// The coordinator's resource limits over fake workers: the cluster-wide cap on
+// pushes in progress (--max_concurrent_pushes) beside the one-push-per-model
+// rule, and a worker's RESOURCE_EXHAUSTED (its in-flight slice budget, see
+// server/worker/rendezvous.h) answered to the client as is: not a worker
+// failure, no suspect, no retry, and the next request served.
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "common/program/ir_conv.h"
+#include "server/coordinator/coordinator.h"
+#include "server/coordinator/testing/fake_cluster.h"
+#include "server/coordinator/testing/fake_model_compiler.h"
+#include "tests/testing/status_matchers.h"
+
+namespace meshserve {
+namespace {
+
+using ::meshserve::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+// A model with one replicated param `s`, named `name`.
+std::string ModelJson(const std::string& name) {
+  return absl::StrCat(R"({"name": ")", name, R"(", "mesh": {"data": 2}, "dtype": "float32",
+    "inputs": {"x": {"shape": [4, 2], "sharding": ["data", null]}},
+    "params": {"s": {"shape": [5], "sharding": [null]}},
+    "layers": [{"name": "y", "op": "relu", "input": "x"}],
+    "outputs": ["y"]})");
+}
+
+std::string FloatBytes(const std::vector<float>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+class LimitsTest : public ::testing::Test {
+ protected:
+  static constexpr int kModels = 3;
+
+  absl::Status Start(int max_concurrent_pushes) {
+    const std::string dir = absl::StrCat(::testing::TempDir(), "/limits_", getpid(), "_",
+                                         counter_++);
+    std::filesystem::create_directories(dir);
+    for (int i = 0; i < kModels; ++i) {
+      std::ofstream(absl::StrCat(dir, "/m", i, ".json")) << ModelJson(absl::StrCat("m", i));
+    }
+    CoordinatorOptions options;
+    options.model_dir = dir;
+    options.run_control_thread = false;
+    options.heartbeat_interval = absl::Seconds(30);  // registered workers stay alive
+    options.placement_retry_backoff = absl::Milliseconds(1);
+    options.max_concurrent_pushes = max_concurrent_pushes;
+    absl::StatusOr<std::unique_ptr<Coordinator>> c =
+        Coordinator::Create(options, cluster_.Factory(), std::make_unique<FakeModelCompiler>());
+    if (!c.ok()) return c.status();
+    coordinator_ = *std::move(c);
+    for (int i = 0; i < 2; ++i) {
+      absl::StatusOr<int64_t> id = coordinator_->RegisterWorker(
+          absl::StrCat("127.0.0.1:", 9300 + i), 2, 1 << 30, -1);
+      if (!id.ok()) return id.status();
+      workers_.push_back(*id);
+    }
+    coordinator_->Tick();
+    if (!coordinator_->IsReady()) return absl::InternalError("models not placed");
+    return absl::OkStatus();
+  }
+  int64_t Version(const std::string& model) {
+    absl::StatusOr<ModelStatus> s = coordinator_->GetModelStatus(model);
+    EXPECT_OK(s.status());
+    return s.ok() ? s->version : -1;
+  }
+  // The whole of `s` pushed and committed through `push`.
+  absl::Status FinishWith(ParamPush& push, float base) {
+    PushChunk chunk{push.model(), "s", {0}, {5}, kWireFloat32, 0,
+                    FloatBytes({base, base + 1, base + 2, base + 3, base + 4})};
+    if (absl::Status s = push.Add(std::move(chunk)); !s.ok()) return s;
+    return push.Finish().status();
+  }
+  static InferRequest Request(const std::string& model) {
+    InferRequest r;
+    r.model = model;
+    r.id = "limits";
+    r.inputs.push_back({"x", DType::kFloat32, {4, 2}, FloatBytes({1, 2, 3, 4, 5, 6, 7, 8})});
+    return r;
+  }
+
+  static inline int counter_ = 0;
+  FakeCluster cluster_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::vector<int64_t> workers_;
+};
+
+TEST_F(LimitsTest, PushesBeyondTheClusterCapAreRefusedAndTheSlotsFreeAgain) {
+  ASSERT_OK(Start(/*max_concurrent_pushes=*/2));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ParamPush> p0, coordinator_->BeginPush("m0"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ParamPush> p1, coordinator_->BeginPush("m1"));
+  absl::Status over = coordinator_->BeginPush("m2").status();
+  EXPECT_THAT(over, StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(std::string(over.message()),
+              AllOf(HasSubstr("model 'm2'"), HasSubstr("2 pushes in progress"),
+                    HasSubstr("--max_concurrent_pushes=2")));
+  // The per-model rule is unchanged and comes first.
+  EXPECT_THAT(coordinator_->BeginPush("m0"), StatusIs(absl::StatusCode::kAborted));
+
+  // A push that committed frees its slot once it is over.
+  ASSERT_OK(FinishWith(*p0, 10));
+  p0.reset();
+  EXPECT_EQ(Version("m0"), 2);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ParamPush> p2, coordinator_->BeginPush("m2"));
+  EXPECT_THAT(coordinator_->BeginPush("m0"), StatusIs(absl::StatusCode::kResourceExhausted));
+  ASSERT_OK(FinishWith(*p2, 20));
+  p2.reset();
+  EXPECT_EQ(Version("m2"), 2);
+
+  // A push dropped unfinished (aborted) frees its slot too, and changed nothing.
+  p1.reset();
+  EXPECT_EQ(Version("m1"), 1);
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ParamPush> again0, coordinator_->BeginPush("m0"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ParamPush> again1, coordinator_->BeginPush("m1"));
+  ASSERT_OK(FinishWith(*again1, 30));
+  EXPECT_EQ(Version("m1"), 2);
+}
+
+TEST_F(LimitsTest, ACapOfOneAdmitsOnePushAtATime) {
+  ASSERT_OK(Start(/*max_concurrent_pushes=*/1));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ParamPush> p0, coordinator_->BeginPush("m0"));
+  EXPECT_THAT(coordinator_->BeginPush("m1"),
+              StatusIs(absl::StatusCode::kResourceExhausted, "--max_concurrent_pushes=1"));
+  p0.reset();
+  EXPECT_OK(coordinator_->BeginPush("m1").status());
+}
+
+TEST_F(LimitsTest, CreateRejectsACapBelowOne) {
+  EXPECT_THAT(Start(/*max_concurrent_pushes=*/0),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "max_concurrent_pushes must be >= 1, got 0"));
+}
+
+TEST_F(LimitsTest, AWorkersResourceExhaustedGoesToTheClientWithoutSuspectOrRetry) {
+  ASSERT_OK(Start(/*max_concurrent_pushes=*/2));
+  const std::string refusal =
+      "request 'r' tag 't3' from worker 1: a slice of 4096 bytes does not fit: 0 of this "
+      "worker's 1024 bytes for slices in flight are in use (--max_inflight_slice_bytes=1024)";
+  cluster_.Worker(workers_[0])->FailExecute(absl::ResourceExhaustedError(refusal), 1);
+  const int calls_before = cluster_.Worker(workers_[0])->execute_calls();
+  absl::StatusOr<InferResponse> refused = coordinator_->Infer(Request("m0"));
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kResourceExhausted,
+                                "--max_inflight_slice_bytes=1024"));
+  EXPECT_FALSE(coordinator_->registry().IsSuspect(workers_[0]));
+  EXPECT_TRUE(coordinator_->registry().IsAlive(workers_[0]));
+  EXPECT_EQ(cluster_.Worker(workers_[0])->execute_calls(), calls_before + 1);  // not retried
+  // The next request is served right (relu of positive inputs: the inputs).
+  absl::StatusOr<InferResponse> served = coordinator_->Infer(Request("m0"));
+  ASSERT_OK(served.status());
+  ASSERT_EQ(served->outputs.size(), 1u);
+  EXPECT_EQ(served->outputs[0].data, FloatBytes({1, 2, 3, 4, 5, 6, 7, 8}));
+}
+
+}  // namespace
+}  // namespace meshserve
