@@ -8,8 +8,10 @@
 // slices up to Options::max_batch_bytes in all, the first whatever its size;
 // a peer's remaining jobs start further streams at the same time), each slice
 // as DataChunks of Options::chunk_bytes (~1 MiB; the last may be shorter, an
-// empty slice is one empty chunk; every chunk names its request and tag), with
-// the latest of their deadlines on the call. A request's run hands a round of
+// empty slice is one empty chunk; every chunk names its request and tag;
+// whole slices that fit in one chunk together travel in one message, the
+// first at the top and the rest in DataChunk.more), with the latest of their
+// deadlines on the call. A request's run hands a round of
 // sends over together (program_run.cc), so a tiny model's all-gather is one
 // stream per peer; one blocking stream per slice on 4 sender threads
 // serialised its requests (~9 ms), and the hop to a sender thread and a
