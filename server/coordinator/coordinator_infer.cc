@@ -12,7 +12,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
-#include "common/base/elastic_executor.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
@@ -144,8 +143,8 @@ absl::Duration TimeLeft(absl::Time deadline) {
   return std::max(deadline - absl::Now(), absl::Milliseconds(1));
 }
 
-// One request's Execute calls, shared with the executor tasks that run them
-// (a task outlives ExecuteAll when the request gives up a lost worker).
+// One request's Execute calls, shared with their completion callbacks (a
+// callback outlives ExecuteAll when the request gives up a lost worker).
 struct CallsInFlight {
   explicit CallsInFlight(size_t n) : results(n), done(n, false), remaining(n) {}
   void Finish(size_t index, absl::StatusOr<ExecuteResult> result) {
@@ -355,11 +354,14 @@ absl::StatusOr<std::map<int64_t, ExecuteResult>> Coordinator::ExecuteAll(
     std::map<int64_t, ExecuteCall> calls, int64_t* failed_worker) {
   std::vector<int64_t> ids;
   auto state = std::make_shared<CallsInFlight>(calls.size());
-  // Each call starts at once on its own executor thread (fan_out.h) and never
-  // waits behind another: the calls of one request wait for each other's data.
-  // The RPC gets a little more than the request's time, so that a worker's own
-  // DEADLINE_EXCEEDED (naming the request and step) arrives first.
+  // Every call starts at once (WorkerClient::ExecuteAsync: gRPC's callback
+  // API, no thread per call) and never waits behind another: the calls of one
+  // request wait for each other's data. This thread waits for their
+  // completions. The RPC gets a little more than the request's time, so that
+  // a worker's own DEADLINE_EXCEEDED (naming the request and step) arrives
+  // first.
   const absl::Duration rpc_timeout = TimeLeft(deadline) + kRpcGrace;
+  ids.reserve(calls.size());
   for (auto& [id, call] : calls) {
     const size_t index = ids.size();
     ids.push_back(id);
@@ -368,11 +370,18 @@ absl::StatusOr<std::map<int64_t, ExecuteResult>> Coordinator::ExecuteAll(
         addr == placement.worker_addresses.end()
             ? Internal("worker ", id, " outside the placement")
             : Client(id, addr->second);
-    auto moved = std::make_shared<ExecuteCall>(std::move(call));
-    ElasticExecutor::Shared().Schedule([state, client, moved, index, rpc_timeout] {
-      state->Finish(index, client.ok() ? (*client)->Execute(std::move(*moved), rpc_timeout)
-                                       : absl::StatusOr<ExecuteResult>(client.status()));
-    });
+    if (!client.ok()) {
+      state->Finish(index, client.status());
+      continue;
+    }
+    // The callback holds the client and the state: a call given up by
+    // WaitForCalls finishes later on its own.
+    WorkerClient* raw = client->get();
+    raw->ExecuteAsync(std::move(call), rpc_timeout,
+                      [state, index, keep = *std::move(client)](
+                          absl::StatusOr<ExecuteResult> result) {
+                        state->Finish(index, std::move(result));
+                      });
   }
   int first_failed = -1;
   absl::Status first_status;

@@ -84,6 +84,12 @@ class WorkerClient {
   // By value: the input slices' bytes move into the RPC, not copied again.
   virtual absl::StatusOr<ExecuteResult> Execute(ExecuteCall call,
                                                 absl::Duration timeout) = 0;
+  using ExecuteDone = std::function<void(absl::StatusOr<ExecuteResult>)>;
+  // Starts Execute and returns at once; `done` runs exactly once with what
+  // Execute would return, on any thread (it must not block). The default
+  // runs Execute on the shared ElasticExecutor (fan_out.cc); GrpcWorkerClient
+  // uses gRPC's callback API (no thread per call).
+  virtual void ExecuteAsync(ExecuteCall call, absl::Duration timeout, ExecuteDone done);
   virtual absl::Status Cancel(const std::string& request_id,
                               const std::string& reason,
                               absl::Duration timeout) = 0;

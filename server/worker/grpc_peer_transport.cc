@@ -12,23 +12,19 @@
 #include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
 #include "grpcpp/client_context.h"
+#include "grpcpp/support/client_callback.h"
 
 namespace meshserve {
 
-GrpcPeerTransport::GrpcPeerTransport(Options options) : options_(options) {
-  const int n = std::max(1, options_.num_senders);
-  for (int i = 0; i < n; ++i) senders_.emplace_back([this]() { SenderLoop(); });
-}
+GrpcPeerTransport::GrpcPeerTransport(Options options) : options_(options) {}
 
 GrpcPeerTransport::~GrpcPeerTransport() {
-  std::deque<Job> dropped;
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-    dropped.swap(queue_);
-  }
-  for (std::thread& t : senders_) t.join();
-  for (Job& job : dropped) job.done(absl::CancelledError("peer transport shutting down"));
+  // Streams end on their own (acknowledged, failed or past their deadline),
+  // as the blocking sender threads' streams once did.
+  absl::MutexLock lock(&mu_);
+  stopping_ = true;
+  auto all_ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return active_.empty(); };
+  mu_.Await(absl::Condition(&all_ended));
 }
 
 void GrpcPeerTransport::UpdatePeers(const std::map<int64_t, std::string>& addresses) {
@@ -64,6 +60,116 @@ GrpcPeerTransport::StubFor(int64_t worker) {
   return std::make_pair(peer.stub, peer.address);
 }
 
+// One PushData stream: writes its jobs' slices (each write starts when the
+// previous one is done; small slices packed into one message), half-closes
+// with the last message, and on the stream's end reports its status to every
+// job and deletes itself.
+class GrpcPeerTransport::PushCall final : public grpc::ClientWriteReactor<DataChunk> {
+ public:
+  PushCall(GrpcPeerTransport* transport, std::vector<Job> batch, std::string peer,
+           int64_t chunk_bytes)
+      : transport_(transport),
+        batch_(std::move(batch)),
+        peer_(std::move(peer)),
+        chunk_bytes_(std::max<int64_t>(1, chunk_bytes)) {
+    absl::Time deadline = absl::InfinitePast();
+    for (const Job& job : batch_) deadline = std::max(deadline, job.slice.deadline);
+    if (deadline != absl::InfiniteFuture()) context_.set_deadline(absl::ToChronoTime(deadline));
+  }
+
+  // `stub` is kept until the stream ends (UpdatePeers may replace it).
+  void Start(std::shared_ptr<WorkerService::Stub> stub) {
+    stub_ = std::move(stub);
+    stub_->async()->PushData(&context_, &ack_, this);
+    WriteNext();
+    StartCall();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) return;  // the stream broke: OnDone says why
+    written_ = slice_;
+    chunks_ += chunks_in_message_;
+    if (slice_ < batch_.size()) WriteNext();  // else that was StartWriteLast
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    absl::Status result;
+    if (!status.ok()) {
+      result = AnnotateStatus(FromGrpcStatus(status), peer_);
+    } else if (written_ < batch_.size()) {
+      result = Unavailable(peer_, ": stream closed after ", written_, " of ", batch_.size(),
+                           " slices");
+    }
+    // After this the transport may be destroyed: only the jobs are used.
+    std::vector<Job> batch = std::move(batch_);
+    transport_->PushEnded(this, chunks_, static_cast<int64_t>(written_));
+    for (Job& job : batch) job.done(result);
+    delete this;
+  }
+
+ private:
+  // Writes the next message: the next chunk of a slice larger than a chunk,
+  // or as many whole slices as fit in one chunk (DataChunk.more).
+  void WriteNext() {
+    message_.Clear();
+    const OutgoingSlice& first = batch_[slice_].slice;
+    const int64_t total = static_cast<int64_t>(first.bytes.size());
+    if (offset_ > 0 || total > chunk_bytes_) {
+      const int64_t n = std::min(chunk_bytes_, total - offset_);
+      FillChunk(first, offset_, n, &message_);
+      offset_ += n;
+      if (offset_ >= total) {
+        ++slice_;
+        offset_ = 0;
+      }
+      chunks_in_message_ = 1;
+    } else {
+      FillChunk(first, 0, total, &message_);
+      int64_t packed = total;
+      chunks_in_message_ = 1;
+      for (++slice_; slice_ < batch_.size(); ++slice_) {
+        const OutgoingSlice& next = batch_[slice_].slice;
+        const int64_t size = static_cast<int64_t>(next.bytes.size());
+        if (packed + size > chunk_bytes_) break;
+        FillChunk(next, 0, size, message_.add_more());
+        packed += size;
+        ++chunks_in_message_;
+      }
+    }
+    if (slice_ == batch_.size()) {
+      StartWriteLast(&message_, grpc::WriteOptions());
+    } else {
+      StartWrite(&message_);
+    }
+  }
+
+  static void FillChunk(const OutgoingSlice& slice, int64_t offset, int64_t n,
+                        DataChunk* chunk) {
+    chunk->set_request_id(slice.request_id);
+    chunk->set_tag(slice.tag);
+    chunk->set_dst_device(slice.dst_device);
+    chunk->set_total_bytes(static_cast<int64_t>(slice.bytes.size()));
+    chunk->set_src_worker(slice.src_worker);
+    chunk->set_dtype(static_cast<decltype(chunk->dtype())>(slice.dtype));
+    chunk->set_offset(offset);
+    chunk->set_data(slice.bytes.data() + offset, n);
+  }
+
+  GrpcPeerTransport* const transport_;
+  std::shared_ptr<WorkerService::Stub> stub_;
+  std::vector<Job> batch_;
+  const std::string peer_;
+  const int64_t chunk_bytes_;
+  grpc::ClientContext context_;
+  PushAck ack_;
+  DataChunk message_;
+  size_t slice_ = 0;    // the next slice to write; == batch_.size() when all are
+  int64_t offset_ = 0;  // bytes of it written or being written
+  size_t written_ = 0;  // whole slices whose last write completed
+  int64_t chunks_ = 0;  // chunks written (a packed slice is one chunk)
+  int64_t chunks_in_message_ = 0;
+};
+
 void GrpcPeerTransport::Send(OutgoingSlice slice, DoneCallback done) {
   std::vector<Job> jobs;
   jobs.push_back(Job{std::move(slice), std::move(done)});
@@ -71,113 +177,57 @@ void GrpcPeerTransport::Send(OutgoingSlice slice, DoneCallback done) {
 }
 
 void GrpcPeerTransport::SendAll(std::vector<Job> jobs) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (!stopping_) {
-      for (Job& job : jobs) queue_.push_back(std::move(job));
-      return;
-    }
-  }
-  for (Job& job : jobs) job.done(absl::CancelledError("peer transport shutting down"));
-}
-
-std::vector<PeerTransport::Job> GrpcPeerTransport::TakeBatchLocked() {
-  std::vector<Job> batch;
-  batch.push_back(std::move(queue_.front()));
-  queue_.pop_front();
-  const int64_t peer = batch.front().slice.dst_worker;
-  int64_t bytes = static_cast<int64_t>(batch.front().slice.bytes.size());
-  std::deque<Job> rest;
-  for (Job& job : queue_) {
+  // Per peer, in order: streams of up to max_batch_bytes (the first job of a
+  // stream whatever its size).
+  std::map<int64_t, std::vector<std::vector<Job>>> streams;
+  std::map<int64_t, int64_t> open_bytes;
+  for (Job& job : jobs) {
+    const int64_t peer = job.slice.dst_worker;
     const int64_t size = static_cast<int64_t>(job.slice.bytes.size());
-    if (job.slice.dst_worker == peer && bytes + size <= options_.max_batch_bytes) {
-      bytes += size;
-      batch.push_back(std::move(job));
-    } else {
-      rest.push_back(std::move(job));
+    std::vector<std::vector<Job>>& batches = streams[peer];
+    int64_t& bytes = open_bytes[peer];
+    if (batches.empty() || bytes + size > options_.max_batch_bytes) {
+      batches.emplace_back();
+      bytes = 0;
     }
+    bytes += size;
+    batches.back().push_back(std::move(job));
   }
-  queue_.swap(rest);
-  return batch;
-}
-
-void GrpcPeerTransport::SenderLoop() {
-  while (true) {
-    std::vector<Job> batch;
-    {
-      absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !queue_.empty() || stopping_;
-      };
-      mu_.Await(absl::Condition(&ready));
-      if (stopping_) return;
-      batch = TakeBatchLocked();
-    }
-    const absl::Status status = Push(batch);
-    for (Job& job : batch) job.done(status);
+  for (auto& [peer, batches] : streams) {
+    for (std::vector<Job>& batch : batches) StartPush(std::move(batch));
   }
 }
 
-namespace {
-
-// Writes `slice` as chunks of at most `chunk_bytes` (an empty slice is one
-// empty chunk). False when the stream broke (Finish says why).
-bool WriteSlice(grpc::ClientWriter<DataChunk>* writer, const OutgoingSlice& slice,
-                int64_t chunk_bytes, int64_t* chunks) {
-  const int64_t total = static_cast<int64_t>(slice.bytes.size());
-  DataChunk chunk;
-  chunk.set_request_id(slice.request_id);
-  chunk.set_tag(slice.tag);
-  chunk.set_dst_device(slice.dst_device);
-  chunk.set_total_bytes(total);
-  chunk.set_src_worker(slice.src_worker);
-  chunk.set_dtype(static_cast<decltype(chunk.dtype())>(slice.dtype));
-  int64_t offset = 0;
-  do {
-    const int64_t n = std::min(chunk_bytes, total - offset);
-    chunk.set_offset(offset);
-    chunk.set_data(slice.bytes.data() + offset, n);
-    offset += n;
-    if (!writer->Write(chunk)) return false;
-    ++*chunks;
-  } while (offset < total);
-  return true;
-}
-
-}  // namespace
-
-absl::Status GrpcPeerTransport::Push(const std::vector<Job>& batch) {
+void GrpcPeerTransport::StartPush(std::vector<Job> batch) {
   const int64_t dst = batch.front().slice.dst_worker;
-  MS_ASSIGN_OR_RETURN(auto stub_and_address, StubFor(dst));
-  auto& [stub, address] = stub_and_address;
-  const std::string peer = absl::StrCat("worker ", dst, " at ", address);
-  grpc::ClientContext context;
-  absl::Time deadline = absl::InfinitePast();
-  for (const Job& job : batch) deadline = std::max(deadline, job.slice.deadline);
-  if (deadline != absl::InfiniteFuture()) context.set_deadline(absl::ToChronoTime(deadline));
-  PushAck ack;
-  std::unique_ptr<grpc::ClientWriter<DataChunk>> writer = stub->PushData(&context, &ack);
-  const int64_t chunk_bytes = std::max<int64_t>(1, options_.chunk_bytes);
-  int64_t chunks = 0;
-  size_t written = 0;  // whole slices
-  while (written < batch.size() &&
-         WriteSlice(writer.get(), batch[written].slice, chunk_bytes, &chunks)) {
-    ++written;
-  }
-  writer->WritesDone();
-  grpc::Status status = writer->Finish();
-  {
+  absl::StatusOr<std::pair<std::shared_ptr<WorkerService::Stub>, std::string>> stub =
+      StubFor(dst);
+  absl::Status failed = stub.status();
+  PushCall* call = nullptr;
+  if (stub.ok()) {
     absl::MutexLock lock(&mu_);
-    chunks_sent_ += chunks;
-    slices_sent_ += static_cast<int64_t>(written);
-    ++streams_opened_;
+    if (stopping_) {
+      failed = absl::CancelledError("peer transport shutting down");
+    } else {
+      call = new PushCall(this, std::move(batch),
+                          absl::StrCat("worker ", dst, " at ", stub->second),
+                          options_.chunk_bytes);
+      active_.insert(call);
+      ++streams_opened_;
+    }
   }
-  if (!status.ok()) return AnnotateStatus(FromGrpcStatus(status), peer);
-  if (written < batch.size()) {
-    return Unavailable(peer, ": stream closed after ", written, " of ", batch.size(),
-                       " slices");
+  if (call == nullptr) {
+    for (Job& job : batch) job.done(failed);
+    return;
   }
-  return absl::OkStatus();
+  call->Start(stub->first);
+}
+
+void GrpcPeerTransport::PushEnded(PushCall* call, int64_t chunks, int64_t slices) {
+  absl::MutexLock lock(&mu_);
+  chunks_sent_ += chunks;
+  slices_sent_ += slices;
+  active_.erase(call);
 }
 
 void GrpcPeerTransport::CancelOnPeer(int64_t worker, const std::string& request_id,

@@ -6,7 +6,8 @@
 // / DeliverSlice on the receiving side) and then calls `done` exactly once,
 // with OK or with the reason the slice could not be delivered.
 //
-// A run of consecutive SendSteps is handed over at once (`SendAll`), so a
+// A round of SendSteps (those up to the next receive or compute, program_run.cc)
+// is handed over at once (`SendAll`), so a
 // transport can carry the slices for one peer together: a tiny model's
 // all-gather is 16 small slices per worker and request, and one gRPC stream
 // per slice made the data plane cost ~9 ms per request.

@@ -1,4 +1,5 @@
 // One request's run of a program on this worker (WorkerEngine::Execute).
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <utility>
@@ -134,7 +135,7 @@ class RequestRun {
   // node_hash_map: pointers to buffers stay valid while others are created.
   absl::node_hash_map<BufferKey, BoxTensor> buffers_;
   std::vector<SliceIr> outputs_;
-  // Remote sends of the current run of consecutive SendSteps (peer_transport.h).
+  // Remote sends queued since the last flush (RunSteps; peer_transport.h).
   std::vector<PeerTransport::Job> pending_sends_;
 };
 
@@ -348,8 +349,18 @@ absl::Status RequestRun::Run(const OutputStepIr& step) {
   return absl::OkStatus();
 }
 
-// A run of consecutive sends goes to the transport at once, after its last
-// send (never later: no other step waits behind it).
+// Steps that run while sends queue up: local and quick, and none waits for a
+// peer. The compiler interleaves a collective's sends with its local copies
+// (an all-gather over 4 devices on each of 2 workers: copy, copy, send, copy,
+// ...); flushing at every send opened one stream per send.
+bool DefersFlush(const StepIr& step) {
+  return std::holds_alternative<SendStepIr>(step) || std::holds_alternative<CopyStepIr>(step) ||
+         std::holds_alternative<FreeStepIr>(step);
+}
+
+// The sends queued since the last flush go to the transport at once (one
+// stream per peer) before any step that may wait for a peer or compute, and
+// after the last step.
 absl::Status RequestRun::RunSteps() {
   const std::vector<StepIr>& steps = program_.steps;
   for (size_t i = 0; i < steps.size(); ++i) {
@@ -362,8 +373,7 @@ absl::Status RequestRun::RunSteps() {
             : absl::DeadlineExceededError(absl::StrCat(
                   "request '", request_id_, "' passed its deadline before this step (",
                   steps.size() - i, " of ", steps.size(), " steps not run)"));
-    if (!status.ok() || i + 1 == steps.size() ||
-        !std::holds_alternative<SendStepIr>(steps[i + 1])) {
+    if (!status.ok() || i + 1 == steps.size() || !DefersFlush(steps[i + 1])) {
       FlushSends();
     }
     MS_RETURN_IF_ERROR(status, "step ", i, " (", std::visit(StepName(), step), ")");
@@ -371,7 +381,45 @@ absl::Status RequestRun::RunSteps() {
   return absl::OkStatus();
 }
 
+// The buffer a step writes, creates or frees (device, name); none for sends
+// and outputs, which only read.
+bool Writes(const StepIr& step, int64_t device, const std::string& buffer) {
+  if (const auto* s = std::get_if<ComputeStepIr>(&step)) {
+    return s->device == device && s->output == buffer;
+  }
+  if (const auto* s = std::get_if<RecvStepIr>(&step)) {
+    return s->device == device && s->buffer == buffer;
+  }
+  if (const auto* s = std::get_if<CopyStepIr>(&step)) {
+    return s->dst_device == device && s->dst == buffer;
+  }
+  if (const auto* s = std::get_if<FreeStepIr>(&step)) {
+    return s->device == device && s->buffer == buffer;
+  }
+  return false;
+}
+
 }  // namespace
+
+std::vector<StepIr> ScheduleSends(std::vector<StepIr> steps) {
+  std::vector<StepIr> out;
+  out.reserve(steps.size());
+  for (StepIr& step : steps) {
+    const auto* send = std::get_if<SendStepIr>(&step);
+    size_t at = out.size();
+    if (send != nullptr) {
+      // Back to the last step that writes the source; the earliest receive
+      // after it is where the send goes (before it), so that no worker waits
+      // for a peer that waits for it.
+      for (size_t i = out.size(); i-- > 0;) {
+        if (Writes(out[i], send->device, send->buffer)) break;
+        if (std::holds_alternative<RecvStepIr>(out[i])) at = i;
+      }
+    }
+    out.insert(out.begin() + static_cast<std::ptrdiff_t>(at), std::move(step));
+  }
+  return out;
+}
 
 absl::StatusOr<std::vector<SliceIr>> RunProgram(const ProgramIr& program,
                                                 const LoadedModel& model,

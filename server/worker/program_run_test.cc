@@ -2,6 +2,7 @@
 // DEADLINE_EXCEEDED naming the request and the step; a receive waits only
 // until it.
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -84,6 +85,54 @@ TEST_F(ProgramRunDeadlineTest, ReceiveWaitsOnlyUntilTheDeadline) {
   EXPECT_THAT(std::string(s.message()),
               AllOf(HasSubstr("step 0 (recv 'b' tag 't' from worker 1)"),
                     HasSubstr("before the deadline")));
+}
+
+// The names of `steps` in order (StepName-like, enough to see the order).
+std::vector<std::string> Order(const std::vector<StepIr>& steps) {
+  std::vector<std::string> names;
+  for (const StepIr& step : steps) {
+    if (const auto* s = std::get_if<SendStepIr>(&step)) names.push_back("send " + s->tag);
+    if (const auto* s = std::get_if<RecvStepIr>(&step)) names.push_back("recv " + s->tag);
+    if (const auto* s = std::get_if<CopyStepIr>(&step)) names.push_back("copy " + s->dst);
+    if (const auto* s = std::get_if<ComputeStepIr>(&step)) names.push_back("compute " + s->output);
+    if (const auto* s = std::get_if<FreeStepIr>(&step)) names.push_back("free " + s->buffer);
+    if (const auto* s = std::get_if<OutputStepIr>(&step)) names.push_back("output " + s->output);
+  }
+  return names;
+}
+
+// An all-to-all as the compiler ordered it on one worker: its receives
+// first, then its sends of a buffer computed before them. The sends move
+// before the first receive; a send of a buffer a receive writes stays after
+// it; sends to the same place keep their order.
+TEST(ScheduleSendsTest, MovesSendsBeforeTheReceivesTheyDoNotDependOn) {
+  const BoxIr b = IrBox({{0, 4}});
+  const int f32 = DTypeToProto(DType::kFloat32);
+  std::vector<StepIr> steps = {
+      Compute(0, ComputeOp::kRelu, {"in/x"}, "y", b),
+      Copy(0, "y", b, 0, "z", b, f32),
+      Recv(0, "z", b, "r1", true, b, f32, 1),
+      Recv(0, "w", b, "r2", false, b, f32, 1),
+      Send(0, "y", b, 1, 0, "s1"),
+      Send(0, "w", b, 1, 0, "s2"),  // reads what r2 wrote: stays after it
+      Send(0, "y", b, 1, 0, "s3"),
+      Free(0, "y"),
+      Send(0, "in/x", b, 1, 0, "s4"),  // an input: never written here
+      Output(0, "z", b, "out"),
+  };
+  EXPECT_THAT(Order(ScheduleSends(steps)),
+              ::testing::ElementsAre("compute y", "copy z", "send s1", "send s3", "send s4",
+                                     "recv r1", "recv r2", "send s2", "free y", "output out"));
+}
+
+TEST(ScheduleSendsTest, LeavesAProgramWithoutReceivesAsItIs) {
+  const BoxIr b = IrBox({{0, 4}});
+  std::vector<StepIr> steps = {Send(0, "in/x", b, 1, 0, "s1"),
+                               Compute(0, ComputeOp::kRelu, {"in/x"}, "y", b),
+                               Send(0, "y", b, 1, 0, "s2"), Output(0, "y", b, "out")};
+  EXPECT_THAT(Order(ScheduleSends(steps)),
+              ::testing::ElementsAre("send s1", "compute y",
+                                     "send s2", "output out"));
 }
 
 }  // namespace

@@ -266,6 +266,7 @@ absl::Status WorkerEngine::AbortParams(absl::string_view model, int64_t generati
 
 absl::Status WorkerEngine::InstallProgram(ProgramIr program) {
   MS_RETURN_IF_ERROR(ValidateProgram(program));
+  program.steps = ScheduleSends(std::move(program.steps));
   auto shared = std::make_shared<const ProgramIr>(std::move(program));
   absl::MutexLock lock(&mu_);
   programs_[shared->program_id] = std::move(shared);

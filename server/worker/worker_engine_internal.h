@@ -133,6 +133,16 @@ struct RunContext {
   int64_t worker_id = -1;
 };
 
+// `steps` with every send moved before the receives it does not depend on:
+// a send goes just before the earliest receive after the last step that
+// writes its source buffer (device, name), or stays where it is. Sends that
+// land before one receive keep their order. The compiler may order a
+// worker's receives of a collective before its sends (an all-to-all over two
+// workers: one receives first, the other sends first), and then each
+// round trip waited for the other worker's whole run up to its sends.
+// Values are unchanged: a send still reads what it read in program order.
+std::vector<StepIr> ScheduleSends(std::vector<StepIr> steps);
+
 // Runs the steps of `program` for one request (the request must have been
 // started on the rendezvous). Returns the output slices.
 absl::StatusOr<std::vector<SliceIr>> RunProgram(const ProgramIr& program,

@@ -73,13 +73,20 @@ class PushDataReactor final : public grpc::ServerReadReactor<DataChunk> {
       Finish(grpc::Status::OK);
       return;
     }
+    // A message holds one chunk, or several whole small slices (`more`).
+    int64_t bytes = 0;
     absl::Status status = worker_->PushChunk(chunk_);
+    bytes += static_cast<int64_t>(chunk_.data().size());
+    for (int i = 0; status.ok() && i < chunk_.more_size(); ++i) {
+      status = worker_->PushChunk(chunk_.more(i));
+      bytes += static_cast<int64_t>(chunk_.more(i).data().size());
+    }
     if (!status.ok()) {
       Finish(ToGrpcStatus(status));
       return;
     }
-    ++chunks_;
-    Metrics().received_bytes.Increment({}, chunk_.data().size());
+    chunks_ += 1 + chunk_.more_size();
+    Metrics().received_bytes.Increment({}, bytes);
     StartRead(&chunk_);
   }
   void OnDone() override { delete this; }

@@ -7,6 +7,7 @@
 #include "common/base/status_util.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
+#include "grpcpp/support/client_callback.h"
 #include "proto/worker_service.grpc.pb.h"
 
 namespace meshserve {
@@ -15,6 +16,21 @@ namespace {
 absl::Status Named(absl::Status s, const char* rpc, const std::string& address) {
   if (s.ok()) return s;
   return absl::Status(s.code(), absl::StrCat(rpc, " on ", address, ": ", s.message()));
+}
+
+void FillExecuteRequest(ExecuteCall call, ExecuteRequest* request) {
+  request->set_program_id(std::move(call.program_id));
+  request->set_request_id(std::move(call.request_id));
+  request->set_deadline_ms(call.deadline_ms);
+  request->set_param_version(call.param_version);
+  for (SliceIr& s : call.inputs) SliceFromIr(&s, request->add_inputs());  // moves bytes
+}
+
+ExecuteResult TakeExecuteResult(ExecuteResponse* response) {
+  ExecuteResult result;
+  result.outputs.reserve(response->outputs_size());
+  for (auto& slice : *response->mutable_outputs()) result.outputs.push_back(SliceToIr(&slice));
+  return result;
 }
 
 // One client-streaming StageParams call; owns its context.
@@ -151,19 +167,38 @@ class GrpcWorkerClient : public WorkerClient {
   absl::StatusOr<ExecuteResult> Execute(ExecuteCall call,
                                         absl::Duration timeout) override {
     ExecuteRequest request;
-    request.set_program_id(call.program_id);
-    request.set_request_id(call.request_id);
-    request.set_deadline_ms(call.deadline_ms);
-    request.set_param_version(call.param_version);
-    for (SliceIr& s : call.inputs) SliceFromIr(&s, request.add_inputs());  // moves bytes
+    FillExecuteRequest(std::move(call), &request);
     ExecuteResponse response;
     absl::Status s = Call(&WorkerService::Stub::Execute, request, &response, timeout, "Execute");
     if (!s.ok()) return s;
-    ExecuteResult result;
-    for (auto& slice : *response.mutable_outputs()) {
-      result.outputs.push_back(SliceToIr(&slice));
-    }
-    return result;
+    return TakeExecuteResult(&response);
+  }
+
+  // The callback API: no thread waits for the call; `done` runs on a gRPC
+  // thread when the response (or the failure) arrives.
+  void ExecuteAsync(ExecuteCall call, absl::Duration timeout, ExecuteDone done) override {
+    struct Pending {
+      grpc::ClientContext context;
+      ExecuteRequest request;
+      ExecuteResponse response;
+      ExecuteDone done;
+    };
+    auto* pending = new Pending;
+    pending->done = std::move(done);
+    FillExecuteRequest(std::move(call), &pending->request);
+    SetDeadline(&pending->context, timeout);
+    // `done` holds the client (coordinator_infer.cc), so address_ outlives the call.
+    stub_->async()->Execute(
+        &pending->context, &pending->request, &pending->response,
+        [pending, this](grpc::Status status) {
+          std::unique_ptr<Pending> owned(pending);
+          absl::Status s = Named(FromGrpcStatus(status), "Execute", address_);
+          if (!s.ok()) {
+            owned->done(std::move(s));
+            return;
+          }
+          owned->done(TakeExecuteResult(&owned->response));
+        });
   }
 
   absl::Status Cancel(const std::string& request_id, const std::string& reason,
