@@ -9,7 +9,9 @@
 // TLS with members of DIR/ca.pem only (common/rpc/grpc_credentials.h); without
 // it the port is plaintext and says so in the "serving on" line.
 // --max_inflight_slice_bytes N bounds the bytes of peers' slices held at once
-// (rendezvous.h). --http_port P serves Prometheus /metrics on P. SIGTERM/SIGINT: a
+// (rendezvous.h). --http_port P serves Prometheus /metrics on P (HTTPS with
+// --tls_dir's member certificate, clients need none; logs "metrics on HOST:P
+// (https)" or "(plaintext)"). SIGTERM/SIGINT: a
 // draining heartbeat; it keeps serving until the coordinator has moved its
 // models away (at most --drain_timeout_s, 60 s by default: the new holders read
 // the params from this worker with ReadParam meanwhile; at once when the
@@ -24,6 +26,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -54,7 +57,8 @@ ABSL_FLAG(std::string, advertise, "",
 ABSL_FLAG(std::string, coordinator, "", "Coordinator HOST:PORT to register with.");
 ABSL_FLAG(int, cores, 0, "Cores this worker may use (0 = all of the machine's).");
 ABSL_FLAG(int, threads, 0, "OpenBLAS threads (0 = cores / 2, at least 1).");
-ABSL_FLAG(int, http_port, 0, "Port serving Prometheus /metrics over HTTP (0 = off).");
+ABSL_FLAG(int, http_port, 0,
+          "Port serving Prometheus /metrics over HTTP (HTTPS with --tls_dir; 0 = off).");
 ABSL_FLAG(int, drain_timeout_s, 60,
           "On SIGTERM, serve (ReadParam for the hand-off of the params) at most this long "
           "while the coordinator moves the models away, then exit.");
@@ -144,6 +148,10 @@ absl::StatusOr<RpcSecurity> SecurityFromFlag() {
   const std::string dir = absl::GetFlag(FLAGS_tls_dir);
   if (dir.empty()) return RpcSecurity::Insecure();
   MS_ASSIGN_OR_RETURN(TlsFiles files, ReadTlsDir(dir, "member"), "--tls_dir");
+  // A key that is not the certificate's: named here, not as gRPC's "cannot listen".
+  MS_RETURN_IF_ERROR(
+      CheckHttpsFiles({absl::StrCat(dir, "/member.pem"), absl::StrCat(dir, "/member.key")}),
+      "--tls_dir");
   return RpcSecurity::Tls(std::move(files));
 }
 
@@ -157,6 +165,23 @@ absl::StatusOr<ShardWorker::Options> WorkerOptionsFromFlags() {
         absl::StrCat("--max_inflight_slice_bytes=", budget, ": ", s.message()));
   }
   return options;
+}
+
+// --http_port: /metrics (the counters of worker_service.cc), HTTPS with
+// --tls_dir's member certificate; null when off.
+absl::StatusOr<std::unique_ptr<HttpEndpoint>> StartMetrics(const std::string& host) {
+  const int port = absl::GetFlag(FLAGS_http_port);
+  if (port <= 0) return nullptr;
+  std::optional<HttpsFiles> https;
+  if (const std::string dir = absl::GetFlag(FLAGS_tls_dir); !dir.empty()) {
+    https = HttpsFiles{absl::StrCat(dir, "/member.pem"), absl::StrCat(dir, "/member.key")};
+  }
+  MS_ASSIGN_OR_RETURN(std::unique_ptr<HttpEndpoint> http,
+                      HttpEndpoint::Create(&GlobalMetricRegistry(), https));
+  MS_RETURN_IF_ERROR(http->Start(host, port));
+  MS_LOG(INFO) << "metrics on " << host << ":" << http->port() << " ("
+               << http->scheme_description() << ")";
+  return http;
 }
 
 int Run() {
@@ -197,12 +222,10 @@ int Run() {
     std::cerr << "meshserve-worker: " << server.status() << "\n";
     return 1;
   }
-  HttpEndpoint http(&GlobalMetricRegistry());  // the counters of worker_service.cc
-  if (absl::GetFlag(FLAGS_http_port) > 0) {
-    if (absl::Status s = http.Start(host, absl::GetFlag(FLAGS_http_port)); !s.ok()) {
-      std::cerr << "meshserve-worker: " << s << "\n";
-      return 1;
-    }
+  absl::StatusOr<std::unique_ptr<HttpEndpoint>> http = StartMetrics(host);
+  if (!http.ok()) {
+    std::cerr << "meshserve-worker: " << http.status() << "\n";
+    return 1;
   }
   const std::string address = AdvertisedAddress(host, server->port);
   service.set_address(address);

@@ -25,6 +25,7 @@ Usage: test_tls.py --bin_dir build/bin [--keep]
 import json
 import os
 import re
+import ssl
 import subprocess
 import sys
 import time
@@ -90,14 +91,14 @@ def linear_request(x):
                                [x.astype(np.float32).tobytes()])
 
 
-def http(method, url, body=None, token=None):
-    """(status, parsed JSON or text) of one HTTP request."""
+def http(method, url, body=None, token=None, context=None):
+    """(status, parsed JSON or text) of one HTTP(S) request (`context`: ssl's)."""
     headers = {"Content-Type": "application/json"}
     if token:
         headers["Authorization"] = "Bearer " + token
     req = urllib.request.Request(url, data=body, headers=headers, method=method)
     try:
-        with urllib.request.urlopen(req, timeout=30) as r:
+        with urllib.request.urlopen(req, timeout=30, context=context) as r:
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
@@ -209,22 +210,24 @@ def run(env):
                    "rc=%d\n%s" % (rc, err)):
             c.close(outputs["y"], reference, "next request: y matches NumPy")
 
-        # REST: token and body limit.
-        base = "http://127.0.0.1:%d" % http_port
+        # REST (HTTPS with --tls_dir, test_https.py): token and body limit.
+        base = "https://127.0.0.1:%d" % http_port
+        ctx = ssl.create_default_context(cafile=os.path.join(certs, "ca.pem"))
         body = json.dumps({"inputs": [{"name": "x", "shape": [16, 32], "datatype": "FP32",
                                        "data": x.ravel().tolist()}]}).encode()
-        st, text = http("POST", base + "/v2/models/linear/infer", body)
+        st, text = http("POST", base + "/v2/models/linear/infer", body, context=ctx)
         c.check(st == 401 and "missing" in text, "REST without token -> 401", "%s %s" % (st, text))
-        st, text = http("POST", base + "/v2/models/linear/infer", body, "nope")
+        st, text = http("POST", base + "/v2/models/linear/infer", body, "nope", context=ctx)
         c.check(st == 401 and "wrong" in text, "REST wrong token -> 401", "%s %s" % (st, text))
-        st, text = http("POST", base + "/v2/models/linear/infer", body, TOKEN)
+        st, text = http("POST", base + "/v2/models/linear/infer", body, TOKEN, context=ctx)
         ok = st == 200
         if c.check(ok, "REST right token -> 200", "%s %s" % (st, text[:300])):
             y = np.array(json.loads(text)["outputs"][0]["data"]).reshape(16, 32)
             c.close(y, reference, "REST infer: y matches NumPy")
-        st, text = http("GET", base + "/v2/health/ready")
+        st, text = http("GET", base + "/v2/health/ready", context=ctx)
         c.check(st == 200, "REST health needs no token", "%s %s" % (st, text))
-        st, text = http("POST", base + "/v2/models/linear/infer", b" " * (LIMIT + 1), TOKEN)
+        st, text = http("POST", base + "/v2/models/linear/infer", b" " * (LIMIT + 1), TOKEN,
+                        context=ctx)
         c.check(st == 413 and str(LIMIT) in text, "REST body over the limit -> 413 naming it",
                 "%s %s" % (st, text[:300]))
 

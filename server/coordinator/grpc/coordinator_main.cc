@@ -8,11 +8,13 @@
 // "meshserve-coordinator ready port=PORT models=N workers=M" (launchers wait
 // for "ready"). With --http_port P it also serves HTTP on P (KServe v2 REST,
 // /metrics, the status page; server/coordinator/http/) and prints
-// "meshserve-coordinator http on HOST:P". Exits cleanly on SIGINT/SIGTERM.
+// "meshserve-coordinator http on HOST:P (https)", or "(plaintext)" without
+// --tls_dir. Exits cleanly on SIGINT/SIGTERM.
 //
 // Security (common/rpc/grpc_credentials.h, grpc/edge_auth.h): insecure by
 // default, and the "listening on" line says so. --tls_dir DIR serves TLS with
-// DIR/member.pem on the client port (client certificates optional), requires
+// DIR/member.pem on the client port and HTTPS on --http_port (client
+// certificates optional on both), requires
 // a member certificate for MembershipService, and dials workers with mutual
 // TLS. --auth_token_file F requires F's token from clients (gRPC and HTTP).
 // --max_request_bytes and --max_tensor_elements bound what a client sends.
@@ -62,7 +64,7 @@ ABSL_FLAG(int, max_concurrent_pushes, meshserve::CoordinatorOptions().max_concur
           "RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, http_port, 0,
           "HTTP port for KServe v2 REST, Prometheus /metrics and the status page at / "
-          "(0: off)");
+          "(HTTPS with --tls_dir's member.pem; 0: off)");
 
 namespace {
 
@@ -83,6 +85,10 @@ absl::StatusOr<Edge> EdgeFromFlags() {
     MS_ASSIGN_OR_RETURN(meshserve::TlsFiles files, meshserve::ReadTlsDir(dir, "member"),
                         "--tls_dir");
     edge.security = meshserve::RpcSecurity::Tls(std::move(files));
+    edge.http.https =
+        meshserve::HttpsFiles{absl::StrCat(dir, "/member.pem"), absl::StrCat(dir, "/member.key")};
+    // A key that is not the certificate's: named here, not as gRPC's "cannot listen".
+    MS_RETURN_IF_ERROR(meshserve::CheckHttpsFiles(*edge.http.https), "--tls_dir");
   }
   meshserve::EdgeOptions& options = edge.server.edge;
   options.tls = edge.security.tls();
@@ -109,7 +115,7 @@ absl::StatusOr<std::unique_ptr<meshserve::CoordinatorHttpServer>> StartHttp(
                                                               absl::GetFlag(FLAGS_http_port),
                                                               options));
   std::cout << "meshserve-coordinator http on " << absl::GetFlag(FLAGS_host) << ":"
-            << http->port() << std::endl;
+            << http->port() << " (" << http->scheme_description() << ")" << std::endl;
   return http;
 }
 

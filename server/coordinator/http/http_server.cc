@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "common/rpc/grpc_credentials.h"
 #include "server/coordinator/http/status_json.h"
 #include "server/coordinator/http/status_page.h"
@@ -30,8 +31,7 @@ CoordinatorHttpServer::CoordinatorHttpServer(Coordinator* coordinator,
                                              CoordinatorHttpOptions options)
     : coordinator_(coordinator),
       options_(std::move(options)),
-      rest_(coordinator, options_.limits),
-      endpoint_(&coordinator->metrics().registry, [this] { RefreshWorkerGauges(); }) {}
+      rest_(coordinator, options_.limits) {}
 
 absl::StatusOr<std::unique_ptr<CoordinatorHttpServer>> CoordinatorHttpServer::Start(
     Coordinator* coordinator, const std::string& host, int port,
@@ -39,9 +39,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorHttpServer>> CoordinatorHttpServer::St
   if (absl::Status valid = ValidateRequestLimits(options.limits); !valid.ok()) return valid;
   std::unique_ptr<CoordinatorHttpServer> server(
       new CoordinatorHttpServer(coordinator, std::move(options)));
+  CoordinatorHttpServer* const self = server.get();
+  MS_ASSIGN_OR_RETURN(server->endpoint_,
+                      HttpEndpoint::Create(&coordinator->metrics().registry,
+                                           server->options_.https,
+                                           [self] { self->RefreshWorkerGauges(); }));
   server->AddGuards();
   server->AddRoutes();
-  absl::Status started = server->endpoint_.Start(host, port);
+  absl::Status started = server->endpoint_->Start(host, port);
   if (!started.ok()) return started;
   return server;
 }
@@ -49,7 +54,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorHttpServer>> CoordinatorHttpServer::St
 void CoordinatorHttpServer::AddRoutes() {
   using Req = const httplib::Request&;
   using Res = httplib::Response&;
-  httplib::Server& s = endpoint_.server();
+  httplib::Server& s = endpoint_->server();
   s.Get("/v2/health/live", [this](Req, Res res) { Send(rest_.Live(), res); });
   s.Get("/v2/health/ready", [this](Req, Res res) { Send(rest_.Ready(), res); });
   s.Get("/v2", [this](Req, Res res) { Send(rest_.ServerMetadata(), res); });
@@ -87,7 +92,7 @@ void CoordinatorHttpServer::AddRoutes() {
 }
 
 void CoordinatorHttpServer::AddGuards() {
-  httplib::Server& s = endpoint_.server();
+  httplib::Server& s = endpoint_->server();
   s.set_payload_max_length(static_cast<size_t>(options_.limits.max_request_bytes));
   if (options_.auth_token.empty()) return;
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {

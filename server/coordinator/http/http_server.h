@@ -13,8 +13,9 @@
 // and /metrics needs "Authorization: Bearer <token>" (401 {"error": ...}
 // saying missing or wrong); a body over limits.max_request_bytes gets 413
 // naming the limit and the Content-Length, an input over the limits 413 too.
-// The HTTP port is plaintext: with TLS on, put it behind a TLS proxy or keep
-// it on a trusted network.
+// With options.https (the coordinator's --tls_dir: DIR/member.pem and
+// DIR/member.key) the port serves HTTPS only (clients need no certificate;
+// the token, if any, still applies); without, plaintext HTTP.
 //
 // Thread-safety: handlers run on cpp-httplib's threads and call the
 // thread-safe Coordinator; Start/Stop from the owner's thread. The
@@ -23,6 +24,7 @@
 #define MESHSERVE_SERVER_COORDINATOR_HTTP_HTTP_SERVER_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -36,16 +38,21 @@ namespace meshserve {
 struct CoordinatorHttpOptions {
   std::string auth_token;  // non-empty: required (see the top of the file)
   RequestLimits limits;
+  std::optional<HttpsFiles> https;  // set: HTTPS with this identity
 };
 
 class CoordinatorHttpServer {
  public:
-  // Serves on host:port (0: any free port). \error kUnavailable (port taken).
+  // Serves on host:port (0: any free port). \error kUnavailable (port taken);
+  // for options.https, HttpEndpoint::Create's (a bad certificate or key file).
   static absl::StatusOr<std::unique_ptr<CoordinatorHttpServer>> Start(
       Coordinator* coordinator, const std::string& host, int port,
       CoordinatorHttpOptions options = {});
-  int port() const { return endpoint_.port(); }
-  void Stop() { endpoint_.Stop(); }
+  int port() const { return endpoint_->port(); }
+  bool https() const { return endpoint_->https(); }
+  // "https" or "plaintext", for the start-up line.
+  const char* scheme_description() const { return endpoint_->scheme_description(); }
+  void Stop() { endpoint_->Stop(); }
 
  private:
   CoordinatorHttpServer(Coordinator* coordinator, CoordinatorHttpOptions options);
@@ -58,7 +65,7 @@ class CoordinatorHttpServer {
   Coordinator* const coordinator_;
   const CoordinatorHttpOptions options_;
   const RestHandlers rest_;
-  HttpEndpoint endpoint_;
+  std::unique_ptr<HttpEndpoint> endpoint_;  // set by Start
 };
 
 }  // namespace meshserve
