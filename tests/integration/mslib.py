@@ -530,9 +530,10 @@ class Traffic:
     """`clients` threads sending batch-1 requests in a loop until stop();
     outcomes are collected as (time, code, detail)."""
 
-    def __init__(self, client, clients=4, timeout=30):
+    def __init__(self, client, clients=4, timeout=30, width=64):
         self.client = client
         self.timeout = timeout
+        self.width = width  # columns of x
         self.outcomes = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -544,7 +545,8 @@ class Traffic:
     def _loop(self, i):
         rng = np.random.default_rng(100 + i)
         while not self._stop.is_set():
-            x = rng.standard_normal((1 + int(rng.integers(0, 3)), 64)).astype(np.float32)
+            x = rng.standard_normal((1 + int(rng.integers(0, 3)), self.width)).astype(
+                np.float32)
             code, detail = self.client.infer(x, timeout=self.timeout)
             with self._lock:
                 self.outcomes.append((time.time(), code, detail))
