@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -31,6 +32,10 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   }
   if (options.replicas != 0 && options.replicas != 1) {
     return InvalidArgument("replicas must be 0 or 1, got ", options.replicas);
+  }
+  if (options.forget_dead_after < absl::ZeroDuration()) {
+    return InvalidArgument("forget_dead_after must not be negative, got ",
+                           absl::FormatDuration(options.forget_dead_after));
   }
   if (options.heartbeat_interval <= absl::ZeroDuration()) {
     return InvalidArgument("heartbeat interval must be positive, got ",
@@ -146,6 +151,28 @@ void Coordinator::Tick() {
   ProbeSuspects();
   PlaceModels();
   UnloadRetired();
+  ForgetDeparted();
+}
+
+void Coordinator::ForgetDeparted() {
+  std::set<int64_t> in_use;
+  {
+    absl::MutexLock lock(&mu_);
+    auto add = [&in_use](const Placement& p) {
+      for (const auto& [id, address] : p.worker_addresses) in_use.insert(id);
+      for (const auto& [id, devices] : p.replica_devices_by_worker) in_use.insert(id);
+    };
+    for (const auto& [name, entry] : models_) {
+      if (entry.placement != nullptr) add(*entry.placement);
+    }
+    for (const auto& p : retired_) add(*p);
+  }
+  for (int64_t id : registry_.ForgetDead(absl::Now(), options_.forget_dead_after,
+                                         [&in_use](int64_t id) { return in_use.count(id) > 0; })) {
+    MS_LOG(INFO) << "worker " << id << " forgotten: dead for "
+                 << absl::FormatDuration(options_.forget_dead_after)
+                 << " and no placement uses it";
+  }
 }
 
 void Coordinator::ProbeSuspects() {

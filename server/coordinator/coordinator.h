@@ -111,6 +111,9 @@ struct CoordinatorOptions {
   int min_workers = 1;  // a model's first placement waits for this many live workers
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   int missed_beats = 3;
+  // A dead worker that no placement uses is forgotten this long after its
+  // last beat (status stops listing it).
+  absl::Duration forget_dead_after = absl::Seconds(30);
   absl::Duration load_timeout = absl::Seconds(300);
   absl::Duration install_timeout = absl::Seconds(30);
   absl::Duration execute_timeout = absl::Seconds(120);  // default per request
@@ -283,6 +286,8 @@ class Coordinator {
                           const std::function<absl::Status()>& commit)
       ABSL_LOCKS_EXCLUDED(control_mu_, mu_);
   void UnloadRetired() ABSL_EXCLUSIVE_LOCKS_REQUIRED(control_mu_);
+  // Forgets dead workers that no placement (current or retired) uses.
+  void ForgetDeparted() ABSL_EXCLUSIVE_LOCKS_REQUIRED(control_mu_);
   absl::StatusOr<std::shared_ptr<WorkerClient>> Client(int64_t worker_id,
                                                        const std::string& address);
   // The model of a loaded, servable model.

@@ -84,8 +84,10 @@ InferRequest FixedRequest() {
 class CoordinatorTest : public ::testing::Test {
  protected:
   void StartCoordinator(bool control_thread = false,
-                        absl::Duration heartbeat = absl::Milliseconds(500)) {
+                        absl::Duration heartbeat = absl::Milliseconds(500),
+                        absl::Duration forget_dead_after = absl::Seconds(30)) {
     CoordinatorOptions options;
+    options.forget_dead_after = forget_dead_after;
     options.model_dir = MakeModelDir();
     options.run_control_thread = control_thread;
     options.heartbeat_interval = heartbeat;
@@ -334,6 +336,55 @@ TEST_F(CoordinatorTest, DeadWorkerIsReplacedAfterMissedHeartbeats) {
   KeepBeating({w0, w1});
   coordinator_->Tick();
   EXPECT_GT(Generation("fixed"), g2);
+}
+
+TEST_F(CoordinatorTest, DepartedWorkerIsForgottenOnceNoPlacementUsesIt) {
+  StartCoordinator(/*control_thread=*/false, absl::Milliseconds(100),
+                   /*forget_dead_after=*/absl::Seconds(3));
+  const int64_t w0 = AddWorker(0), w1 = AddWorker(1);
+  KeepBeating({w0, w1});
+  coordinator_->Tick();
+  ASSERT_EQ(coordinator_->registry().AllWorkers().size(), 2u);
+  // w1 drains (SIGTERM), its devices move to w0, then it exits (goes silent).
+  ASSERT_TRUE(coordinator_->Heartbeat(w1, /*draining=*/true));
+  KeepBeating({w0});
+  coordinator_->Tick();
+  absl::SleepFor(absl::Milliseconds(400));
+  coordinator_->Tick();
+  EXPECT_FALSE(coordinator_->registry().IsAlive(w1));
+  EXPECT_EQ(coordinator_->registry().AllWorkers().size(), 2u) << "listed until forget_dead_after";
+  absl::SleepFor(absl::Seconds(3));
+  coordinator_->Tick();
+  std::vector<WorkerInfo> all = coordinator_->registry().AllWorkers();
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].worker_id, w0);
+  EXPECT_OK(coordinator_->Infer(FixedRequest()).status());
+  // The same process coming back re-registers (its heartbeat is refused first).
+  EXPECT_FALSE(coordinator_->Heartbeat(w1, false));
+  ASSERT_OK_AND_ASSIGN(int64_t again,
+                       coordinator_->RegisterWorker("127.0.0.1:9001", 2, 1 << 30, w1));
+  EXPECT_EQ(again, w1);
+}
+
+TEST_F(CoordinatorTest, DeadWorkerStillInAPlacementIsNotForgotten) {
+  // Only worker: it dies, and no other worker can take its devices, so the
+  // placement keeps naming it; it must stay listed (dead) however long.
+  StartCoordinator(/*control_thread=*/false, absl::Milliseconds(100),
+                   /*forget_dead_after=*/absl::ZeroDuration());
+  const int64_t w0 = AddWorker(0);
+  coordinator_->Tick();
+  ASSERT_OK_AND_ASSIGN(ModelStatus fixed, coordinator_->GetModelStatus("fixed"));
+  ASSERT_NE(fixed.placement, nullptr);
+  absl::SleepFor(absl::Milliseconds(500));
+  coordinator_->Tick();
+  coordinator_->Tick();
+  EXPECT_FALSE(coordinator_->registry().IsAlive(w0));
+  ASSERT_OK_AND_ASSIGN(fixed, coordinator_->GetModelStatus("fixed"));
+  if (fixed.placement != nullptr && fixed.placement->worker_addresses.count(w0)) {
+    EXPECT_EQ(coordinator_->registry().AllWorkers().size(), 1u);
+  } else {
+    EXPECT_TRUE(coordinator_->registry().AllWorkers().empty());
+  }
 }
 
 TEST_F(CoordinatorTest, DrainingWorkerGetsNoDevices) {

@@ -7,7 +7,11 @@
 // is older than `missed_beats * heartbeat_interval` is dead. A worker can also
 // be marked dead at once (e.g. after a failed probe) and comes back to life
 // when it heartbeats or registers again. A draining worker stays alive (it may
-// finish requests) but gets no new devices.
+// finish requests) but gets no new devices. A worker dead for longer than
+// `forget_after` (since its last beat) that no placement uses any more is
+// forgotten (it left, or
+// its replacement took over), so a cluster that scales down does not list
+// its departed workers for ever.
 //
 // Every change to the set of live, non-draining workers bumps `epoch()`, so
 // the coordinator's control loop knows when to compute new placements.
@@ -61,6 +65,25 @@ class WorkerRegistry {
 
   // Marks workers whose last beat is too old as dead; returns their ids.
   std::vector<int64_t> ExpireDead(absl::Time now);
+
+  // Forgets dead workers whose last beat is older than `now - after` and for which `in_use(id)` is
+  // false; returns their ids. Does not change `epoch()` (dead workers were
+  // never placement candidates).
+  template <typename InUse>
+  std::vector<int64_t> ForgetDead(absl::Time now, absl::Duration after, InUse in_use) {
+    std::vector<int64_t> forgotten;
+    absl::MutexLock lock(&mu_);
+    for (auto it = workers_.begin(); it != workers_.end();) {
+      const WorkerInfo& info = it->second;
+      if (!info.alive && now - info.last_heartbeat > after && !in_use(info.worker_id)) {
+        forgotten.push_back(info.worker_id);
+        it = workers_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return forgotten;
+  }
 
   // Marks a worker suspect (a request saw it fail) / dead (a probe failed).
   void MarkSuspect(int64_t worker_id);

@@ -32,6 +32,29 @@ TEST(WorkerRegistryTest, RegisterKeepsIdsAndExpiresSilentWorkers) {
   EXPECT_EQ(adopted, 42);
 }
 
+TEST(WorkerRegistryTest, ForgetDeadDropsOnlyLongDeadUnusedWorkers) {
+  WorkerRegistry r(absl::Milliseconds(100), 3);
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  ASSERT_OK_AND_ASSIGN(int64_t a, r.Register("h:1", 1, 0, -1, t0));
+  ASSERT_OK_AND_ASSIGN(int64_t b, r.Register("h:2", 1, 0, -1, t0));
+  ASSERT_OK_AND_ASSIGN(int64_t c, r.Register("h:3", 1, 0, -1, t0));
+  const absl::Time t1 = t0 + absl::Seconds(1);
+  r.Heartbeat(a, false, t1);
+  EXPECT_THAT(r.ExpireDead(t1), ElementsAre(b, c));
+  const int64_t epoch = r.epoch();
+  auto uses_c = [c](int64_t id) { return id == c; };
+  EXPECT_TRUE(r.ForgetDead(t0 + absl::Seconds(10), absl::Seconds(10), uses_c).empty())
+      << "not dead for long enough";
+  EXPECT_THAT(r.ForgetDead(t0 + absl::Seconds(11), absl::Seconds(10), uses_c), ElementsAre(b));
+  EXPECT_EQ(r.AllWorkers().size(), 2u);
+  EXPECT_EQ(r.epoch(), epoch);
+  EXPECT_TRUE(r.ForgetDead(t0 + absl::Seconds(60), absl::Seconds(10), uses_c).empty())
+      << "c is still in a placement; a is alive";
+  EXPECT_FALSE(r.Heartbeat(b, false, t1)) << "a forgotten worker must register again";
+  ASSERT_OK_AND_ASSIGN(int64_t b2, r.Register("h:2", 1, 0, b, t1));
+  EXPECT_EQ(b2, b);
+}
+
 TEST(WorkerRegistryTest, DrainingAndSuspects) {
   WorkerRegistry r(absl::Milliseconds(100), 3);
   const absl::Time t0 = absl::Now();

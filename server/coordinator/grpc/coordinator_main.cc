@@ -42,6 +42,9 @@ ABSL_FLAG(std::string, host, "127.0.0.1", "address to bind (0.0.0.0 in container
 ABSL_FLAG(std::string, model_dir, "", "directory of *.json model files");
 ABSL_FLAG(int, min_workers, 1, "placement waits for this many live workers");
 ABSL_FLAG(int, heartbeat_ms, 500, "worker heartbeat interval; 3 missed = dead");
+ABSL_FLAG(int, forget_dead_after_s, 30,
+          "seconds after its last heartbeat when a dead worker that no placement uses is "
+          "dropped from membership and status");
 ABSL_FLAG(int, replicas, 1,
           "copies of every param box kept on a second worker (0 or 1; 0 turns replicas "
           "off, leaving a pushed model unrecoverable if a worker dies)");
@@ -127,10 +130,16 @@ absl::StatusOr<meshserve::CoordinatorOptions> OptionsFromFlags() {
   options.min_workers = absl::GetFlag(FLAGS_min_workers);
   options.replicas = absl::GetFlag(FLAGS_replicas);
   options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
+  options.forget_dead_after = absl::Seconds(absl::GetFlag(FLAGS_forget_dead_after_s));
   options.max_inflight_per_model = absl::GetFlag(FLAGS_max_inflight_per_model);
   options.max_concurrent_pushes = absl::GetFlag(FLAGS_max_concurrent_pushes);
   if (options.model_dir.empty()) {
     return absl::InvalidArgumentError("--model_dir is required");
+  }
+  if (absl::GetFlag(FLAGS_forget_dead_after_s) < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--forget_dead_after_s=", absl::GetFlag(FLAGS_forget_dead_after_s),
+                     " must not be negative"));
   }
   if (options.max_inflight_per_model < 1) {
     return absl::InvalidArgumentError(
