@@ -49,6 +49,10 @@ absl::Status Unavailable(const Parts&... parts) {
   return absl::UnavailableError(absl::StrCat(parts...));
 }
 template <typename... Parts>
+absl::Status ResourceExhausted(const Parts&... parts) {
+  return absl::ResourceExhaustedError(absl::StrCat(parts...));
+}
+template <typename... Parts>
 absl::Status Internal(const Parts&... parts) {
   return absl::InternalError(absl::StrCat(parts...));
 }

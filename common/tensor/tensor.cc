@@ -12,6 +12,7 @@
 #include <malloc.h>
 #include <sys/mman.h>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
@@ -64,12 +65,22 @@ struct BufferHeader {
 };
 static_assert(sizeof(BufferHeader) <= kHeader, "header fits");
 
-size_t PoolCapBytes() {
+absl::StatusOr<size_t> ParsePoolCap() {
   const char* env = std::getenv("MESHSERVE_TENSOR_POOL_MIB");
   if (env == nullptr || *env == '\0') return size_t{2048} << 20;
-  char* end = nullptr;
-  const unsigned long long mib = std::strtoull(env, &end, 10);
-  return (end != nullptr && *end == '\0') ? static_cast<size_t>(mib) << 20 : size_t{2048} << 20;
+  int64_t mib = 0;
+  if (!absl::SimpleAtoi(env, &mib) || mib < 0 || mib > (int64_t{1} << 30)) {
+    return InvalidArgument("MESHSERVE_TENSOR_POOL_MIB='", env,
+                           "' is not a whole number of MiB between 0 and 2^30");
+  }
+  return static_cast<size_t>(mib) << 20;
+}
+
+// Bad values are reported by TensorPoolCapBytes() (workers check it at
+// start); here, where no caller can be told, they keep the default.
+size_t PoolCapBytes() {
+  absl::StatusOr<size_t> cap = ParsePoolCap();
+  return cap.ok() ? *cap : size_t{2048} << 20;
 }
 
 class BufferPool {
@@ -107,6 +118,7 @@ class BufferPool {
     madvise(base, length, MADV_HUGEPAGE);  // advice only: errors ignored
     return base;
   }
+  size_t cap() const { return cap_; }
   void Give(char* base, size_t length) {
     std::vector<std::pair<char*, size_t>> drop;
     {
@@ -174,6 +186,27 @@ const bool kMallocTuned = [] {
 }();
 
 }  // namespace
+
+absl::StatusOr<int64_t> TensorPoolCapBytes() {
+  MS_ASSIGN_OR_RETURN(size_t cap, ParsePoolCap());
+  return static_cast<int64_t>(cap);
+}
+
+absl::Status PrefaultTensorPool(int64_t bytes) {
+  BufferPool& pool = BufferPool::Get();
+  if (bytes < 0 || static_cast<uint64_t>(bytes) > pool.cap()) {
+    return InvalidArgument("cannot prefault ", bytes, " bytes: the tensor pool keeps at most ",
+                           pool.cap(), " (MESHSERVE_TENSOR_POOL_MIB)");
+  }
+  if (bytes == 0) return absl::OkStatus();
+  const size_t length = (static_cast<size_t>(bytes) + kPageBytes - 1) / kPageBytes * kPageBytes;
+  bool fresh = false;
+  char* base = pool.Take(length, &fresh);
+  if (base == nullptr) return ResourceExhausted("cannot map ", length, " bytes to prefault");
+  for (size_t i = 0; i < length; i += 4096) base[i] = 0;  // zero already: a write faults it in
+  pool.Give(base, length);
+  return absl::OkStatus();
+}
 
 void Tensor::FreeDeleter::operator()(char* p) const {
   auto* header = reinterpret_cast<BufferHeader*>(p - kHeader);

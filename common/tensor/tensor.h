@@ -152,6 +152,19 @@ class Tensor {
 // float -> bfloat16/float16 rounds to nearest even). Same dtype: a copy.
 absl::StatusOr<Tensor> ConvertDType(const Tensor& x, DType to);
 
+// The buffer pool (tensor.cc): buffers of 4 MiB and more are recycled in a
+// process-wide pool that keeps at most MESHSERVE_TENSOR_POOL_MIB (default
+// 2048) MiB free. The cap in bytes, or kInvalidArgument naming a value that
+// is not a whole number of MiB.
+absl::StatusOr<int64_t> TensorPoolCapBytes();
+
+// Maps `bytes` (rounded up to 2 MiB) of buffer memory, touches every page and
+// leaves it free in the pool, so that the first big tensors a process makes
+// do not pay the first touch of fresh memory (a worker that joins a cluster
+// calls it before it registers). kInvalidArgument if `bytes` is negative or
+// above the pool's cap; kResourceExhausted if the memory cannot be mapped.
+absl::Status PrefaultTensorPool(int64_t bytes);
+
 // A tensor holding the sub-box `box` of a global array (see file comment).
 struct BoxTensor {
   Box box;

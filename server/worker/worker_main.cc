@@ -40,10 +40,12 @@
 #include "common/base/flags_usage.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
+#include "common/base/status_util.h"
 #include "common/base/thread_pool.h"
 #include "common/metrics/http_endpoint.h"
 #include "common/rpc/grpc_credentials.h"
 #include "common/tensor/blas.h"
+#include "common/tensor/tensor.h"
 #include "server/worker/grpc_peer_transport.h"
 #include "server/worker/membership_client.h"
 #include "server/worker/shard_worker.h"
@@ -66,6 +68,10 @@ ABSL_FLAG(int64_t, max_inflight_slice_bytes,
           meshserve::Rendezvous::Options().max_inflight_slice_bytes,
           "Bytes of peers' slices this worker holds at once for the requests in flight; a "
           "slice that does not fit fails its request with RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, prefault_mib, 0,
+          "MiB of tensor memory to map and touch before registering, kept in the tensor pool "
+          "(at most MESHSERVE_TENSOR_POOL_MIB): a worker joining a running cluster then takes "
+          "its shards without paying the first touch of fresh memory (0 = off).");
 ABSL_FLAG(std::string, tls_dir, "",
           "Directory with ca.pem, member.pem and member.key (scripts/make-dev-certs.sh): "
           "serve and dial with mutual TLS, accepting only members of that CA (empty: "
@@ -184,6 +190,16 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> StartMetrics(const std::string& ho
   return http;
 }
 
+// Checks MESHSERVE_TENSOR_POOL_MIB and touches --prefault_mib of pool memory.
+absl::Status PrefaultFromFlags() {
+  MS_RETURN_IF_ERROR(TensorPoolCapBytes().status());
+  const int64_t mib = absl::GetFlag(FLAGS_prefault_mib);
+  if (mib < 0 || mib > (int64_t{1} << 30)) {
+    return InvalidArgument("--prefault_mib=", mib, " must be between 0 and 2^30");
+  }
+  return AnnotateStatus(PrefaultTensorPool(mib << 20), "--prefault_mib=", mib);
+}
+
 int Run() {
   const int machine_cores = std::max(1u, std::thread::hardware_concurrency());
   const int cores = absl::GetFlag(FLAGS_cores) > 0 ? absl::GetFlag(FLAGS_cores) : machine_cores;
@@ -205,8 +221,9 @@ int Run() {
     return 2;
   }
   absl::StatusOr<ShardWorker::Options> worker_options = WorkerOptionsFromFlags();
-  if (!worker_options.ok()) {
-    std::cerr << "meshserve-worker: " << worker_options.status().message() << "\n";
+  const absl::Status flags = worker_options.ok() ? PrefaultFromFlags() : worker_options.status();
+  if (!flags.ok()) {
+    std::cerr << "meshserve-worker: " << flags.message() << "\n";
     return 2;
   }
   GrpcPeerTransport::Options transport_options;

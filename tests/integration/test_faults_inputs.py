@@ -75,6 +75,16 @@ def slice_budget(env):
     c.check(bad.returncode == 2 and "--max_inflight_slice_bytes=0" in bad.stderr,
             "budget: a worker refuses --max_inflight_slice_bytes=0 naming the flag and value",
             "    rc %s: %s" % (bad.returncode, bad.stderr[-300:]))
+    worker = os.path.join(env.bin_dir, "meshserve-worker")
+    for args, env_extra, want in (
+            (["--prefault_mib", "-3"], {}, "--prefault_mib=-3"),
+            (["--prefault_mib", "8"], {"MESHSERVE_TENSOR_POOL_MIB": "4"}, "--prefault_mib=8"),
+            ([], {"MESHSERVE_TENSOR_POOL_MIB": "lots"}, "MESHSERVE_TENSOR_POOL_MIB='lots'")):
+        bad = subprocess.run([worker] + args, capture_output=True, text=True, timeout=60,
+                             env=dict(os.environ, **env_extra))
+        c.check(bad.returncode == 2 and want in bad.stderr,
+                "memory flags: a worker with %s %s exits 2 naming %s" % (args, env_extra, want),
+                "    rc %s: %s" % (bad.returncode, bad.stderr[-300:]))
     cl = BudgetCluster(env.bin_dir, 2, model_dir, os.path.join(env.root, "logs-budget"),
                        worker_args=["--max_inflight_slice_bytes", str(SLICE_BUDGET)])
     try:
