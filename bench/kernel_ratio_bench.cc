@@ -69,8 +69,10 @@ std::vector<double> Interleaved(const std::vector<std::function<void()>>& fns, i
 // The kernel DotGeneral picks (dot_general.cc UseSmallM), "f32 / bf16".
 std::string PathName(int64_t m) {
   const std::string small = std::string("small-M ") + SmallMIsaName(DefaultSmallMIsa());
-  const std::string f32 = m == 1 ? "sgemv" : (m <= kSmallMMaxFloat32 ? small : "sgemm");
-  const std::string bf16 = m <= kSmallMMaxBFloat16 ? small : "panels+sgemm";
+  const SmallMIsa isa = DefaultSmallMIsa();
+  const std::string f32 =
+      m == 1 ? "sgemv" : (m <= SmallMMaxRows(DType::kFloat32, isa) ? small : "sgemm");
+  const std::string bf16 = m <= SmallMMaxRows(DType::kBFloat16, isa) ? small : "panels+sgemm";
   return f32 + " / " + bf16;
 }
 
@@ -143,7 +145,7 @@ int main(int argc, char** argv) {
   std::printf("| M | K | N | path | ours ms | GFLOP/s | sgemm ms | vs sgemm | sgemv ms | "
               "vs sgemv | bf16 ms | bf16/f32 |\n"
               "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-  for (int64_t m : {1, 4, 8, 16, 64, 1024}) {
+  for (int64_t m : {1, 4, 8, 16, 32, 64, 128, 1024}) {
     if (m < min_m || m > max_m) continue;
     meshserve::Row(m, 2048, 8192);
     meshserve::Row(m, 8192, 2048);

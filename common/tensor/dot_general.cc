@@ -1,7 +1,7 @@
 // DotGeneral and Linear (see kernels.h). The kernel is chosen by the local
 // shape, per batch [M, K] x [K, N]:
 //   M = 1, float32 weights            cblas_sgemv (streams the weight once)
-//   M <= 8 float32 weights, M <= 16 bfloat16 weights
+//   M <= 16 (AVX-512; else 8) float32 weights, M <= 128 bfloat16 weights
 //                                     GemmSmallM (gemm_small_m.h: streams the
 //                                     weight once for all rows, bf16 read as bf16)
 //   other non-float32 weights in place  widened by panels, cblas_sgemm
@@ -174,13 +174,18 @@ void GemmWideningRhsByPanels(const Operand& a, int64_t B, int64_t M, int64_t K,
 
 // Whether SmallMDot takes an [M, K] x [K, N] product: one row always (sgemv
 // or, for bf16, GemmSmallM); up to the measured crossovers of
-// gemm_small_m.h for float32 weights, or bf16 weights used in place. Other
+// gemm_small_m.h (SmallMMaxRows) for float32 weights, or bf16 weights used in place. Other
 // weight dtypes in place keep the widening-by-panels path.
 bool UseSmallM(int64_t M, DType rhs_dtype, bool rhs_in_place) {
   const bool f32_or_bf16 = rhs_dtype == DType::kFloat32 || rhs_dtype == DType::kBFloat16;
   if (M == 1) return f32_or_bf16 || !rhs_in_place;
-  if (rhs_dtype == DType::kBFloat16 && rhs_in_place) return M <= kSmallMMaxBFloat16;
-  if (rhs_dtype == DType::kFloat32 || !rhs_in_place) return M <= kSmallMMaxFloat32;
+  const SmallMIsa isa = DefaultSmallMIsa();
+  if (rhs_dtype == DType::kBFloat16 && rhs_in_place) {
+    return M <= SmallMMaxRows(DType::kBFloat16, isa);
+  }
+  if (rhs_dtype == DType::kFloat32 || !rhs_in_place) {
+    return M <= SmallMMaxRows(DType::kFloat32, isa);
+  }
   return false;
 }
 

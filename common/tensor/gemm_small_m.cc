@@ -67,7 +67,7 @@ namespace gemm_avx2 {
 struct Ops {
   using V = __m256;
   static constexpr int kLanes = 8;
-  static constexpr int kNaturalMR = 6, kNaturalNR = 2;
+  static constexpr int kNaturalMR = 4, kNaturalNR = 3;
   static constexpr int kTransposedMR = 2, kTransposedNR = 4;
   static V Zero() { return _mm256_setzero_ps(); }
   static V Load(const float* p) { return _mm256_loadu_ps(p); }

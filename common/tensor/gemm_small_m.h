@@ -19,15 +19,18 @@
 // order). vdpbf16ps (AVX512_BF16) is not used: it would round the activations
 // to bfloat16 (relative error 2^-9 per product).
 //
-// Natural layout, per block of 256 register tiles of columns (4096 for
-// AVX2): the block's M x width piece of C accumulates in a local buffer
-// (row stride padded off a power of two, so rows do not share cache sets);
-// the weight rows are streamed 8 at a time (16 when M > 8), each a contiguous
-// run of the block's columns, prefetched one chunk ahead. Each register tile
-// (MR rows x NR vectors) reads its weights from memory for the first MR
-// rows and leaves them widened in a small L1 buffer for the other row
-// groups, so memory sees each weight element once. A is copied k-major per
-// row group (M x K floats) so a tile's broadcasts read one contiguous run.
+// Natural layout, per block of 64 register tiles of columns (3072 for
+// AVX-512, 1024 for AVX2): the block's M x width piece of C accumulates in a
+// local buffer (row stride padded off a power of two, so rows do not share
+// cache sets); the weight rows are streamed 8 at a time (64 when M > 8), each
+// a contiguous run of the block's columns, prefetched one chunk ahead. Each
+// register tile (MR rows x NR vectors: 8 x 3 zmm for AVX-512, 4 x 3 ymm for
+// AVX2) reads its weights from memory for the first MR rows and leaves them
+// widened in a small L1 buffer for the other row groups, so memory sees each
+// weight element once. A block's last columns take a tile of fewer vectors;
+// only the last (< one vector) columns of a range run a scalar loop. A is
+// copied k-major per row group (M x K floats) so a tile's broadcasts read one
+// contiguous run.
 // Transposed layout: each group of NR weight rows is dotted with every
 // activation row (MR at a time) over contiguous K; the NR rows stay in L1/L2.
 // Work is O(M N K) multiply-adds; extra memory O(M K + M * 4096) floats.
@@ -53,13 +56,6 @@
 
 namespace meshserve {
 
-// The largest M for which DotGeneral picks this kernel over cblas_sgemm, by
-// weight dtype (measured crossovers, docs/kernels.md; the kernel itself is
-// correct for any M). bf16 weights otherwise take the widening-by-panels path,
-// which costs far more than float32.
-constexpr int64_t kSmallMMaxFloat32 = 8;
-constexpr int64_t kSmallMMaxBFloat16 = 16;
-
 enum class SmallMIsa { kPortable, kAvx2, kAvx512 };
 
 const char* SmallMIsaName(SmallMIsa isa);
@@ -70,6 +66,19 @@ bool SmallMIsaSupported(SmallMIsa isa);
 SmallMIsa CappedSmallMIsa(absl::string_view cap);
 // CappedSmallMIsa(MESHSERVE_GEMM_ISA), read once.
 SmallMIsa DefaultSmallMIsa();
+
+// The largest M for which DotGeneral picks this kernel with `isa`, by
+// weight dtype (measured crossovers, docs/kernels.md; the kernel itself is
+// correct for any M): float32 weights against cblas_sgemm, 16 rows with
+// AVX-512 (8 x 3-vector tiles), 8 otherwise; bfloat16 weights against
+// widening by panels + cblas_sgemm, 128 rows.
+constexpr int64_t kSmallMMaxFloat32Avx512 = 16;
+constexpr int64_t kSmallMMaxFloat32 = 8;
+constexpr int64_t kSmallMMaxBFloat16 = 128;
+inline int64_t SmallMMaxRows(DType weights, SmallMIsa isa) {
+  if (weights == DType::kBFloat16) return kSmallMMaxBFloat16;
+  return isa == SmallMIsa::kAvx512 ? kSmallMMaxFloat32Avx512 : kSmallMMaxFloat32;
+}
 
 // The weight operand: `data` holds K * N elements of `dtype` (kFloat32 or
 // kBFloat16) in layout [K, N], or [N, K] when `transposed`.

@@ -106,12 +106,32 @@ TEST(GemmSmallMTest, EveryIsaLayoutAndDtypeMatchesNaiveOnOddSizes) {
   for (SmallMIsa isa : SupportedIsas()) {
     for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
       for (bool transposed : {false, true}) {
-        for (int64_t m : {1, 2, 3, 7, 8, 15, 16, 17, 33}) {
+        for (int64_t m : {1, 2, 3, 7, 8, 15, 16, 17, 33, 64, 129}) {
           SCOPED_TRACE(::testing::Message() << SmallMIsaName(isa) << " " << DTypeName(dtype)
                                             << (transposed ? " [N,K]" : " [K,N]") << " M=" << m);
-          // K spans a K-chunk boundary (128) and vector tails; N has a tile tail.
+          // K spans the K-chunk boundaries (8, 64) and vector tails; N has a tile tail.
           ExpectMatchesNaive(MakeProblem(m, 131, 67, transposed, dtype, &rng), 1, isa);
           ExpectMatchesNaive(MakeProblem(m, 5, 3, transposed, dtype, &rng), 1, isa);
+        }
+      }
+    }
+  }
+}
+
+TEST(GemmSmallMTest, NarrowTilesAndScalarColumnsAtEveryEdge) {
+  // N around tile (2-3 vectors) and vector widths, so blocks end in a
+  // narrower tile (1 or 2 vectors) and/or a scalar tail; N = 2048 + 40 and
+  // 3072 + 40 put that tile after whole blocks (1024 columns for AVX2 and
+  // portable, 3072 for AVX-512). M across the row-group (6 / 8) and K-chunk
+  // (8 rows for M <= 8, 64 above) edges.
+  std::mt19937 rng(15);
+  for (SmallMIsa isa : SupportedIsas()) {
+    for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+      for (int64_t n : {8, 16, 24, 31, 32, 40, 47, 48, 63, 95, 2088, 3112}) {
+        for (int64_t m : {1, 6, 8, 9, 65}) {
+          SCOPED_TRACE(::testing::Message() << SmallMIsaName(isa) << " " << DTypeName(dtype)
+                                            << " M=" << m << " N=" << n);
+          ExpectMatchesNaive(MakeProblem(m, n > 100 ? 9 : 131, n, false, dtype, &rng), 1, isa);
         }
       }
     }

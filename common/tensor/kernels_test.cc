@@ -190,10 +190,11 @@ TEST(DotGeneralTest, NarrowWeightsAreWidenedByPanels) {
 }
 
 TEST(DotGeneralTest, EveryShapeClassMatchesNaive) {
-  // M = 1 (sgemv), 2..16 (GemmSmallM), 17 and 33 (sgemm); weights float32 or
-  // bfloat16, in [K, N] and transposed [N, K], odd N and K; lhs transposed too.
+  // M = 1 (sgemv), 2..16 (GemmSmallM), 17 and up (sgemm) for float32 weights;
+  // bfloat16 weights: GemmSmallM up to 128, widening by panels at 129. In
+  // [K, N] and transposed [N, K], odd N and K; lhs transposed too.
   std::mt19937 rng(8);
-  for (int64_t m : {1, 2, 3, 7, 8, 15, 16, 17, 33}) {
+  for (int64_t m : {1, 2, 3, 7, 8, 15, 16, 17, 33, 127, 128, 129}) {
     for (DType wt : {DType::kFloat32, DType::kBFloat16}) {
       SCOPED_TRACE(::testing::Message() << "M=" << m << " " << DTypeName(wt));
       const Tensor x = Random(DType::kFloat32, {m, 37}, &rng);
@@ -209,7 +210,7 @@ TEST(DotGeneralTest, EveryShapeClassMatchesNaive) {
 TEST(DotGeneralTest, BatchedSmallMAndPermutedWeights) {
   std::mt19937 rng(9);
   for (DType wt : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
-    for (int64_t m : {1, 5}) {
+    for (int64_t m : {1, 5, 40}) {
       SCOPED_TRACE(::testing::Message() << "M=" << m << " " << DTypeName(wt));
       // 'bmk,bkn->bmn' and 'bmk,bnk->bmn' (weights in place), 'bmk,kbn->bmn' (permuted).
       const Tensor x = Random(DType::kFloat32, {3, m, 19}, &rng);
@@ -224,15 +225,17 @@ TEST(DotGeneralTest, BatchedSmallMAndPermutedWeights) {
 }
 
 TEST(DotGeneralTest, WideningBlocksSplitKAndN) {
-  // M = 20 takes the widening path for bf16 and f16 weights; K = 1100 is three
-  // row blocks (512, 512, 76: beta = 1 after the first), N = 600 two column blocks.
+  // M = 20 (f16) and 130 (bf16: above kSmallMMaxBFloat16) take the widening
+  // path; K = 1100 is three row blocks (512, 512, 76: beta = 1 after the
+  // first), N = 600 two column blocks.
   std::mt19937 rng(10);
   for (DType wt : {DType::kBFloat16, DType::kFloat16}) {
     SCOPED_TRACE(std::string(DTypeName(wt)));
-    const Tensor x = Random(DType::kFloat32, {20, 1100}, &rng);
+    const int64_t m = wt == DType::kBFloat16 ? 130 : 20;
+    const Tensor x = Random(DType::kFloat32, {m, 1100}, &rng);
     ExpectDotMatches(x, Random(wt, {1100, 600}, &rng), {1}, {0}, {}, {});
     ExpectDotMatches(x, Random(wt, {600, 1100}, &rng), {1}, {1}, {}, {});
-    ExpectDotMatches(Random(DType::kFloat32, {1100, 20}, &rng), Random(wt, {1100, 600}, &rng),
+    ExpectDotMatches(Random(DType::kFloat32, {1100, m}, &rng), Random(wt, {1100, 600}, &rng),
                      {0}, {0}, {}, {});
   }
 }
