@@ -215,12 +215,30 @@ def rows_and_targets(np_res, sw, tiny):
 
 
 WHY = {
-    "SwiGLU": "Batch-1/8 latency on 2 workers: each worker's local GEMMs (sgemv at batch 1, the streaming small-M kernel at batch 8, docs/kernels.md) plus the per-request overhead that the tiny model shows too (next rows: the Execute fan-out and the rounds of peer transfers).",
-    "tiny": "Per-request cost is the coordinator's validation, plan lookup, one Execute RPC per worker (gRPC callback API), the peer transfers and the assembly; the echo shows the floor of one gRPC round trip here. linear's plan all-gathers x and then all-to-alls y over its 8 devices on 2 workers: two rounds of transfers, each one PushData stream per peer carrying the round's slices in one message (sends are scheduled before the receives they do not depend on). On a loaded 2-core machine each thread wake-up on the path (gRPC poller -> worker pool -> step loop, per round) costs 0.1-0.3 ms, and the 16-in-flight figure is bounded by CPU (gRPC and kernel time, perf record). What would close it: fewer wake-ups per request (long-lived peer streams, running a tiny model's program on one worker, a callback server for ModelInfer) and an idle machine.",
-    "batching": "Batching executes one concatenated request per batch; on 2 shared cores the "
-                "gain is bounded by the batch's GEMM cost growing with its rows (at f32, "
-                "sgemm at M=16 costs more than 1x M=1).",
-    "bf16": 'bf16 weights are read as bf16 and widened in registers (docs/kernels.md: 0.57-0.66x of f32 at the kernel level on this AVX2 machine); end to end the same per-request overhead as the f32 model is added to both sides, which lifts the ratio.',
+    "SwiGLU": "Batch-1/8 latency on 2 workers: each worker's local GEMMs (sgemv at batch 1, "
+              "GemmSmallM up to M=16 f32 / 128 bf16, docs/kernels.md) plus the per-request "
+              "overhead that the tiny model shows too (next rows). A perf profile of a worker "
+              "at batch 8 before the column-tail fix of the small-M kernel had 84% of its "
+              "samples in that kernel; at batch 1 the overhead (about 2 ms, as the tiny "
+              "model's) is most of the gap to NumPy.",
+    "tiny": "Per request each worker does about 30 context switches (counted from "
+            "/proc/PID/task/*/status over 1000 requests: 29-31 per worker, 6 in the "
+            "coordinator), nearly all on gRPC's callback threads (`nexting_thread`): the "
+            "Execute call, the hop to the worker pool, and per round of peer transfers a "
+            "PushData stream's start, write, half-close and finish on both ends. On this VM "
+            "a switch is a paravirtualised IRQ enable (`pvm_irq_enable`: 38% of a worker's "
+            "samples in perf), so each worker spends ~1.7 ms of CPU per tiny request. "
+            "What would close it: long-lived peer streams (one write and one read per "
+            "round), running Execute on the callback thread when the program has no "
+            "receives, or a tiny model's program on one worker.",
+    "batching": "Batching executes one concatenated request per batch; the gain is bounded "
+                "by the batch's GEMM cost growing with its rows and by the per-request "
+                "overhead of the split and assembly, and on 2 cores the 16 clients, the "
+                "coordinator and both workers share the CPU.",
+    "bf16": "bf16 weights are read as bf16 and widened in registers (docs/kernels.md: "
+            "0.67-0.71x of f32 at M=1 and 0.82-0.88x at M=64 at the kernel level); end to "
+            "end the same per-request overhead as the f32 model (about 2 ms) is added to "
+            "both sides, which lifts the batch-1 ratio.",
 }
 
 
