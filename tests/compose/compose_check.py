@@ -163,7 +163,8 @@ def main():
         seed_kernel = mslib.init_params(json.load(f))["kernel"].astype(np.float64)
     new_kernel32 = (np.random.default_rng(11).standard_normal((32, 32)) / 4).astype(np.float32)
     new_kernel = new_kernel32.astype(np.float64)
-    x = np.random.default_rng(5).standard_normal((3, 32)).astype(np.float32)
+    # linear's x is P('data') over its 8 devices: the rows must divide by 8.
+    x = np.random.default_rng(5).standard_normal((8, 32)).astype(np.float32)
     tmp = tempfile.mkdtemp(prefix="compose-check-")
     figures = {}
     try:
@@ -195,7 +196,7 @@ def main():
                 "%s %s" % (code, detail))
 
         traffic = mslib.Traffic(PushedClient(client, new_kernel, seed_kernel), clients=3,
-                                width=32)
+                                width=32, row_multiple=8)
         time.sleep(1)
         start = time.time()
         rc, out = compose.run("up", "-d", "--scale", "worker=8", "--no-recreate", timeout=600)

@@ -527,13 +527,14 @@ class LinClient:
 
 
 class Traffic:
-    """`clients` threads sending batch-1 requests in a loop until stop();
-    outcomes are collected as (time, code, detail)."""
+    """`clients` threads sending small requests (1-3 times `row_multiple` rows)
+    in a loop until stop(); outcomes are collected as (time, code, detail)."""
 
-    def __init__(self, client, clients=4, timeout=30, width=64):
+    def __init__(self, client, clients=4, timeout=30, width=64, row_multiple=1):
         self.client = client
         self.timeout = timeout
         self.width = width  # columns of x
+        self.row_multiple = row_multiple  # rows of x divide by it (a sharded batch dim)
         self.outcomes = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -545,8 +546,8 @@ class Traffic:
     def _loop(self, i):
         rng = np.random.default_rng(100 + i)
         while not self._stop.is_set():
-            x = rng.standard_normal((1 + int(rng.integers(0, 3)), self.width)).astype(
-                np.float32)
+            rows = self.row_multiple * (1 + int(rng.integers(0, 3)))
+            x = rng.standard_normal((rows, self.width)).astype(np.float32)
             code, detail = self.client.infer(x, timeout=self.timeout)
             with self._lock:
                 self.outcomes.append((time.time(), code, detail))
