@@ -264,11 +264,15 @@ void Coordinator::PlaceModel(const std::string& name, const ModelFile& model,
                   << plan.status();
     absl::MutexLock lock(&mu_);
     ModelEntry& entry = models_[name];
-    if (absl::IsDataLoss(plan.status())) {
+    if (absl::IsDataLoss(plan.status()) && current != nullptr) {
       entry.error = plan.status();  // never serve re-initialised pushed weights
     } else {
+      // With nothing served yet (a restarted coordinator adopting what the
+      // workers hold), the missing holders may not have re-registered yet:
+      // wait, and ask every live worker again on the next attempt.
       entry.placement_error = plan.status();
       entry.next_attempt = absl::Now() + options_.placement_retry_backoff;
+      if (current == nullptr) entry.asked_workers = false;
     }
     return;
   }
