@@ -7,8 +7,19 @@ if docker image inspect debian:bookworm-slim >/dev/null 2>&1; then
   echo "debian:bookworm-slim already present"; exit 0
 fi
 command -v debootstrap >/dev/null || apt-get install -y -qq debootstrap
-# The mirror: $MIRROR if set, else the first URIs: of the machine's own apt
-# sources (deb822), else the first `deb` line of sources.list. No fallback host.
+# The mirror: $MIRROR if set, else the URIs: of the first stanza of the
+# machine's own apt sources (deb822) whose Suites: has bookworm (a third-party
+# source listed first is skipped), else the first URIs: at all, else the first
+# `deb` line of sources.list. No fallback host.
+if [ -z "${MIRROR:-}" ]; then
+  MIRROR=$(awk '
+    function flush() { if (!done && uri != "" && suite) { print uri; done = 1 } uri = ""; suite = 0 }
+    FNR == 1 { flush() }
+    /^[[:space:]]*$/ { flush(); next }
+    $1 == "URIs:" { uri = $2 }
+    $1 == "Suites:" { for (i = 2; i <= NF; i++) if ($i == "bookworm") suite = 1 }
+    END { flush() }' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
+fi
 if [ -z "${MIRROR:-}" ]; then
   MIRROR=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
 fi
