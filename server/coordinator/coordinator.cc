@@ -159,7 +159,7 @@ void Coordinator::ForgetDeparted() {
   {
     absl::MutexLock lock(&mu_);
     auto add = [&in_use](const Placement& p) {
-      for (const auto& [id, address] : p.worker_addresses) in_use.insert(id);
+      for (int64_t id : p.WorkerIds()) in_use.insert(id);
       for (const auto& [id, devices] : p.replica_devices_by_worker) in_use.insert(id);
     };
     for (const auto& [name, entry] : models_) {
