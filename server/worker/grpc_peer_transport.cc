@@ -16,26 +16,58 @@
 
 namespace meshserve {
 
+namespace {
+
+void FillChunk(const OutgoingSlice& slice, int64_t offset, int64_t n, DataChunk* chunk) {
+  chunk->set_request_id(slice.request_id);
+  chunk->set_tag(slice.tag);
+  chunk->set_dst_device(slice.dst_device);
+  chunk->set_total_bytes(static_cast<int64_t>(slice.bytes.size()));
+  chunk->set_src_worker(slice.src_worker);
+  chunk->set_dtype(static_cast<decltype(chunk->dtype())>(slice.dtype));
+  chunk->set_offset(offset);
+  chunk->set_data(slice.bytes.data() + offset, n);
+}
+
+}  // namespace
+
 GrpcPeerTransport::GrpcPeerTransport(Options options) : options_(options) {}
 
 GrpcPeerTransport::~GrpcPeerTransport() {
-  // Streams end on their own (acknowledged, failed or past their deadline),
-  // as the blocking sender threads' streams once did.
+  // PushData streams end on their own (acknowledged, failed or past their
+  // deadline); peer streams are long-lived and are cancelled.
+  std::vector<std::shared_ptr<PeerStream>> streams;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    for (auto& [worker, peer] : peers_) {
+      if (peer.stream != nullptr) streams.push_back(std::move(peer.stream));
+    }
+  }
+  // Outside mu_: a cancel may run the stream's OnDone (StreamEnded) inline.
+  for (const std::shared_ptr<PeerStream>& stream : streams) stream->Cancel();
+  streams.clear();
   absl::MutexLock lock(&mu_);
-  stopping_ = true;
-  auto all_ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return active_.empty(); };
+  auto all_ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return active_.empty() && open_streams_ == 0;
+  };
   mu_.Await(absl::Condition(&all_ended));
 }
 
 void GrpcPeerTransport::UpdatePeers(const std::map<int64_t, std::string>& addresses) {
-  absl::MutexLock lock(&mu_);
-  for (const auto& [worker, address] : addresses) {
-    Peer& peer = peers_[worker];
-    if (peer.address != address) {
-      peer.address = address;
-      peer.stub.reset();
+  std::vector<std::shared_ptr<PeerStream>> replaced;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [worker, address] : addresses) {
+      Peer& peer = peers_[worker];
+      if (peer.address != address) {
+        peer.address = address;
+        peer.stub.reset();
+        if (peer.stream != nullptr) replaced.push_back(std::move(peer.stream));
+      }
     }
   }
+  for (const std::shared_ptr<PeerStream>& stream : replaced) stream->Cancel();
 }
 
 absl::StatusOr<std::pair<std::shared_ptr<WorkerService::Stub>, std::string>>
@@ -143,18 +175,6 @@ class GrpcPeerTransport::PushCall final : public grpc::ClientWriteReactor<DataCh
     }
   }
 
-  static void FillChunk(const OutgoingSlice& slice, int64_t offset, int64_t n,
-                        DataChunk* chunk) {
-    chunk->set_request_id(slice.request_id);
-    chunk->set_tag(slice.tag);
-    chunk->set_dst_device(slice.dst_device);
-    chunk->set_total_bytes(static_cast<int64_t>(slice.bytes.size()));
-    chunk->set_src_worker(slice.src_worker);
-    chunk->set_dtype(static_cast<decltype(chunk->dtype())>(slice.dtype));
-    chunk->set_offset(offset);
-    chunk->set_data(slice.bytes.data() + offset, n);
-  }
-
   GrpcPeerTransport* const transport_;
   std::shared_ptr<WorkerService::Stub> stub_;
   std::vector<Job> batch_;
@@ -194,8 +214,68 @@ void GrpcPeerTransport::SendAll(std::vector<Job> jobs) {
     batches.back().push_back(std::move(job));
   }
   for (auto& [peer, batches] : streams) {
-    for (std::vector<Job>& batch : batches) StartPush(std::move(batch));
+    for (std::vector<Job>& batch : batches) {
+      int64_t bytes = 0;
+      for (const Job& job : batch) bytes += static_cast<int64_t>(job.slice.bytes.size());
+      if (options_.peer_streams && bytes <= options_.chunk_bytes) {
+        SendOnStream(peer, std::move(batch));
+      } else {
+        StartPush(std::move(batch));
+      }
+    }
   }
+}
+
+void GrpcPeerTransport::SendOnStream(int64_t dst, std::vector<Job> batch) {
+  DataChunk message;
+  std::vector<DoneCallback> done;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const OutgoingSlice& slice = batch[i].slice;
+    FillChunk(slice, 0, static_cast<int64_t>(slice.bytes.size()),
+              i == 0 ? &message : message.add_more());
+    done.push_back(std::move(batch[i].done));
+  }
+  const int64_t slices = static_cast<int64_t>(batch.size());
+  // A stream that ended since it was looked up is replaced once; a second
+  // failure to queue is the peer's state (unreachable, shutting down).
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    absl::StatusOr<std::shared_ptr<PeerStream>> stream = StreamFor(dst);
+    if (!stream.ok()) {
+      for (DoneCallback& callback : done) callback(stream.status());
+      return;
+    }
+    if ((*stream)->Enqueue(message, done)) {
+      absl::MutexLock lock(&mu_);
+      chunks_sent_ += slices;
+      slices_sent_ += slices;
+      return;
+    }
+  }
+  const absl::Status ended = Unavailable("worker ", dst, ": peer stream ended while queueing");
+  for (DoneCallback& callback : done) callback(ended);
+}
+
+absl::StatusOr<std::shared_ptr<PeerStream>> GrpcPeerTransport::StreamFor(int64_t worker) {
+  MS_ASSIGN_OR_RETURN(auto stub_and_address, StubFor(worker));
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return absl::CancelledError("peer transport shutting down");
+  Peer& peer = peers_[worker];
+  if (peer.stream == nullptr) {
+    ++open_streams_;
+    ++streams_opened_;
+    peer.stream = PeerStream::Start(
+        std::move(stub_and_address.first),
+        absl::StrCat("worker ", worker, " at ", stub_and_address.second),
+        options_.chunk_bytes, [this, worker](PeerStream* ended) { StreamEnded(worker, ended); });
+  }
+  return peer.stream;
+}
+
+void GrpcPeerTransport::StreamEnded(int64_t worker, PeerStream* stream) {
+  absl::MutexLock lock(&mu_);
+  auto it = peers_.find(worker);
+  if (it != peers_.end() && it->second.stream.get() == stream) it->second.stream.reset();
+  --open_streams_;
 }
 
 void GrpcPeerTransport::StartPush(std::vector<Job> batch) {
@@ -263,6 +343,7 @@ absl::Status GrpcPeerTransport::ReadParam(int64_t worker, const ReadParamIr& req
   // UNAVAILABLE before any byte arrived. Then it is tried once more, waiting
   // for the connection (at most kConnectGrace, within the deadline).
   constexpr absl::Duration kConnectGrace = absl::Seconds(10);
+  absl::Status first_unavailable;
   for (int attempt = 0;; ++attempt) {
     grpc::ClientContext context;
     absl::Time until = deadline;
@@ -288,7 +369,15 @@ absl::Status GrpcPeerTransport::ReadParam(int64_t worker, const ReadParamIr& req
     }
     grpc::Status status = reader->Finish();
     if (!sink_status.ok()) return AnnotateStatus(sink_status, peer);
-    if (status.error_code() == grpc::StatusCode::UNAVAILABLE && !any && attempt == 0) continue;
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE && !any && attempt == 0) {
+      first_unavailable = FromGrpcStatus(status);
+      continue;
+    }
+    if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && !any && attempt > 0) {
+      // No connection on the retry either: the peer is gone (a SIGKILLed
+      // worker), not slow. Its first error says so.
+      return AnnotateStatus(first_unavailable, peer, " (no connection on a retry either)");
+    }
     if (!status.ok()) return AnnotateStatus(FromGrpcStatus(status), peer);
     return absl::OkStatus();
   }

@@ -1,4 +1,5 @@
-// PeerTransport over gRPC: WorkerService.PushData client streams.
+// PeerTransport over gRPC: WorkerService.PushData client streams and a
+// long-lived WorkerService.PeerStream per peer for small rounds.
 //
 // Per peer (worker id -> address, from LoadModelRequest.worker_addresses) one
 // channel (common/rpc/channel.h: large messages, low reconnect backoff) and one
@@ -16,7 +17,14 @@
 // stream per peer; one blocking stream per slice on 4 sender threads
 // serialised its requests (~9 ms), and the hop to a sender thread and a
 // blocking Write per chunk cost ~0.3 ms per round on a loaded 2-core machine.
-// Each `done` gets OK when the receiver acknowledged the whole stream, else
+// A round whose slices for a peer fit in one chunk goes instead, as one
+// message, on the long-lived PeerStream to that peer (peer_stream.h; opened on
+// first use, replaced when it ends or the peer's address changes): one write
+// and one read per round where a PushData stream costs a dozen callbacks
+// (a tiny model's request: two such rounds per worker). Its `done` gets OK
+// when the message is written; a chunk the receiver rejects fails the request
+// there (its receives report the reason).
+// Each PushData `done` gets OK when the receiver acknowledged the whole stream, else
 // the stream's status converted with FromGrpcStatus and prefixed with the peer
 // ("worker 3 at 127.0.0.1:5001: ..."): kUnavailable when the peer cannot be
 // reached, kDeadlineExceeded past the deadline, or the receiver's rejection
@@ -26,8 +34,9 @@
 // ReadParam opens one WorkerService.ReadParam stream on the caller's thread
 // and hands each ParamChunk to the sink; errors carry the same peer prefix.
 //
-// Thread-safety: thread-safe. The destructor waits for the streams in flight
-// to end (acknowledged, failed, or past their deadline); sends that start
+// Thread-safety: thread-safe. The destructor cancels the peer streams and
+// waits for them and the PushData streams in flight to end (acknowledged,
+// failed, or past their deadline); sends that start
 // while it runs fail at once with kCancelled.
 #ifndef MESHSERVE_SERVER_WORKER_GRPC_PEER_TRANSPORT_H_
 #define MESHSERVE_SERVER_WORKER_GRPC_PEER_TRANSPORT_H_
@@ -46,6 +55,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/rpc/channel.h"
 #include "proto/worker_service.grpc.pb.h"
+#include "server/worker/peer_stream.h"
 #include "server/worker/peer_transport.h"
 
 namespace meshserve {
@@ -55,6 +65,9 @@ class GrpcPeerTransport : public PeerTransport {
   struct Options {
     int64_t chunk_bytes = int64_t{1} << 20;
     int64_t max_batch_bytes = int64_t{4} << 20;
+    // A round's slices for one peer that fit in one chunk go on the long-lived
+    // PeerStream to that peer (peer_stream.h) instead of a PushData stream.
+    bool peer_streams = true;
     // Peer channels (RpcSecurity::MemberChannelOptions with --tls_dir).
     ChannelOptions channel;
   };
@@ -80,10 +93,17 @@ class GrpcPeerTransport : public PeerTransport {
   struct Peer {
     std::string address;
     std::shared_ptr<WorkerService::Stub> stub;  // created on first use
+    std::shared_ptr<PeerStream> stream;         // opened on first small round
   };
   class PushCall;  // one PushData stream (grpc_peer_transport.cc)
   // Starts one stream carrying `batch` (all for one peer).
   void StartPush(std::vector<Job> batch);
+  // Queues `batch` (one message's worth, all for `dst`) on dst's PeerStream.
+  void SendOnStream(int64_t dst, std::vector<Job> batch);
+  // dst's open PeerStream, started when there is none.
+  absl::StatusOr<std::shared_ptr<PeerStream>> StreamFor(int64_t worker);
+  // A PeerStream's on_end: forgets it (a later round opens a new one).
+  void StreamEnded(int64_t worker, PeerStream* stream);
   // Called by a PushCall when its stream ended (before its jobs' `done`).
   void PushEnded(PushCall* call, int64_t chunks, int64_t slices);
   // The stub of `worker` (creating the channel), and its address.
@@ -97,7 +117,8 @@ class GrpcPeerTransport : public PeerTransport {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   int64_t chunks_sent_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t slices_sent_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t streams_opened_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t streams_opened_ ABSL_GUARDED_BY(mu_) = 0;  // PushData and PeerStream
+  int64_t open_streams_ ABSL_GUARDED_BY(mu_) = 0;    // PeerStreams not yet ended
 };
 
 }  // namespace meshserve

@@ -101,13 +101,13 @@ std::vector<float> SeedW(const BoxIr& box) {
 // Stages `values` of `box` in chunks of `chunk_bytes`.
 absl::Status Stage(WorkerEngine& engine, int64_t version, const std::string& param,
                    const BoxIr& box, const std::vector<float>& values,
-                   int64_t chunk_bytes = 1 << 20) {
+                   int64_t chunk_bytes = 1 << 20, int64_t stream_epoch = -1) {
   const std::string bytes = Bytes(values);
   int64_t offset = 0;
   do {
     StageChunkIr chunk{"pm", 1, version, param, box, static_cast<int64_t>(bytes.size()),
                        offset, bytes.substr(offset, chunk_bytes)};
-    absl::StatusOr<int64_t> staged = engine.StageParams(chunk);
+    absl::StatusOr<int64_t> staged = engine.StageParams(chunk, stream_epoch);
     if (!staged.ok()) return staged.status();
     offset += *staged;
   } while (offset < static_cast<int64_t>(bytes.size()));
@@ -414,8 +414,20 @@ TEST(ParamStagingTest, OverlapsGapsAndBadChunksAreRefused) {
   EXPECT_THAT(Read(engine, 1, 2, "w", kTop),
               StatusIs(absl::StatusCode::kNotFound, "neither resident nor being staged"));
   ASSERT_OK(engine.AbortParams("pm", 1, 2));
+  // A stream that began before an abort (a cancelled push whose chunks are
+  // still arriving) cannot stage into that version any more; a stream that
+  // began after it (the next push) can, and other versions are not affected.
+  const int64_t before = engine.StagingEpoch();
+  ASSERT_OK(engine.StageParams(chunk("w", tail, 48, 0, 8), before).status());
+  ASSERT_OK(engine.AbortParams("pm", 1, 2));
+  EXPECT_THAT(engine.StageParams(chunk("w", tail, 48, 8, 8), before),
+              StatusIs(absl::StatusCode::kAborted, "version 2 was aborted while this stream"));
+  StageChunkIr other = chunk("w", tail, 48, 0, 8);
+  other.version = 3;
+  ASSERT_OK(engine.StageParams(other, before).status());
+  ASSERT_OK(engine.AbortParams("pm", 1, 3));
   // After the abort the same version can be pushed again from scratch.
-  ASSERT_OK(Stage(engine, 2, "w", kTop, Pattern(kTop, 3)));
+  ASSERT_OK(Stage(engine, 2, "w", kTop, Pattern(kTop, 3), 1 << 20, engine.StagingEpoch()));
   ASSERT_OK(engine.CommitParams(Commit(2, {"w"})).status());
   EXPECT_EQ(ReadFloats(engine, 1, 2, "w", kTop), Pattern(kTop, 3));
   ASSERT_OK(engine.AbortParams("pm", 1, 2));  // drops the resident version too

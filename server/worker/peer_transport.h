@@ -16,8 +16,13 @@
 // work and returns), so a worker's step loop never waits for a send; `done` may
 // run on any thread (or inline, before Send returns, for an immediate failure).
 //
+// `done(OK)` may also mean "written to the peer's connection" (a transport
+// whose channel carries no acknowledgement, GrpcPeerTransport's PeerStream):
+// the receiver then reports a slice it rejects by failing that request itself.
+//
 // Implementations: InMemoryTransport (workers in one process, tests) and
-// GrpcPeerTransport (WorkerService.PushData streams of ~1 MiB DataChunks).
+// GrpcPeerTransport (WorkerService.PushData streams of ~1 MiB DataChunks, and
+// a long-lived PeerStream per peer for small rounds).
 //
 // ReadParam is the other direction and blocks: a worker loading or committing
 // params (LoadModelRequest.sources, CommitParamsRequest.fills) reads a box of a

@@ -255,11 +255,14 @@ absl::StatusOr<Rendezvous::Received> Rendezvous::Receive(absl::string_view reque
 }
 
 void Rendezvous::Cancel(absl::string_view request_id, absl::string_view reason) {
+  Fail(request_id,
+       absl::AbortedError(absl::StrCat("request '", request_id, "' cancelled: ", reason)));
+}
+
+void Rendezvous::Fail(absl::string_view request_id, absl::Status status) {
   absl::MutexLock lock(&mu_);
   std::string id(request_id);
-  absl::Status status = absl::AbortedError(
-      absl::StrCat("request '", request_id, "' cancelled: ", reason));
-  auto [it, inserted] = done_.try_emplace(id, status);
+  auto [it, inserted] = done_.try_emplace(id, std::move(status));
   if (inserted) {
     RememberLocked(id);
   } else if (it->second.ok()) {

@@ -108,6 +108,9 @@ class Rendezvous {
   // Fails the request's pending and future receives with kAborted naming
   // `reason`; drops its slices. Works before, during and after the request.
   void Cancel(absl::string_view request_id, absl::string_view reason);
+  // As Cancel, failing them with `error` itself (not OK): a chunk delivered
+  // on a shared peer stream that the rendezvous rejected.
+  void Fail(absl::string_view request_id, absl::Status error);
 
   // Drops the request's remaining slices; later chunks for it are dropped.
   void FinishRequest(absl::string_view request_id);

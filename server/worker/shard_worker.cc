@@ -57,8 +57,8 @@ absl::StatusOr<ParamBytes> ShardWorker::ReadParam(const ReadParamRequest& reques
   return engine_.ReadParam(ReadParamToIr(request));
 }
 
-absl::StatusOr<int64_t> ShardWorker::StageChunk(StageParamChunk* chunk) {
-  return engine_.StageParams(StageChunkToIr(chunk));
+absl::StatusOr<int64_t> ShardWorker::StageChunk(StageParamChunk* chunk, int64_t stream_epoch) {
+  return engine_.StageParams(StageChunkToIr(chunk), stream_epoch);
 }
 
 absl::Status ShardWorker::CommitParams(const CommitParamsRequest& request,

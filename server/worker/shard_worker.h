@@ -92,10 +92,16 @@ class ShardWorker {
   // One chunk of a peer's slice (WorkerService.PushData).
   absl::Status PushChunk(const DataChunk& chunk);
   void Cancel(const CancelRequest& request);
+  // Fails `request_id`'s receives here with `error` (a rejected chunk of a
+  // shared PeerStream, which has no stream of its own to fail).
+  void FailRequest(const std::string& request_id, absl::Status error) {
+    engine_.Fail(request_id, std::move(error));
+  }
   // Params as state (WorkerEngine::ReadParam / StageParams / CommitParams /
   // AbortParams). StageChunk moves the chunk's data out and returns its bytes.
   absl::StatusOr<ParamBytes> ReadParam(const ReadParamRequest& request) const;
-  absl::StatusOr<int64_t> StageChunk(StageParamChunk* chunk);
+  absl::StatusOr<int64_t> StageChunk(StageParamChunk* chunk, int64_t stream_epoch = -1);
+  int64_t StagingEpoch() const { return engine_.StagingEpoch(); }
   absl::Status CommitParams(const CommitParamsRequest& request, CommitParamsResponse* response);
   absl::Status AbortParams(const AbortParamsRequest& request);
   // Fills everything but `address` (which the service knows).

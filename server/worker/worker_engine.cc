@@ -167,8 +167,23 @@ absl::StatusOr<ParamBytes> WorkerEngine::ReadParam(const ReadParamIr& request) c
   return CellBytes(held->second.cells[i], box);
 }
 
-absl::StatusOr<int64_t> WorkerEngine::StageParams(const StageChunkIr& chunk) {
+int64_t WorkerEngine::StagingEpoch() const {
+  absl::ReaderMutexLock lock(&stage_mu_);
+  return staging_epoch_;
+}
+
+absl::StatusOr<int64_t> WorkerEngine::StageParams(const StageChunkIr& chunk,
+                                                  int64_t stream_epoch) {
   if (chunk.version <= 0) return InvalidArgument("stage into version ", chunk.version);
+  absl::ReaderMutexLock stage(&stage_mu_);
+  if (stream_epoch >= 0) {
+    auto aborted = aborted_at_.find(std::make_tuple(chunk.model, chunk.generation, chunk.version));
+    if (aborted != aborted_at_.end() && aborted->second > stream_epoch) {
+      return absl::AbortedError(absl::StrCat(
+          "staging of model '", chunk.model, "' generation ", chunk.generation, " version ",
+          chunk.version, " was aborted while this stream was open"));
+    }
+  }
   std::shared_ptr<const LoadedModel> newest;
   {
     absl::MutexLock lock(&mu_);
@@ -254,7 +269,11 @@ absl::StatusOr<CommitResultIr> WorkerEngine::CommitParams(const CommitParamsIr& 
 absl::Status WorkerEngine::AbortParams(absl::string_view model, int64_t generation,
                                        int64_t version) {
   if (version <= 0) return InvalidArgument("abort of version ", version);
-  store_->Drop(model, generation, version);
+  {
+    absl::WriterMutexLock stage(&stage_mu_);
+    aborted_at_[std::make_tuple(std::string(model), generation, version)] = ++staging_epoch_;
+    store_->Drop(model, generation, version);
+  }
   absl::MutexLock lock(&mu_);
   auto it = models_.find(ModelKey(std::string(model), generation));
   if (it != models_.end()) {

@@ -48,6 +48,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -132,8 +133,14 @@ class WorkerEngine {
   // Stages one chunk of a push (param_store.h) into version chunk.version of
   // (model, generation), on the geometry of its newest resident version.
   // Returns the chunk's data bytes. \error kNotFound when (model, generation)
-  //   is not resident; kAlreadyExists when that version is; ParamStore::Stage's.
-  absl::StatusOr<int64_t> StageParams(const StageChunkIr& chunk);
+  //   is not resident; kAlreadyExists when that version is; ParamStore::Stage's;
+  //   kAborted when that version's staging was aborted (AbortParams) after
+  //   `stream_epoch` (StagingEpoch() when the chunk's stream began; -1: no
+  //   check), so that a chunk still in flight from a cancelled push cannot
+  //   land in the staging of the next push of the same version.
+  absl::StatusOr<int64_t> StageParams(const StageChunkIr& chunk, int64_t stream_epoch = -1);
+  // Counts AbortParams calls (see StageParams).
+  int64_t StagingEpoch() const;
 
   // Fetches `fills` (ReadParam, peers in parallel) into the staging, checks
   // coverage and makes (model, generation, version) resident (see
@@ -165,6 +172,10 @@ class WorkerEngine {
   void Cancel(absl::string_view request_id, absl::string_view reason) {
     rendezvous_.Cancel(request_id, reason);
   }
+  // Fails them with `error` (Rendezvous::Fail).
+  void Fail(absl::string_view request_id, absl::Status error) {
+    rendezvous_.Fail(request_id, std::move(error));
+  }
 
   WorkerStatusIr Status() const;
 
@@ -192,6 +203,14 @@ class WorkerEngine {
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<ModelKey, Versions> models_ ABSL_GUARDED_BY(mu_);
+  // Staging vs AbortParams: chunks stage under a reader lock, an abort drops
+  // the staging under the writer lock and records its epoch for the key.
+  mutable absl::Mutex stage_mu_;
+  int64_t staging_epoch_ ABSL_GUARDED_BY(stage_mu_) = 0;
+  // (model, generation, version) -> the epoch of its last abort; one entry
+  // per aborted version.
+  absl::flat_hash_map<std::tuple<std::string, int64_t, int64_t>, int64_t> aborted_at_
+      ABSL_GUARDED_BY(stage_mu_);
   // Lock order: mu_, then the store's.
   std::unique_ptr<ParamStore> store_;
   absl::flat_hash_map<std::string, std::shared_ptr<const ProgramIr>> programs_

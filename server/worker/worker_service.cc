@@ -98,6 +98,39 @@ class PushDataReactor final : public grpc::ServerReadReactor<DataChunk> {
   int64_t chunks_ = 0;
 };
 
+// Receives a long-lived PeerStream: each message as PushData's. A chunk the
+// rendezvous rejects fails its request here with that error (the receives
+// report it: e.g. kResourceExhausted over the slice budget); the
+// stream, shared by other requests, goes on.
+class PeerStreamReactor final : public grpc::ServerBidiReactor<DataChunk, PushAck> {
+ public:
+  explicit PeerStreamReactor(ShardWorker* worker) : worker_(worker) { StartRead(&chunk_); }
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // the sender ended the stream (or it broke)
+      Finish(grpc::Status::OK);
+      return;
+    }
+    int64_t bytes = static_cast<int64_t>(chunk_.data().size());
+    Deliver(chunk_);
+    for (const DataChunk& more : chunk_.more()) {
+      bytes += static_cast<int64_t>(more.data().size());
+      Deliver(more);
+    }
+    Metrics().received_bytes.Increment({}, bytes);
+    StartRead(&chunk_);
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  void Deliver(const DataChunk& chunk) {
+    absl::Status status = worker_->PushChunk(chunk);
+    if (!status.ok()) worker_->FailRequest(chunk.request_id(), std::move(status));
+  }
+
+  ShardWorker* const worker_;
+  DataChunk chunk_;
+};
+
 // Streams one box of a held param in ParamChunks (an empty box: one chunk).
 class ReadParamReactor final : public grpc::ServerWriteReactor<ParamChunk> {
  public:
@@ -150,7 +183,7 @@ class ReadParamReactor final : public grpc::ServerWriteReactor<ParamChunk> {
 class StageParamsReactor final : public grpc::ServerReadReactor<StageParamChunk> {
  public:
   StageParamsReactor(ShardWorker* worker, StageParamsResponse* response)
-      : worker_(worker), response_(response) {
+      : worker_(worker), response_(response), epoch_(worker->StagingEpoch()) {
     StartRead(&chunk_);
   }
   void OnReadDone(bool ok) override {
@@ -166,7 +199,7 @@ class StageParamsReactor final : public grpc::ServerReadReactor<StageParamChunk>
     }
     const absl::Time t = absl::Now();
     if (chunks_++ == 0) first_ = t;
-    absl::StatusOr<int64_t> staged = worker_->StageChunk(&chunk_);
+    absl::StatusOr<int64_t> staged = worker_->StageChunk(&chunk_, epoch_);
     staging_s_ += absl::ToDoubleSeconds(absl::Now() - t);
     if (!staged.ok()) {
       Metrics().calls.Increment({"StageParams", "error"});
@@ -181,6 +214,8 @@ class StageParamsReactor final : public grpc::ServerReadReactor<StageParamChunk>
  private:
   ShardWorker* const worker_;
   StageParamsResponse* const response_;
+  // Aborts after this one drop this stream's later chunks for that version.
+  const int64_t epoch_;
   StageParamChunk chunk_;
   int64_t bytes_ = 0;
   int64_t chunks_ = 0;
@@ -231,6 +266,11 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Execute(grpc::CallbackServerContext
 grpc::ServerReadReactor<DataChunk>* WorkerServiceImpl::PushData(
     grpc::CallbackServerContext* context, PushAck* response) {
   return new PushDataReactor(worker_, response);
+}
+
+grpc::ServerBidiReactor<DataChunk, PushAck>* WorkerServiceImpl::PeerStream(
+    grpc::CallbackServerContext* context) {
+  return new PeerStreamReactor(worker_);
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::Cancel(grpc::CallbackServerContext* context,

@@ -4,7 +4,10 @@
 // GEMMs), converts the Status with ToGrpcStatus (common/rpc) and finishes.
 // PushData is a read reactor that hands each DataChunk to the rendezvous as it
 // arrives (one copy, in place) and acknowledges the count at the end; a bad
-// chunk ends the stream with the receiver's error. ReadParam takes the box's
+// chunk ends the stream with the receiver's error. PeerStream, a long-lived
+// bidi stream from a peer's transport, delivers its messages the same way; a
+// bad chunk there cancels only its request (the stream serves others).
+// ReadParam takes the box's
 // bytes (a view of the held buffer, or a copy) on the reactor's thread, not on
 // the pool (a pool busy with LoadModels waiting for peers' ReadParams must not
 // block them), and writes them in 1 MiB ParamChunks; StageParams stages each
@@ -56,6 +59,8 @@ class WorkerServiceImpl final : public WorkerService::CallbackService {
                                     ExecuteResponse* response) override;
   grpc::ServerReadReactor<DataChunk>* PushData(grpc::CallbackServerContext* context,
                                                PushAck* response) override;
+  grpc::ServerBidiReactor<DataChunk, PushAck>* PeerStream(
+      grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* context,
                                    const CancelRequest* request,
                                    CancelResponse* response) override;

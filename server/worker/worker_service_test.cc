@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "grpcpp/client_context.h"
 #include "gtest/gtest.h"
@@ -98,6 +99,8 @@ struct Node {
   std::unique_ptr<WorkerService::Stub> stub;
 };
 
+Program MatmulProgram(int64_t worker);
+
 class WorkerServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -139,6 +142,9 @@ class WorkerServiceTest : public ::testing::Test {
     }
   }
   void TearDown() override {
+    // The transports first: their long-lived PeerStreams are calls the other
+    // node's server would wait for in Shutdown.
+    for (Node& n : nodes_) n.transport.reset();
     for (Node& n : nodes_) {
       if (n.server.server) n.server.server->Shutdown();
     }
@@ -173,6 +179,26 @@ class WorkerServiceTest : public ::testing::Test {
   // be exactly those bytes.
   void ForwardRows(const std::string& name, int64_t rows, int64_t cols, int64_t rows_per_send,
                    const std::vector<float>& values);
+
+  // Runs MatmulProgram(0) on worker 0 alone (its send to worker 1 cannot
+  // reach it): kUnavailable naming worker 1.
+  void ExpectWorker0SendIsUnavailable(const std::string& request_id) {
+    ASSERT_OK(Install(0, MatmulProgram(0)));
+    ExecuteRequest request;
+    request.set_program_id("mm");
+    request.set_request_id(request_id);
+    request.set_deadline_ms(10000);
+    TensorSlice* in = request.add_inputs();
+    in->set_name("x");
+    in->set_device(0);
+    SetBox({{0, kM}, {0, kK / 2}}, in);
+    in->set_dtype(FLOAT32);
+    in->set_data(std::string(kM * kK / 2 * 4, '\0'));
+    grpc::ClientContext context;
+    ExecuteResponse response;
+    EXPECT_THAT(FromGrpcStatus(nodes_[0].stub->Execute(&context, request, &response)),
+                StatusIs(absl::StatusCode::kUnavailable, "worker 1"));
+  }
 
   Node nodes_[2];
   std::string ckpt_;
@@ -256,6 +282,86 @@ TEST_F(WorkerServiceTest, ConsecutiveSendsToOnePeerShareOneStream) {
   EXPECT_EQ(nodes_[0].transport->slices_sent(), kRows);
   EXPECT_EQ(nodes_[0].transport->chunks_sent(), kRows);
   EXPECT_EQ(nodes_[0].transport->streams_opened(), 1);
+}
+
+// Small rounds of many requests to one peer share one long-lived PeerStream
+// (no stream start and finish per round), and every slice arrives intact.
+TEST_F(WorkerServiceTest, RoundsOfManyRequestsShareOnePeerStream) {
+  constexpr int64_t kRows = 3, kCols = 2;
+  for (const char* name : {"r1", "r2", "r3"}) {
+    ForwardRows(name, kRows, kCols, /*rows_per_send=*/1, Values(kRows * kCols, 2.5f));
+  }
+  EXPECT_EQ(nodes_[0].transport->slices_sent(), 3 * kRows);
+  EXPECT_EQ(nodes_[0].transport->streams_opened(), 1);
+}
+
+// Worker 1's program: receive 4 float32 under tag "four" from worker 0.
+Program ReceiveFourProgram() {
+  Program p;
+  p.set_program_id("four");
+  p.set_model("mm");
+  p.set_generation(1);
+  p.set_worker(1);
+  auto* recv = p.add_steps()->mutable_recv();
+  recv->set_buffer("four");
+  SetBoxOf({{0, 4}}, recv->mutable_box());
+  SetBoxOf({{0, 4}}, recv->mutable_buffer_box());
+  recv->set_tag("four");
+  recv->set_dtype(FLOAT32);
+  recv->set_src_worker(0);
+  recv->set_device(1);
+  return p;
+}
+
+absl::Status ExecuteFour(WorkerService::Stub* stub, const std::string& request_id) {
+  ExecuteRequest request;
+  request.set_program_id("four");
+  request.set_request_id(request_id);
+  request.set_deadline_ms(20000);
+  grpc::ClientContext context;
+  ExecuteResponse response;
+  return FromGrpcStatus(stub->Execute(&context, request, &response));
+}
+
+// A chunk the receiver rejects on a PeerStream fails that request on the
+// receiver, with the reason, long before its deadline; the stream goes on
+// and carries the next request's slice.
+TEST_F(WorkerServiceTest, BadChunkOnPeerStreamFailsOnlyItsRequest) {
+  ASSERT_OK(Install(1, ReceiveFourProgram()));
+  grpc::ClientContext context;
+  auto stream = nodes_[1].stub->PeerStream(&context);
+  DataChunk bad;
+  bad.set_request_id("bad");
+  bad.set_tag("four");
+  bad.set_total_bytes(16);
+  bad.set_offset(8);  // out of order
+  bad.set_data(std::string(8, '\0'));
+  bad.set_src_worker(0);
+  DataChunk good = bad;
+  good.set_request_id("good");
+  good.set_offset(0);
+  good.set_data(std::string(16, '\0'));
+  ASSERT_TRUE(stream->Write(bad));
+  ASSERT_TRUE(stream->Write(good));
+  const absl::Time start = absl::Now();
+  EXPECT_THAT(ExecuteFour(nodes_[1].stub.get(), "bad"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "chunk offset 8"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15)) << "failed only at the deadline";
+  EXPECT_OK(ExecuteFour(nodes_[1].stub.get(), "good"));
+  stream->WritesDone();
+  EXPECT_OK(FromGrpcStatus(stream->Finish()));
+}
+
+// A peer whose server went away with a PeerStream open: the next round to it
+// fails with kUnavailable naming the worker instead of waiting.
+TEST_F(WorkerServiceTest, PeerStreamToADeadPeerFailsTheNextRound) {
+  ForwardRows("before", 2, 2, /*rows_per_send=*/2, Values(4, 1.0f));
+  ASSERT_EQ(nodes_[0].transport->streams_opened(), 1);
+  // Shutdown cancels the open stream after the (short) deadline.
+  nodes_[1].server.server->Shutdown(std::chrono::system_clock::now() +
+                                    std::chrono::milliseconds(100));
+  nodes_[1].server.server.reset();
+  ExpectWorker0SendIsUnavailable("after");
 }
 
 // Worker d: partial = x_d @ w_d (contracting dim split), reduce-scatter rows.
@@ -394,21 +500,7 @@ TEST_F(WorkerServiceTest, SendToADeadPeerIsUnavailable) {
   // Worker 0 sends to worker 1, whose server is down.
   nodes_[1].server.server->Shutdown();
   nodes_[1].server.server.reset();
-  ASSERT_OK(Install(0, MatmulProgram(0)));
-  ExecuteRequest request;
-  request.set_program_id("mm");
-  request.set_request_id("dead");
-  request.set_deadline_ms(3000);
-  TensorSlice* in = request.add_inputs();
-  in->set_name("x");
-  in->set_device(0);
-  SetBox({{0, kM}, {0, kK / 2}}, in);
-  in->set_dtype(FLOAT32);
-  in->set_data(std::string(kM * kK / 2 * 4, '\0'));
-  grpc::ClientContext context;
-  ExecuteResponse response;
-  EXPECT_THAT(FromGrpcStatus(nodes_[0].stub->Execute(&context, request, &response)),
-              StatusIs(absl::StatusCode::kUnavailable, "worker 1"));
+  ExpectWorker0SendIsUnavailable("dead");
 }
 
 TEST_F(WorkerServiceTest, BadChunksAreRejectedWithInvalidArgument) {
