@@ -82,7 +82,7 @@ class Run:
         self.note("cluster %s: %d workers ready in %.1f s" % (name, workers, time.time() - t))
         return c
 
-    def bench(self, target, model, rows, concurrency, requests, cols=D, warmup=2):
+    def bench(self, target, model, rows, concurrency, requests, cols=D, warmup=10):
         cmd = [self.bin, "bench", "--target", target, "--model", model,
                "--input_shape", "x=%d,%d" % (rows, cols), "--concurrency", str(concurrency),
                "--requests", str(requests), "--warmup", str(warmup), "--timeout_s", "120"]
@@ -110,7 +110,7 @@ def measure_numpy(run):
     for t in WORKERS:
         env = dict(os.environ, OPENBLAS_NUM_THREADS=str(t), OMP_NUM_THREADS=str(t))
         p = subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "bench", "numpy_swiglu.py"),
-                            "--d", str(D), "--f", str(F), "--reps", str(reps(run.args, 20))],
+                            "--d", str(D), "--f", str(F), "--reps", str(reps(run.args, 50))],
                            env=env, capture_output=True, text=True, timeout=600, check=True)
         out[t] = {int(k): v for k, v in json.loads(p.stdout.strip().splitlines()[-1])
                   ["p50_ms"].items()}
@@ -127,7 +127,11 @@ def measure_swiglu(run):
                      batching={"max_batch_size": 32, "max_queue_delay_us": 500}),
         swiglu_model("swiglu_bf16", dtype="bfloat16")])
     only = run.model_dir("swiglu-1", [swiglu_model("swiglu_f32")])
-    n = {1: reps(run.args, 30), 8: reps(run.args, 20), 64: reps(run.args, 10)}
+    # Enough requests that a p50 is not a cold buffer's: with 10 requests and 2
+    # warmups, bf16 at batch 64 read 1.40-1.50x f32; with 100 after warmup
+    # the same clusters gave 0.86x (first touch of fresh memory is ~0.3 GB/s
+    # on this VM).
+    n = {1: reps(run.args, 200), 8: reps(run.args, 100), 64: reps(run.args, 40)}
     for w in WORKERS:
         c = run.cluster(w, full if w == 2 else only, "swiglu-%d" % w)
         try:
@@ -152,10 +156,10 @@ def measure_tiny(run):
     res = {}
     c = run.cluster(2, d, "tiny")
     try:
-        res["linear_1"] = run.bench(c.target, "linear", 8, 1, reps(run.args, 600), cols=32,
-                                    warmup=10)
+        res["linear_1"] = run.bench(c.target, "linear", 8, 1, reps(run.args, 2000), cols=32,
+                                    warmup=200)
         res["linear_16"] = run.bench(c.target, "linear", 8, 16, reps(run.args, 4000), cols=32,
-                                     warmup=10)
+                                     warmup=200)
     finally:
         c.stop()
     port = mslib.free_port()
@@ -169,9 +173,10 @@ def measure_tiny(run):
         if "echo ready" not in echo.stdout.readline():
             raise RuntimeError("echo server did not start")
         target = "127.0.0.1:%d" % port
-        res["echo_1"] = run.bench(target, "linear", 8, 1, reps(run.args, 600), cols=32, warmup=10)
+        res["echo_1"] = run.bench(target, "linear", 8, 1, reps(run.args, 2000), cols=32,
+                                  warmup=200)
         res["echo_16"] = run.bench(target, "linear", 8, 16, reps(run.args, 4000), cols=32,
-                                   warmup=10)
+                                   warmup=200)
     finally:
         mslib.stop_process(echo)
     return res
@@ -215,30 +220,27 @@ def rows_and_targets(np_res, sw, tiny):
 
 
 WHY = {
-    "SwiGLU": "Batch-1/8 latency on 2 workers: each worker's local GEMMs (sgemv at batch 1, "
-              "GemmSmallM up to M=16 f32 / 128 bf16, docs/kernels.md) plus the per-request "
-              "overhead that the tiny model shows too (next rows). A perf profile of a worker "
-              "at batch 8 before the column-tail fix of the small-M kernel had 84% of its "
-              "samples in that kernel; at batch 1 the overhead (about 2 ms, as the tiny "
-              "model's) is most of the gap to NumPy.",
-    "tiny": "Per request each worker does about 30 context switches (counted from "
-            "/proc/PID/task/*/status over 1000 requests: 29-31 per worker, 6 in the "
-            "coordinator), nearly all on gRPC's callback threads (`nexting_thread`): the "
-            "Execute call, the hop to the worker pool, and per round of peer transfers a "
-            "PushData stream's start, write, half-close and finish on both ends. On this VM "
-            "a switch is a paravirtualised IRQ enable (`pvm_irq_enable`: 38% of a worker's "
-            "samples in perf), so each worker spends ~1.7 ms of CPU per tiny request. "
-            "What would close it: long-lived peer streams (one write and one read per "
-            "round), running Execute on the callback thread when the program has no "
-            "receives, or a tiny model's program on one worker.",
+    "SwiGLU": "Batch-1 latency on 2 workers: each worker's local GEMMs (sgemv at batch 1, "
+              "docs/kernels.md) plus the per-request overhead the tiny model shows (next "
+              "rows: 1.5-2.5 ms on this VM), which is most of the gap to NumPy at batch 1.",
+    "tiny": "Per request a worker does about 21 context switches (counted from "
+            "/proc/PID/task/*/status over 1000 requests: ~7.5 on each of gRPC's two poller "
+            "threads, ~5.6 on the worker pool's thread), the coordinator about 7. On this VM "
+            "a switch is a paravirtualised IRQ enable (`pvm_irq_enable` was 38% of a "
+            "worker's samples in perf). The long-lived PeerStream (one write and one read per "
+            "round of peer transfers, fd1c869) took a worker from ~33 to ~21 switches and "
+            "p50 down by 15-25% in old/new A/B runs. What is left: the hop from the gRPC "
+            "thread to the pool for Execute and back, and a wake-up per receive; closing it "
+            "needs the step loop to run as continuations on the gRPC threads (a receive "
+            "resumes the program instead of a blocked thread being woken).",
     "batching": "Batching executes one concatenated request per batch; the gain is bounded "
                 "by the batch's GEMM cost growing with its rows and by the per-request "
                 "overhead of the split and assembly, and on 2 cores the 16 clients, the "
                 "coordinator and both workers share the CPU.",
     "bf16": "bf16 weights are read as bf16 and widened in registers (docs/kernels.md: "
             "0.67-0.71x of f32 at M=1 and 0.82-0.88x at M=64 at the kernel level); end to "
-            "end the same per-request overhead as the f32 model (about 2 ms) is added to "
-            "both sides, which lifts the batch-1 ratio.",
+            "end the per-request overhead (the tiny model's rows) is added to both sides, "
+            "which lifts the batch-1 ratio.",
 }
 
 
