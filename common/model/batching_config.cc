@@ -13,7 +13,9 @@ absl::Status ParseBatchingConfig(const Json& root, std::optional<BatchingConfig>
   if (j == nullptr) return absl::OkStatus();
   if (!j->is_object()) return InvalidArgument("batching must be an object, got ", ShowJson(*j));
   MS_RETURN_IF_ERROR(
-      CheckJsonKeys(*j, {"max_batch_size", "max_queue_delay_us", "max_queue_size"}, "batching"));
+      CheckJsonKeys(*j, {"max_batch_size", "max_queue_delay_us", "max_queue_size",
+                         "max_concurrent_batches"},
+                    "batching"));
   MS_ASSIGN_OR_RETURN(const Json* size, RequiredJsonField(*j, "max_batch_size", "batching"));
   BatchingConfig c;
   MS_ASSIGN_OR_RETURN(c.max_batch_size, JsonInt(*size, "batching.max_batch_size"));
@@ -32,6 +34,14 @@ absl::Status ParseBatchingConfig(const Json& root, std::optional<BatchingConfig>
     MS_ASSIGN_OR_RETURN(c.max_queue_size, JsonInt(*q, "batching.max_queue_size"));
     if (c.max_queue_size < 1) {
       return InvalidArgument("batching.max_queue_size must be >= 1, got ", c.max_queue_size);
+    }
+  }
+  if (const Json* n = FindJsonField(*j, "max_concurrent_batches")) {
+    MS_ASSIGN_OR_RETURN(c.max_concurrent_batches,
+                        JsonInt(*n, "batching.max_concurrent_batches"));
+    if (c.max_concurrent_batches < 1) {
+      return InvalidArgument("batching.max_concurrent_batches must be >= 1, got ",
+                             c.max_concurrent_batches);
     }
   }
   if (const Json* inputs = FindJsonField(root, "inputs"); inputs && inputs->is_object()) {

@@ -37,6 +37,11 @@ TEST(BatchingConfigTest, ReadsFieldsAndDefaults) {
   EXPECT_EQ(m->batching->max_batch_size, 32);
   EXPECT_EQ(m->batching->max_queue_delay_us, 500);
   EXPECT_EQ(m->batching->max_queue_size, 256);
+  EXPECT_EQ(m->batching->max_concurrent_batches, 1);
+  m = ParseModelFile(
+      Model(", 'batching': {'max_batch_size': 2, 'max_concurrent_batches': 3}"), "");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->batching->max_concurrent_batches, 3);
   m = ParseModelFile(Model(", 'batching': {'max_batch_size': 2, 'max_queue_size': 3}"), "");
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->batching->max_queue_delay_us, 0);
@@ -57,6 +62,12 @@ TEST(BatchingConfigTest, Errors) {
       ParseModelFile(Model(", 'batching': {'max_batch_size': 2, 'max_queue_delay_us': -1}"), "")
           .status(),
       StatusIs(absl::StatusCode::kInvalidArgument, "max_queue_delay_us"));
+  EXPECT_THAT(
+      ParseModelFile(Model(", 'batching': {'max_batch_size': 2, 'max_concurrent_batches': 0}"),
+                     "")
+          .status(),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               "batching.max_concurrent_batches must be >= 1, got 0"));
   EXPECT_THAT(ParseModelFile(Model(", 'batching': {'max_batch_size': 2}", "[2, 4]"), "").status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "input 'x' must have a leading -1 (batch) dim"));

@@ -154,15 +154,15 @@ absl::StatusOr<InferResponse> Batcher::Infer(const InferRequest& request,
     group->rows = rows;
     group->full = rows >= config_.max_batch_size;
     if (!group->full) open_[key] = group;
-    // Wait for the delay (or a full batch), then for the previous batch to
-    // finish: requests keep joining meanwhile, as in Triton with one instance.
+    // Wait for the delay (or a full batch), then for a free execution slot
+    // (max_concurrent_batches): requests keep joining meanwhile, as in Triton.
     mu_.AwaitWithDeadline(absl::Condition(&group->full),
                           me.arrived + absl::Microseconds(config_.max_queue_delay_us));
     mu_.Await(absl::Condition(this, &Batcher::IdleLocked));
     auto open = open_.find(key);
     if (open != open_.end() && open->second == group) open_.erase(open);
     group->full = true;  // closed: nobody joins any more
-    running_ = true;
+    ++running_;
   }
   RunGroup(*group, absl::Now());
   return std::move(me.result);
@@ -216,7 +216,7 @@ void Batcher::RunGroup(const Group& group, absl::Time started) {
     group.members[i]->done = true;
   }
   queued_ -= static_cast<int64_t>(group.members.size());
-  running_ = false;
+  --running_;
 }
 
 }  // namespace meshserve

@@ -6,9 +6,9 @@
 // (batch) one, the out_shardings and the requested outputs -- and with one
 // leading dim shared by all of their inputs are collected into a batch: the
 // first one waits up to max_queue_delay_us (less when the batch fills to
-// max_batch_size rows) and then until the model's previous batch has finished
-// (one batch executes at a time, as one Triton model instance; requests keep
-// joining while it waits), then the batch's inputs are concatenated along dim 0,
+// max_batch_size rows) and then until fewer than max_concurrent_batches of
+// the model's batches are executing (default 1, as one Triton model instance;
+// requests keep joining while it waits), then the batch's inputs are concatenated along dim 0,
 // run once through `run` (the unbatched path) and every output is split back
 // along dim 0, so each request gets the rows it would get alone (the model must
 // treat rows independently, which is what enabling batching declares). A
@@ -24,7 +24,8 @@
 //
 // Thread-safety: thread-safe; Infer blocks its caller until the answer. `run`
 // is called without the lock held, from the thread of the batch's first
-// request; batches run one at a time, requests that run alone concurrently.
+// request; up to max_concurrent_batches batches run at once, requests that
+// run alone concurrently.
 #ifndef MESHSERVE_SERVER_COORDINATOR_BATCHER_H_
 #define MESHSERVE_SERVER_COORDINATOR_BATCHER_H_
 
@@ -63,14 +64,16 @@ class Batcher {
   struct Group;
   // Runs the members of a closed group (expired ones answered at once).
   void RunGroup(const Group& group, absl::Time started) ABSL_LOCKS_EXCLUDED(mu_);
-  bool IdleLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !running_; }
+  bool IdleLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return running_ < config_.max_concurrent_batches;
+  }
 
   const BatchingConfig config_;
   const RunFn run_;
   absl::Mutex mu_;
   std::map<std::string, std::shared_ptr<Group>> open_ ABSL_GUARDED_BY(mu_);
   int64_t queued_ ABSL_GUARDED_BY(mu_) = 0;
-  bool running_ ABSL_GUARDED_BY(mu_) = false;  // a batch is executing
+  int64_t running_ ABSL_GUARDED_BY(mu_) = 0;  // batches executing
 };
 
 namespace batcher_internal {

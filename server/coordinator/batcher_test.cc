@@ -60,6 +60,14 @@ class BatcherTest : public ::testing::Test {
     {
       absl::MutexLock lock(&mu_);
       runs_.push_back(r.inputs[0].shape[0]);
+      ++executing_;
+      peak_executing_ = std::max(peak_executing_, executing_);
+      if (executing_ >= gate_) gate_open_ = true;  // stays open for the others
+      // With a gate, a run waits (up to gate_wait_) until `gate_` runs are
+      // executing.
+      auto gate_reached = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return gate_open_; };
+      mu_.AwaitWithTimeout(absl::Condition(&gate_reached), gate_wait_);
+      --executing_;
     }
     if (!fail_.ok()) return fail_;
     InferResponse out;
@@ -109,6 +117,11 @@ class BatcherTest : public ::testing::Test {
   std::unique_ptr<Batcher> batcher_;
   absl::Mutex mu_;
   std::vector<int64_t> runs_ ABSL_GUARDED_BY(mu_);
+  int64_t gate_ ABSL_GUARDED_BY(mu_) = 0;
+  bool gate_open_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Duration gate_wait_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
+  int64_t executing_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t peak_executing_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status fail_;
 };
 
@@ -138,6 +151,36 @@ TEST_F(BatcherTest, FullBatchRunsWithoutWaitingForTheDelay) {
   for (const auto& r : InferAll(requests)) ASSERT_OK(r.status());
   EXPECT_LT(absl::Now() - start, absl::Seconds(30));
   EXPECT_EQ(Runs(), (std::vector<int64_t>{4}));
+}
+
+// max_concurrent_batches: 2 full batches execute at the same time (each run
+// waits until 2 are executing); with the default 1 they take turns (each run
+// waits out the gate alone).
+TEST_F(BatcherTest, ConcurrentBatchesUpToTheLimitExecuteAtOnce) {
+  for (int64_t limit : {2, 1}) {
+    BatchingConfig config{/*max_batch_size=*/2, /*max_queue_delay_us=*/60000000,
+                          /*max_queue_size=*/16};
+    config.max_concurrent_batches = limit;
+    Make(config);
+    {
+      absl::MutexLock lock(&mu_);
+      gate_ = 2;
+      // Reached at once when 2 may run; waited out (short) when only 1 may.
+      gate_wait_ = limit == 2 ? absl::Seconds(20) : absl::Milliseconds(300);
+      peak_executing_ = 0;
+      gate_open_ = false;
+    }
+    std::vector<InferRequest> requests;
+    for (int i = 0; i < 4; ++i) requests.push_back(Request("b", 1, 2, i));
+    std::vector<absl::StatusOr<InferResponse>> got = InferAll(requests);
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_OK(got[i].status());
+      EXPECT_EQ(got[i]->batch_size, 2);
+      EXPECT_EQ(got[i]->outputs[0].data, Expected(requests[i])) << i;
+    }
+    absl::MutexLock lock(&mu_);
+    EXPECT_EQ(peak_executing_, limit) << "max_concurrent_batches " << limit;
+  }
 }
 
 TEST_F(BatcherTest, MixedShapesBatchSeparately) {

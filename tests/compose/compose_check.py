@@ -233,7 +233,7 @@ def main():
 
         out_path = os.path.join(tmp, "pulled.safetensors")
         rc, out = cli.run("pull", "--target", TARGET, "--model", "linear", "--output", out_path)
-        pulled = mslib.read_safetensors(out_path) if rc == 0 else {}
+        pulled = mslib.read_safetensors(out_path)[0] if rc == 0 else {}
         c.check(rc == 0 and "kernel" in pulled and
                 pulled["kernel"].tobytes() == new_kernel32.tobytes(),
                 "meshserve pull returns the pushed kernel byte for byte", out)
