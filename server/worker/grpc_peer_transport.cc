@@ -230,9 +230,10 @@ void GrpcPeerTransport::SendOnStream(int64_t dst, std::vector<Job> batch) {
   DataChunk message;
   std::vector<DoneCallback> done;
   for (size_t i = 0; i < batch.size(); ++i) {
-    const OutgoingSlice& slice = batch[i].slice;
-    FillChunk(slice, 0, static_cast<int64_t>(slice.bytes.size()),
-              i == 0 ? &message : message.add_more());
+    OutgoingSlice& slice = batch[i].slice;
+    DataChunk* chunk = i == 0 ? &message : message.add_more();
+    FillChunk(slice, 0, 0, chunk);                // the header
+    chunk->set_data(std::move(slice.bytes));  // the bytes, not copied
     done.push_back(std::move(batch[i].done));
   }
   const int64_t slices = static_cast<int64_t>(batch.size());
@@ -244,7 +245,7 @@ void GrpcPeerTransport::SendOnStream(int64_t dst, std::vector<Job> batch) {
       for (DoneCallback& callback : done) callback(stream.status());
       return;
     }
-    if ((*stream)->Enqueue(message, done)) {
+    if ((*stream)->Enqueue(&message, &done)) {
       absl::MutexLock lock(&mu_);
       chunks_sent_ += slices;
       slices_sent_ += slices;

@@ -38,18 +38,16 @@ std::shared_ptr<PeerStream> PeerStream::Start(std::shared_ptr<WorkerService::Stu
   return stream;
 }
 
-bool PeerStream::Enqueue(DataChunk message, std::vector<DoneCallback> done) {
-  Pending pending;
-  pending.bytes = static_cast<int64_t>(message.data().size());
-  for (const DataChunk& more : message.more()) {
-    pending.bytes += static_cast<int64_t>(more.data().size());
-  }
-  pending.message = std::move(message);
-  pending.done = std::move(done);
+bool PeerStream::Enqueue(DataChunk* message, std::vector<DoneCallback>* done) {
+  int64_t bytes = static_cast<int64_t>(message->data().size());
+  for (const DataChunk& more : message->more()) bytes += static_cast<int64_t>(more.data().size());
   {
     absl::MutexLock lock(&mu_);
     if (ended_) return false;
-    queue_.push_back(std::move(pending));
+    Pending& pending = queue_.emplace_back();
+    pending.bytes = bytes;
+    pending.message = std::move(*message);
+    pending.done = std::move(*done);
     if (write_in_flight_) return true;  // OnWriteDone takes it
     write_in_flight_ = true;
     TakeNextLocked();

@@ -47,9 +47,10 @@ class PeerStream final : public grpc::ClientBidiReactor<DataChunk, PushAck>,
                                            std::string peer, int64_t max_message_bytes,
                                            std::function<void(PeerStream*)> on_end);
 
-  // Queues `message`; `done` (one per slice in it) as above. False when the
-  // stream has ended (nothing is queued and no callback is called).
-  bool Enqueue(DataChunk message, std::vector<DoneCallback> done);
+  // Queues *message, moving it and *done (one per slice in it) out; `done`
+  // runs as above. False when the stream has ended: both are left as they
+  // were and no callback is called.
+  bool Enqueue(DataChunk* message, std::vector<DoneCallback>* done);
   // Ends the stream (queued messages fail with kCancelled).
   void Cancel() { context_.TryCancel(); }
 
