@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -27,6 +28,25 @@ void FillChunk(const OutgoingSlice& slice, int64_t offset, int64_t n, DataChunk*
   chunk->set_dtype(static_cast<decltype(chunk->dtype())>(slice.dtype));
   chunk->set_offset(offset);
   chunk->set_data(slice.bytes.data() + offset, n);
+}
+
+// Moves whole slices, from batch[*next] on, into *message (the first at the
+// top, the rest in DataChunk.more) while their bytes together fit in `limit`
+// (the first whatever its size); their bytes are moved, not copied. Advances
+// *next past them and returns how many it packed.
+int64_t PackWholeSlices(std::vector<PeerTransport::Job>& batch, size_t* next, int64_t limit,
+                        DataChunk* message) {
+  int64_t packed = 0, count = 0;
+  for (; *next < batch.size(); ++*next, ++count) {
+    OutgoingSlice& slice = batch[*next].slice;
+    const int64_t size = static_cast<int64_t>(slice.bytes.size());
+    if (count > 0 && packed + size > limit) break;
+    DataChunk* chunk = count == 0 ? message : message->add_more();
+    FillChunk(slice, 0, 0, chunk);            // the header (total_bytes = size)
+    chunk->set_data(std::move(slice.bytes));  // the bytes
+    packed += size;
+  }
+  return count;
 }
 
 }  // namespace
@@ -156,17 +176,7 @@ class GrpcPeerTransport::PushCall final : public grpc::ClientWriteReactor<DataCh
       }
       chunks_in_message_ = 1;
     } else {
-      FillChunk(first, 0, total, &message_);
-      int64_t packed = total;
-      chunks_in_message_ = 1;
-      for (++slice_; slice_ < batch_.size(); ++slice_) {
-        const OutgoingSlice& next = batch_[slice_].slice;
-        const int64_t size = static_cast<int64_t>(next.bytes.size());
-        if (packed + size > chunk_bytes_) break;
-        FillChunk(next, 0, size, message_.add_more());
-        packed += size;
-        ++chunks_in_message_;
-      }
+      chunks_in_message_ = PackWholeSlices(batch_, &slice_, chunk_bytes_, &message_);
     }
     if (slice_ == batch_.size()) {
       StartWriteLast(&message_, grpc::WriteOptions());
@@ -199,28 +209,26 @@ void GrpcPeerTransport::Send(OutgoingSlice slice, DoneCallback done) {
 void GrpcPeerTransport::SendAll(std::vector<Job> jobs) {
   // Per peer, in order: streams of up to max_batch_bytes (the first job of a
   // stream whatever its size).
-  std::map<int64_t, std::vector<std::vector<Job>>> streams;
-  std::map<int64_t, int64_t> open_bytes;
+  struct Batch {
+    int64_t bytes = 0;
+    std::vector<Job> jobs;
+  };
+  std::map<int64_t, std::vector<Batch>> streams;
   for (Job& job : jobs) {
-    const int64_t peer = job.slice.dst_worker;
     const int64_t size = static_cast<int64_t>(job.slice.bytes.size());
-    std::vector<std::vector<Job>>& batches = streams[peer];
-    int64_t& bytes = open_bytes[peer];
-    if (batches.empty() || bytes + size > options_.max_batch_bytes) {
+    std::vector<Batch>& batches = streams[job.slice.dst_worker];
+    if (batches.empty() || batches.back().bytes + size > options_.max_batch_bytes) {
       batches.emplace_back();
-      bytes = 0;
     }
-    bytes += size;
-    batches.back().push_back(std::move(job));
+    batches.back().bytes += size;
+    batches.back().jobs.push_back(std::move(job));
   }
   for (auto& [peer, batches] : streams) {
-    for (std::vector<Job>& batch : batches) {
-      int64_t bytes = 0;
-      for (const Job& job : batch) bytes += static_cast<int64_t>(job.slice.bytes.size());
-      if (options_.peer_streams && bytes <= options_.chunk_bytes) {
-        SendOnStream(peer, std::move(batch));
+    for (Batch& batch : batches) {
+      if (options_.peer_streams && batch.bytes <= options_.chunk_bytes) {
+        SendOnStream(peer, std::move(batch.jobs));
       } else {
-        StartPush(std::move(batch));
+        StartPush(std::move(batch.jobs));
       }
     }
   }
@@ -228,15 +236,11 @@ void GrpcPeerTransport::SendAll(std::vector<Job> jobs) {
 
 void GrpcPeerTransport::SendOnStream(int64_t dst, std::vector<Job> batch) {
   DataChunk message;
+  size_t next = 0;
+  const int64_t slices =
+      PackWholeSlices(batch, &next, std::numeric_limits<int64_t>::max(), &message);
   std::vector<DoneCallback> done;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    OutgoingSlice& slice = batch[i].slice;
-    DataChunk* chunk = i == 0 ? &message : message.add_more();
-    FillChunk(slice, 0, 0, chunk);                // the header
-    chunk->set_data(std::move(slice.bytes));  // the bytes, not copied
-    done.push_back(std::move(batch[i].done));
-  }
-  const int64_t slices = static_cast<int64_t>(batch.size());
+  for (Job& job : batch) done.push_back(std::move(job.done));
   // A stream that ended since it was looked up is replaced once; a second
   // failure to queue is the peer's state (unreachable, shutting down).
   for (int attempt = 0; attempt < 2; ++attempt) {
