@@ -61,6 +61,33 @@ grpc::ServerUnaryReactor* RunOnPool(grpc::CallbackServerContext* context, Thread
   return reactor;
 }
 
+// Hands a peer's message -- one chunk, or several whole small slices (`more`)
+// -- to the rendezvous and counts its bytes. The first rejected chunk is
+// returned (the rest not delivered); with `isolate` it fails only its own
+// request here instead (a shared PeerStream) and the others are delivered.
+absl::Status DeliverMessage(ShardWorker* worker, const DataChunk& message, bool isolate) {
+  int64_t bytes = 0;
+  absl::Status first;
+  auto deliver = [&](const DataChunk& chunk) {
+    absl::Status status = worker->PushChunk(chunk);
+    bytes += static_cast<int64_t>(chunk.data().size());
+    if (status.ok()) return true;
+    if (!isolate) {
+      first = std::move(status);
+      return false;
+    }
+    worker->FailRequest(chunk.request_id(), std::move(status));
+    return true;
+  };
+  if (deliver(message)) {
+    for (const DataChunk& more : message.more()) {
+      if (!deliver(more)) break;
+    }
+  }
+  if (first.ok()) Metrics().received_bytes.Increment({}, bytes);
+  return first;
+}
+
 // Receives one PushData stream, chunk by chunk, straight into the rendezvous.
 class PushDataReactor final : public grpc::ServerReadReactor<DataChunk> {
  public:
@@ -73,20 +100,12 @@ class PushDataReactor final : public grpc::ServerReadReactor<DataChunk> {
       Finish(grpc::Status::OK);
       return;
     }
-    // A message holds one chunk, or several whole small slices (`more`).
-    int64_t bytes = 0;
-    absl::Status status = worker_->PushChunk(chunk_);
-    bytes += static_cast<int64_t>(chunk_.data().size());
-    for (int i = 0; status.ok() && i < chunk_.more_size(); ++i) {
-      status = worker_->PushChunk(chunk_.more(i));
-      bytes += static_cast<int64_t>(chunk_.more(i).data().size());
-    }
+    absl::Status status = DeliverMessage(worker_, chunk_, /*isolate=*/false);
     if (!status.ok()) {
       Finish(ToGrpcStatus(status));
       return;
     }
     chunks_ += 1 + chunk_.more_size();
-    Metrics().received_bytes.Increment({}, bytes);
     StartRead(&chunk_);
   }
   void OnDone() override { delete this; }
@@ -110,23 +129,12 @@ class PeerStreamReactor final : public grpc::ServerBidiReactor<DataChunk, PushAc
       Finish(grpc::Status::OK);
       return;
     }
-    int64_t bytes = static_cast<int64_t>(chunk_.data().size());
-    Deliver(chunk_);
-    for (const DataChunk& more : chunk_.more()) {
-      bytes += static_cast<int64_t>(more.data().size());
-      Deliver(more);
-    }
-    Metrics().received_bytes.Increment({}, bytes);
+    DeliverMessage(worker_, chunk_, /*isolate=*/true).IgnoreError();  // never fails
     StartRead(&chunk_);
   }
   void OnDone() override { delete this; }
 
  private:
-  void Deliver(const DataChunk& chunk) {
-    absl::Status status = worker_->PushChunk(chunk);
-    if (!status.ok()) worker_->FailRequest(chunk.request_id(), std::move(status));
-  }
-
   ShardWorker* const worker_;
   DataChunk chunk_;
 };
