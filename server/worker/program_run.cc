@@ -1,107 +1,65 @@
-// One request's run of a program on this worker (WorkerEngine::Execute).
+// One request's run of a program on this worker (WorkerEngine::ExecuteAsync).
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <variant>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/container/node_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
-#include "common/base/status_macros.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/metrics/metric_registry.h"
+#include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/metrics/metric_registry.h"
 #include "common/program/compute_step.h"
 #include "common/program/ir_conv.h"
 #include "common/tensor/copy_box.h"
+#include "server/worker/send_tracker.h"
 #include "server/worker/worker_engine_internal.h"
 
 namespace meshserve {
 namespace {
 
-// Counts a request's sends in flight and keeps the first failure. Shared with
-// the transport's callbacks, which may outlive the run.
-class SendTracker {
+// One request's run. It owns itself while it runs: a waiter in the rendezvous
+// (a receive that found no slice yet), a send tracker's callback or the
+// caller holds the shared_ptr; the timer's entry holds a weak one.
+class RequestRun : public std::enable_shared_from_this<RequestRun> {
  public:
-  void Started() {
-    absl::MutexLock lock(&mu_);
-    ++outstanding_;
-  }
-  void Done(absl::Status status) {
-    absl::MutexLock lock(&mu_);
-    --outstanding_;
-    if (!status.ok() && first_error_.ok()) first_error_ = std::move(status);
-  }
-  absl::Status first_error() {
-    absl::MutexLock lock(&mu_);
-    return first_error_;
-  }
-  // Waits until no send is in flight or the deadline passes.
-  absl::Status Wait(absl::Time deadline) {
-    absl::MutexLock lock(&mu_);
-    auto all_done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return outstanding_ == 0 || !first_error_.ok();
-    };
-    mu_.AwaitWithDeadline(absl::Condition(&all_done), deadline);
-    if (!first_error_.ok()) return first_error_;
-    if (outstanding_ > 0) {
-      return absl::DeadlineExceededError(
-          absl::StrCat(outstanding_, " sends still in flight at the deadline"));
-    }
-    return absl::OkStatus();
-  }
-
- private:
-  absl::Mutex mu_;
-  int64_t outstanding_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Status first_error_ ABSL_GUARDED_BY(mu_);
-};
-
-// For error messages: "compute 'add' -> 'y'", "send 'x' tag 't' to worker 1", ...
-struct StepName {
-  std::string operator()(const ComputeStepIr& s) const {
-    return absl::StrCat("compute '", ComputeOpName(s.op), "' -> '", s.output, "'");
-  }
-  std::string operator()(const SendStepIr& s) const {
-    return absl::StrCat("send '", s.buffer, "' tag '", s.tag, "' to worker ", s.dst_worker);
-  }
-  std::string operator()(const RecvStepIr& s) const {
-    return absl::StrCat("recv '", s.buffer, "' tag '", s.tag, "' from worker ", s.src_worker);
-  }
-  std::string operator()(const CopyStepIr& s) const {
-    return absl::StrCat("copy '", s.src, "' -> device ", s.dst_device, " '", s.dst, "'");
-  }
-  std::string operator()(const FreeStepIr& s) const {
-    return absl::StrCat("free '", s.buffer, "'");
-  }
-  std::string operator()(const OutputStepIr& s) const {
-    return absl::StrCat("output '", s.output, "' from '", s.buffer, "'");
-  }
-};
-
-class RequestRun {
- public:
-  RequestRun(const ProgramIr& program, const LoadedModel& model,
-             absl::string_view request_id, absl::Time deadline, const RunContext& context)
-      : program_(program),
-        model_(model),
-        request_id_(request_id),
+  RequestRun(std::shared_ptr<const InstalledProgram> program,
+             std::shared_ptr<const LoadedModel> model, std::string request_id,
+             absl::Time deadline, RunContext context, RunDone done)
+      : program_(std::move(program)),
+        model_(*model),
+        model_ref_(std::move(model)),
+        request_id_(std::move(request_id)),
         deadline_(deadline),
-        context_(context),
+        context_(std::move(context)),
+        done_(std::move(done)),
         sends_(std::make_shared<SendTracker>()) {}
 
-  absl::Status AddInputs(std::vector<SliceIr> inputs);
-  absl::Status RunSteps();
-  absl::Status WaitForSends() { return sends_->Wait(deadline_); }
-  absl::Status SendError() { return sends_->first_error(); }
-  std::vector<SliceIr> TakeOutputs() { return std::move(outputs_); }
+  // Adds the inputs, arms the deadline and runs (see RunProgramAsync).
+  void Start(std::vector<SliceIr> inputs);
 
  private:
   using BufferKey = std::pair<int64_t, std::string>;
+
+  absl::Status AddInputs(std::vector<SliceIr> inputs);
+  // Runs the steps from next_ until the end (then Finish once the sends are
+  // done) or until a receive waits; returns the thread either way.
+  void Continue();
+  // A receive's waiter ran: continue here or on the executor.
+  void Resume();
+  // The deadline timer's entry: ends a wait on a receive or on the sends.
+  void OnDeadline();
+  // Calls done_ (a failed send's error before the step error it caused).
+  void Finish(absl::Status status);
+  // The receive step: true when its slice was there, false when a waiter
+  // was left (the run must return its thread at once).
+  absl::StatusOr<bool> TryRun(const RecvStepIr& step);
 
   absl::Status CheckDevice(int64_t device) const;
   absl::StatusOr<const BoxTensor*> Lookup(int64_t device, const std::string& name) const;
@@ -119,23 +77,29 @@ class RequestRun {
   };
   absl::Status Run(const ComputeStepIr& step);
   absl::Status Run(const SendStepIr& step);
-  absl::Status Run(const RecvStepIr& step);
+  absl::Status Run(const RecvStepIr&) { return absl::OkStatus(); }  // TryRun
   absl::Status Run(const CopyStepIr& step);
   absl::Status Run(const FreeStepIr& step);
   absl::Status Run(const OutputStepIr& step);
   // Hands the sends queued since the last flush to the transport at once.
   void FlushSends();
 
-  const ProgramIr& program_;
+  const std::shared_ptr<const InstalledProgram> program_;
   const LoadedModel& model_;
+  const std::shared_ptr<const LoadedModel> model_ref_;  // keeps the version
   const std::string request_id_;
   const absl::Time deadline_;
-  const RunContext& context_;
+  const RunContext context_;
+  RunDone done_;
   std::shared_ptr<SendTracker> sends_;
+  size_t next_ = 0;  // the next step to run
+  absl::Status expired_;  // set by OnDeadline when it ended a wait
+  absl::Duration compute_;  // in compute steps so far
+  DeadlineTimer::Id timer_id_ = 0;
   // node_hash_map: pointers to buffers stay valid while others are created.
   absl::node_hash_map<BufferKey, BoxTensor> buffers_;
   std::vector<SliceIr> outputs_;
-  // Remote sends queued since the last flush (RunSteps; peer_transport.h).
+  // Remote sends queued since the last flush (Continue; peer_transport.h).
   std::vector<PeerTransport::Job> pending_sends_;
 };
 
@@ -233,8 +197,10 @@ absl::Status RequestRun::Run(const ComputeStepIr& step) {
   }
   const absl::Time start = absl::Now();
   MS_ASSIGN_OR_RETURN(BoxTensor result, RunComputeStep(step, inputs));
+  const absl::Duration took = absl::Now() - start;
+  compute_ += took;
   ComputeSeconds().Increment({std::string(ComputeOpName(step.op))},
-                             absl::ToDoubleSeconds(absl::Now() - start));
+                             absl::ToDoubleSeconds(took));
   buffers_[BufferKey(step.device, step.output)] = std::move(result);
   return absl::OkStatus();
 }
@@ -244,7 +210,7 @@ absl::Status RequestRun::Run(const SendStepIr& step) {
   MS_ASSIGN_OR_RETURN(Box box, BoxFromIr(step.box));
   OutgoingSlice slice;
   MS_ASSIGN_OR_RETURN(slice.bytes, ExtractBox(*src, box));
-  const int64_t self = program_.worker >= 0 ? program_.worker : context_.worker_id;
+  const int64_t self = program_->ir.worker >= 0 ? program_->ir.worker : context_.worker_id;
   slice.dtype = DTypeToProto(src->tensor.dtype());
   if (step.dst_worker == self) {  // a local copy: no network
     return context_.rendezvous->DeliverSlice(request_id_, step.tag, std::move(slice.bytes),
@@ -288,12 +254,15 @@ void RequestRun::FlushSends() {
   context_.transport->SendAll(std::move(jobs));
 }
 
-absl::Status RequestRun::Run(const RecvStepIr& step) {
+absl::StatusOr<bool> RequestRun::TryRun(const RecvStepIr& step) {
   MS_RETURN_IF_ERROR(CheckDevice(step.device));
   MS_ASSIGN_OR_RETURN(Box box, BoxFromIr(step.box));
-  MS_ASSIGN_OR_RETURN(Rendezvous::Received received,
-                      context_.rendezvous->Receive(request_id_, step.tag, step.src_worker,
-                                                   deadline_));
+  MS_ASSIGN_OR_RETURN(
+      std::optional<Rendezvous::Received> got,
+      context_.rendezvous->TryReceive(request_id_, step.tag, step.src_worker, deadline_,
+                                      [self = shared_from_this()]() { self->Resume(); }));
+  if (!got.has_value()) return false;
+  Rendezvous::Received& received = *got;
   MS_ASSIGN_OR_RETURN(BoxTensor * dst,
                       GetOrCreate(step.device, step.buffer, step.buffer_box, step.dtype));
   if (received.dtype != kWireInvalid) {
@@ -303,10 +272,12 @@ absl::Status RequestRun::Run(const RecvStepIr& step) {
       MS_ASSIGN_OR_RETURN(Tensor t, Tensor::FromBytes(sent, box.shape(), received.bytes),
                           "slice from worker ", step.src_worker);
       MS_ASSIGN_OR_RETURN(t, ConvertDType(t, dst->tensor.dtype()));
-      return InsertBox(dst, box, t.bytes(), step.accumulate);
+      MS_RETURN_IF_ERROR(InsertBox(dst, box, t.bytes(), step.accumulate));
+      return true;
     }
   }
-  return InsertBox(dst, box, received.bytes, step.accumulate);
+  MS_RETURN_IF_ERROR(InsertBox(dst, box, received.bytes, step.accumulate));
+  return true;
 }
 
 absl::Status RequestRun::Run(const CopyStepIr& step) {
@@ -349,76 +320,101 @@ absl::Status RequestRun::Run(const OutputStepIr& step) {
   return absl::OkStatus();
 }
 
-// Steps that run while sends queue up: local and quick, and none waits for a
-// peer. The compiler interleaves a collective's sends with its local copies
-// (an all-gather over 4 devices on each of 2 workers: copy, copy, send, copy,
-// ...); flushing at every send opened one stream per send.
-bool DefersFlush(const StepIr& step) {
-  return std::holds_alternative<SendStepIr>(step) || std::holds_alternative<CopyStepIr>(step) ||
-         std::holds_alternative<FreeStepIr>(step);
-}
-
 // The sends queued since the last flush go to the transport at once (one
 // stream per peer) before any step that may wait for a peer or compute, and
-// after the last step.
-absl::Status RequestRun::RunSteps() {
-  const std::vector<StepIr>& steps = program_.steps;
-  for (size_t i = 0; i < steps.size(); ++i) {
+// after the last step. A receive that waits leaves the thread right after
+// TryReceive: its waiter may already be running the next steps elsewhere.
+void RequestRun::Continue() {
+  const std::vector<StepIr>& steps = program_->ir.steps;
+  while (next_ < steps.size()) {
+    const size_t i = next_;
     const StepIr& step = steps[i];
+    absl::Status status = std::move(expired_);
+    expired_ = absl::OkStatus();
     // A request past its deadline stops between steps (receives wait only
     // until it); the coordinator's answer has gone or goes out now.
-    absl::Status status =
-        absl::Now() < deadline_
-            ? std::visit(StepRunner{this}, step)
-            : absl::DeadlineExceededError(absl::StrCat(
-                  "request '", request_id_, "' passed its deadline before this step (",
-                  steps.size() - i, " of ", steps.size(), " steps not run)"));
+    if (status.ok() && absl::Now() >= deadline_) {
+      status = absl::DeadlineExceededError(absl::StrCat(
+          "request '", request_id_, "' passed its deadline before this step (",
+          steps.size() - i, " of ", steps.size(), " steps not run)"));
+    } else if (status.ok()) {
+      if (const auto* recv = std::get_if<RecvStepIr>(&step)) {
+        absl::StatusOr<bool> received = TryRun(*recv);
+        if (received.ok() && !*received) return;  // the waiter continues
+        status = received.status();
+      } else {
+        status = std::visit(StepRunner{this}, step);
+      }
+    }
     if (!status.ok() || i + 1 == steps.size() || !DefersFlush(steps[i + 1])) {
       FlushSends();
     }
-    MS_RETURN_IF_ERROR(status, "step ", i, " (", std::visit(StepName(), step), ")");
+    if (!status.ok()) {
+      Finish(AnnotateStatus(status, "step ", i, " (", DescribeStep(step), ")"));
+      return;
+    }
+    ++next_;
   }
-  return absl::OkStatus();
+  program_->last_compute_ns.store(absl::ToInt64Nanoseconds(compute_));
+  sends_->WhenDone(deadline_,
+                   [self = shared_from_this()](absl::Status sent) { self->Finish(sent); });
 }
 
-// The buffer a step writes, creates or frees (device, name); none for sends
-// and outputs, which only read.
-bool Writes(const StepIr& step, int64_t device, const std::string& buffer) {
-  if (const auto* s = std::get_if<ComputeStepIr>(&step)) {
-    return s->device == device && s->output == buffer;
+void RequestRun::Resume() {
+  if (context_.executor == nullptr) {
+    Continue();
+    return;
   }
-  if (const auto* s = std::get_if<RecvStepIr>(&step)) {
-    return s->device == device && s->buffer == buffer;
+  context_.executor([self = shared_from_this()]() { self->Continue(); });
+}
+
+void RequestRun::OnDeadline() {
+  absl::Status waited = context_.rendezvous->ExpireWaiter(request_id_);
+  if (!waited.ok()) {
+    // The waiter is gone, so no slice resumes the run: this does.
+    expired_ = std::move(waited);
+    Resume();
+    return;
   }
-  if (const auto* s = std::get_if<CopyStepIr>(&step)) {
-    return s->dst_device == device && s->dst == buffer;
+  sends_->Expire();
+}
+
+void RequestRun::Finish(absl::Status status) {
+  context_.timer->Remove(timer_id_);
+  if (!status.ok()) {
+    // A failed send aborts the request's receives; report the cause.
+    absl::Status send = sends_->first_error();
+    if (!send.ok()) status = std::move(send);
   }
-  if (const auto* s = std::get_if<FreeStepIr>(&step)) {
-    return s->device == device && s->buffer == buffer;
+  RunDone done = std::move(done_);
+  if (status.ok()) {
+    done(std::move(outputs_));
+  } else {
+    done(std::move(status));
   }
-  return false;
+}
+
+void RequestRun::Start(std::vector<SliceIr> inputs) {
+  if (absl::Status added = AddInputs(std::move(inputs)); !added.ok()) {
+    return std::move(done_)(std::move(added));
+  }
+  std::weak_ptr<RequestRun> weak = weak_from_this();
+  timer_id_ = context_.timer->Add(deadline_, [weak]() {
+    if (std::shared_ptr<RequestRun> self = weak.lock()) self->OnDeadline();
+  });
+  Continue();
 }
 
 }  // namespace
 
-std::vector<StepIr> ScheduleSends(std::vector<StepIr> steps) {
-  std::vector<StepIr> out;
-  out.reserve(steps.size());
-  for (StepIr& step : steps) {
-    const auto* send = std::get_if<SendStepIr>(&step);
-    size_t at = out.size();
-    if (send != nullptr) {
-      // Back to the last step that writes the source; the earliest receive
-      // after it is where the send goes (before it), so that no worker waits
-      // for a peer that waits for it.
-      for (size_t i = out.size(); i-- > 0;) {
-        if (Writes(out[i], send->device, send->buffer)) break;
-        if (std::holds_alternative<RecvStepIr>(out[i])) at = i;
-      }
-    }
-    out.insert(out.begin() + static_cast<std::ptrdiff_t>(at), std::move(step));
-  }
-  return out;
+void RunProgramAsync(std::shared_ptr<const InstalledProgram> program,
+                     std::shared_ptr<const LoadedModel> model, std::string request_id,
+                     std::vector<SliceIr> inputs, absl::Time deadline, RunContext context,
+                     RunDone done) {
+  auto run = std::make_shared<RequestRun>(std::move(program), std::move(model),
+                                          std::move(request_id), deadline, std::move(context),
+                                          std::move(done));
+  run->Start(std::move(inputs));
 }
 
 absl::StatusOr<std::vector<SliceIr>> RunProgram(const ProgramIr& program,
@@ -427,16 +423,26 @@ absl::StatusOr<std::vector<SliceIr>> RunProgram(const ProgramIr& program,
                                                 std::vector<SliceIr> inputs,
                                                 absl::Time deadline,
                                                 const RunContext& context) {
-  RequestRun run(program, model, request_id, deadline, context);
-  MS_RETURN_IF_ERROR(run.AddInputs(std::move(inputs)));
-  absl::Status steps = run.RunSteps();
-  if (!steps.ok()) {
-    // A failed send aborts the request's receives; report the cause.
-    absl::Status send = run.SendError();
-    return send.ok() ? steps : send;
+  auto installed = std::make_shared<InstalledProgram>();
+  installed->ir = program;
+  std::unique_ptr<DeadlineTimer> own_timer;
+  RunContext with_timer = context;
+  if (with_timer.timer == nullptr) {
+    own_timer = std::make_unique<DeadlineTimer>();
+    with_timer.timer = own_timer.get();
   }
-  MS_RETURN_IF_ERROR(run.WaitForSends());
-  return run.TakeOutputs();
+  absl::Notification finished;
+  absl::StatusOr<std::vector<SliceIr>> result;
+  // Not owned: this call outlives the run's use of the model (done is its last).
+  std::shared_ptr<const LoadedModel> unowned(std::shared_ptr<const LoadedModel>(), &model);
+  RunProgramAsync(std::move(installed), std::move(unowned), std::string(request_id),
+                  std::move(inputs), deadline, std::move(with_timer),
+                  [&](absl::StatusOr<std::vector<SliceIr>> out) {
+                    result = std::move(out);
+                    finished.Notify();
+                  });
+  finished.WaitForNotification();
+  return result;
 }
 
 }  // namespace meshserve

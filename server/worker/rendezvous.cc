@@ -1,10 +1,13 @@
 #include "server/worker/rendezvous.h"
 
 #include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 
@@ -13,6 +16,11 @@ namespace {
 
 std::string SliceName(absl::string_view request_id, absl::string_view tag) {
   return absl::StrCat("request '", request_id, "' tag '", tag, "'");
+}
+
+// Runs the waiters' callbacks taken under the lock (after releasing it).
+void RunAll(std::vector<Rendezvous::Ready>& wake) {
+  for (Rendezvous::Ready& ready : wake) ready();
 }
 
 }  // namespace
@@ -43,7 +51,6 @@ absl::Status Rendezvous::ChargeLocked(absl::string_view request_id, absl::string
         options_.max_inflight_slice_bytes,
         " bytes for slices in flight are in use (--max_inflight_slice_bytes=",
         options_.max_inflight_slice_bytes, "); retry later"));
-    arrived_.SignalAll();
     return slice->error;
   }
   inflight_bytes_ += bytes;
@@ -56,12 +63,28 @@ void Rendezvous::UnchargeLocked(Slice* slice) {
   slice->charged = 0;
 }
 
-void Rendezvous::EraseRequestLocked(const std::string& request_id) {
+void Rendezvous::EraseRequestLocked(const std::string& request_id, std::vector<Ready>* wake) {
   auto it = requests_.find(request_id);
   if (it == requests_.end()) return;
   for (auto& [tag, slice] : it->second.slices) UnchargeLocked(&slice);
+  if (it->second.waiter.has_value()) wake->push_back(std::move(it->second.waiter->ready));
   requests_.erase(it);
 }
+
+void Rendezvous::WakeLocked(absl::string_view request_id, absl::string_view tag,
+                            std::vector<Ready>* wake) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end() || !it->second.waiter.has_value() ||
+      it->second.waiter->tag != tag) {
+    return;
+  }
+  auto slice = it->second.slices.find(tag);
+  if (slice == it->second.slices.end()) return;
+  if (!slice->second.complete() && slice->second.error.ok()) return;
+  wake->push_back(std::move(it->second.waiter->ready));
+  it->second.waiter.reset();
+}
+
 
 void Rendezvous::RememberLocked(const std::string& request_id) {
   done_order_.push_back(request_id);
@@ -77,7 +100,8 @@ void Rendezvous::CollectOrphansLocked(absl::Time now) {
   last_collect_ = now;
   for (auto it = requests_.begin(); it != requests_.end();) {
     auto cur = it++;
-    if (!cur->second.running && now - cur->second.created > options_.orphan_ttl) {
+    if (!cur->second.running && !cur->second.waiter.has_value() &&
+        now - cur->second.created > options_.orphan_ttl) {
       for (auto& [tag, slice] : cur->second.slices) UnchargeLocked(&slice);
       requests_.erase(cur);
     }
@@ -97,17 +121,43 @@ Rendezvous::RequestSlices* Rendezvous::FindOrCreateLocked(
   return &it->second;
 }
 
+absl::Status Rendezvous::CheckTotal(absl::string_view request_id, absl::string_view tag,
+                                    int64_t src_worker, int64_t total_bytes) const {
+  if (total_bytes >= 0 && total_bytes <= options_.max_slice_bytes) return absl::OkStatus();
+  return InvalidArgument(SliceName(request_id, tag), " from worker ", src_worker,
+                         ": total_bytes ", total_bytes, " outside [0, ",
+                         options_.max_slice_bytes, "]");
+}
+
+template <typename Locked>
+absl::Status Rendezvous::DeliverAndWake(absl::string_view request_id, absl::string_view tag,
+                                        Locked deliver) {
+  std::vector<Ready> wake;
+  absl::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    status = deliver();
+    WakeLocked(request_id, tag, &wake);
+  }
+  RunAll(wake);
+  return status;
+}
+
 absl::Status Rendezvous::DeliverChunk(absl::string_view request_id,
                                       absl::string_view tag, int64_t total_bytes,
                                       int64_t offset, absl::string_view data,
                                       int64_t src_worker, int dtype) {
+  MS_RETURN_IF_ERROR(CheckTotal(request_id, tag, src_worker, total_bytes));
+  return DeliverAndWake(request_id, tag, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return DeliverChunkLocked(request_id, tag, total_bytes, offset, data, src_worker, dtype);
+  });
+}
+
+absl::Status Rendezvous::DeliverChunkLocked(absl::string_view request_id,
+                                            absl::string_view tag, int64_t total_bytes,
+                                            int64_t offset, absl::string_view data,
+                                            int64_t src_worker, int dtype) {
   const int64_t size = static_cast<int64_t>(data.size());
-  if (total_bytes < 0 || total_bytes > options_.max_slice_bytes) {
-    return InvalidArgument(SliceName(request_id, tag), " from worker ", src_worker,
-                           ": total_bytes ", total_bytes, " outside [0, ",
-                           options_.max_slice_bytes, "]");
-  }
-  absl::MutexLock lock(&mu_);
   RequestSlices* request = FindOrCreateLocked(request_id);
   if (request == nullptr) return absl::OkStatus();  // late chunk: drop
   auto [it, inserted] = request->slices.try_emplace(std::string(tag));
@@ -142,25 +192,27 @@ absl::Status Rendezvous::DeliverChunk(absl::string_view request_id,
     slice.bytes.clear();
     slice.bytes.shrink_to_fit();
     UnchargeLocked(&slice);
-    arrived_.SignalAll();
     return error;
   }
   if (size > 0) std::memcpy(&slice.bytes[offset], data.data(), size);
   slice.received += size;
-  if (slice.complete()) arrived_.SignalAll();
   return absl::OkStatus();
 }
 
 absl::Status Rendezvous::DeliverSlice(absl::string_view request_id,
                                       absl::string_view tag, std::string bytes,
                                       int64_t src_worker, int dtype) {
+  MS_RETURN_IF_ERROR(
+      CheckTotal(request_id, tag, src_worker, static_cast<int64_t>(bytes.size())));
+  return DeliverAndWake(request_id, tag, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return DeliverSliceLocked(request_id, tag, std::move(bytes), src_worker, dtype);
+  });
+}
+
+absl::Status Rendezvous::DeliverSliceLocked(absl::string_view request_id,
+                                            absl::string_view tag, std::string bytes,
+                                            int64_t src_worker, int dtype) {
   const int64_t total = static_cast<int64_t>(bytes.size());
-  if (total > options_.max_slice_bytes) {
-    return InvalidArgument(SliceName(request_id, tag), " from worker ", src_worker,
-                           ": total_bytes ", total, " outside [0, ",
-                           options_.max_slice_bytes, "]");
-  }
-  absl::MutexLock lock(&mu_);
   RequestSlices* request = FindOrCreateLocked(request_id);
   if (request == nullptr) return absl::OkStatus();
   auto [it, inserted] = request->slices.try_emplace(std::string(tag));
@@ -173,7 +225,6 @@ absl::Status Rendezvous::DeliverSlice(absl::string_view request_id,
     slice.bytes.clear();
     slice.bytes.shrink_to_fit();
     UnchargeLocked(&slice);
-    arrived_.SignalAll();
     return slice.error;
   }
   MS_RETURN_IF_ERROR(ChargeLocked(request_id, tag, src_worker, total, &slice));
@@ -182,7 +233,6 @@ absl::Status Rendezvous::DeliverSlice(absl::string_view request_id,
   slice.received = total;
   slice.src_worker = src_worker;
   slice.dtype = dtype;
-  arrived_.SignalAll();
   return absl::OkStatus();
 }
 
@@ -207,51 +257,93 @@ absl::StatusOr<Rendezvous::Received> Rendezvous::Receive(absl::string_view reque
                                                          absl::string_view tag,
                                                          int64_t src_worker,
                                                          absl::Time deadline) {
-  absl::MutexLock lock(&mu_);
   while (true) {
-    auto done = done_.find(request_id);
-    if (done != done_.end()) {
-      if (!done->second.ok()) return done->second;
-      return FailedPrecondition(SliceName(request_id, tag),
-                                ": the request already finished");
-    }
-    RequestSlices* request = FindOrCreateLocked(request_id);
-    auto it = request->slices.find(tag);
-    if (it != request->slices.end()) {
-      if (!it->second.error.ok()) {
-        absl::Status error = it->second.error;
-        // A refused slice stays (its later chunks are refused too).
-        if (!it->second.refused) request->slices.erase(it);
-        return error;
-      }
-      if (it->second.complete()) {
-        Received received{std::move(it->second.bytes), it->second.dtype};
-        UnchargeLocked(&it->second);
-        request->slices.erase(it);
-        return received;
-      }
-    }
-    if (arrived_.WaitWithDeadline(&mu_, deadline) && absl::Now() >= deadline) {
-      // Re-check once more: the slice may have completed exactly at the deadline.
-      auto again = requests_.find(request_id);
-      if (again != requests_.end()) {
-        auto slice = again->second.slices.find(tag);
-        if (slice != again->second.slices.end() && slice->second.complete()) continue;
-      }
-      int64_t have = 0, total = -1;
-      if (again != requests_.end()) {
-        auto slice = again->second.slices.find(tag);
-        if (slice != again->second.slices.end()) {
-          have = slice->second.received;
-          total = slice->second.total_bytes;
-        }
-      }
-      return absl::DeadlineExceededError(absl::StrCat(
-          SliceName(request_id, tag), ": no complete slice from worker ", src_worker,
-          " before the deadline (", total < 0 ? std::string("nothing") :
-          absl::StrCat(have, " of ", total, " bytes"), " received)"));
+    auto arrived = std::make_shared<absl::Notification>();
+    MS_ASSIGN_OR_RETURN(std::optional<Received> got,
+                        TryReceive(request_id, tag, src_worker, deadline,
+                                   [arrived]() { arrived->Notify(); }));
+    if (got.has_value()) return std::move(*got);
+    if (!arrived->WaitForNotificationWithDeadline(deadline)) {
+      MS_RETURN_IF_ERROR(ExpireWaiter(request_id));
+      // OK: the slice came as the deadline passed; take it.
     }
   }
+}
+
+absl::StatusOr<std::optional<Rendezvous::Received>> Rendezvous::TryReceive(
+    absl::string_view request_id, absl::string_view tag, int64_t src_worker,
+    absl::Time deadline, Ready ready) {
+  absl::MutexLock lock(&mu_);
+  auto done = done_.find(request_id);
+  if (done != done_.end()) {
+    if (!done->second.ok()) return done->second;
+    return FailedPrecondition(SliceName(request_id, tag), ": the request already finished");
+  }
+  RequestSlices* request = FindOrCreateLocked(request_id);
+  auto it = request->slices.find(tag);
+  if (it != request->slices.end()) {
+    if (!it->second.error.ok()) {
+      absl::Status error = it->second.error;
+      // A refused slice stays (its later chunks are refused too).
+      if (!it->second.refused) request->slices.erase(it);
+      return error;
+    }
+    if (it->second.complete()) {
+      Received received{std::move(it->second.bytes), it->second.dtype};
+      UnchargeLocked(&it->second);
+      request->slices.erase(it);
+      return std::optional<Received>(std::move(received));
+    }
+  }
+  if (absl::Now() >= deadline) return DeadlineErrorLocked(request_id, tag, src_worker);
+  if (request->waiter.has_value()) {
+    return FailedPrecondition(SliceName(request_id, tag), ": a receive of tag '",
+                              request->waiter->tag, "' is already waiting");
+  }
+  request->waiter = Waiter{std::string(tag), src_worker, std::move(ready)};
+  return std::optional<Received>();
+}
+
+absl::Status Rendezvous::DeadlineErrorLocked(absl::string_view request_id,
+                                             absl::string_view tag,
+                                             int64_t src_worker) const {
+  int64_t have = 0, total = -1;
+  auto request = requests_.find(request_id);
+  if (request != requests_.end()) {
+    auto slice = request->second.slices.find(tag);
+    if (slice != request->second.slices.end()) {
+      have = slice->second.received;
+      total = slice->second.total_bytes;
+    }
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      SliceName(request_id, tag), ": no complete slice from worker ", src_worker,
+      " before the deadline (",
+      total < 0 ? std::string("nothing") : absl::StrCat(have, " of ", total, " bytes"),
+      " received)"));
+}
+
+absl::Status Rendezvous::ExpireWaiter(absl::string_view request_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = requests_.find(request_id);
+  if (it == requests_.end() || !it->second.waiter.has_value()) return absl::OkStatus();
+  Waiter waiter = std::move(*it->second.waiter);
+  it->second.waiter.reset();
+  return DeadlineErrorLocked(request_id, waiter.tag, waiter.src_worker);
+}
+
+void Rendezvous::FailAll(absl::Status error) {
+  std::vector<Ready> wake;
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<std::string> ids;
+    for (const auto& [id, request] : requests_) ids.push_back(id);
+    for (const std::string& id : ids) {
+      if (done_.try_emplace(id, error).second) RememberLocked(id);
+      EraseRequestLocked(id, &wake);
+    }
+  }
+  RunAll(wake);
 }
 
 void Rendezvous::Cancel(absl::string_view request_id, absl::string_view reason) {
@@ -260,23 +352,30 @@ void Rendezvous::Cancel(absl::string_view request_id, absl::string_view reason) 
 }
 
 void Rendezvous::Fail(absl::string_view request_id, absl::Status status) {
-  absl::MutexLock lock(&mu_);
-  std::string id(request_id);
-  auto [it, inserted] = done_.try_emplace(id, std::move(status));
-  if (inserted) {
-    RememberLocked(id);
-  } else if (it->second.ok()) {
-    return;  // already finished: nothing to abort
+  std::vector<Ready> wake;
+  {
+    absl::MutexLock lock(&mu_);
+    std::string id(request_id);
+    auto [it, inserted] = done_.try_emplace(id, std::move(status));
+    if (inserted) {
+      RememberLocked(id);
+    } else if (it->second.ok()) {
+      return;  // already finished: nothing to abort
+    }
+    EraseRequestLocked(id, &wake);
   }
-  EraseRequestLocked(id);
-  arrived_.SignalAll();
+  RunAll(wake);
 }
 
 void Rendezvous::FinishRequest(absl::string_view request_id) {
-  absl::MutexLock lock(&mu_);
-  std::string id(request_id);
-  EraseRequestLocked(id);
-  if (done_.try_emplace(id, absl::OkStatus()).second) RememberLocked(id);
+  std::vector<Ready> wake;
+  {
+    absl::MutexLock lock(&mu_);
+    std::string id(request_id);
+    EraseRequestLocked(id, &wake);
+    if (done_.try_emplace(id, absl::OkStatus()).second) RememberLocked(id);
+  }
+  RunAll(wake);
 }
 
 int64_t Rendezvous::NumPendingSlices() const {

@@ -6,8 +6,11 @@
 // chunk is copied once, in place, at its offset. Chunks of one slice must
 // arrive in order (one gRPC stream per slice keeps them in order), so a slice is
 // complete when the bytes received reach total_bytes. A RecvStep calls
-// `Receive`, which waits (until the request's deadline) for the slice to be
-// complete and takes its bytes out.
+// `TryReceive`, which takes the bytes out of a complete slice or else leaves a
+// `Ready` callback that the thread completing (or poisoning, or cancelling)
+// the slice calls once, outside the lock; the step then tries again. Nothing
+// here waits, so a request's run never holds a thread while a peer is
+// behind. `Receive` is the blocking form (until a deadline).
 //
 // Slices may arrive before the request starts on this worker (a peer ran
 // ahead); they are kept until the request starts and consumes them, or dropped
@@ -39,14 +42,17 @@
 // larger than the budget can never be received.
 //
 // Thread-safety: all methods are thread-safe (one absl::Mutex); Receive blocks
-// only its caller.
+// only its caller; Ready callbacks run with no lock held.
 #ifndef MESHSERVE_SERVER_WORKER_RENDEZVOUS_H_
 #define MESHSERVE_SERVER_WORKER_RENDEZVOUS_H_
 
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -105,6 +111,24 @@ class Rendezvous {
                                    absl::string_view tag, int64_t src_worker,
                                    absl::Time deadline);
 
+  // Called once when the slice a TryReceive waits for completes or fails.
+  using Ready = std::function<void()>;
+  // The slice's bytes when it is complete (removing the entry); its error
+  // when it is poisoned or the request was cancelled or finished; past
+  // `deadline`, kDeadlineExceeded. Otherwise registers `ready` (one waiter per
+  // request: a run waits on one receive at a time) and returns nullopt; call
+  // again once `ready` ran. \error kFailedPrecondition for a second waiter.
+  absl::StatusOr<std::optional<Received>> TryReceive(absl::string_view request_id,
+                                                     absl::string_view tag,
+                                                     int64_t src_worker, absl::Time deadline,
+                                                     Ready ready);
+  // The deadline of the request's waiter, if any: removes it and returns
+  // kDeadlineExceeded naming its tag, the worker and the bytes received so far;
+  // OK when no waiter is left (its slice came first; `ready` has run or runs).
+  absl::Status ExpireWaiter(absl::string_view request_id);
+  // Fails every request's pending receives with `error` (shutdown).
+  void FailAll(absl::Status error);
+
   // Fails the request's pending and future receives with kAborted naming
   // `reason`; drops its slices. Works before, during and after the request.
   void Cancel(absl::string_view request_id, absl::string_view reason);
@@ -132,10 +156,16 @@ class Rendezvous {
     bool refused = false;  // poisoned by the budget: kept until the request ends
     bool complete() const { return error.ok() && received == total_bytes; }
   };
+  struct Waiter {
+    std::string tag;
+    int64_t src_worker = -1;
+    Ready ready;
+  };
   struct RequestSlices {
     absl::flat_hash_map<std::string, Slice> slices;
     absl::Time created;
     bool running = false;
+    std::optional<Waiter> waiter;  // a TryReceive waiting on waiter->tag
   };
 
   void RememberLocked(const std::string& request_id)
@@ -150,13 +180,37 @@ class Rendezvous {
                             int64_t src_worker, int64_t bytes, Slice* slice)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnchargeLocked(Slice* slice) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Erases the request's entry, releasing what its slices held.
-  void EraseRequestLocked(const std::string& request_id)
+  // Erases the request's entry, releasing what its slices held; its waiter's
+  // callback goes to `wake` (run it after unlocking).
+  void EraseRequestLocked(const std::string& request_id, std::vector<Ready>* wake)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves the request's waiter to `wake` if it waits on `tag` and that slice
+  // is complete or poisoned.
+  void WakeLocked(absl::string_view request_id, absl::string_view tag,
+                  std::vector<Ready>* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // kInvalidArgument for a total_bytes outside [0, max_slice_bytes].
+  absl::Status CheckTotal(absl::string_view request_id, absl::string_view tag,
+                          int64_t src_worker, int64_t total_bytes) const;
+  // Runs `deliver` (a *Locked delivery) under the lock, then the waiter it
+  // completed, if any.
+  template <typename Locked>
+  absl::Status DeliverAndWake(absl::string_view request_id, absl::string_view tag,
+                              Locked deliver);
+  absl::Status DeliverChunkLocked(absl::string_view request_id, absl::string_view tag,
+                                  int64_t total_bytes, int64_t offset,
+                                  absl::string_view data, int64_t src_worker, int dtype)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status DeliverSliceLocked(absl::string_view request_id, absl::string_view tag,
+                                  std::string bytes, int64_t src_worker, int dtype)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The DeadlineExceeded status of a receive of `tag` that found no complete
+  // slice.
+  absl::Status DeadlineErrorLocked(absl::string_view request_id, absl::string_view tag,
+                                   int64_t src_worker) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   mutable absl::Mutex mu_;
-  absl::CondVar arrived_;  // signalled when a slice completes or is poisoned
   absl::flat_hash_map<std::string, RequestSlices> requests_ ABSL_GUARDED_BY(mu_);
   // Finished requests (value ok) and cancelled ones (value = cancel status).
   absl::flat_hash_map<std::string, absl::Status> done_ ABSL_GUARDED_BY(mu_);

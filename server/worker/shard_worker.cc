@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/base/status_macros.h"
 #include "proto/program.pb.h"
@@ -31,16 +32,29 @@ absl::Status ShardWorker::InstallProgram(const Program& program) {
 }
 
 absl::Status ShardWorker::Execute(ExecuteRequest* request, ExecuteResponse* response) {
+  absl::Notification finished;
+  absl::Status result;
+  ExecuteAsync(request, response, [&](absl::Status status) {
+    result = std::move(status);
+    finished.Notify();
+  });
+  finished.WaitForNotification();
+  return result;
+}
+
+void ShardWorker::ExecuteAsync(ExecuteRequest* request, ExecuteResponse* response,
+                               std::function<void(absl::Status)> done) {
   std::vector<SliceIr> inputs;
   inputs.reserve(request->inputs_size());
   for (TensorSlice& slice : *request->mutable_inputs()) inputs.push_back(SliceToIr(&slice));
-  MS_ASSIGN_OR_RETURN(std::vector<SliceIr> outputs,
-                      engine_.Execute(request->program_id(), request->request_id(),
-                                      std::move(inputs),
-                                      absl::Milliseconds(request->deadline_ms()),
-                                      request->param_version()));
-  for (SliceIr& out : outputs) SliceFromIr(&out, response->add_outputs());
-  return absl::OkStatus();
+  engine_.ExecuteAsync(
+      request->program_id(), request->request_id(), std::move(inputs),
+      absl::Milliseconds(request->deadline_ms()), request->param_version(),
+      [response, done = std::move(done)](absl::StatusOr<std::vector<SliceIr>> outputs) {
+        if (!outputs.ok()) return done(outputs.status());
+        for (SliceIr& out : *outputs) SliceFromIr(&out, response->add_outputs());
+        done(absl::OkStatus());
+      });
 }
 
 absl::Status ShardWorker::PushChunk(const DataChunk& chunk) {

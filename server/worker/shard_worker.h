@@ -31,7 +31,8 @@
 //            converts when the dtypes differ.
 //   free     drops a temporary buffer (a no-op when the device has none).
 //   output   returns `box` of the buffer as output slice `output`.
-// Before Execute returns it waits for its sends to be delivered.
+// Before Execute returns it waits for its sends to be delivered. A receive
+// that waits for a peer holds no thread (ExecuteAsync).
 //
 // Errors (every bad program, request or peer message returns a Status that
 // names the value; the worker never crashes on them):
@@ -52,6 +53,7 @@
 #ifndef MESHSERVE_SERVER_WORKER_SHARD_WORKER_H_
 #define MESHSERVE_SERVER_WORKER_SHARD_WORKER_H_
 
+#include <functional>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -89,6 +91,11 @@ class ShardWorker {
   absl::Status InstallProgram(const Program& program);
   // Moves the input bytes out of `*request`.
   absl::Status Execute(ExecuteRequest* request, ExecuteResponse* response);
+  // Execute without holding the thread while a receive waits
+  // (WorkerEngine::ExecuteAsync): fills `*response` and calls `done` once;
+  // both messages must live until then.
+  void ExecuteAsync(ExecuteRequest* request, ExecuteResponse* response,
+                    std::function<void(absl::Status)> done);
   // One chunk of a peer's slice (WorkerService.PushData).
   absl::Status PushChunk(const DataChunk& chunk);
   void Cancel(const CancelRequest& request);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
@@ -53,7 +54,10 @@ WorkerEngine::WorkerEngine(Options options, PeerTransport* transport)
       rendezvous_(options.rendezvous),
       store_(std::make_unique<ParamStore>()) {}
 
-WorkerEngine::~WorkerEngine() = default;
+WorkerEngine::~WorkerEngine() {
+  // Runs waiting on a peer end now (their done callbacks run here).
+  rendezvous_.FailAll(absl::CancelledError("worker shutting down"));
+}
 
 std::shared_ptr<const LoadedModel> WorkerEngine::FindLocked(absl::string_view model,
                                                             int64_t generation,
@@ -118,7 +122,7 @@ absl::Status WorkerEngine::UnloadModel(absl::string_view model, int64_t generati
     models_.erase(cur);
     for (auto p = programs_.begin(); p != programs_.end();) {
       auto program = p++;
-      if (program->second->model == model && program->second->generation == gone) {
+      if (program->second->ir.model == model && program->second->ir.generation == gone) {
         programs_.erase(program);
       }
     }
@@ -286,9 +290,10 @@ absl::Status WorkerEngine::AbortParams(absl::string_view model, int64_t generati
 absl::Status WorkerEngine::InstallProgram(ProgramIr program) {
   MS_RETURN_IF_ERROR(ValidateProgram(program));
   program.steps = ScheduleSends(std::move(program.steps));
-  auto shared = std::make_shared<const ProgramIr>(std::move(program));
+  auto shared = std::make_shared<InstalledProgram>();
+  shared->ir = std::move(program);
   absl::MutexLock lock(&mu_);
-  programs_[shared->program_id] = std::move(shared);
+  programs_[shared->ir.program_id] = std::move(shared);
   return absl::OkStatus();
 }
 
@@ -297,45 +302,80 @@ absl::StatusOr<std::vector<SliceIr>> WorkerEngine::Execute(absl::string_view pro
                                                            std::vector<SliceIr> inputs,
                                                            absl::Duration timeout,
                                                            int64_t param_version) {
-  if (request_id.empty()) return InvalidArgument("request_id is empty");
+  absl::Notification finished;
+  absl::StatusOr<std::vector<SliceIr>> result;
+  ExecuteAsync(program_id, std::string(request_id), std::move(inputs), timeout, param_version,
+               [&](absl::StatusOr<std::vector<SliceIr>> out) {
+                 result = std::move(out);
+                 finished.Notify();
+               });
+  finished.WaitForNotification();
+  return result;
+}
+
+void WorkerEngine::ExecuteAsync(absl::string_view program_id, std::string request_id,
+                                std::vector<SliceIr> inputs, absl::Duration timeout,
+                                int64_t param_version, RunDone done) {
+  if (request_id.empty()) return done(InvalidArgument("request_id is empty"));
   const absl::Time deadline =
       absl::Now() + (timeout > absl::ZeroDuration() ? timeout : options_.default_deadline);
-  std::shared_ptr<const ProgramIr> program;
+  std::shared_ptr<const InstalledProgram> program;
   std::shared_ptr<const LoadedModel> model;
   {
     absl::MutexLock lock(&mu_);
     auto p = programs_.find(program_id);
     if (p == programs_.end()) {
-      return NotFound("unknown program '", program_id, "' (", programs_.size(),
-                      " installed)");
+      return done(NotFound("unknown program '", program_id, "' (", programs_.size(),
+                           " installed)"));
     }
     program = p->second;
-    if (FindLocked(program->model, program->generation, 0) == nullptr) {
-      return FailedPrecondition("program '", program_id, "': model '", program->model,
-                                "' generation ", program->generation,
-                                " is not loaded on this worker");
+    const ProgramIr& ir = program->ir;
+    if (FindLocked(ir.model, ir.generation, 0) == nullptr) {
+      return done(FailedPrecondition("program '", program_id, "': model '", ir.model,
+                                     "' generation ", ir.generation,
+                                     " is not loaded on this worker"));
     }
-    model = FindLocked(program->model, program->generation, param_version);
+    model = FindLocked(ir.model, ir.generation, param_version);
     if (model == nullptr) {
-      return NotFound("program '", program_id, "': model '", program->model,
-                      "' generation ", program->generation, " version ", param_version,
-                      " is not resident on this worker");
+      return done(NotFound("program '", program_id, "': model '", ir.model, "' generation ",
+                           ir.generation, " version ", param_version,
+                           " is not resident on this worker"));
     }
   }
-  MS_RETURN_IF_ERROR(rendezvous_.StartRequest(request_id));
-  RunContext context{&rendezvous_, transport_, worker_id()};
-  absl::StatusOr<std::vector<SliceIr>> outputs =
-      RunProgram(*program, *model, request_id, std::move(inputs), deadline, context);
-  rendezvous_.FinishRequest(request_id);
-  {
-    absl::MutexLock lock(&mu_);
-    ++requests_served_;
+  if (absl::Status started = rendezvous_.StartRequest(request_id); !started.ok()) {
+    return done(std::move(started));
   }
-  if (!outputs.ok()) {
-    return AnnotateStatus(outputs.status(), "worker ", worker_id(), " program '",
-                          program_id, "' request '", request_id, "'");
+  // Quick programs (measured by their last run) stay on this thread and on
+  // the delivering threads; the others go to the executor.
+  const int64_t last_ns = program->last_compute_ns.load();
+  const bool quick =
+      last_ns >= 0 && absl::Nanoseconds(last_ns) < kInlineComputeLimit;
+  RunContext context{&rendezvous_, transport_, worker_id(), &timer_,
+                     quick ? nullptr : options_.executor};
+  auto finish = [this, id = request_id, program_id = std::string(program_id),
+                 done = std::move(done)](absl::StatusOr<std::vector<SliceIr>> outputs) {
+    rendezvous_.FinishRequest(id);
+    {
+      absl::MutexLock lock(&mu_);
+      ++requests_served_;
+    }
+    if (!outputs.ok()) {
+      outputs = AnnotateStatus(outputs.status(), "worker ", worker_id(), " program '",
+                               program_id, "' request '", id, "'");
+    }
+    done(std::move(outputs));
+  };
+  auto start = [program = std::move(program), model = std::move(model),
+                id = std::move(request_id), inputs = std::move(inputs), deadline,
+                context = std::move(context), finish = std::move(finish)]() mutable {
+    RunProgramAsync(std::move(program), std::move(model), std::move(id), std::move(inputs),
+                    deadline, std::move(context), std::move(finish));
+  };
+  if (quick || options_.executor == nullptr) {
+    start();
+  } else {
+    options_.executor(std::move(start));
   }
-  return outputs;
 }
 
 WorkerStatusIr WorkerEngine::Status() const {

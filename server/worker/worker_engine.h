@@ -60,6 +60,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/program/program_ir.h"
+#include "server/worker/deadline_timer.h"
 #include "server/worker/peer_transport.h"
 #include "server/worker/rendezvous.h"
 
@@ -67,6 +68,7 @@ namespace meshserve {
 
 // Defined in worker_engine_internal.h / param_store.h (they need the core
 // tensor types, which stay out of this header: its users see only the IR).
+struct InstalledProgram;
 struct LoadedModel;
 class ParamStore;
 
@@ -81,6 +83,11 @@ class WorkerEngine {
     // Budget of the ReadParam calls of one LoadModel or CommitParams.
     absl::Duration param_read_timeout = absl::Minutes(5);
     Rendezvous::Options rendezvous;
+    // Runs a request whose steps take long (see worker_engine_internal.h
+    // kInlineComputeLimit) off the calling thread, e.g. on a thread pool.
+    // Null: on the calling thread. Quick programs always run on the thread
+    // that starts them or delivers the slice they wait for.
+    std::function<void(std::function<void()>)> executor;
   };
 
   // `transport` (not owned, may be null when no program sends to another
@@ -122,6 +129,13 @@ class WorkerEngine {
                                                std::vector<SliceIr> inputs,
                                                absl::Duration timeout,
                                                int64_t param_version = 0);
+  // Execute without holding the caller's thread while a receive waits for a
+  // peer: calls `done` once, inline for an error found at once, else from
+  // the thread that runs the last step (Options::executor or a delivering
+  // thread). The engine must outlive every pending `done`.
+  void ExecuteAsync(absl::string_view program_id, std::string request_id,
+                    std::vector<SliceIr> inputs, absl::Duration timeout, int64_t param_version,
+                    std::function<void(absl::StatusOr<std::vector<SliceIr>>)> done);
 
   // The bytes of request.box of a held param of resident (model, generation,
   // version) (version 0: the newest), else of that version's staging here.
@@ -200,6 +214,7 @@ class WorkerEngine {
   PeerTransport* const transport_;
   std::atomic<int64_t> worker_id_;
   Rendezvous rendezvous_;
+  DeadlineTimer timer_;  // ends runs' waits at their deadlines
 
   mutable absl::Mutex mu_;
   absl::flat_hash_map<ModelKey, Versions> models_ ABSL_GUARDED_BY(mu_);
@@ -213,7 +228,7 @@ class WorkerEngine {
       ABSL_GUARDED_BY(stage_mu_);
   // Lock order: mu_, then the store's.
   std::unique_ptr<ParamStore> store_;
-  absl::flat_hash_map<std::string, std::shared_ptr<const ProgramIr>> programs_
+  absl::flat_hash_map<std::string, std::shared_ptr<const InstalledProgram>> programs_
       ABSL_GUARDED_BY(mu_);
   int64_t requests_served_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -3,6 +3,7 @@
 #ifndef MESHSERVE_SERVER_WORKER_WORKER_ENGINE_INTERNAL_H_
 #define MESHSERVE_SERVER_WORKER_WORKER_ENGINE_INTERNAL_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -16,6 +17,7 @@
 #include "common/program/program_ir.h"
 #include "common/sharding/mesh.h"
 #include "common/tensor/tensor.h"
+#include "server/worker/deadline_timer.h"
 #include "server/worker/peer_transport.h"
 #include "server/worker/rendezvous.h"
 
@@ -131,7 +133,31 @@ struct RunContext {
   Rendezvous* rendezvous = nullptr;
   PeerTransport* transport = nullptr;  // may be null
   int64_t worker_id = -1;
+  // Ends a run's waits at its deadline; RunProgram makes one when null.
+  DeadlineTimer* timer = nullptr;
+  // Where a run continues after a receive waited: null = on the thread that
+  // delivered the slice (a gRPC thread; for programs whose steps are quick).
+  std::function<void(std::function<void()>)> executor;
 };
+
+// An installed program and what its runs measured.
+struct InstalledProgram {
+  ProgramIr ir;
+  // Compute time of the last run (ns; -1 before the first). A program whose
+  // steps take less than kInlineComputeLimit runs on the thread that starts
+  // or resumes it; a longer one on the worker's pool.
+  mutable std::atomic<int64_t> last_compute_ns{-1};
+};
+inline constexpr absl::Duration kInlineComputeLimit = absl::Microseconds(300);
+
+// For error messages: "compute 'add' -> 'y'", "send 'x' tag 't' to worker 1", ...
+std::string DescribeStep(const StepIr& step);
+
+// Steps that run while sends queue up: local and quick, and none waits for a
+// peer. The compiler interleaves a collective's sends with its local copies
+// (an all-gather over 4 devices on each of 2 workers: copy, copy, send, copy,
+// ...); flushing at every send opened one stream per send.
+bool DefersFlush(const StepIr& step);
 
 // `steps` with every send moved before the receives it does not depend on:
 // a send goes just before the earliest receive after the last step that
@@ -143,8 +169,20 @@ struct RunContext {
 // Values are unchanged: a send still reads what it read in program order.
 std::vector<StepIr> ScheduleSends(std::vector<StepIr> steps);
 
+using RunDone = std::function<void(absl::StatusOr<std::vector<SliceIr>>)>;
+
 // Runs the steps of `program` for one request (the request must have been
-// started on the rendezvous). Returns the output slices.
+// started on the rendezvous) and calls `done` once with the output slices or
+// the first error: inline when nothing waits, else on the thread that ends
+// the last wait (context.executor when set). A receive that finds no
+// complete slice leaves a waiter in the rendezvous and returns the thread;
+// the request's deadline (context.timer) ends such a wait.
+void RunProgramAsync(std::shared_ptr<const InstalledProgram> program,
+                     std::shared_ptr<const LoadedModel> model, std::string request_id,
+                     std::vector<SliceIr> inputs, absl::Time deadline, RunContext context,
+                     RunDone done);
+
+// RunProgramAsync, waiting for `done` (tests).
 absl::StatusOr<std::vector<SliceIr>> RunProgram(const ProgramIr& program,
                                                 const LoadedModel& model,
                                                 absl::string_view request_id,

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/program/ir_conv.h"
@@ -415,6 +416,84 @@ TEST_F(EngineErrorTest, ReceiveWithoutSenderTimesOutThenNextRequestIsServed) {
               StatusIs(absl::StatusCode::kDeadlineExceeded, "no complete slice from worker 1"));
   EXPECT_LT(absl::Now() - start, absl::Seconds(3));
   EXPECT_THAT(Run({Output(0, "param/w", B({{0, 4}, {0, kN}}), "w")}), IsOk());
+}
+
+// ExecuteAsync does not hold the caller's thread while a receive waits: the
+// slice's delivery runs the rest of the request, and `done`, on its thread.
+TEST_F(EngineErrorTest, ExecuteAsyncReturnsWhileAReceiveWaits) {
+  ProgramIr p;
+  p.program_id = "wait-out";
+  p.model = "mm";
+  p.generation = 1;
+  p.steps = {Recv(0, "buf", B({{0, 4}}), "t", false, B({{0, 4}}), kWireFloat32, 1),
+             Output(0, "buf", B({{0, 4}}), "y")};
+  ASSERT_OK(engine_.InstallProgram(p));
+  absl::Notification done;
+  absl::StatusOr<std::vector<SliceIr>> result;
+  engine_.ExecuteAsync("wait-out", "ra", {}, absl::Seconds(30), 0,
+                       [&](absl::StatusOr<std::vector<SliceIr>> out) {
+                         result = std::move(out);
+                         done.Notify();
+                       });
+  EXPECT_FALSE(done.HasBeenNotified());  // returned with the receive waiting
+  const std::vector<float> sent = {1.f, -2.f, 3.5f, 4.f};
+  std::string bytes(reinterpret_cast<const char*>(sent.data()), 16);
+  ASSERT_OK(engine_.DeliverSlice("ra", "t", bytes, 1));
+  // The delivery ran the output step and `done` before it returned.
+  ASSERT_TRUE(done.HasBeenNotified());
+  ASSERT_OK(result.status());
+  ASSERT_EQ(result->size(), 1u);
+  EXPECT_EQ((*result)[0].name, "y");
+  EXPECT_EQ((*result)[0].data, bytes);
+}
+
+// The first run of a program goes to Options::executor (its compute time is
+// unknown); once a run measured it quick, the next runs stay on the caller.
+TEST(WorkerEngineExecutorTest, QuickProgramsStayOnTheCallersThread) {
+  int scheduled = 0;
+  WorkerEngine::Options options;
+  options.executor = [&scheduled](std::function<void()> task) {
+    ++scheduled;
+    task();
+  };
+  WorkerEngine engine(options, nullptr);
+  ASSERT_OK(engine.LoadModel(MatmulLoad({0}, {0, 1})).status());
+  ProgramIr p;
+  p.program_id = "out";
+  p.model = "mm";
+  p.generation = 1;
+  p.steps = {Output(0, "param/w", B({{0, 4}, {0, kN}}), "w")};
+  ASSERT_OK(engine.InstallProgram(p));
+  ASSERT_OK(engine.Execute("out", "r1", {}, absl::Seconds(5)).status());
+  EXPECT_EQ(scheduled, 1);
+  ASSERT_OK(engine.Execute("out", "r2", {}, absl::Seconds(5)).status());
+  ASSERT_OK(engine.Execute("out", "r3", {}, absl::Seconds(5)).status());
+  EXPECT_EQ(scheduled, 1);
+}
+
+// A run still waiting for a peer when its engine goes away ends with
+// kCancelled instead of never answering.
+TEST(WorkerEngineExecutorTest, DestroyingTheEngineEndsWaitingRuns) {
+  absl::Notification done;
+  absl::Status status;
+  {
+    WorkerEngine engine(WorkerEngine::Options(), nullptr);
+    ASSERT_OK(engine.LoadModel(MatmulLoad({0}, {0, 1})).status());
+    ProgramIr p;
+    p.program_id = "wait";
+    p.model = "mm";
+    p.generation = 1;
+    p.steps = {Recv(0, "buf", B({{0, 4}}), "never", false, B({{0, 4}}), kWireFloat32, 1)};
+    ASSERT_OK(engine.InstallProgram(p));
+    engine.ExecuteAsync("wait", "rw", {}, absl::Seconds(30), 0,
+                        [&](absl::StatusOr<std::vector<SliceIr>> out) {
+                          status = out.status();
+                          done.Notify();
+                        });
+    EXPECT_FALSE(done.HasBeenNotified());
+  }
+  ASSERT_TRUE(done.HasBeenNotified());
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kCancelled, "worker shutting down"));
 }
 
 TEST_F(EngineErrorTest, CancelAbortsAPendingReceive) {

@@ -135,8 +135,8 @@ absl::StatusOr<std::unique_ptr<MembershipClient>> StartMembership(
 }
 
 // Shutdown cancels calls still running after 300 ms, but then waits for their
-// handlers, and an Execute on the pool may wait on a peer's receive until its
-// deadline: give it 1 s in all, then return regardless (the coordinator already
+// handlers, and an Execute may wait on a peer's slice until its deadline (it
+// holds no thread, but its call stays open): give it 1 s in all, then return regardless (the coordinator already
 // knows we left; the caller exits without destructors, which loses nothing).
 void ShutDownWithin1s(grpc::Server& server) {
   absl::Notification shut_down;
@@ -200,6 +200,12 @@ absl::Status PrefaultFromFlags() {
   return AnnotateStatus(PrefaultTensorPool(mib << 20), "--prefault_mib=", mib);
 }
 
+// The engine runs programs that compute for long on `pool`
+// (WorkerEngine::Options::executor), the quick ones on gRPC's threads.
+void RunLongProgramsOn(ThreadPool* pool, ShardWorker::Options* options) {
+  options->executor = [pool](std::function<void()> task) { pool->Schedule(std::move(task)); };
+}
+
 int Run() {
   const int machine_cores = std::max(1u, std::thread::hardware_concurrency());
   const int cores = absl::GetFlag(FLAGS_cores) > 0 ? absl::GetFlag(FLAGS_cores) : machine_cores;
@@ -229,8 +235,9 @@ int Run() {
   GrpcPeerTransport::Options transport_options;
   transport_options.channel = security->MemberChannelOptions();
   GrpcPeerTransport transport(transport_options);
+  ThreadPool pool;  // before the worker, whose engine uses it
+  RunLongProgramsOn(&pool, &*worker_options);
   ShardWorker worker(*worker_options, &transport);
-  ThreadPool pool;
   WorkerServiceImpl service(&worker, &pool);
   const std::string host = absl::GetFlag(FLAGS_host);
   absl::StatusOr<WorkerServer> server = StartWorkerServer(

@@ -40,13 +40,18 @@ WorkerMetrics& Metrics() {
 // Registered at start-up, so /metrics lists the families before the first call.
 [[maybe_unused]] const WorkerMetrics& registered_at_start = Metrics();
 
+// Counts and times a call of `method` that began at `start`.
+void Record(const char* method, absl::Time start, const absl::Status& status) {
+  Metrics().calls.Increment({method, status.ok() ? "ok" : "error"});
+  Metrics().seconds.Observe({method}, absl::ToDoubleSeconds(absl::Now() - start));
+}
+
 // `work`, counted and timed as `method`.
 template <typename Work>
 absl::Status Measured(const char* method, Work& work) {
   const absl::Time start = absl::Now();
   absl::Status status = work();
-  Metrics().calls.Increment({method, status.ok() ? "ok" : "error"});
-  Metrics().seconds.Observe({method}, absl::ToDoubleSeconds(absl::Now() - start));
+  Record(method, start, status);
   return status;
 }
 
@@ -264,11 +269,18 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::InstallProgram(
 grpc::ServerUnaryReactor* WorkerServiceImpl::Execute(grpc::CallbackServerContext* context,
                                                      const ExecuteRequest* request,
                                                      ExecuteResponse* response) {
-  return RunOnPool(context, pool_, "Execute", [this, request, response]() {
-    // The request message belongs to this call and is not otherwise used:
-    // the core moves the input bytes out of it instead of copying them.
-    return worker_->Execute(const_cast<ExecuteRequest*>(request), response);
-  });
+  // On this thread: the core hands a long program to the pool itself, and a
+  // receive that waits returns the thread (ShardWorker::ExecuteAsync).
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  const absl::Time start = absl::Now();
+  // The request message belongs to this call and is not otherwise used:
+  // the core moves the input bytes out of it instead of copying them.
+  worker_->ExecuteAsync(const_cast<ExecuteRequest*>(request), response,
+                        [reactor, start](absl::Status status) {
+                          Record("Execute", start, status);
+                          reactor->Finish(ToGrpcStatus(status));
+                        });
+  return reactor;
 }
 
 grpc::ServerReadReactor<DataChunk>* WorkerServiceImpl::PushData(

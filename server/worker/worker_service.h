@@ -1,7 +1,11 @@
 // WorkerService (proto/worker_service.proto) over gRPC's callback API: thin
 // shims over ShardWorker. Each handler takes the request, runs the core on the
-// worker's ThreadPool (reactors never block: Execute waits on receives and runs
-// GEMMs), converts the Status with ToGrpcStatus (common/rpc) and finishes.
+// worker's ThreadPool (reactors never block: LoadModel reads checkpoints and
+// peers), converts the Status with ToGrpcStatus (common/rpc) and finishes.
+// Execute calls ShardWorker::ExecuteAsync on the reactor's thread: a quick
+// program runs there and on the threads that deliver its peers' slices (a
+// receive that waits holds no thread), a long one on the pool
+// (WorkerEngine::Options::executor).
 // PushData is a read reactor that hands each DataChunk to the rendezvous as it
 // arrives (one copy, in place) and acknowledges the count at the end; a bad
 // chunk ends the stream with the receiver's error. PeerStream, a long-lived

@@ -96,12 +96,8 @@ class GrpcWorkerClient : public WorkerClient {
 
   absl::Status UnloadModel(const std::string& model, int64_t generation, int64_t version,
                            absl::Duration timeout) override {
-    UnloadModelRequest request;
-    request.set_model(model);
-    request.set_generation(generation);
-    request.set_version(version);
-    UnloadModelResponse response;
-    return Call(&WorkerService::Stub::UnloadModel, request, &response, timeout, "UnloadModel");
+    return VersionCall<UnloadModelResponse>(&WorkerService::Stub::UnloadModel, model,
+                                            generation, version, timeout, "UnloadModel");
   }
 
   absl::StatusOr<std::string> ReadParam(const ReadParamIr& call,
@@ -148,12 +144,8 @@ class GrpcWorkerClient : public WorkerClient {
 
   absl::Status AbortParams(const std::string& model, int64_t generation, int64_t version,
                            absl::Duration timeout) override {
-    AbortParamsRequest request;
-    request.set_model(model);
-    request.set_generation(generation);
-    request.set_version(version);
-    AbortParamsResponse response;
-    return Call(&WorkerService::Stub::AbortParams, request, &response, timeout, "AbortParams");
+    return VersionCall<AbortParamsResponse>(&WorkerService::Stub::AbortParams, model,
+                                            generation, version, timeout, "AbortParams");
   }
 
   // The one place a compiled program is serialized (into the request).
@@ -229,6 +221,20 @@ class GrpcWorkerClient : public WorkerClient {
     SetDeadline(&context, timeout);
     return Named(FromGrpcStatus((stub_.get()->*method)(&context, request, response)), rpc,
                  address_);
+  }
+
+  // A call whose request names only (model, generation, version).
+  template <typename Response, typename Request>
+  absl::Status VersionCall(grpc::Status (WorkerService::Stub::*method)(grpc::ClientContext*,
+                                                                       const Request&, Response*),
+                           const std::string& model, int64_t generation, int64_t version,
+                           absl::Duration timeout, const char* rpc) {
+    Request request;
+    request.set_model(model);
+    request.set_generation(generation);
+    request.set_version(version);
+    Response response;
+    return Call(method, request, &response, timeout, rpc);
   }
 
   const std::string address_;

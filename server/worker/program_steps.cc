@@ -1,0 +1,87 @@
+// What the worker knows of a program's steps apart from running them
+// (worker_engine_internal.h): their names in messages, which ones run while
+// sends queue up, and the send schedule made once at InstallProgram.
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/program/compute_step.h"
+#include "server/worker/worker_engine_internal.h"
+
+namespace meshserve {
+namespace {
+
+// For error messages: "compute 'add' -> 'y'", "send 'x' tag 't' to worker 1", ...
+struct StepName {
+  std::string operator()(const ComputeStepIr& s) const {
+    return absl::StrCat("compute '", ComputeOpName(s.op), "' -> '", s.output, "'");
+  }
+  std::string operator()(const SendStepIr& s) const {
+    return absl::StrCat("send '", s.buffer, "' tag '", s.tag, "' to worker ", s.dst_worker);
+  }
+  std::string operator()(const RecvStepIr& s) const {
+    return absl::StrCat("recv '", s.buffer, "' tag '", s.tag, "' from worker ", s.src_worker);
+  }
+  std::string operator()(const CopyStepIr& s) const {
+    return absl::StrCat("copy '", s.src, "' -> device ", s.dst_device, " '", s.dst, "'");
+  }
+  std::string operator()(const FreeStepIr& s) const {
+    return absl::StrCat("free '", s.buffer, "'");
+  }
+  std::string operator()(const OutputStepIr& s) const {
+    return absl::StrCat("output '", s.output, "' from '", s.buffer, "'");
+  }
+};
+
+
+// The buffer a step writes, creates or frees (device, name); none for sends
+// and outputs, which only read.
+bool Writes(const StepIr& step, int64_t device, const std::string& buffer) {
+  if (const auto* s = std::get_if<ComputeStepIr>(&step)) {
+    return s->device == device && s->output == buffer;
+  }
+  if (const auto* s = std::get_if<RecvStepIr>(&step)) {
+    return s->device == device && s->buffer == buffer;
+  }
+  if (const auto* s = std::get_if<CopyStepIr>(&step)) {
+    return s->dst_device == device && s->dst == buffer;
+  }
+  if (const auto* s = std::get_if<FreeStepIr>(&step)) {
+    return s->device == device && s->buffer == buffer;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string DescribeStep(const StepIr& step) { return std::visit(StepName(), step); }
+
+bool DefersFlush(const StepIr& step) {
+  return std::holds_alternative<SendStepIr>(step) || std::holds_alternative<CopyStepIr>(step) ||
+         std::holds_alternative<FreeStepIr>(step);
+}
+
+std::vector<StepIr> ScheduleSends(std::vector<StepIr> steps) {
+  std::vector<StepIr> out;
+  out.reserve(steps.size());
+  for (StepIr& step : steps) {
+    const auto* send = std::get_if<SendStepIr>(&step);
+    size_t at = out.size();
+    if (send != nullptr) {
+      // Back to the last step that writes the source; the earliest receive
+      // after it is where the send goes (before it), so that no worker waits
+      // for a peer that waits for it.
+      for (size_t i = out.size(); i-- > 0;) {
+        if (Writes(out[i], send->device, send->buffer)) break;
+        if (std::holds_alternative<RecvStepIr>(out[i])) at = i;
+      }
+    }
+    out.insert(out.begin() + static_cast<std::ptrdiff_t>(at), std::move(step));
+  }
+  return out;
+}
+
+}  // namespace meshserve
