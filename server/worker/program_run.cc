@@ -93,7 +93,6 @@ class RequestRun : public std::enable_shared_from_this<RequestRun> {
   RunDone done_;
   std::shared_ptr<SendTracker> sends_;
   size_t next_ = 0;  // the next step to run
-  absl::Status expired_;  // set by OnDeadline when it ended a wait
   absl::Duration compute_;  // in compute steps so far
   DeadlineTimer::Id timer_id_ = 0;
   // node_hash_map: pointers to buffers stay valid while others are created.
@@ -260,7 +259,9 @@ absl::StatusOr<bool> RequestRun::TryRun(const RecvStepIr& step) {
   MS_ASSIGN_OR_RETURN(
       std::optional<Rendezvous::Received> got,
       context_.rendezvous->TryReceive(request_id_, step.tag, step.src_worker, deadline_,
-                                      [self = shared_from_this()]() { self->Resume(); }));
+                                      [this]() -> Rendezvous::Ready {
+                                        return [self = shared_from_this()]() { self->Resume(); };
+                                      }));
   if (!got.has_value()) return false;
   Rendezvous::Received& received = *got;
   MS_ASSIGN_OR_RETURN(BoxTensor * dst,
@@ -329,22 +330,20 @@ void RequestRun::Continue() {
   while (next_ < steps.size()) {
     const size_t i = next_;
     const StepIr& step = steps[i];
-    absl::Status status = std::move(expired_);
-    expired_ = absl::OkStatus();
-    // A request past its deadline stops between steps (receives wait only
-    // until it); the coordinator's answer has gone or goes out now.
-    if (status.ok() && absl::Now() >= deadline_) {
+    absl::Status status;
+    if (const auto* recv = std::get_if<RecvStepIr>(&step)) {
+      // TryReceive keeps the deadline itself (its error names the slice).
+      absl::StatusOr<bool> received = TryRun(*recv);
+      if (received.ok() && !*received) return;  // the waiter continues
+      status = received.status();
+    } else if (absl::Now() >= deadline_) {
+      // A request past its deadline stops between steps; the coordinator's
+      // answer has gone or goes out now.
       status = absl::DeadlineExceededError(absl::StrCat(
           "request '", request_id_, "' passed its deadline before this step (",
           steps.size() - i, " of ", steps.size(), " steps not run)"));
-    } else if (status.ok()) {
-      if (const auto* recv = std::get_if<RecvStepIr>(&step)) {
-        absl::StatusOr<bool> received = TryRun(*recv);
-        if (received.ok() && !*received) return;  // the waiter continues
-        status = received.status();
-      } else {
-        status = std::visit(StepRunner{this}, step);
-      }
+    } else {
+      status = std::visit(StepRunner{this}, step);
     }
     if (!status.ok() || i + 1 == steps.size() || !DefersFlush(steps[i + 1])) {
       FlushSends();
@@ -369,10 +368,9 @@ void RequestRun::Resume() {
 }
 
 void RequestRun::OnDeadline() {
-  absl::Status waited = context_.rendezvous->ExpireWaiter(request_id_);
-  if (!waited.ok()) {
-    // The waiter is gone, so no slice resumes the run: this does.
-    expired_ = std::move(waited);
+  // With the waiter gone no slice resumes the run: this does, and its
+  // receive reports the deadline.
+  if (context_.rendezvous->RemoveWaiter(request_id_)) {
     Resume();
     return;
   }

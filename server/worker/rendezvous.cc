@@ -260,19 +260,19 @@ absl::StatusOr<Rendezvous::Received> Rendezvous::Receive(absl::string_view reque
   while (true) {
     auto arrived = std::make_shared<absl::Notification>();
     MS_ASSIGN_OR_RETURN(std::optional<Received> got,
-                        TryReceive(request_id, tag, src_worker, deadline,
-                                   [arrived]() { arrived->Notify(); }));
+                        TryReceive(request_id, tag, src_worker, deadline, [&arrived]() -> Ready {
+                          return [arrived]() { arrived->Notify(); };
+                        }));
     if (got.has_value()) return std::move(*got);
-    if (!arrived->WaitForNotificationWithDeadline(deadline)) {
-      MS_RETURN_IF_ERROR(ExpireWaiter(request_id));
-      // OK: the slice came as the deadline passed; take it.
-    }
+    // Past the deadline the next TryReceive takes a slice that came just in
+    // time or reports the deadline.
+    if (!arrived->WaitForNotificationWithDeadline(deadline)) RemoveWaiter(request_id);
   }
 }
 
 absl::StatusOr<std::optional<Rendezvous::Received>> Rendezvous::TryReceive(
     absl::string_view request_id, absl::string_view tag, int64_t src_worker,
-    absl::Time deadline, Ready ready) {
+    absl::Time deadline, absl::FunctionRef<Ready()> make_ready) {
   absl::MutexLock lock(&mu_);
   auto done = done_.find(request_id);
   if (done != done_.end()) {
@@ -300,7 +300,7 @@ absl::StatusOr<std::optional<Rendezvous::Received>> Rendezvous::TryReceive(
     return FailedPrecondition(SliceName(request_id, tag), ": a receive of tag '",
                               request->waiter->tag, "' is already waiting");
   }
-  request->waiter = Waiter{std::string(tag), src_worker, std::move(ready)};
+  request->waiter = Waiter{std::string(tag), src_worker, make_ready()};
   return std::optional<Received>();
 }
 
@@ -323,13 +323,12 @@ absl::Status Rendezvous::DeadlineErrorLocked(absl::string_view request_id,
       " received)"));
 }
 
-absl::Status Rendezvous::ExpireWaiter(absl::string_view request_id) {
+bool Rendezvous::RemoveWaiter(absl::string_view request_id) {
   absl::MutexLock lock(&mu_);
   auto it = requests_.find(request_id);
-  if (it == requests_.end() || !it->second.waiter.has_value()) return absl::OkStatus();
-  Waiter waiter = std::move(*it->second.waiter);
+  if (it == requests_.end() || !it->second.waiter.has_value()) return false;
   it->second.waiter.reset();
-  return DeadlineErrorLocked(request_id, waiter.tag, waiter.src_worker);
+  return true;
 }
 
 void Rendezvous::FailAll(absl::Status error) {

@@ -57,6 +57,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -115,17 +116,19 @@ class Rendezvous {
   using Ready = std::function<void()>;
   // The slice's bytes when it is complete (removing the entry); its error
   // when it is poisoned or the request was cancelled or finished; past
-  // `deadline`, kDeadlineExceeded. Otherwise registers `ready` (one waiter per
-  // request: a run waits on one receive at a time) and returns nullopt; call
-  // again once `ready` ran. \error kFailedPrecondition for a second waiter.
+  // `deadline`, kDeadlineExceeded naming the tag, the worker and the bytes
+  // received so far. Otherwise registers make_ready() (called only then; one
+  // waiter per request: a run waits on one receive at a time) and returns
+  // nullopt; call again once it ran. \error kFailedPrecondition for a second
+  // waiter.
   absl::StatusOr<std::optional<Received>> TryReceive(absl::string_view request_id,
                                                      absl::string_view tag,
                                                      int64_t src_worker, absl::Time deadline,
-                                                     Ready ready);
-  // The deadline of the request's waiter, if any: removes it and returns
-  // kDeadlineExceeded naming its tag, the worker and the bytes received so far;
-  // OK when no waiter is left (its slice came first; `ready` has run or runs).
-  absl::Status ExpireWaiter(absl::string_view request_id);
+                                                     absl::FunctionRef<Ready()> make_ready);
+  // Removes the request's waiter, if any (its deadline passed): true when it
+  // was there, so its callback never runs and the caller resumes the run (the
+  // next TryReceive reports the deadline); false when its slice came first.
+  bool RemoveWaiter(absl::string_view request_id);
   // Fails every request's pending receives with `error` (shutdown).
   void FailAll(absl::Status error);
 
