@@ -8,8 +8,9 @@
 //
 // Shapes: x[M, K] . w[K, N] for M in {1, 4, 8, 16, 64, 1024} and (K, N) in
 // {(2048, 8192) (SwiGLU gate/up shard), (8192, 2048) (down)}.
-// Columns (times: the fastest call of the rounds, in thread CPU time when
-// --threads=1, else wall time):
+// Columns (times: the fastest call of the rounds, each call started with the
+// caches emptied of its weights, in thread CPU time when --threads=1, else
+// wall time):
 //   ours      DotGeneral with float32 weights ("path": the kernel it picks
 //             for float32 / bfloat16 weights)
 //   sgemm     cblas_sgemm on the same buffers; "vs sgemm" = sgemm / ours
@@ -53,13 +54,29 @@ double Seconds(const std::function<void()>& fn) {
   return static_cast<double>(end.tv_sec - start.tv_sec) + 1e-9 * (end.tv_nsec - start.tv_nsec);
 }
 
+// Reads a buffer larger than the last-level cache, untimed, before each
+// timed call, so every call starts with its weights in memory, as in a worker
+// whose shards (tens of MiB per layer) exceed the cache. Without it a call
+// made right after another on the same weights finds part of them in L3
+// (32 MiB here) and looks up to 1.5x faster than it would serve.
+void EvictCaches() {
+  static std::vector<float>* buffer = new std::vector<float>(size_t{96} << 18, 1.0f);
+  float sum = 0;
+  for (size_t i = 0; i < buffer->size(); i += 16) sum += (*buffer)[i];
+  volatile float sink = sum;
+  (void)sink;
+}
+
 // The fastest of each function's calls (the least disturbed one), each
 // called in turn for `rounds` rounds after one warm-up call each.
 std::vector<double> Interleaved(const std::vector<std::function<void()>>& fns, int rounds) {
   std::vector<std::vector<double>> times(fns.size());
   for (const auto& fn : fns) fn();
   for (int r = 0; r < rounds; ++r) {
-    for (size_t i = 0; i < fns.size(); ++i) times[i].push_back(Seconds(fns[i]));
+    for (size_t i = 0; i < fns.size(); ++i) {
+      EvictCaches();
+      times[i].push_back(Seconds(fns[i]));
+    }
   }
   std::vector<double> out;
   for (auto& t : times) out.push_back(*std::min_element(t.begin(), t.end()));

@@ -152,16 +152,21 @@ TEST(GemmSmallMTest, ManyColumnBlocks) {
 
 TEST(GemmSmallMTest, ThreadsSplitColumnsWithoutChangingResults) {
   // m * n * k >= 2^21 so two threads take part; N is not a multiple of any tile.
+  // M = 1 takes the single-row path (rows 8 at a time, then a 5-row tail).
   std::mt19937 rng(12);
   for (SmallMIsa isa : SupportedIsas()) {
     for (bool transposed : {false, true}) {
-      SCOPED_TRACE(::testing::Message() << SmallMIsaName(isa) << (transposed ? " [N,K]" : ""));
-      const Problem p = MakeProblem(9, 257, 1001, transposed, DType::kBFloat16, &rng);
-      ExpectMatchesNaive(p, 3, isa);
-      std::vector<float> one(static_cast<size_t>(p.m * p.n)), three(one.size());
-      GemmSmallM(p.a.data(), p.m, p.k, p.Weights(), p.n, one.data(), 1, isa);
-      GemmSmallM(p.a.data(), p.m, p.k, p.Weights(), p.n, three.data(), 3, isa);
-      EXPECT_EQ(one, three);
+      for (const int64_t m : {1, 9}) {
+        SCOPED_TRACE(::testing::Message()
+                     << SmallMIsaName(isa) << (transposed ? " [N,K]" : "") << " M=" << m);
+        const Problem p =
+            MakeProblem(m, m == 1 ? 2101 : 257, 1001, transposed, DType::kBFloat16, &rng);
+        ExpectMatchesNaive(p, 3, isa);
+        std::vector<float> one(static_cast<size_t>(p.m * p.n)), three(one.size());
+        GemmSmallM(p.a.data(), p.m, p.k, p.Weights(), p.n, one.data(), 1, isa);
+        GemmSmallM(p.a.data(), p.m, p.k, p.Weights(), p.n, three.data(), 3, isa);
+        EXPECT_EQ(one, three);
+      }
     }
   }
 }
