@@ -156,9 +156,17 @@ absl::StatusOr<InferResponse> Batcher::Infer(const InferRequest& request,
     if (!group->full) open_[key] = group;
     // Wait for the delay (or a full batch), then for a free execution slot
     // (max_concurrent_batches): requests keep joining meanwhile, as in Triton.
-    mu_.AwaitWithDeadline(absl::Condition(&group->full),
-                          me.arrived + absl::Microseconds(config_.max_queue_delay_us));
-    mu_.Await(absl::Condition(this, &Batcher::IdleLocked));
+    const absl::Duration delay = absl::Microseconds(config_.max_queue_delay_us);
+    mu_.AwaitWithDeadline(absl::Condition(&group->full), me.arrived + delay);
+    if (!IdleLocked()) {
+      // A batch ended the wait for a slot: the requests its clients send next
+      // get one more delay to join this one, which would otherwise start
+      // before they arrive (closed-loop clients then split into alternating
+      // half batches, each streaming all the weights).
+      mu_.Await(absl::Condition(this, &Batcher::IdleLocked));
+      if (!group->full) mu_.AwaitWithDeadline(absl::Condition(&group->full), absl::Now() + delay);
+      mu_.Await(absl::Condition(this, &Batcher::IdleLocked));
+    }
     auto open = open_.find(key);
     if (open != open_.end() && open->second == group) open_.erase(open);
     group->full = true;  // closed: nobody joins any more

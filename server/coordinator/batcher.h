@@ -8,7 +8,12 @@
 // first one waits up to max_queue_delay_us (less when the batch fills to
 // max_batch_size rows) and then until fewer than max_concurrent_batches of
 // the model's batches are executing (default 1, as one Triton model instance;
-// requests keep joining while it waits), then the batch's inputs are concatenated along dim 0,
+// requests keep joining while it waits). A batch that had to wait for a slot
+// then waits up to max_queue_delay_us more (unless full) before it starts: the
+// clients of the batch that just ended send their next rows in that window,
+// which would otherwise start a batch of their own (closed-loop clients
+// settle into alternating half batches then: docs/PERFORMANCE.md). Then the
+// batch's inputs are concatenated along dim 0,
 // run once through `run` (the unbatched path) and every output is split back
 // along dim 0, so each request gets the rows it would get alone (the model must
 // treat rows independently, which is what enabling batching declares). A

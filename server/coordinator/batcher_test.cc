@@ -183,6 +183,40 @@ TEST_F(BatcherTest, ConcurrentBatchesUpToTheLimitExecuteAtOnce) {
   }
 }
 
+// A batch that waits for an execution slot gives the requests sent right
+// after the executing batch ends (its closed-loop clients' next rows) one more
+// delay to join: here the client of the first batch sends again 50 ms after
+// it is answered (its round trip), and its request joins the batch that was
+// waiting, which would otherwise have started when the slot freed.
+TEST_F(BatcherTest, WaitingBatchTakesTheRowsSentWhenASlotFrees) {
+  Make({/*max_batch_size=*/8, /*max_queue_delay_us=*/200000, /*max_queue_size=*/16});
+  {
+    absl::MutexLock lock(&mu_);
+    gate_ = 100;  // never reached: each run takes gate_wait_
+    gate_wait_ = absl::Milliseconds(1500);
+  }
+  const InferRequest a = Request("b", 1, 2, 1), b = Request("b", 1, 2, 2),
+                     c = Request("b", 1, 2, 3);
+  absl::StatusOr<InferResponse> got_a, got_b, got_c;
+  std::thread client([&] {
+    got_a = Infer(a);  // runs alone after its delay, for 1.5 s
+    absl::SleepFor(absl::Milliseconds(50));
+    got_c = Infer(c);
+  });
+  absl::SleepFor(absl::Milliseconds(700));  // a's batch is executing
+  got_b = Infer(b);  // waits its delay, then for the slot, then takes c
+  client.join();
+  EXPECT_EQ(Runs(), (std::vector<int64_t>{1, 2}));
+  ASSERT_OK(got_a.status());
+  ASSERT_OK(got_b.status());
+  ASSERT_OK(got_c.status());
+  EXPECT_EQ(got_a->batch_size, 1);
+  EXPECT_EQ(got_b->batch_size, 2);
+  EXPECT_EQ(got_c->batch_size, 2);
+  EXPECT_EQ(got_b->outputs[0].data, Expected(b));
+  EXPECT_EQ(got_c->outputs[0].data, Expected(c));
+}
+
 TEST_F(BatcherTest, MixedShapesBatchSeparately) {
   Make({8, 300000, 16});
   std::vector<InferRequest> requests = {Request("b", 1, 4, 1), Request("b", 2, 3, 2),
