@@ -158,13 +158,14 @@ absl::StatusOr<InferResponse> Batcher::Infer(const InferRequest& request,
     // (max_concurrent_batches): requests keep joining meanwhile, as in Triton.
     const absl::Duration delay = absl::Microseconds(config_.max_queue_delay_us);
     mu_.AwaitWithDeadline(absl::Condition(&group->full), me.arrived + delay);
-    if (!IdleLocked()) {
-      // A batch ended the wait for a slot: the requests its clients send next
-      // get one more delay to join this one, which would otherwise start
-      // before they arrive (closed-loop clients then split into alternating
-      // half batches, each streaming all the weights).
-      mu_.Await(absl::Condition(this, &Batcher::IdleLocked));
-      if (!group->full) mu_.AwaitWithDeadline(absl::Condition(&group->full), absl::Now() + delay);
+    const bool waited_for_slot = !IdleLocked();
+    mu_.Await(absl::Condition(this, &Batcher::IdleLocked));
+    if (waited_for_slot) {
+      // A batch ended the wait: the requests its clients send next get one
+      // more delay to join this one, which would otherwise start before they
+      // arrive (closed-loop clients then split into alternating half batches,
+      // each streaming all the weights).
+      mu_.AwaitWithDeadline(absl::Condition(&group->full), absl::Now() + delay);
       mu_.Await(absl::Condition(this, &Batcher::IdleLocked));
     }
     auto open = open_.find(key);
