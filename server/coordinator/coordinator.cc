@@ -148,6 +148,7 @@ void Coordinator::ControlLoop() {
 void Coordinator::Tick() {
   absl::MutexLock control(&control_mu_);
   registry_.ExpireDead(absl::Now());
+  WatchConnections();
   ProbeSuspects();
   PlaceModels();
   UnloadRetired();
@@ -172,6 +173,19 @@ void Coordinator::ForgetDeparted() {
     MS_LOG(INFO) << "worker " << id << " forgotten: dead for "
                  << absl::FormatDuration(options_.forget_dead_after)
                  << " and no placement uses it";
+  }
+}
+
+void Coordinator::WatchConnections() {
+  std::vector<std::pair<int64_t, std::shared_ptr<WorkerClient>>> clients;
+  {
+    absl::MutexLock lock(&clients_mu_);
+    for (const auto& [id, entry] : clients_) clients.emplace_back(id, entry.second);
+  }
+  for (const auto& [id, client] : clients) {
+    if (!client->ConnectionDropped() || !registry_.IsAlive(id)) continue;
+    MS_LOG(WARNING) << "worker " << id << ": connection dropped; probing it now";
+    registry_.MarkSuspect(id);
   }
 }
 

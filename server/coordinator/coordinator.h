@@ -9,7 +9,9 @@
 //
 // Membership and placement. Workers Register and Heartbeat (worker_registry.h).
 // The control loop (Tick(), run every heartbeat_interval/2 by a thread owned
-// here) expires dead workers, probes suspects, and whenever the set of live,
+// here) expires dead workers, probes suspects (workers a call failed on, or
+// whose connection dropped: a killed process is found within a tick, not
+// after its missed heartbeats), and whenever the set of live,
 // non-draining workers differs from a model's placement computes a new
 // placement (placement.h) with a new generation, loads it on every worker
 // (LoadModel, in parallel), and only then switches the model to it. A request
@@ -252,6 +254,8 @@ class Coordinator {
               std::unique_ptr<ModelCompiler> compiler);
   void LoadModelDir();
   void ControlLoop();
+  // Marks suspect every worker whose connection dropped (ConnectionDropped).
+  void WatchConnections();
   void ProbeSuspects();
   void PlaceModels() ABSL_EXCLUSIVE_LOCKS_REQUIRED(control_mu_);
   void PlaceModel(const std::string& name, const ModelFile& model,

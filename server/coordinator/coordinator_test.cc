@@ -338,6 +338,33 @@ TEST_F(CoordinatorTest, DeadWorkerIsReplacedAfterMissedHeartbeats) {
   EXPECT_GT(Generation("fixed"), g2);
 }
 
+// A killed worker's connection drops at once; the next tick probes it and
+// replaces it, long before its heartbeats (30 s here) would have expired.
+TEST_F(CoordinatorTest, DroppedConnectionIsProbedAtTheNextTick) {
+  StartCoordinator(/*control_thread=*/false, absl::Seconds(30));
+  const int64_t w0 = AddWorker(0), w1 = AddWorker(1);
+  coordinator_->Tick();
+  const int64_t g1 = Generation("fixed");
+  // A drop on a worker that still answers its probe: it stays.
+  cluster_.Worker(w0)->DropConnection();
+  coordinator_->Tick();
+  EXPECT_TRUE(coordinator_->registry().IsAlive(w0));
+  EXPECT_FALSE(coordinator_->registry().IsSuspect(w0));
+  EXPECT_EQ(Generation("fixed"), g1);
+  // A drop without a failed probe does not kill: w1 is down but not dropped.
+  cluster_.Worker(w1)->SetDown(true);
+  coordinator_->Tick();
+  EXPECT_TRUE(coordinator_->registry().IsAlive(w1));
+  // The drop of the dead one: probed, dead, replaced in the same tick.
+  cluster_.Worker(w1)->DropConnection();
+  coordinator_->Tick();
+  EXPECT_FALSE(coordinator_->registry().IsAlive(w1));
+  EXPECT_GT(Generation("fixed"), g1);
+  ASSERT_OK_AND_ASSIGN(ModelStatus fixed, coordinator_->GetModelStatus("fixed"));
+  EXPECT_THAT(fixed.placement->device_workers, ::testing::Each(w0));
+  EXPECT_OK(coordinator_->Infer(FixedRequest()).status());
+}
+
 TEST_F(CoordinatorTest, DepartedWorkerIsForgottenOnceNoPlacementUsesIt) {
   StartCoordinator(/*control_thread=*/false, absl::Milliseconds(100),
                    /*forget_dead_after=*/absl::Seconds(3));

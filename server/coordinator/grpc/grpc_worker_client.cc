@@ -1,5 +1,6 @@
 #include "server/coordinator/grpc/grpc_worker_client.h"
 
+#include <atomic>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -81,7 +82,20 @@ class GrpcStageWriter : public StageParamsWriter {
 class GrpcWorkerClient : public WorkerClient {
  public:
   GrpcWorkerClient(std::string address, std::shared_ptr<grpc::Channel> channel)
-      : address_(std::move(address)), stub_(WorkerService::NewStub(channel)) {}
+      : address_(std::move(address)),
+        channel_(std::move(channel)),
+        stub_(WorkerService::NewStub(channel_)) {}
+
+  // A READY channel whose transport closes goes IDLE (or, once a call tries
+  // to reconnect, CONNECTING / TRANSIENT_FAILURE): any state but READY after
+  // READY is a drop. GetState(false) does not start a connection.
+  bool ConnectionDropped() override {
+    if (channel_->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY) {
+      was_ready_.store(true, std::memory_order_relaxed);
+      return false;
+    }
+    return was_ready_.exchange(false, std::memory_order_relaxed);
+  }
 
   absl::StatusOr<LoadModelResultIr> LoadModel(const LoadModelIr& call,
                                               absl::Duration timeout) override {
@@ -238,7 +252,9 @@ class GrpcWorkerClient : public WorkerClient {
   }
 
   const std::string address_;
+  const std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<WorkerService::Stub> stub_;
+  std::atomic<bool> was_ready_{false};
 };
 
 }  // namespace

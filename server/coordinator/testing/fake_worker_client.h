@@ -26,6 +26,7 @@
 #ifndef MESHSERVE_SERVER_COORDINATOR_TESTING_FAKE_WORKER_CLIENT_H_
 #define MESHSERVE_SERVER_COORDINATOR_TESTING_FAKE_WORKER_CLIENT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -77,6 +78,9 @@ class FakeWorkerClient : public WorkerClient {
   // FailExecute makes the next `times` Executes (every one when negative)
   // return `status` (OK clears it).
   void SetDown(bool down);
+  // The next ConnectionDropped() returns true (a transport that closed).
+  void DropConnection() { dropped_.store(true); }
+  bool ConnectionDropped() override { return dropped_.exchange(false); }
   void FailExecute(absl::Status status, int times = -1);
   void SetExecuteDelay(absl::Duration delay);
   // LoadModel of `model` fails with `status` (e.g. a corrupt checkpoint).
@@ -138,6 +142,7 @@ class FakeWorkerClient : public WorkerClient {
   const PeerLookup peers_;
   mutable absl::Mutex mu_;
   bool down_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<bool> dropped_{false};
   absl::Status execute_failure_ ABSL_GUARDED_BY(mu_);
   int execute_failures_left_ ABSL_GUARDED_BY(mu_) = -1;  // negative: no limit
   absl::Duration execute_delay_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
