@@ -10,6 +10,7 @@
 #include <variant>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -192,6 +193,47 @@ TEST(CompilerTest, SizeOneAxesCopyNothing) {
   EXPECT_EQ(copies, 0) << cm.ToString();
   EXPECT_EQ(computes, 5) << cm.ToString();  // gate, up, silu, mul, down
   EXPECT_EQ(cm.bytes_moved, 0);
+}
+
+// examples/models/linear.json with a `d` x `d` kernel.
+std::string ShardedKernelLinear(int d) {
+  return absl::StrReplaceAll(R"({"name": "linear", "mesh": {"data": 8}, "dtype": "float32",
+    "seed": 0, "inputs": {"x": {"shape": [-1, D], "sharding": ["data"]}},
+    "params": {"kernel": {"shape": [D, D], "sharding": [null, "data"],
+                          "init": "xavier_uniform"}},
+    "layers": [{"name": "y", "op": "linear", "input": "x", "kernel": "kernel",
+                "out_sharding": ["data"]}],
+    "outputs": ["y"]})",
+                             {{"D", std::to_string(d)}});
+}
+
+// "value (purpose)" of every collective that crosses the network.
+std::vector<std::string> NetworkCollectives(int d, int64_t rows) {
+  const std::string json = ShardedKernelLinear(d);
+  absl::StatusOr<ModelFile> m = ParseModelFile(json, "");
+  EXPECT_OK(m.status());
+  absl::StatusOr<Mesh> mesh = ResolveMesh(*m, 8);
+  EXPECT_OK(mesh.status());
+  absl::StatusOr<TypedModel> tm = TypeModel(*m, *mesh, {{"x", {rows, d}}});
+  EXPECT_OK(tm.status());
+  absl::StatusOr<CompiledPlan> cm = CompileModel(*tm, BlockWorkers(8, 2), {"p", 0});
+  EXPECT_OK(cm.status());
+  std::vector<std::string> out;
+  for (const LayerPlanInfo& layer : cm->layers) {
+    for (const CollectiveInfo& c : layer.collectives) {
+      if (c.bytes > 0) out.push_back(absl::StrCat(c.value, " (", c.purpose, ")"));
+    }
+  }
+  return out;
+}
+
+// x P('data', None) @ kernel P(None, 'data') -> y P('data', None): gathering
+// a small kernel (4 KiB, one exchange) beats gathering x's rows and
+// all-to-all'ing y (1.5 KiB, two exchanges); a 4 MiB kernel does not.
+TEST(CompilerTest, AnExchangeFewerWinsUnlessItMovesMuchMore) {
+  EXPECT_THAT(NetworkCollectives(32, 8), ::testing::ElementsAre("kernel (rhs)"));
+  EXPECT_THAT(NetworkCollectives(1024, 8), ::testing::ElementsAre("x (lhs)", "y (result)"));
+  CheckCase({"small sharded kernel", ShardedKernelLinear(32), {{"x", {8, 32}}}, {}}, 2);
 }
 
 TEST(CompilerTest, RejectsDeviceWorkersOfTheWrongLength) {

@@ -21,6 +21,14 @@ namespace {
 
 bool Has(const std::string& s, char c) { return s.find(c) != std::string::npos; }
 
+// What one exchange between workers costs on top of its bytes, in bytes: a
+// reshard that crosses the network is a round of peer messages the workers
+// wait for (~0.1 ms here), the time loopback moves ~128 KiB in. So of two
+// layouts the one with an exchange fewer wins unless it moves that many more
+// bytes (e.g. a small kernel gathered beats gathering the rows and
+// all-to-all'ing the result).
+constexpr int64_t kExchangeCostBytes = 128 << 10;
+
 struct Candidate {
   std::map<char, PartitionSpec::Entry> label_axes;
   NamedSharding lhs, rhs, dot, out;
@@ -117,6 +125,9 @@ absl::StatusOr<Candidate> ChooseLayout(const Problem& p, const LayerContext& ctx
       auto r = em.PlanCost(result, ctx.result.sharding);
       if (a.ok() && b.ok() && r.ok()) {
         c.network = a->network_bytes + b->network_bytes + r->network_bytes;
+        for (int64_t bytes : {a->network_bytes, b->network_bytes, r->network_bytes}) {
+          if (bytes > 0) c.network += kExchangeCostBytes;
+        }
         c.device_bytes = a->device_bytes + b->device_bytes + r->device_bytes;
         if (!best.has_value() ||
             std::tie(c.network, c.flops, c.device_bytes) <

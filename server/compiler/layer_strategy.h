@@ -8,7 +8,9 @@
 //     the contracting dim: the local product is then a partial sum over that
 //     axis) or is unused. cost = network bytes to bring lhs and rhs into that
 //     layout + bytes to bring the (partial) result into its typed sharding
-//     (the planner's reduce-scatter/all-reduce for contracting axes); ties
+//     (the planner's reduce-scatter/all-reduce for contracting axes) + a
+//     fixed 128 KiB per reshard that crosses the network (an exchange the
+//     workers wait for: a small kernel gathered beats two exchanges); ties
 //     broken by the busiest device's GEMM flops, then by device-level bytes.
 //   elementwise (add, mul): operands laid out as the result (broadcast dims
 //     unsharded), computed locally.
