@@ -179,6 +179,8 @@ def main():
     ap.add_argument("--heartbeat_ms", type=int, default=500)
     ap.add_argument("--prefault_mib", type=int, default=512,
                     help="--prefault_mib of the workers joining in the warm scale step")
+    ap.add_argument("--keep_logs", action="store_true",
+                    help="keep the work directory (coordinator.log, w*.log) and print its path")
     ap.add_argument("--sink_port", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--python_dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -271,7 +273,14 @@ def main():
         results["loadavg_end"] = list(os.getloadavg())
     finally:
         mslib._cleanup()
-        shutil.rmtree(root, ignore_errors=True)
+        if args.keep_logs:
+            results["logs"] = root
+            for name in os.listdir(root):  # the model and checkpoint files are big
+                if not name.endswith(".log"):
+                    path = os.path.join(root, name)
+                    shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
         print(json.dumps(results, indent=1))  # what was measured, also after a failure
     return 0
 
