@@ -3,7 +3,10 @@
 // coordinator's client port, and the identity and token checks.
 #include "common/rpc/grpc_credentials.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -42,8 +45,14 @@ class Probe final : public MembershipService::Service {
   }
 };
 
+// A path of this process under the test temp dir (/tmp/ when TEST_TMPDIR is
+// unset): two builds' tests running at once must not share certificates.
+std::string TempPath(const std::string& name) {
+  return absl::StrCat(::testing::TempDir(), "/grpc_credentials_", getpid(), "_", name);
+}
+
 std::string MakeCerts(const std::string& name) {
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/", name);
+  const std::string dir = TempPath(name);
   const std::string command = absl::StrCat("sh '", MESHSERVE_SOURCE_DIR,
                                            "/scripts/make-dev-certs.sh' '", dir, "' >/dev/null");
   EXPECT_EQ(std::system(command.c_str()), 0) << command;
@@ -55,6 +64,10 @@ class GrpcCredentialsTest : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new std::string(MakeCerts("certs"));
     other_dir_ = new std::string(MakeCerts("other_ca"));
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*dir_);
+    std::filesystem::remove_all(*other_dir_);
   }
   static RpcSecurity Security(const std::string& dir, const std::string& name) {
     absl::StatusOr<TlsFiles> files = ReadTlsDir(dir, name, /*cert_optional=*/true);
@@ -152,9 +165,10 @@ TEST_F(GrpcCredentialsTest, ReadErrorsNameTheFile) {
               StatusIs(absl::StatusCode::kInvalidArgument, "both or neither"));
   EXPECT_THAT(ReadTlsFiles(*dir_ + "/ca.pem", *dir_ + "/member.pem", "/nonexistent.key"),
               StatusIs(absl::StatusCode::kInvalidArgument, "/nonexistent.key"));
-  const std::string junk = ::testing::TempDir() + "/junk.pem";
+  const std::string junk = TempPath("junk.pem");
   std::ofstream(junk) << "not a certificate\n";
   EXPECT_THAT(ReadTlsFiles(junk, "", ""), StatusIs(absl::StatusCode::kInvalidArgument, "not PEM"));
+  std::filesystem::remove(junk);
   EXPECT_THAT(ReadTlsDir(*dir_, "nobody"), StatusIs(absl::StatusCode::kInvalidArgument,
                                                    "nobody.pem"));
   ASSERT_OK_AND_ASSIGN(TlsFiles ca_only, ReadTlsDir(*dir_, "nobody", /*cert_optional=*/true));
@@ -162,12 +176,13 @@ TEST_F(GrpcCredentialsTest, ReadErrorsNameTheFile) {
 }
 
 TEST(TokenTest, ReadTokenFileTakesTheTrimmedFirstLine) {
-  const std::string path = ::testing::TempDir() + "/token";
+  const std::string path = TempPath("token");
   std::ofstream(path) << "  abc123 \nsecond line\n";
   ASSERT_OK_AND_ASSIGN(std::string token, ReadTokenFile(path));
   EXPECT_EQ(token, "abc123");
   std::ofstream(path) << "\n\n";
   EXPECT_THAT(ReadTokenFile(path), StatusIs(absl::StatusCode::kInvalidArgument, "no token"));
+  std::filesystem::remove(path);
   EXPECT_THAT(ReadTokenFile("/nonexistent/token"),
               StatusIs(absl::StatusCode::kInvalidArgument, "/nonexistent/token"));
 }
