@@ -199,6 +199,7 @@ def main():
                                 width=32, row_multiple=8)
         time.sleep(1)
         start = time.time()
+        events = [(start, "scale 4 -> 8")]
         rc, out = compose.run("up", "-d", "--scale", "worker=8", "--no-recreate", timeout=600)
         c.check(rc == 0, "docker-compose up -d --scale worker=8 while serving", out[-2000:])
         ok, out = wait_for("8 workers", lambda: ready(8), 180)
@@ -207,6 +208,7 @@ def main():
         time.sleep(2)
 
         workers = compose.containers("worker")
+        events.append((time.time(), "docker kill"))
         rc, out = subprocess.run(["docker", "kill", workers[-1]], capture_output=True,
                                  text=True).returncode, ""
         c.check(rc == 0, "docker kill of one worker container")
@@ -214,6 +216,7 @@ def main():
         c.check(ok, "status: 7 workers after the kill", out)
         time.sleep(2)
 
+        events.append((time.time(), "coordinator restart"))
         rc, out = compose.run("restart", "coordinator", timeout=300)
         c.check(rc == 0, "docker-compose restart coordinator", out[-2000:])
         ok, out = wait_for("linear ready after the restart", lambda: ready(7), 180)
@@ -228,7 +231,15 @@ def main():
                 "no answer was wrong or used the seed's kernel after the push (%s)" % counts)
         c.check(counts.get("ok", 0) > 0, "answers were served throughout (%s)" % counts)
         bad = {k: v for k, v in counts.items() if k not in ("ok", "UNAVAILABLE")}
-        c.check(not bad, "every failure during scale, kill and restart is UNAVAILABLE (%s)" % bad)
+        # When and why each other failure came, after which event.
+        with traffic._lock:
+            odd = [(t, code, detail) for t, code, detail in traffic.outcomes
+                   if code not in ("ok", "UNAVAILABLE")]
+        when = ["%s +%.2f s: %s %s" % (max((e for e in events if e[0] <= t), default=(start, "?"))[1],
+                                       t - max((e[0] for e in events if e[0] <= t), default=start),
+                                       code, detail) for t, code, detail in odd[:10]]
+        c.check(not bad, "every failure during scale, kill and restart is UNAVAILABLE (%s)" % bad,
+                "\n".join(when))
         c.check(ok, "served with the pushed kernel after the restart")
 
         out_path = os.path.join(tmp, "pulled.safetensors")
