@@ -37,6 +37,10 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     return InvalidArgument("forget_dead_after must not be negative, got ",
                            absl::FormatDuration(options.forget_dead_after));
   }
+  if (options.rejoin_quiet < absl::ZeroDuration()) {
+    return InvalidArgument("rejoin quiet time must not be negative, got ",
+                           absl::FormatDuration(options.rejoin_quiet));
+  }
   if (options.heartbeat_interval <= absl::ZeroDuration()) {
     return InvalidArgument("heartbeat interval must be positive, got ",
                            absl::FormatDuration(options.heartbeat_interval));
@@ -242,6 +246,7 @@ bool Coordinator::IsReady() const {
 
 std::vector<ModelStatus> Coordinator::ModelStatuses() const {
   const int live = static_cast<int>(registry_.PlaceableWorkers().size());
+  const bool returning = AwaitingReturningWorkers(absl::Now());
   std::vector<ModelStatus> out;
   absl::MutexLock lock(&mu_);
   for (const auto& [name, entry] : models_) {
@@ -263,6 +268,8 @@ std::vector<ModelStatus> Coordinator::ModelStatuses() const {
       s.replicas = entry.placement->replica_devices_by_worker.empty() ? 0 : 1;
     } else if (!entry.placement_error.ok()) {
       s.state = absl::StrCat("placement failed: ", entry.placement_error.message());
+    } else if (returning && live >= options_.min_workers) {
+      s.state = absl::StrCat("waiting for returning workers to register again (", live, " back)");
     } else {
       s.state = absl::StrCat("waiting for workers (", live, "/", options_.min_workers, ")");
     }

@@ -30,7 +30,12 @@
 // workers what they hold: a complete placement on exactly the workers it
 // would use is adopted as is; otherwise their newest version is the source of
 // the new placement (a restarted coordinator re-initialises nothing a live
-// worker still holds).
+// worker still holds). After a restart the workers come back one by one (each
+// at its next heartbeat): while a returning worker (one that registered with
+// the id it had) is among the live ones, first placements wait until no
+// worker has registered for options.rejoin_quiet (at most 5 times that after
+// this coordinator started), so a model is not first placed on the one or two
+// workers back so far, re-initialising what the others still hold.
 //
 // Requests. A model with a "batching" key queues its requests in its Batcher
 // (batcher.h), which runs each batch through the path below as one request.
@@ -113,6 +118,10 @@ struct CoordinatorOptions {
   int min_workers = 1;  // a model's first placement waits for this many live workers
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   int missed_beats = 3;
+  // While a returning worker is live, first placements wait until no worker
+  // has registered for this long (at most 5 times it after the start); zero:
+  // no wait. meshserve-coordinator sets one heartbeat interval.
+  absl::Duration rejoin_quiet = absl::ZeroDuration();
   // A dead worker that no placement uses is forgotten this long after its
   // last beat (status stops listing it).
   absl::Duration forget_dead_after = absl::Seconds(30);
@@ -258,6 +267,8 @@ class Coordinator {
   void WatchConnections();
   void ProbeSuspects();
   void PlaceModels() ABSL_EXCLUSIVE_LOCKS_REQUIRED(control_mu_);
+  // True while returning workers may still be re-registering (see above).
+  bool AwaitingReturningWorkers(absl::Time now) const;
   void PlaceModel(const std::string& name, const ModelFile& model,
                   const std::vector<WorkerInfo>& live)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(control_mu_);
@@ -348,6 +359,7 @@ class Coordinator {
 
   std::atomic<int64_t> next_request_ = 0;
   absl::Notification stop_;
+  const absl::Time started_at_ = absl::Now();
   std::thread control_thread_;
 };
 

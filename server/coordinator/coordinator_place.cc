@@ -75,13 +75,15 @@ absl::Status Coordinator::LoadPlacement(
 void Coordinator::PlaceModels() {
   std::vector<WorkerInfo> live = registry_.PlaceableWorkers();
   if (live.empty()) return;
-  // min_workers gates a model's first placement; once placed, it follows
-  // membership (a lost worker must not leave it on a dead placement).
-  const bool enough = static_cast<int>(live.size()) >= options_.min_workers;
+  // min_workers (and, after a restart, the returning workers) gate a model's
+  // first placement; once placed, it follows membership (a lost worker must
+  // not leave it on a dead placement).
+  const absl::Time now = absl::Now();
+  const bool enough =
+      static_cast<int>(live.size()) >= options_.min_workers && !AwaitingReturningWorkers(now);
   std::vector<std::pair<std::string, std::shared_ptr<const ModelFile>>> todo;
   {
     absl::MutexLock lock(&mu_);
-    const absl::Time now = absl::Now();
     for (auto& [name, entry] : models_) {
       if (!entry.error.ok() || entry.model == nullptr) continue;
       if (now < entry.next_attempt) continue;
@@ -90,6 +92,12 @@ void Coordinator::PlaceModels() {
     }
   }
   for (const auto& [name, model] : todo) PlaceModel(name, *model, live);
+}
+
+bool Coordinator::AwaitingReturningWorkers(absl::Time now) const {
+  const absl::Duration quiet = options_.rejoin_quiet;
+  if (now - started_at_ >= 5 * quiet || !registry_.AnyReturning()) return false;
+  return now - registry_.LastRegistration() < quiet;
 }
 
 bool Coordinator::StillHolds(int64_t worker_id, const Placement& placement) {

@@ -91,6 +91,7 @@ class CoordinatorTest : public ::testing::Test {
     options.model_dir = MakeModelDir();
     options.run_control_thread = control_thread;
     options.heartbeat_interval = heartbeat;
+    options.rejoin_quiet = rejoin_quiet_;
     options.retry_wait = absl::Seconds(3);
     options.placement_retry_backoff = absl::Milliseconds(10);
     auto builder = std::make_unique<FakeModelCompiler>(std::set<std::string>{"rejected"});
@@ -133,6 +134,7 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   FakeCluster cluster_;
+  absl::Duration rejoin_quiet_ = absl::ZeroDuration();
   FakeModelCompiler* builder_ = nullptr;
   std::unique_ptr<Coordinator> coordinator_;
   std::atomic<bool> stop_beats_{false};
@@ -363,6 +365,30 @@ TEST_F(CoordinatorTest, DroppedConnectionIsProbedAtTheNextTick) {
   ASSERT_OK_AND_ASSIGN(ModelStatus fixed, coordinator_->GetModelStatus("fixed"));
   EXPECT_THAT(fixed.placement->device_workers, ::testing::Each(w0));
   EXPECT_OK(coordinator_->Infer(FixedRequest()).status());
+}
+
+// After a coordinator restart the workers register again with their ids, one
+// by one: first placements wait until none has registered for a heartbeat
+// interval, so a model is placed on all of them, not on the first one back.
+TEST_F(CoordinatorTest, FirstPlacementWaitsForReturningWorkers) {
+  rejoin_quiet_ = absl::Seconds(1);
+  StartCoordinator(/*control_thread=*/false, absl::Seconds(1));
+  ASSERT_OK_AND_ASSIGN(int64_t w3, coordinator_->RegisterWorker("127.0.0.1:9003", 2, 1 << 30, 3));
+  EXPECT_EQ(w3, 3);
+  coordinator_->Tick();
+  ASSERT_OK_AND_ASSIGN(ModelStatus fixed, coordinator_->GetModelStatus("fixed"));
+  EXPECT_FALSE(fixed.ready);
+  EXPECT_THAT(fixed.state, ::testing::HasSubstr("waiting for returning workers"));
+  ASSERT_OK_AND_ASSIGN(int64_t w4, coordinator_->RegisterWorker("127.0.0.1:9004", 2, 1 << 30, 4));
+  coordinator_->Tick();
+  ASSERT_OK_AND_ASSIGN(fixed, coordinator_->GetModelStatus("fixed"));
+  EXPECT_FALSE(fixed.ready);
+  absl::SleepFor(absl::Milliseconds(1100));
+  coordinator_->Tick();
+  ASSERT_OK_AND_ASSIGN(fixed, coordinator_->GetModelStatus("fixed"));
+  ASSERT_TRUE(fixed.ready) << fixed.state;
+  EXPECT_THAT(fixed.placement->device_workers, ::testing::Contains(w3));
+  EXPECT_THAT(fixed.placement->device_workers, ::testing::Contains(w4));
 }
 
 TEST_F(CoordinatorTest, DepartedWorkerIsForgottenOnceNoPlacementUsesIt) {

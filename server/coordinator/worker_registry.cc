@@ -43,6 +43,7 @@ absl::StatusOr<int64_t> WorkerRegistry::Register(absl::string_view address,
   info.suspect = false;
   info.last_heartbeat = now;
   info.registered_at = now;
+  info.returning = previous_worker_id >= 0 && id == previous_worker_id;
   if (!was_placeable || changed_address) BumpEpochLocked();
   MS_LOG(INFO) << "worker " << id << " registered from " << address;
   return id;
@@ -124,6 +125,23 @@ std::vector<int64_t> WorkerRegistry::SuspectWorkers() const {
     if (info.alive && info.suspect) out.push_back(id);
   }
   return out;
+}
+
+absl::Time WorkerRegistry::LastRegistration() const {
+  absl::MutexLock lock(&mu_);
+  absl::Time last = absl::InfinitePast();
+  for (const auto& [id, info] : workers_) {
+    if (info.alive) last = std::max(last, info.registered_at);
+  }
+  return last;
+}
+
+bool WorkerRegistry::AnyReturning() const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& [id, info] : workers_) {
+    if (info.alive && info.returning) return true;
+  }
+  return false;
 }
 
 bool WorkerRegistry::IsAlive(int64_t worker_id) const {

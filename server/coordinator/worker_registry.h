@@ -46,6 +46,9 @@ struct WorkerInfo {
   bool suspect = false;  // a request saw it fail; the control loop probes it
   absl::Time last_heartbeat = absl::InfinitePast();
   absl::Time registered_at = absl::InfinitePast();
+  // Registered with an id it had been given before (by this coordinator or
+  // by one before a restart): it may hold shards.
+  bool returning = false;
 };
 
 class WorkerRegistry {
@@ -94,6 +97,10 @@ class WorkerRegistry {
   std::vector<WorkerInfo> PlaceableWorkers() const;
   std::vector<WorkerInfo> AllWorkers() const;
   std::vector<int64_t> SuspectWorkers() const;
+  // The newest registered_at of a live worker, and whether a live worker is
+  // returning (WorkerInfo::returning).
+  absl::Time LastRegistration() const;
+  bool AnyReturning() const;
   bool IsAlive(int64_t worker_id) const;
   bool IsSuspect(int64_t worker_id) const;
   absl::StatusOr<WorkerInfo> Get(int64_t worker_id) const;

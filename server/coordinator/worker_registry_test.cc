@@ -32,6 +32,24 @@ TEST(WorkerRegistryTest, RegisterKeepsIdsAndExpiresSilentWorkers) {
   EXPECT_EQ(adopted, 42);
 }
 
+TEST(WorkerRegistryTest, ReturningWorkersAndTheLastRegistration) {
+  WorkerRegistry r(absl::Milliseconds(100), 3);
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  EXPECT_EQ(r.LastRegistration(), absl::InfinitePast());
+  ASSERT_OK_AND_ASSIGN(int64_t fresh, r.Register("h:1", 1, 0, -1, t0));
+  EXPECT_FALSE(r.AnyReturning());
+  EXPECT_FALSE(r.Get(fresh)->returning);
+  ASSERT_OK_AND_ASSIGN(int64_t back, r.Register("h:2", 1, 0, 7, t0 + absl::Milliseconds(20)));
+  EXPECT_EQ(back, 7);
+  EXPECT_TRUE(r.Get(back)->returning);
+  EXPECT_TRUE(r.AnyReturning());
+  EXPECT_EQ(r.LastRegistration(), t0 + absl::Milliseconds(20));
+  // Dead workers count for neither.
+  r.MarkDead(back);
+  EXPECT_FALSE(r.AnyReturning());
+  EXPECT_EQ(r.LastRegistration(), t0);
+}
+
 TEST(WorkerRegistryTest, ForgetDeadDropsOnlyLongDeadUnusedWorkers) {
   WorkerRegistry r(absl::Milliseconds(100), 3);
   const absl::Time t0 = absl::FromUnixSeconds(1000);

@@ -43,6 +43,9 @@ ABSL_FLAG(std::string, host, "127.0.0.1", "address to bind (0.0.0.0 in container
 ABSL_FLAG(std::string, model_dir, "", "directory of *.json model files");
 ABSL_FLAG(int, min_workers, 1, "placement waits for this many live workers");
 ABSL_FLAG(int, heartbeat_ms, 500, "worker heartbeat interval; 3 missed = dead");
+ABSL_FLAG(int, rejoin_quiet_ms, -1,
+          "after a restart, first placements wait until no returning worker has registered "
+          "for this long (-1: one heartbeat interval; 0: no wait)");
 ABSL_FLAG(int, forget_dead_after_s, 30,
           "seconds after its last heartbeat when a dead worker that no placement uses is "
           "dropped from membership and status");
@@ -131,6 +134,13 @@ absl::StatusOr<meshserve::CoordinatorOptions> OptionsFromFlags() {
   options.min_workers = absl::GetFlag(FLAGS_min_workers);
   options.replicas = absl::GetFlag(FLAGS_replicas);
   options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
+  const int rejoin_quiet_ms = absl::GetFlag(FLAGS_rejoin_quiet_ms);
+  if (rejoin_quiet_ms < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rejoin_quiet_ms=", rejoin_quiet_ms, ": want -1, 0 or a positive time"));
+  }
+  options.rejoin_quiet =
+      rejoin_quiet_ms < 0 ? options.heartbeat_interval : absl::Milliseconds(rejoin_quiet_ms);
   options.forget_dead_after = absl::Seconds(absl::GetFlag(FLAGS_forget_dead_after_s));
   options.max_inflight_per_model = absl::GetFlag(FLAGS_max_inflight_per_model);
   options.max_concurrent_pushes = absl::GetFlag(FLAGS_max_concurrent_pushes);
