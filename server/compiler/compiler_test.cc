@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/base/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/program/program_proto.h"
@@ -195,45 +196,31 @@ TEST(CompilerTest, SizeOneAxesCopyNothing) {
   EXPECT_EQ(cm.bytes_moved, 0);
 }
 
-// examples/models/linear.json with a `d` x `d` kernel.
-std::string ShardedKernelLinear(int d) {
-  return absl::StrReplaceAll(R"({"name": "linear", "mesh": {"data": 8}, "dtype": "float32",
-    "seed": 0, "inputs": {"x": {"shape": [-1, D], "sharding": ["data"]}},
-    "params": {"kernel": {"shape": [D, D], "sharding": [null, "data"],
-                          "init": "xavier_uniform"}},
-    "layers": [{"name": "y", "op": "linear", "input": "x", "kernel": "kernel",
-                "out_sharding": ["data"]}],
-    "outputs": ["y"]})",
-                             {{"D", std::to_string(d)}});
-}
-
-// "value (purpose)" of every collective that crosses the network.
-std::vector<std::string> NetworkCollectives(int d, int64_t rows) {
-  const std::string json = ShardedKernelLinear(d);
-  absl::StatusOr<ModelFile> m = ParseModelFile(json, "");
-  EXPECT_OK(m.status());
-  absl::StatusOr<Mesh> mesh = ResolveMesh(*m, 8);
-  EXPECT_OK(mesh.status());
-  absl::StatusOr<TypedModel> tm = TypeModel(*m, *mesh, {{"x", {rows, d}}});
-  EXPECT_OK(tm.status());
-  absl::StatusOr<CompiledPlan> cm = CompileModel(*tm, BlockWorkers(8, 2), {"p", 0});
-  EXPECT_OK(cm.status());
-  std::vector<std::string> out;
-  for (const LayerPlanInfo& layer : cm->layers) {
+// "value (purpose)" of every collective that crosses the network when
+// SeedLinear(in, out) runs 8 rows on 2 workers.
+absl::StatusOr<std::vector<std::string>> NetworkCollectives(int in, int out) {
+  MS_ASSIGN_OR_RETURN(ModelFile m, ParseModelFile(SeedLinear(in, out), ""));
+  MS_ASSIGN_OR_RETURN(Mesh mesh, ResolveMesh(m, 8));
+  MS_ASSIGN_OR_RETURN(TypedModel tm, TypeModel(m, mesh, {{"x", {8, in}}}));
+  MS_ASSIGN_OR_RETURN(CompiledPlan cm, CompileModel(tm, BlockWorkers(8, 2), {"p", 0}));
+  std::vector<std::string> names;
+  for (const LayerPlanInfo& layer : cm.layers) {
     for (const CollectiveInfo& c : layer.collectives) {
-      if (c.bytes > 0) out.push_back(absl::StrCat(c.value, " (", c.purpose, ")"));
+      if (c.bytes > 0) names.push_back(absl::StrCat(c.value, " (", c.purpose, ")"));
     }
   }
-  return out;
+  return names;
 }
 
 // x P('data', None) @ kernel P(None, 'data') -> y P('data', None): gathering
-// a small kernel (4 KiB, one exchange) beats gathering x's rows and
-// all-to-all'ing y (1.5 KiB, two exchanges); a 4 MiB kernel does not.
+// a small kernel (8 KiB, one exchange) beats gathering x's rows and
+// all-to-all'ing y (3 KiB, two exchanges); a 4 MiB kernel does not.
 TEST(CompilerTest, AnExchangeFewerWinsUnlessItMovesMuchMore) {
-  EXPECT_THAT(NetworkCollectives(32, 8), ::testing::ElementsAre("kernel (rhs)"));
-  EXPECT_THAT(NetworkCollectives(1024, 8), ::testing::ElementsAre("x (lhs)", "y (result)"));
-  CheckCase({"small sharded kernel", ShardedKernelLinear(32), {{"x", {8, 32}}}, {}}, 2);
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> small, NetworkCollectives(32, 64));
+  EXPECT_THAT(small, ::testing::ElementsAre("kernel (rhs)"));
+  ASSERT_OK_AND_ASSIGN(std::vector<std::string> large, NetworkCollectives(1024, 1024));
+  EXPECT_THAT(large, ::testing::ElementsAre("x (lhs)", "y (result)"));
+  CheckCase({"small sharded kernel", SeedLinear(), {{"x", {8, 32}}}, {}}, 2);
 }
 
 TEST(CompilerTest, RejectsDeviceWorkersOfTheWrongLength) {

@@ -26,15 +26,17 @@ inline std::string Json(absl::string_view single_quoted) {
   return absl::StrReplaceAll(single_quoted, {{"'", "\""}});
 }
 
-// The seed's Linear: data=8, kernel P(None,'data'), x P('data'), out P('data').
-inline std::string SeedLinear() {
-  return Json(R"({'name': 'linear', 'mesh': {'data': 8},
-    'inputs': {'x': {'shape': [-1, 32], 'sharding': ['data']}},
-    'params': {'kernel': {'shape': [32, 64], 'sharding': [null, 'data']},
-               'bias': {'shape': [64]}},
+// The seed's Linear: data=8, kernel P(None,'data'), x P('data'), out P('data')
+// (x [-1, in], kernel [in, out]).
+inline std::string SeedLinear(int in = 32, int out = 64) {
+  return absl::StrReplaceAll(Json(R"({'name': 'linear', 'mesh': {'data': 8},
+    'inputs': {'x': {'shape': [-1, IN], 'sharding': ['data']}},
+    'params': {'kernel': {'shape': [IN, OUT], 'sharding': [null, 'data']},
+               'bias': {'shape': [OUT]}},
     'layers': [{'name': 'y', 'op': 'linear', 'input': 'x', 'kernel': 'kernel', 'bias': 'bias',
                 'out_sharding': ['data']}],
-    'outputs': ['y']})");
+    'outputs': ['y']})"),
+                             {{"IN", std::to_string(in)}, {"OUT", std::to_string(out)}});
 }
 
 // The seed's SwiGLU block with small dims (D=d, F=f).
