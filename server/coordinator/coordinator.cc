@@ -187,9 +187,9 @@ void Coordinator::WatchConnections() {
     for (const auto& [id, entry] : clients_) clients.emplace_back(id, entry.second);
   }
   for (const auto& [id, client] : clients) {
-    if (!client->ConnectionDropped() || !registry_.IsAlive(id)) continue;
-    MS_LOG(WARNING) << "worker " << id << ": connection dropped; probing it now";
-    registry_.MarkSuspect(id);
+    if (client->ConnectionDropped() && registry_.MarkSuspect(id)) {
+      MS_LOG(WARNING) << "worker " << id << ": connection dropped; probing it now";
+    }
   }
 }
 

@@ -94,8 +94,8 @@ class WorkerClient {
                               const std::string& reason,
                               absl::Duration timeout) = 0;
   virtual absl::StatusOr<WorkerStatusIr> Status(absl::Duration timeout) = 0;
-  // True once after the connection to the worker, up since the last call,
-  // went down (the process died or closed it): the coordinator then probes
+  // True once when the connection to the worker, seen up by an earlier call,
+  // is down now (the process died or closed it): the coordinator then probes
   // the worker at once instead of waiting for its heartbeats to stop. Cheap;
   // never blocks or connects. The default never reports a drop.
   virtual bool ConnectionDropped() { return false; }

@@ -79,10 +79,12 @@ std::vector<int64_t> WorkerRegistry::ExpireDead(absl::Time now) {
   return dead;
 }
 
-void WorkerRegistry::MarkSuspect(int64_t worker_id) {
+bool WorkerRegistry::MarkSuspect(int64_t worker_id) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(worker_id);
-  if (it != workers_.end() && it->second.alive) it->second.suspect = true;
+  if (it == workers_.end() || !it->second.alive) return false;
+  it->second.suspect = true;
+  return true;
 }
 
 void WorkerRegistry::ClearSuspect(int64_t worker_id) {

@@ -89,7 +89,8 @@ class WorkerRegistry {
   }
 
   // Marks a worker suspect (a request saw it fail) / dead (a probe failed).
-  void MarkSuspect(int64_t worker_id);
+  // False (nothing marked) for an unknown or dead worker.
+  bool MarkSuspect(int64_t worker_id);
   void MarkDead(int64_t worker_id);
   void ClearSuspect(int64_t worker_id);
 

@@ -80,11 +80,13 @@ TEST(WorkerRegistryTest, DrainingAndSuspects) {
   r.Heartbeat(a, /*draining=*/true, t0);
   EXPECT_TRUE(r.PlaceableWorkers().empty());
   EXPECT_TRUE(r.IsAlive(a));
-  r.MarkSuspect(a);
+  EXPECT_TRUE(r.MarkSuspect(a));
   EXPECT_THAT(r.SuspectWorkers(), ElementsAre(a));
   r.MarkDead(a);
   EXPECT_FALSE(r.IsAlive(a));
   EXPECT_TRUE(r.SuspectWorkers().empty());
+  EXPECT_FALSE(r.MarkSuspect(a));  // dead: nothing to probe
+  EXPECT_FALSE(r.MarkSuspect(99));
 }
 
 }  // namespace
