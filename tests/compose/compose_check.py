@@ -231,13 +231,12 @@ def main():
                 "no answer was wrong or used the seed's kernel after the push (%s)" % counts)
         c.check(counts.get("ok", 0) > 0, "answers were served throughout (%s)" % counts)
         bad = {k: v for k, v in counts.items() if k not in ("ok", "UNAVAILABLE")}
-        # When and why each other failure came, after which event.
-        with traffic._lock:
-            odd = [(t, code, detail) for t, code, detail in traffic.outcomes
-                   if code not in ("ok", "UNAVAILABLE")]
-        when = ["%s +%.2f s: %s %s" % (max((e for e in events if e[0] <= t), default=(start, "?"))[1],
-                                       t - max((e[0] for e in events if e[0] <= t), default=start),
-                                       code, detail) for t, code, detail in odd[:10]]
+        # When and why each other failure came: after which event, how long after.
+        when = []
+        for t, code, detail in list(traffic.outcomes):
+            if code not in ("ok", "UNAVAILABLE") and len(when) < 10:
+                at, event = max((e for e in events if e[0] <= t), default=(start, "start"))
+                when.append("%s +%.2f s: %s %s" % (event, t - at, code, detail))
         c.check(not bad, "every failure during scale, kill and restart is UNAVAILABLE (%s)" % bad,
                 "\n".join(when))
         c.check(ok, "served with the pushed kernel after the restart")
