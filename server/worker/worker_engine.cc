@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/base/logging.h"
@@ -102,7 +103,8 @@ absl::StatusOr<LoadModelResultIr> WorkerEngine::LoadModel(const LoadModelIr& req
 absl::Status WorkerEngine::UnloadModel(absl::string_view model, int64_t generation,
                                        int64_t version) {
   int64_t removed = store_->Drop(model, generation, version);
-  absl::MutexLock lock(&mu_);
+  std::vector<int64_t> gone_generations;
+  absl::ReleasableMutexLock lock(&mu_);
   for (auto it = models_.begin(); it != models_.end();) {
     auto cur = it++;
     if (cur->first.first != model || (generation != -1 && cur->first.second != generation)) {
@@ -119,11 +121,23 @@ absl::Status WorkerEngine::UnloadModel(absl::string_view model, int64_t generati
     }
     if (!versions.empty()) continue;
     const int64_t gone = cur->first.second;
+    gone_generations.push_back(gone);
     models_.erase(cur);
     for (auto p = programs_.begin(); p != programs_.end();) {
       auto program = p++;
       if (program->second->ir.model == model && program->second->ir.generation == gone) {
         programs_.erase(program);
+      }
+    }
+  }
+  lock.Release();
+  if (!gone_generations.empty()) {  // no stream can stage into a gone generation
+    absl::WriterMutexLock stage(&stage_mu_);
+    for (auto it = aborted_at_.begin(); it != aborted_at_.end();) {
+      auto cur = it++;
+      if (std::get<0>(cur->first) == model &&
+          absl::c_linear_search(gone_generations, std::get<1>(cur->first))) {
+        aborted_at_.erase(cur);
       }
     }
   }

@@ -223,7 +223,7 @@ class WorkerEngine {
   mutable absl::Mutex stage_mu_;
   int64_t staging_epoch_ ABSL_GUARDED_BY(stage_mu_) = 0;
   // (model, generation, version) -> the epoch of its last abort; one entry
-  // per aborted version.
+  // per aborted version, dropped with its generation (UnloadModel).
   absl::flat_hash_map<std::tuple<std::string, int64_t, int64_t>, int64_t> aborted_at_
       ABSL_GUARDED_BY(stage_mu_);
   // Lock order: mu_, then the store's.
