@@ -6,7 +6,10 @@
      again on the same port. The workers re-register and the model serves the
      pushed weights again (NumPy reference), with version 2 in status, and a
      pull gives the pushed bytes.
-  2. `meshserve local --replicas 0`: without a push, a worker killed with
+  2. coordinator SIGTERM under traffic: 3 restarts while 6 clients send
+     requests; every failure is UNAVAILABLE (never CANCELLED) and every
+     answer is right.
+  3. `meshserve local --replicas 0`: without a push, a worker killed with
      SIGKILL is re-created from the seed (the initializers, re-implemented in
      mslib); after a push, killing a worker loses shards that exist nowhere
      else, so the model must report an error state (or refuse requests)
@@ -19,6 +22,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 
 import numpy as np
@@ -140,6 +144,79 @@ def coordinator_restart(env):
             mslib.stop_process(p, grace_s=5)
 
 
+def coordinator_stop_under_traffic(env, restarts=3, threads=6):
+    """SIGTERM to the coordinator while clients send requests, then a new one
+    on the same port: every failed request must fail UNAVAILABLE (what
+    clients retry), never CANCELLED (grpc::Server::Shutdown cancels the calls
+    that arrive while it runs), and every answer must be right."""
+    c = env.c
+    rng = np.random.default_rng(41)
+    model, model_dir = write_model(env.root, "models-sigterm")
+    logs = os.path.join(env.root, "logs-sigterm")
+    os.makedirs(logs)
+    port = mslib.free_port()
+    target = "127.0.0.1:%d" % port
+    log = lambda n: os.path.join(logs, "coordinator-%d.log" % n)  # noqa: E731
+    coordinator = mslib.start_coordinator(env.bin_dir, port, model_dir, 2, log(0))
+    workers = [mslib.start_worker(env.bin_dir, target, os.path.join(logs, "worker-%d.log" % i))
+               for i in range(2)]
+    mc = mslib.client_package(env.bin_dir)
+    client = mc.MeshserveClient(target, timeout_s=30)
+    x = rng.standard_normal((4, 16)).astype(np.float32)
+    ref = mslib.mlp_ref(mslib.init_params(model), x)
+    atol = e2e.ATOL_FRACTION * float(np.max(np.abs(ref)))
+    ready = lambda: (lambda m: m if m and m.state == "ready" else None)(  # noqa: E731
+        model_status(client))
+    counts, wrong, lock, done = {}, [0], threading.Lock(), threading.Event()
+
+    def traffic():
+        own = mc.MeshserveClient(target, timeout_s=10)
+        while not done.is_set():
+            try:
+                y = own.infer(MODEL, {"x": x})["y"]
+                key = "ok"
+                bad = not np.allclose(y, ref, rtol=e2e.RTOL, atol=atol)
+            except mc.MeshserveError as e:
+                key, bad = e.code.name, False
+                time.sleep(0.01)
+            with lock:
+                counts[key] = counts.get(key, 0) + 1
+                wrong[0] += bad
+        own.close()
+
+    pool = [threading.Thread(target=traffic) for _ in range(threads)]
+    try:
+        if not c.check(wait_for(ready, 90) is not None, "sigterm: model ready on 2 workers"):
+            return
+        for t in pool:
+            t.start()
+        exits = []
+        for n in range(1, restarts + 1):
+            time.sleep(1.0)
+            coordinator.send_signal(signal.SIGTERM)
+            exits.append(coordinator.wait(timeout=20))
+            coordinator = mslib.start_coordinator(env.bin_dir, port, model_dir, 2, log(n))
+            if not c.check(wait_for(ready, 90) is not None,
+                           "sigterm: coordinator %d has the model ready" % n):
+                return
+        time.sleep(1.0)
+        done.set()
+        for t in pool:
+            t.join(timeout=30)
+        c.check(exits == [0] * restarts, "sigterm: each coordinator exited 0 (%s)" % exits)
+        failed = {k: v for k, v in counts.items() if k not in ("ok", "UNAVAILABLE")}
+        c.check(counts.get("ok", 0) > 0 and not failed,
+                "sigterm: %d restarts under %d clients: every failure UNAVAILABLE (%s)" % (
+                    restarts, threads, counts))
+        c.check(wrong[0] == 0, "sigterm: every answer equals the NumPy reference "
+                "(%d wrong)" % wrong[0])
+    finally:
+        done.set()
+        client.close()
+        for p in workers + [coordinator]:
+            mslib.stop_process(p, grace_s=5)
+
+
 def no_replicas(env):
     c = env.c
     rng = np.random.default_rng(31)
@@ -200,4 +277,5 @@ def no_replicas(env):
 if __name__ == "__main__":
     sys.exit(e2e.main("params_recovery", lambda env: [
         ("coordinator restart", lambda: coordinator_restart(env)),
+        ("coordinator SIGTERM under traffic", lambda: coordinator_stop_under_traffic(env)),
         ("replicas 0", lambda: no_replicas(env))], doc=__doc__))

@@ -7,6 +7,7 @@
 #ifndef MESHSERVE_SERVER_COORDINATOR_GRPC_CLUSTER_SERVICE_H_
 #define MESHSERVE_SERVER_COORDINATOR_GRPC_CLUSTER_SERVICE_H_
 
+#include "common/rpc/call_gate.h"
 #include "proto/cluster_service.grpc.pb.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/grpc/edge_auth.h"
@@ -20,10 +21,10 @@ void ClusterStatusToProto(const std::vector<WorkerView>& workers,
 
 class ClusterServiceImpl final : public ClusterService::Service {
  public:
-  // `edge` (edge_auth.h) must outlive the service.
-  explicit ClusterServiceImpl(Coordinator* coordinator,
+  // `gate` and `edge` (edge_auth.h) must outlive the service.
+  explicit ClusterServiceImpl(Coordinator* coordinator, CallGate* gate,
                               const EdgeOptions* edge = &DefaultEdgeOptions())
-      : coordinator_(coordinator), edge_(*edge) {}
+      : coordinator_(coordinator), gate_(gate), edge_(*edge) {}
   grpc::Status Describe(grpc::ServerContext*, const DescribeRequest*,
                         DescribeResponse*) override;
   grpc::Status Status(grpc::ServerContext*, const ClusterStatusRequest*,
@@ -35,14 +36,15 @@ class ClusterServiceImpl final : public ClusterService::Service {
 
  private:
   Coordinator* const coordinator_;
+  CallGate* const gate_;  // admits each call (call_gate.h)
   const EdgeOptions& edge_;
 };
 
 class MembershipServiceImpl final : public MembershipService::Service {
  public:
-  explicit MembershipServiceImpl(Coordinator* coordinator,
+  explicit MembershipServiceImpl(Coordinator* coordinator, CallGate* gate,
                                  const EdgeOptions* edge = &DefaultEdgeOptions())
-      : coordinator_(coordinator), edge_(*edge) {}
+      : coordinator_(coordinator), gate_(gate), edge_(*edge) {}
   grpc::Status Register(grpc::ServerContext*, const RegisterRequest*,
                         RegisterResponse*) override;
   grpc::Status Heartbeat(grpc::ServerContext*, const HeartbeatRequest*,
@@ -50,6 +52,7 @@ class MembershipServiceImpl final : public MembershipService::Service {
 
  private:
   Coordinator* const coordinator_;
+  CallGate* const gate_;  // admits each call (call_gate.h)
   const EdgeOptions& edge_;
 };
 

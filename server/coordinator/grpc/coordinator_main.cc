@@ -21,7 +21,9 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <memory>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -31,12 +33,12 @@
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/rpc/grpc_credentials.h"
+#include "server/compiler/jax_model_compiler.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/grpc/coordinator_server.h"
 #include "server/coordinator/grpc/grpc_worker_client.h"
 #include "server/coordinator/http/http_server.h"
 #include "server/coordinator/request_limits.h"
-#include "server/compiler/jax_model_compiler.h"
 
 ABSL_FLAG(int, port, 8500, "port to listen on (0: pick a free one)");
 ABSL_FLAG(std::string, host, "127.0.0.1", "address to bind (0.0.0.0 in containers)");
@@ -164,6 +166,24 @@ absl::StatusOr<meshserve::CoordinatorOptions> OptionsFromFlags() {
   return options;
 }
 
+// Calls that reach a server while grpc::Server::Shutdown runs are cancelled
+// (CANCELLED at the client, which nobody retries); so once the calls inside
+// have ended and every new one is refused with UNAVAILABLE, the process exits
+// with the server up: its clients see the connection close (UNAVAILABLE) and
+// retry against the next coordinator. The workers keep their state; nothing
+// here needs flushing but the two streams.
+void Stop(meshserve::CoordinatorServer* server,
+          std::unique_ptr<meshserve::Coordinator>* coordinator) {
+  if (server->Drain(absl::Seconds(2))) {
+    coordinator->reset();  // no handler can reach it any more
+    std::cout << "meshserve-coordinator stopped" << std::endl;
+    std::cerr.flush();
+    std::_Exit(0);
+  }
+  server->Shutdown();  // a call still running (a long push): cancelled
+  coordinator->reset();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -236,7 +256,6 @@ int main(int argc, char** argv) {
   }
   std::cout << "meshserve-coordinator stopping" << std::endl;
   if (*http != nullptr) (*http)->Stop();
-  (*server)->Shutdown();
-  coordinator->reset();
+  Stop(server->get(), &*coordinator);
   return 0;
 }

@@ -15,13 +15,12 @@
 
 namespace meshserve {
 
-CoordinatorServer::CoordinatorServer(Coordinator* coordinator,
-                                     CoordinatorServerOptions options)
+CoordinatorServer::CoordinatorServer(Coordinator* coordinator, CoordinatorServerOptions options)
     : coordinator_(coordinator),
       options_(std::move(options)),
-      inference_(coordinator, &options_.edge),
-      cluster_(coordinator, &options_.edge),
-      membership_(coordinator, &options_.edge) {}
+      inference_(coordinator, &gate_, &options_.edge),
+      cluster_(coordinator, &gate_, &options_.edge),
+      membership_(coordinator, &gate_, &options_.edge) {}
 
 CoordinatorServer::~CoordinatorServer() { Shutdown(); }
 
@@ -62,6 +61,16 @@ void CoordinatorServer::UpdateHealth() {
   if (health == nullptr) return;
   health->SetServingStatus("", true);
   health->SetServingStatus("inference.GRPCInferenceService", coordinator_->IsReady());
+}
+
+bool CoordinatorServer::Drain(absl::Duration timeout) {
+  if (server_ == nullptr) return true;
+  // Later SetServingStatus calls (UpdateHealth) are ignored from here on.
+  if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
+    health->Shutdown();
+  }
+  gate_.Close();
+  return gate_.WaitUntilEmpty(timeout);
 }
 
 void CoordinatorServer::Shutdown() {

@@ -7,7 +7,7 @@
 // port serves `options.credentials` (null: insecure); edge_auth.h says who
 // may call what.
 //
-// Thread-safety: Start/Shutdown from one thread; UpdateHealth from any.
+// Thread-safety: Start/Drain/Shutdown from one thread; UpdateHealth from any.
 #ifndef MESHSERVE_SERVER_COORDINATOR_GRPC_COORDINATOR_SERVER_H_
 #define MESHSERVE_SERVER_COORDINATOR_GRPC_COORDINATOR_SERVER_H_
 
@@ -15,10 +15,12 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/rpc/call_gate.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
-#include "server/coordinator/grpc/cluster_service.h"
 #include "server/coordinator/coordinator.h"
+#include "server/coordinator/grpc/cluster_service.h"
 #include "server/coordinator/grpc/edge_auth.h"
 #include "server/coordinator/grpc/inference_service.h"
 
@@ -43,6 +45,12 @@ class CoordinatorServer {
   // Sets the health service's statuses from coordinator->IsReady().
   void UpdateHealth();
   grpc::Server* server() { return server_.get(); }
+  // The first half of a stop that fails no call with CANCELLED (call_gate.h):
+  // health NOT_SERVING, every later call answered kUnavailable; waits up to
+  // `timeout` for the calls inside the handlers to end and says whether they
+  // did. The process may then exit without Shutdown (coordinator_main.cc).
+  bool Drain(absl::Duration timeout);
+  // Stops the gRPC server; calls still running after 2 s are cancelled.
   void Shutdown();
 
  private:
@@ -51,6 +59,7 @@ class CoordinatorServer {
   const CoordinatorServerOptions options_;  // before the services, which point into it
   std::string host_;
   int port_ = 0;
+  CallGate gate_{"coordinator"};  // before the services, which point to it
   InferenceService inference_;
   ClusterServiceImpl cluster_;
   MembershipServiceImpl membership_;

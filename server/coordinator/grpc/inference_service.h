@@ -16,6 +16,7 @@
 #define MESHSERVE_SERVER_COORDINATOR_GRPC_INFERENCE_SERVICE_H_
 
 #include "absl/status/statusor.h"
+#include "common/rpc/call_gate.h"
 #include "proto/inference.grpc.pb.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/grpc/edge_auth.h"
@@ -30,10 +31,11 @@ void InferResponseToProto(InferResponse response, inference::ModelInferResponse*
 
 class InferenceService final : public inference::GRPCInferenceService::Service {
  public:
-  // `edge` (who may call, limits: edge_auth.h) must outlive the service.
-  explicit InferenceService(Coordinator* coordinator,
+  // `gate` (call_gate.h) and `edge` (who may call, limits: edge_auth.h) must
+  // outlive the service.
+  explicit InferenceService(Coordinator* coordinator, CallGate* gate,
                             const EdgeOptions* edge = &DefaultEdgeOptions())
-      : coordinator_(coordinator), edge_(*edge) {}
+      : coordinator_(coordinator), gate_(gate), edge_(*edge) {}
 
   grpc::Status ServerLive(grpc::ServerContext*, const inference::ServerLiveRequest*,
                           inference::ServerLiveResponse*) override;
@@ -50,6 +52,7 @@ class InferenceService final : public inference::GRPCInferenceService::Service {
 
  private:
   Coordinator* const coordinator_;
+  CallGate* const gate_;  // admits each call (call_gate.h)
   const EdgeOptions& edge_;
 };
 
