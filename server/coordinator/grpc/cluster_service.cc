@@ -81,9 +81,8 @@ void ClusterStatusToProto(const std::vector<WorkerView>& workers,
 grpc::Status ClusterServiceImpl::Describe(grpc::ServerContext* context,
                                           const DescribeRequest* request,
                                           DescribeResponse* response) {
-  absl::StatusOr<CallGate::Pass> pass = gate_->Enter();
+  absl::StatusOr<CallGate::Pass> pass = AdmitClientCall(edge_, gate_, *context);
   if (!pass.ok()) return ToGrpcStatus(pass.status());
-  if (grpc::Status denied = CheckClientCall(edge_, *context); !denied.ok()) return denied;
   InputShapes shapes;
   for (const auto& [name, shape] : request->input_shapes()) {
     shapes[name].assign(shape.dims().begin(), shape.dims().end());
@@ -96,9 +95,8 @@ grpc::Status ClusterServiceImpl::Describe(grpc::ServerContext* context,
 
 grpc::Status ClusterServiceImpl::Status(grpc::ServerContext* context, const ClusterStatusRequest*,
                                         ClusterStatusResponse* response) {
-  absl::StatusOr<CallGate::Pass> pass = gate_->Enter();
+  absl::StatusOr<CallGate::Pass> pass = AdmitClientCall(edge_, gate_, *context);
   if (!pass.ok()) return ToGrpcStatus(pass.status());
-  if (grpc::Status denied = CheckClientCall(edge_, *context); !denied.ok()) return denied;
   ClusterStatusToProto(coordinator_->Workers(), coordinator_->ModelStatuses(), response);
   return grpc::Status::OK;
 }
@@ -108,9 +106,8 @@ grpc::Status ClusterServiceImpl::Status(grpc::ServerContext* context, const Clus
 grpc::Status ClusterServiceImpl::PushParams(grpc::ServerContext* context,
                                             grpc::ServerReader<PushParamsChunk>* reader,
                                             PushParamsResponse* response) {
-  absl::StatusOr<CallGate::Pass> pass = gate_->Enter();
+  absl::StatusOr<CallGate::Pass> pass = AdmitClientCall(edge_, gate_, *context);
   if (!pass.ok()) return ToGrpcStatus(pass.status());
-  if (grpc::Status denied = CheckClientCall(edge_, *context); !denied.ok()) return denied;
   PushParamsChunk message;
   if (!reader->Read(&message)) {
     return ToGrpcStatus(absl::InvalidArgumentError("PushParams: empty stream"));
@@ -143,9 +140,8 @@ grpc::Status ClusterServiceImpl::PushParams(grpc::ServerContext* context,
 grpc::Status ClusterServiceImpl::PullParams(grpc::ServerContext* context,
                                             const PullParamsRequest* request,
                                             grpc::ServerWriter<PullParamsChunk>* writer) {
-  absl::StatusOr<CallGate::Pass> pass = gate_->Enter();
+  absl::StatusOr<CallGate::Pass> pass = AdmitClientCall(edge_, gate_, *context);
   if (!pass.ok()) return ToGrpcStatus(pass.status());
-  if (grpc::Status denied = CheckClientCall(edge_, *context); !denied.ok()) return denied;
   std::vector<std::string> params(request->params().begin(), request->params().end());
   absl::Status s = coordinator_->PullParams(
       request->model(), params, [&](PullChunk chunk) -> absl::Status {
@@ -166,9 +162,8 @@ grpc::Status ClusterServiceImpl::PullParams(grpc::ServerContext* context,
 grpc::Status MembershipServiceImpl::Register(grpc::ServerContext* context,
                                              const RegisterRequest* request,
                                              RegisterResponse* response) {
-  absl::StatusOr<CallGate::Pass> pass = gate_->Enter();
+  absl::StatusOr<CallGate::Pass> pass = AdmitMemberCall(edge_, gate_, *context);
   if (!pass.ok()) return ToGrpcStatus(pass.status());
-  if (grpc::Status denied = CheckMemberCall(edge_, *context); !denied.ok()) return denied;
   absl::StatusOr<int64_t> id =
       coordinator_->RegisterWorker(request->address(), request->cores(),
                                    request->memory_bytes(), request->previous_worker_id());
@@ -182,9 +177,8 @@ grpc::Status MembershipServiceImpl::Register(grpc::ServerContext* context,
 grpc::Status MembershipServiceImpl::Heartbeat(grpc::ServerContext* context,
                                               const HeartbeatRequest* request,
                                               HeartbeatResponse* response) {
-  absl::StatusOr<CallGate::Pass> pass = gate_->Enter();
+  absl::StatusOr<CallGate::Pass> pass = AdmitMemberCall(edge_, gate_, *context);
   if (!pass.ok()) return ToGrpcStatus(pass.status());
-  if (grpc::Status denied = CheckMemberCall(edge_, *context); !denied.ok()) return denied;
   response->set_known(coordinator_->Heartbeat(request->worker_id(), request->draining()));
   return grpc::Status::OK;
 }

@@ -1,7 +1,7 @@
 #include "server/coordinator/grpc/edge_auth.h"
 
+#include "common/base/status_macros.h"
 #include "common/rpc/grpc_credentials.h"
-#include "common/rpc/grpc_status.h"
 
 namespace meshserve {
 
@@ -10,14 +10,20 @@ const EdgeOptions& DefaultEdgeOptions() {
   return *kDefault;
 }
 
-grpc::Status CheckClientCall(const EdgeOptions& edge, const grpc::ServerContext& context) {
-  if (edge.auth_token.empty()) return grpc::Status::OK;
-  return ToGrpcStatus(CheckBearerToken(context.client_metadata(), edge.auth_token));
+absl::StatusOr<CallGate::Pass> AdmitClientCall(const EdgeOptions& edge, CallGate* gate,
+                                               const grpc::ServerContext& context) {
+  MS_ASSIGN_OR_RETURN(CallGate::Pass pass, gate->Enter());
+  if (!edge.auth_token.empty()) {
+    MS_RETURN_IF_ERROR(CheckBearerToken(context.client_metadata(), edge.auth_token));
+  }
+  return pass;
 }
 
-grpc::Status CheckMemberCall(const EdgeOptions& edge, const grpc::ServerContext& context) {
-  if (!edge.tls) return grpc::Status::OK;
-  return ToGrpcStatus(CheckMemberPeer(*context.auth_context()));
+absl::StatusOr<CallGate::Pass> AdmitMemberCall(const EdgeOptions& edge, CallGate* gate,
+                                               const grpc::ServerContext& context) {
+  MS_ASSIGN_OR_RETURN(CallGate::Pass pass, gate->Enter());
+  if (edge.tls) MS_RETURN_IF_ERROR(CheckMemberPeer(*context.auth_context()));
+  return pass;
 }
 
 }  // namespace meshserve

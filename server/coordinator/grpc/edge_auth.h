@@ -3,23 +3,25 @@
 // MembershipService checks first (grpc.health.v1 and reflection stay open,
 // for probes).
 //   - client services (inference.GRPCInferenceService, meshserve.ClusterService):
-//     with an auth token, "authorization: Bearer <token>" (CheckClientCall:
+//     with an auth token, "authorization: Bearer <token>" (AdmitClientCall:
 //     UNAUTHENTICATED saying missing or wrong);
 //   - MembershipService (workers joining): with TLS, a member certificate of
-//     the cluster's CA (CheckMemberCall: UNAUTHENTICATED without a
+//     the cluster's CA (AdmitMemberCall: UNAUTHENTICATED without a
 //     certificate, PERMISSION_DENIED naming a client's identity);
 //   - ModelInfer: RequestLimits (request_limits.h; the byte limit is also the
 //     server's max receive size, so gRPC rejects a larger message before
 //     parsing it).
 //
-// Thread-safety: immutable after construction; the checks are pure.
+// Thread-safety: EdgeOptions is immutable after construction; the admissions
+// are thread-safe (the gate is).
 #ifndef MESHSERVE_SERVER_COORDINATOR_GRPC_EDGE_AUTH_H_
 #define MESHSERVE_SERVER_COORDINATOR_GRPC_EDGE_AUTH_H_
 
 #include <string>
 
+#include "absl/status/statusor.h"
+#include "common/rpc/call_gate.h"
 #include "grpcpp/server_context.h"
-#include "grpcpp/support/status.h"
 #include "server/coordinator/request_limits.h"
 
 namespace meshserve {
@@ -33,8 +35,13 @@ struct EdgeOptions {
 // The defaults: insecure, no token, default limits.
 const EdgeOptions& DefaultEdgeOptions();
 
-grpc::Status CheckClientCall(const EdgeOptions& edge, const grpc::ServerContext& context);
-grpc::Status CheckMemberCall(const EdgeOptions& edge, const grpc::ServerContext& context);
+// Admits a call: `gate` first (kUnavailable once the server is stopping,
+// call_gate.h), then the policy above. The pass must live until the handler
+// returns.
+absl::StatusOr<CallGate::Pass> AdmitClientCall(const EdgeOptions& edge, CallGate* gate,
+                                               const grpc::ServerContext& context);
+absl::StatusOr<CallGate::Pass> AdmitMemberCall(const EdgeOptions& edge, CallGate* gate,
+                                               const grpc::ServerContext& context);
 
 }  // namespace meshserve
 

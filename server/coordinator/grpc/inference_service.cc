@@ -111,9 +111,8 @@ void InferResponseToProto(InferResponse response, inference::ModelInferResponse*
 grpc::Status InferenceService::ServerLive(grpc::ServerContext* context,
                                           const inference::ServerLiveRequest*,
                                           inference::ServerLiveResponse* response) {
-  absl::StatusOr<CallGate::Pass> pass = gate_->Enter();
+  absl::StatusOr<CallGate::Pass> pass = AdmitClientCall(edge_, gate_, *context);
   if (!pass.ok()) return ToGrpcStatus(pass.status());
-  if (grpc::Status denied = CheckClientCall(edge_, *context); !denied.ok()) return denied;
   response->set_live(true);
   return grpc::Status::OK;
 }
@@ -121,9 +120,8 @@ grpc::Status InferenceService::ServerLive(grpc::ServerContext* context,
 grpc::Status InferenceService::ServerReady(grpc::ServerContext* context,
                                            const inference::ServerReadyRequest*,
                                            inference::ServerReadyResponse* response) {
-  absl::StatusOr<CallGate::Pass> pass = gate_->Enter();
+  absl::StatusOr<CallGate::Pass> pass = AdmitClientCall(edge_, gate_, *context);
   if (!pass.ok()) return ToGrpcStatus(pass.status());
-  if (grpc::Status denied = CheckClientCall(edge_, *context); !denied.ok()) return denied;
   response->set_ready(coordinator_->IsReady());
   return grpc::Status::OK;
 }
@@ -131,9 +129,8 @@ grpc::Status InferenceService::ServerReady(grpc::ServerContext* context,
 grpc::Status InferenceService::ModelReady(grpc::ServerContext* context,
                                           const inference::ModelReadyRequest* request,
                                           inference::ModelReadyResponse* response) {
-  absl::StatusOr<CallGate::Pass> pass = gate_->Enter();
+  absl::StatusOr<CallGate::Pass> pass = AdmitClientCall(edge_, gate_, *context);
   if (!pass.ok()) return ToGrpcStatus(pass.status());
-  if (grpc::Status denied = CheckClientCall(edge_, *context); !denied.ok()) return denied;
   absl::StatusOr<ModelStatus> status = coordinator_->GetModelStatus(request->name());
   if (!status.ok()) return ToGrpcStatus(status.status());
   response->set_ready(status->ready);
@@ -143,9 +140,8 @@ grpc::Status InferenceService::ModelReady(grpc::ServerContext* context,
 grpc::Status InferenceService::ServerMetadata(grpc::ServerContext* context,
                                               const inference::ServerMetadataRequest*,
                                               inference::ServerMetadataResponse* response) {
-  absl::StatusOr<CallGate::Pass> pass = gate_->Enter();
+  absl::StatusOr<CallGate::Pass> pass = AdmitClientCall(edge_, gate_, *context);
   if (!pass.ok()) return ToGrpcStatus(pass.status());
-  if (grpc::Status denied = CheckClientCall(edge_, *context); !denied.ok()) return denied;
   response->set_name("meshserve");
   response->set_version("0.1.0");
   response->add_extensions("out_sharding");
@@ -156,9 +152,8 @@ grpc::Status InferenceService::ServerMetadata(grpc::ServerContext* context,
 grpc::Status InferenceService::ModelMetadata(grpc::ServerContext* context,
                                              const inference::ModelMetadataRequest* request,
                                              inference::ModelMetadataResponse* response) {
-  absl::StatusOr<CallGate::Pass> pass = gate_->Enter();
+  absl::StatusOr<CallGate::Pass> pass = AdmitClientCall(edge_, gate_, *context);
   if (!pass.ok()) return ToGrpcStatus(pass.status());
-  if (grpc::Status denied = CheckClientCall(edge_, *context); !denied.ok()) return denied;
   absl::StatusOr<ModelStatus> status = coordinator_->GetModelStatus(request->name());
   if (!status.ok()) return ToGrpcStatus(status.status());
   if (status->model == nullptr) {
@@ -186,9 +181,8 @@ grpc::Status InferenceService::ModelMetadata(grpc::ServerContext* context,
 grpc::Status InferenceService::ModelInfer(grpc::ServerContext* context,
                                           const inference::ModelInferRequest* request,
                                           inference::ModelInferResponse* response) {
-  absl::StatusOr<CallGate::Pass> pass = gate_->Enter();
+  absl::StatusOr<CallGate::Pass> pass = AdmitClientCall(edge_, gate_, *context);
   if (!pass.ok()) return ToGrpcStatus(pass.status());
-  if (grpc::Status denied = CheckClientCall(edge_, *context); !denied.ok()) return denied;
   absl::StatusOr<InferRequest> core = InferRequestFromProto(*request);
   if (!core.ok()) return ToGrpcStatus(core.status());
   if (absl::Status over = CheckRequestLimits(*core, edge_.limits); !over.ok()) {
