@@ -79,7 +79,7 @@ absl::Status QkvFromCAttn(LmModelBuilder& b, const std::string& p, const std::st
 }
 
 // Block `i`: x -> x + attn(ln_1(x)) -> + mlp(ln_2(.)); returns the output's name.
-absl::StatusOr<std::string> Block(LmModelBuilder& b, int64_t i, const std::string& x) {
+absl::StatusOr<std::string> Gpt2Block(LmModelBuilder& b, int64_t i, const std::string& x) {
   const LmConfig& c = b.config();
   const std::string p = absl::StrCat("h.", i, ".");
   const double proj_stddev = c.initializer_range / std::sqrt(2.0 * c.num_layers);
@@ -123,7 +123,7 @@ absl::Status BuildGpt2Model(LmModelBuilder& b) {
   b.Layer("embed", "add", {{"inputs", {"token_embed", "position_embed"}}});
   std::string x = "embed";
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    MS_ASSIGN_OR_RETURN(x, Block(b, i, x));
+    MS_ASSIGN_OR_RETURN(x, Gpt2Block(b, i, x));
   }
   MS_RETURN_IF_ERROR(LayerNorm(b, "ln_f", x));
   return b.LmHead("ln_f", "wte.weight");

@@ -87,7 +87,7 @@ absl::Status Attention(LmModelBuilder& b, const std::string& p, const std::strin
                   sharded, bias);
 }
 
-absl::StatusOr<std::string> Block(LmModelBuilder& b, int64_t i, const std::string& x) {
+absl::StatusOr<std::string> LlamaBlock(LmModelBuilder& b, int64_t i, const std::string& x) {
   const LmConfig& c = b.config();
   const std::string p = absl::StrCat("layers.", i, ".");
   const bool sharded = b.plan().mlp, bias = c.mlp_bias;
@@ -116,7 +116,7 @@ absl::Status BuildLlamaModel(LmModelBuilder& b) {
   MS_RETURN_IF_ERROR(b.TokenEmbedding("embed", "embed_tokens.weight"));
   std::string x = "embed";
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    MS_ASSIGN_OR_RETURN(x, Block(b, i, x));
+    MS_ASSIGN_OR_RETURN(x, LlamaBlock(b, i, x));
   }
   MS_RETURN_IF_ERROR(RmsNorm(b, "final_norm", "norm.weight", x));
   return b.LmHead("final_norm", "embed_tokens.weight");

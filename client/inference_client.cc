@@ -32,12 +32,6 @@ absl::Status FromGrpc(const grpc::Status& status, absl::string_view rpc,
   return AnnotateStatus(FromGrpcStatus(status), rpc, " on ", target);
 }
 
-void SetDeadlineAt(grpc::ClientContext* context, absl::Time deadline) {
-  if (deadline != absl::InfiniteFuture()) {
-    context->set_deadline(absl::ToChronoTime(deadline));
-  }
-}
-
 float BFloat16BitsToFloat(uint16_t bits) {
   uint32_t wide = static_cast<uint32_t>(bits) << 16;
   float value;

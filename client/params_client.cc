@@ -8,16 +8,13 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
 #include "grpcpp/grpcpp.h"
 
 namespace meshserve {
 namespace client {
 namespace {
-
-void SetDeadlineAt(grpc::ClientContext* context, absl::Time deadline) {
-  if (deadline != absl::InfiniteFuture()) context->set_deadline(absl::ToChronoTime(deadline));
-}
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -91,6 +91,10 @@ void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
   context->set_deadline(DeadlineFromNow(timeout));
 }
 
+void SetDeadlineAt(grpc::ClientContext* context, absl::Time deadline) {
+  if (deadline != absl::InfiniteFuture()) context->set_deadline(absl::ToChronoTime(deadline));
+}
+
 absl::Duration TimeLeftUntil(std::chrono::system_clock::time_point deadline) {
   if (deadline == std::chrono::system_clock::time_point::max()) {
     return absl::InfiniteDuration();

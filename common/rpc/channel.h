@@ -62,6 +62,8 @@ void ConfigureServerBuilder(grpc::ServerBuilder* builder,
 // Deadlines. A non-positive or infinite timeout sets no deadline.
 std::chrono::system_clock::time_point DeadlineFromNow(absl::Duration timeout);
 void SetDeadline(grpc::ClientContext* context, absl::Duration timeout);
+// An absolute deadline; absl::InfiniteFuture() sets none.
+void SetDeadlineAt(grpc::ClientContext* context, absl::Time deadline);
 // Time left until `context`'s deadline (absl::InfiniteDuration() when none;
 // zero when past).
 absl::Duration TimeLeft(const grpc::ClientContext& context);

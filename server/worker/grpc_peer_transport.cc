@@ -126,7 +126,7 @@ class GrpcPeerTransport::PushCall final : public grpc::ClientWriteReactor<DataCh
         chunk_bytes_(std::max<int64_t>(1, chunk_bytes)) {
     absl::Time deadline = absl::InfinitePast();
     for (const Job& job : batch_) deadline = std::max(deadline, job.slice.deadline);
-    if (deadline != absl::InfiniteFuture()) context_.set_deadline(absl::ToChronoTime(deadline));
+    SetDeadlineAt(&context_, deadline);
   }
 
   // `stub` is kept until the stream ends (UpdatePeers may replace it).
@@ -356,7 +356,7 @@ absl::Status GrpcPeerTransport::ReadParam(int64_t worker, const ReadParamIr& req
       context.set_wait_for_ready(true);
       until = std::min(deadline, absl::Now() + kConnectGrace);
     }
-    if (until != absl::InfiniteFuture()) context.set_deadline(absl::ToChronoTime(until));
+    SetDeadlineAt(&context, until);
     std::unique_ptr<grpc::ClientReader<ParamChunk>> reader = stub->ReadParam(&context, message);
     ParamChunk chunk;
     absl::Status sink_status;

@@ -19,12 +19,6 @@ using rules::Entries;
 using rules::Entry;
 using rules::Shape;
 
-std::vector<const ArrayType*> Pointers(absl::Span<const ArrayType> operands) {
-  std::vector<const ArrayType*> p;
-  for (const ArrayType& t : operands) p.push_back(&t);
-  return p;
-}
-
 // _get_sharding_for_varying_out_shape, then the result type. A result whose
 // every dim has size 1 (or a scalar) is P().
 absl::StatusOr<ArrayType> VaryingOutShape(absl::string_view name, absl::string_view prim,
@@ -62,7 +56,7 @@ absl::StatusOr<ArrayType> ConcatenateRule(absl::Span<const ArrayType> operands,
     }
     shape[dim] += t.shape[dim];
   }
-  std::vector<const ArrayType*> ptrs = Pointers(operands);
+  std::vector<const ArrayType*> ptrs = rules::Pointers(operands);
   MS_ASSIGN_OR_RETURN(Mesh mesh, rules::CommonMesh("concatenate", ptrs));
   if (!rules::RulesActive(mesh)) return rules::UnshardedResult(first.dtype, shape, mesh, ptrs);
   const Entries e0 = rules::ExplicitEntries(first);

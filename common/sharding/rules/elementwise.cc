@@ -94,18 +94,12 @@ absl::StatusOr<Entries> BroadcastEntries(absl::string_view op_name,
   return result;
 }
 
-std::vector<const ArrayType*> Pointers(absl::Span<const ArrayType> operands) {
-  std::vector<const ArrayType*> p;
-  for (const ArrayType& t : operands) p.push_back(&t);
-  return p;
-}
-
 }  // namespace
 
 absl::StatusOr<ArrayType> ElementwiseRule(absl::string_view op_name,
                                           absl::Span<const ArrayType> operands) {
   if (operands.empty()) return InvalidArgument(op_name, " needs at least one operand");
-  std::vector<const ArrayType*> ptrs = Pointers(operands);
+  std::vector<const ArrayType*> ptrs = rules::Pointers(operands);
   MS_ASSIGN_OR_RETURN(Mesh mesh, rules::CommonMesh(op_name, ptrs));
   int rank = 0;
   DType dtype = operands[0].dtype;

@@ -205,6 +205,13 @@ absl::StatusOr<int> CanonicalizeDim(int64_t dim, int rank, absl::string_view wha
   return static_cast<int>(dim < 0 ? dim + rank : dim);
 }
 
+std::vector<const ArrayType*> Pointers(absl::Span<const ArrayType> operands) {
+  std::vector<const ArrayType*> p;
+  p.reserve(operands.size());
+  for (const ArrayType& t : operands) p.push_back(&t);
+  return p;
+}
+
 bool IsIntegerDType(DType dtype) {
   return dtype == DType::kInt32 || dtype == DType::kInt64 || dtype == DType::kInt8 ||
          dtype == DType::kUInt8;

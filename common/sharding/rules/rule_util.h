@@ -114,6 +114,9 @@ absl::StatusOr<int> CanonicalizeDim(int64_t dim, int rank, absl::string_view wha
 // True for the integer dtypes (index arrays of gather / dynamic_slice).
 bool IsIntegerDType(DType dtype);
 
+// Pointers to the operands, for the rules that take a span of pointers.
+std::vector<const ArrayType*> Pointers(absl::Span<const ArrayType> operands);
+
 // The union of the operands' varying axes, in mesh order.
 std::vector<std::string> UnionVarying(const Mesh& mesh,
                                       absl::Span<const ArrayType* const> operands);
