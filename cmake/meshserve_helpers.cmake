@@ -2,7 +2,7 @@
 # of this tree. Every target lists its sources and its real dependencies; there
 # are no globs and no existence guards.
 #
-#   ms_cc_library(NAME foo HDRS a.h SRCS a.cc DEPS absl::status [TESTONLY])
+#   ms_cc_library(NAME foo HDRS a.h SRCS a.cc DEPS absl::status [TESTONLY] [NO_UNITY])
 #   ms_cc_test(NAME foo_test SRCS a_test.cc DEPS foo [DEFINES K=V] [LABELS l]
 #              [NEEDS_BINARIES meshserve-worker])
 #   ms_cc_binary(NAME meshserve SRCS main.cc DEPS ...)
@@ -28,6 +28,44 @@ if(MESHSERVE_WERROR)
   list(APPEND MS_WARNING_FLAGS -Werror)
 endif()
 
+# Build cost (CI runs on two slow cores; see scripts/test.sh's budget):
+# MESHSERVE_UNITY_BUILD compiles each library's (and binary's) sources in batches of 8 per
+# translation unit, so the heavy headers (gRPC, protobuf, abseil) are parsed
+# once per batch; NO_UNITY opts a library out (generated code). Test sources
+# (MS_TEST_COPTS) compile at -O1 without debug info in the optimised builds:
+# they check results, the code they test is compiled as it ships.
+# MESHSERVE_TEST_PCH (GCC builds) gives every test one precompiled header,
+# tests/testing/test_pch.h, built once by ms_test_pch.
+option(MESHSERVE_UNITY_BUILD "Compile each library's sources in unity batches" ON)
+set(MS_TEST_COPTS "")
+if(NOT MESHSERVE_SANITIZER AND CMAKE_BUILD_TYPE MATCHES "^(RelWithDebInfo|Release)$")
+  set(MS_TEST_COPTS -O1 -g0)
+endif()
+# -pthread on every test: it defines _REENTRANT, which the system headers read,
+# so it must be the same in each test as in the precompiled header.
+list(APPEND MS_TEST_COPTS -pthread)
+set(ms_pch_default OFF)
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND NOT MESHSERVE_SANITIZER)
+  set(ms_pch_default ON)
+endif()
+option(MESHSERVE_TEST_PCH "One precompiled header for every test (GCC)" ${ms_pch_default})
+
+function(ms_test_pch name)
+  if(NOT MESHSERVE_TEST_PCH)
+    return()
+  endif()
+  if(NOT TARGET ms_test_pch)
+    add_executable(ms_test_pch ${PROJECT_SOURCE_DIR}/tests/testing/test_pch_owner.cc)
+    target_link_libraries(ms_test_pch PRIVATE absl::status absl::statusor absl::str_format
+                          absl::strings absl::synchronization absl::time GTest::gmock_main)
+    target_compile_options(ms_test_pch PRIVATE ${MS_WARNING_FLAGS} ${MS_TEST_COPTS})
+    target_precompile_headers(ms_test_pch PRIVATE ${PROJECT_SOURCE_DIR}/tests/testing/test_pch.h)
+    set_target_properties(ms_test_pch PROPERTIES RUNTIME_OUTPUT_DIRECTORY
+                          ${CMAKE_BINARY_DIR}/tests/pch)
+  endif()
+  target_precompile_headers(${name} REUSE_FROM ms_test_pch)
+endfunction()
+
 function(ms_check_testonly_deps name)
   foreach(dep ${ARGN})
     if(TARGET ${dep})
@@ -40,7 +78,7 @@ function(ms_check_testonly_deps name)
 endfunction()
 
 function(ms_cc_library)
-  cmake_parse_arguments(MS "TESTONLY" "NAME" "HDRS;SRCS;DEPS" ${ARGN})
+  cmake_parse_arguments(MS "TESTONLY;NO_UNITY" "NAME" "HDRS;SRCS;DEPS" ${ARGN})
   if(MS_TESTONLY AND NOT MESHSERVE_BUILD_TESTS)
     return()
   endif()
@@ -52,6 +90,12 @@ function(ms_cc_library)
     target_link_libraries(${MS_NAME} PUBLIC ${MS_DEPS})
     target_include_directories(${MS_NAME} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
     target_compile_options(${MS_NAME} PRIVATE ${MS_WARNING_FLAGS})
+    if(MS_TESTONLY)
+      target_compile_options(${MS_NAME} PRIVATE ${MS_TEST_COPTS})
+    endif()
+    if(MESHSERVE_UNITY_BUILD AND NOT MS_NO_UNITY)
+      set_target_properties(${MS_NAME} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 8)
+    endif()
   else()
     add_library(${MS_NAME} INTERFACE)
     target_link_libraries(${MS_NAME} INTERFACE ${MS_DEPS})
@@ -70,7 +114,8 @@ function(ms_cc_test)
   if(TARGET ms_tsan_abseil_annotations)  # MESHSERVE_SANITIZER=thread
     target_link_libraries(${MS_NAME} PRIVATE ms_tsan_abseil_annotations)
   endif()
-  target_compile_options(${MS_NAME} PRIVATE ${MS_WARNING_FLAGS})
+  target_compile_options(${MS_NAME} PRIVATE ${MS_WARNING_FLAGS} ${MS_TEST_COPTS})
+  ms_test_pch(${MS_NAME})
   if(MS_DEFINES)
     target_compile_definitions(${MS_NAME} PRIVATE ${MS_DEFINES})
   endif()
@@ -95,6 +140,9 @@ function(ms_cc_binary)
   target_link_libraries(${MS_NAME} PRIVATE ${MS_DEPS})
   target_compile_options(${MS_NAME} PRIVATE ${MS_WARNING_FLAGS})
   set_target_properties(${MS_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+  if(MESHSERVE_UNITY_BUILD)
+    set_target_properties(${MS_NAME} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 8)
+  endif()
 endfunction()
 
 # A libFuzzer target (clang only; see tests/fuzz/run_fuzzers.sh), in build/fuzz.
