@@ -34,8 +34,9 @@ endif()
 # once per batch; NO_UNITY opts a library out (generated code). Test sources
 # (MS_TEST_COPTS) compile at -O1 without debug info in the optimised builds:
 # they check results, the code they test is compiled as it ships.
-# MESHSERVE_TEST_PCH (GCC builds) gives every test one precompiled header,
-# tests/testing/test_pch.h, built once by ms_test_pch.
+# MESHSERVE_TEST_PCH gives every test one precompiled header,
+# tests/testing/test_pch.h, built once by ms_test_pch (GCC and clang, the
+# sanitizer builds too: flags are the same for every test of a build).
 option(MESHSERVE_UNITY_BUILD "Compile each library's sources in unity batches" ON)
 set(MS_TEST_COPTS "")
 if(NOT MESHSERVE_SANITIZER AND CMAKE_BUILD_TYPE MATCHES "^(RelWithDebInfo|Release)$")
@@ -44,11 +45,7 @@ endif()
 # -pthread on every test: it defines _REENTRANT, which the system headers read,
 # so it must be the same in each test as in the precompiled header.
 list(APPEND MS_TEST_COPTS -pthread)
-set(ms_pch_default OFF)
-if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND NOT MESHSERVE_SANITIZER)
-  set(ms_pch_default ON)
-endif()
-option(MESHSERVE_TEST_PCH "One precompiled header for every test (GCC)" ${ms_pch_default})
+option(MESHSERVE_TEST_PCH "One precompiled header for every test" ON)
 
 function(ms_test_pch name)
   if(NOT MESHSERVE_TEST_PCH)

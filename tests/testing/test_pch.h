@@ -1,4 +1,4 @@
-// The precompiled header of every test in the GCC build (MESHSERVE_TEST_PCH,
+// The precompiled header of every test (MESHSERVE_TEST_PCH,
 // cmake/meshserve_helpers.cmake): the standard, abseil and GoogleTest headers
 // that nearly every test includes, parsed once instead of once per test. Only
 // headers without link-time needs belong here (no gRPC: its headers register
