@@ -28,7 +28,20 @@ BUDGET=${MESHSERVE_TEST_BUDGET_S:-4500}
 STAGE_MIN=${MESHSERVE_STAGE_MIN_S:-300}
 RESERVE=30  # seconds kept for the report after the last stage
 
-scripts/setup.sh || exit 1
+if [ "$BUDGET" = 0 ]; then
+  scripts/setup.sh || exit 1
+else
+  # From a terminal, --foreground lets sudo ask for a password (then only
+  # setup.sh itself is timed out, not the build it started).
+  fg=(); [ -t 0 ] && fg=(--foreground)
+  timeout "${fg[@]}" -k 20 $((BUDGET - RESERVE)) scripts/setup.sh
+  rc=$?
+  if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+    echo "=== setup: FAILED, not finished within the ${BUDGET} s budget ($SECONDS s)"
+    exit 1
+  fi
+  [ "$rc" = 0 ] || exit 1
+fi
 echo "=== setup: $SECONDS s"
 BUILD_DIR=${MESHSERVE_BUILD_DIR:-build}
 passed=0
@@ -61,6 +74,9 @@ stage() {
   elif [ "$BUDGET" != 0 ] && { [ "$rc" = 124 ] || [ "$rc" = 137 ]; } && [ "$kind" = extra ]; then
     echo "=== $name: cut short by the ${BUDGET} s budget after $((SECONDS - start)) s (not a failure)"
     not_run+=("$name (cut short)")
+  elif [ "$BUDGET" != 0 ] && { [ "$rc" = 124 ] || [ "$rc" = 137 ]; }; then
+    failed=$((failed + 1))
+    echo "=== $name: FAILED, cut short by the ${BUDGET} s budget after $((SECONDS - start)) s"
   else
     failed=$((failed + 1)); echo "=== $name: FAILED ($((SECONDS - start)) s, rc $rc)"
   fi
