@@ -360,7 +360,6 @@ TEST_F(WorkerServiceTest, PeerStreamToADeadPeerFailsTheNextRound) {
   // Shutdown cancels the open stream after the (short) deadline.
   nodes_[1].server.server->Shutdown(std::chrono::system_clock::now() +
                                     std::chrono::milliseconds(100));
-  nodes_[1].server.server.reset();
   ExpectWorker0SendIsUnavailable("after");
 }
 
@@ -497,9 +496,12 @@ TEST_F(WorkerServiceTest, ReceiveWithoutSenderFailsThenNextRequestIsServed) {
 }
 
 TEST_F(WorkerServiceTest, SendToADeadPeerIsUnavailable) {
-  // Worker 0 sends to worker 1, whose server is down.
+  // Worker 0 sends to worker 1, whose server is down. The server is shut down,
+  // not destroyed: destroying a grpc::Server while the other node's calls and
+  // callbacks are in flight made gRPC 1.51 free a completion queue twice
+  // (ASan, about 1 run in 100 of this test, old and new builds alike); a
+  // stopped process destroys nothing, and a shut-down server listens no more.
   nodes_[1].server.server->Shutdown();
-  nodes_[1].server.server.reset();
   ExpectWorker0SendIsUnavailable("dead");
 }
 
