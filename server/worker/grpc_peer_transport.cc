@@ -12,12 +12,46 @@
 #include "common/program/program_proto.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
+#include "common/rpc/bytes_field_wire.h"
 #include "grpcpp/client_context.h"
+#include "grpcpp/impl/rpc_method.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/client_callback.h"
+#include "grpcpp/support/sync_stream.h"
 
 namespace meshserve {
 
 namespace {
+
+// WorkerService.ReadParam with ParamChunks read as byte buffers.
+const grpc::internal::RpcMethod& ReadParamMethod() {
+  static const grpc::internal::RpcMethod* const method = new grpc::internal::RpcMethod(
+      "/meshserve.WorkerService/ReadParam", grpc::internal::RpcMethod::SERVER_STREAMING);
+  return *method;
+}
+
+// Hands a received ParamChunk to `on_chunk` piece by piece (a view per
+// received slice, each with its offset in the box); a chunk without data as
+// one empty view.
+absl::Status DeliverParamChunk(const grpc::ByteBuffer& buffer, BytesFieldSplit* split,
+                               const ParamChunkSink& on_chunk) {
+  MS_RETURN_IF_ERROR(SplitBytesField(buffer, ParamChunk::kDataFieldNumber, split),
+                     "a ParamChunk");
+  ParamChunk header;
+  if (!header.ParseFromString(split->other_fields)) {
+    return InvalidArgument("a ParamChunk's fields do not parse");
+  }
+  const int dtype = static_cast<int>(header.dtype());
+  if (split->data.empty()) {
+    return on_chunk(ParamChunkView{header.total_bytes(), header.offset(), {}, dtype});
+  }
+  int64_t offset = header.offset();
+  for (absl::string_view piece : split->data) {
+    MS_RETURN_IF_ERROR(on_chunk(ParamChunkView{header.total_bytes(), offset, piece, dtype}));
+    offset += static_cast<int64_t>(piece.size());
+  }
+  return absl::OkStatus();
+}
 
 void FillChunk(const OutgoingSlice& slice, int64_t offset, int64_t n, DataChunk* chunk) {
   chunk->set_request_id(slice.request_id);
@@ -90,8 +124,7 @@ void GrpcPeerTransport::UpdatePeers(const std::map<int64_t, std::string>& addres
   for (const std::shared_ptr<PeerStream>& stream : replaced) stream->Cancel();
 }
 
-absl::StatusOr<std::pair<std::shared_ptr<WorkerService::Stub>, std::string>>
-GrpcPeerTransport::StubFor(int64_t worker) {
+absl::StatusOr<GrpcPeerTransport::PeerLink> GrpcPeerTransport::LinkFor(int64_t worker) {
   absl::MutexLock lock(&mu_);
   auto it = peers_.find(worker);
   if (it == peers_.end()) return Unavailable("worker ", worker, " has no known address");
@@ -106,10 +139,11 @@ GrpcPeerTransport::StubFor(int64_t worker) {
     MS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> connection,
                         CreateChannel(peer.address, channel), "worker ", worker);
     peer.stub = std::shared_ptr<WorkerService::Stub>(WorkerService::NewStub(connection));
+    peer.channel = std::move(connection);
   }
   // Callers share ownership: a stub replaced by UpdatePeers stays alive until
   // its streams end.
-  return std::make_pair(peer.stub, peer.address);
+  return PeerLink{peer.stub, peer.channel, peer.address};
 }
 
 // One PushData stream: writes its jobs' slices (each write starts when the
@@ -261,7 +295,7 @@ void GrpcPeerTransport::SendOnStream(int64_t dst, std::vector<Job> batch) {
 }
 
 absl::StatusOr<std::shared_ptr<PeerStream>> GrpcPeerTransport::StreamFor(int64_t worker) {
-  MS_ASSIGN_OR_RETURN(auto stub_and_address, StubFor(worker));
+  MS_ASSIGN_OR_RETURN(PeerLink link, LinkFor(worker));
   absl::MutexLock lock(&mu_);
   if (stopping_) return absl::CancelledError("peer transport shutting down");
   Peer& peer = peers_[worker];
@@ -269,8 +303,7 @@ absl::StatusOr<std::shared_ptr<PeerStream>> GrpcPeerTransport::StreamFor(int64_t
     ++open_streams_;
     ++streams_opened_;
     peer.stream = PeerStream::Start(
-        std::move(stub_and_address.first),
-        absl::StrCat("worker ", worker, " at ", stub_and_address.second),
+        std::move(link.stub), absl::StrCat("worker ", worker, " at ", link.address),
         options_.chunk_bytes, [this, worker](PeerStream* ended) { StreamEnded(worker, ended); });
   }
   return peer.stream;
@@ -285,17 +318,16 @@ void GrpcPeerTransport::StreamEnded(int64_t worker, PeerStream* stream) {
 
 void GrpcPeerTransport::StartPush(std::vector<Job> batch) {
   const int64_t dst = batch.front().slice.dst_worker;
-  absl::StatusOr<std::pair<std::shared_ptr<WorkerService::Stub>, std::string>> stub =
-      StubFor(dst);
-  absl::Status failed = stub.status();
+  absl::StatusOr<PeerLink> link = LinkFor(dst);
+  absl::Status failed = link.status();
   PushCall* call = nullptr;
-  if (stub.ok()) {
+  if (link.ok()) {
     absl::MutexLock lock(&mu_);
     if (stopping_) {
       failed = absl::CancelledError("peer transport shutting down");
     } else {
       call = new PushCall(this, std::move(batch),
-                          absl::StrCat("worker ", dst, " at ", stub->second),
+                          absl::StrCat("worker ", dst, " at ", link->address),
                           options_.chunk_bytes);
       active_.insert(call);
       ++streams_opened_;
@@ -305,7 +337,7 @@ void GrpcPeerTransport::StartPush(std::vector<Job> batch) {
     for (Job& job : batch) job.done(failed);
     return;
   }
-  call->Start(stub->first);
+  call->Start(link->stub);
 }
 
 void GrpcPeerTransport::PushEnded(PushCall* call, int64_t chunks, int64_t slices) {
@@ -317,9 +349,8 @@ void GrpcPeerTransport::PushEnded(PushCall* call, int64_t chunks, int64_t slices
 
 void GrpcPeerTransport::CancelOnPeer(int64_t worker, const std::string& request_id,
                                      const std::string& reason) {
-  absl::StatusOr<std::pair<std::shared_ptr<WorkerService::Stub>, std::string>> stub =
-      StubFor(worker);
-  if (!stub.ok()) return;
+  absl::StatusOr<PeerLink> link = LinkFor(worker);
+  if (!link.ok()) return;
   struct Call {
     std::shared_ptr<WorkerService::Stub> stub;  // alive until the call ends
     grpc::ClientContext context;
@@ -327,20 +358,19 @@ void GrpcPeerTransport::CancelOnPeer(int64_t worker, const std::string& request_
     CancelResponse response;
   };
   auto* call = new Call;
-  call->stub = stub->first;
+  call->stub = link->stub;
   call->request.set_request_id(request_id);
   call->request.set_reason(reason);
   call->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  stub->first->async()->Cancel(&call->context, &call->request, &call->response,
+  link->stub->async()->Cancel(&call->context, &call->request, &call->response,
                                [call](grpc::Status) { delete call; });
 }
 
 absl::Status GrpcPeerTransport::ReadParam(int64_t worker, const ReadParamIr& request,
                                           absl::Time deadline,
                                           const ParamChunkSink& on_chunk) {
-  MS_ASSIGN_OR_RETURN(auto stub_and_address, StubFor(worker));
-  auto& [stub, address] = stub_and_address;
-  const std::string peer = absl::StrCat("worker ", worker, " at ", address);
+  MS_ASSIGN_OR_RETURN(PeerLink link, LinkFor(worker));
+  const std::string peer = absl::StrCat("worker ", worker, " at ", link.address);
   ReadParamRequest message;
   ReadParamFromIr(request, &message);
   // A connection to a peer that is busy (a scale step loads every worker at
@@ -357,17 +387,21 @@ absl::Status GrpcPeerTransport::ReadParam(int64_t worker, const ReadParamIr& req
       until = std::min(deadline, absl::Now() + kConnectGrace);
     }
     SetDeadlineAt(&context, until);
-    std::unique_ptr<grpc::ClientReader<ParamChunk>> reader = stub->ReadParam(&context, message);
-    ParamChunk chunk;
+    // The ParamChunks as byte buffers, their data handed to the sink as views
+    // into the received slices (bytes_field_wire.h): no copy before the sink's.
+    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+            link.channel.get(), ReadParamMethod(), &context, message));
+    grpc::ByteBuffer buffer;
+    BytesFieldSplit split;
     absl::Status sink_status;
     bool any = false;
-    while (reader->Read(&chunk)) {
+    while (reader->Read(&buffer)) {
       any = true;
-      sink_status = on_chunk(ParamChunkView{chunk.total_bytes(), chunk.offset(), chunk.data(),
-                                            static_cast<int>(chunk.dtype())});
+      sink_status = DeliverParamChunk(buffer, &split, on_chunk);
       if (!sink_status.ok()) {
         context.TryCancel();
-        while (reader->Read(&chunk)) {
+        while (reader->Read(&buffer)) {
         }
         break;
       }

@@ -32,7 +32,9 @@
 // inline when the peer has no address.
 //
 // ReadParam opens one WorkerService.ReadParam stream on the caller's thread
-// and hands each ParamChunk to the sink; errors carry the same peer prefix.
+// and hands each ParamChunk's data to the sink as views into the received
+// buffers (common/rpc/bytes_field_wire.h: one view per received slice, so a
+// chunk may come as several views); errors carry the same peer prefix.
 //
 // Thread-safety: thread-safe. The destructor cancels the peer streams and
 // waits for them and the PushData streams in flight to end (acknowledged,
@@ -93,6 +95,7 @@ class GrpcPeerTransport : public PeerTransport {
   struct Peer {
     std::string address;
     std::shared_ptr<WorkerService::Stub> stub;  // created on first use
+    std::shared_ptr<grpc::Channel> channel;     // the stub's (raw calls)
     std::shared_ptr<PeerStream> stream;         // opened on first small round
   };
   class PushCall;  // one PushData stream (grpc_peer_transport.cc)
@@ -106,9 +109,13 @@ class GrpcPeerTransport : public PeerTransport {
   void StreamEnded(int64_t worker, PeerStream* stream);
   // Called by a PushCall when its stream ended (before its jobs' `done`).
   void PushEnded(PushCall* call, int64_t chunks, int64_t slices);
-  // The stub of `worker` (creating the channel), and its address.
-  absl::StatusOr<std::pair<std::shared_ptr<WorkerService::Stub>, std::string>> StubFor(
-      int64_t worker);
+  // The stub of `worker` (creating the channel), its channel and address.
+  struct PeerLink {
+    std::shared_ptr<WorkerService::Stub> stub;
+    std::shared_ptr<grpc::Channel> channel;
+    std::string address;
+  };
+  absl::StatusOr<PeerLink> LinkFor(int64_t worker);
 
   const Options options_;
   mutable absl::Mutex mu_;

@@ -59,8 +59,8 @@ struct OutgoingSlice {
   absl::Time deadline = absl::InfiniteFuture();
 };
 
-// One ParamChunk of a ReadParam stream (the bytes are valid during the call
-// that receives it).
+// Bytes of a ReadParam stream at `offset` in the box: a ParamChunk or a piece
+// of one, in order (the bytes are valid during the call that receives them).
 struct ParamChunkView {
   int64_t total_bytes = 0;  // of the whole box
   int64_t offset = 0;       // of this chunk within the box's bytes

@@ -13,6 +13,7 @@
 #include "common/metrics/metric_registry.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
+#include "common/rpc/bytes_field_wire.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"
@@ -145,15 +146,22 @@ class PeerStreamReactor final : public grpc::ServerBidiReactor<DataChunk, PushAc
 };
 
 // Streams one box of a held param in ParamChunks (an empty box: one chunk).
-class ReadParamReactor final : public grpc::ServerWriteReactor<ParamChunk> {
+// A server stream refused before it began: finishes with `status` at once.
+class RefusedWriteReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  explicit RefusedWriteReactor(grpc::Status status) { Finish(std::move(status)); }
+  void OnDone() override { delete this; }
+};
+
+class ReadParamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   static constexpr int64_t kChunkBytes = int64_t{1} << 20;
 
   // The read (a copy when the box is part of a cell) runs on its own thread:
   // a gRPC thread busy with it for long could not serve other calls, nor the
   // handshakes of peers connecting to this worker.
-  ReadParamReactor(ShardWorker* worker, const ReadParamRequest& request) {
-    std::thread([this, worker, request]() {
+  ReadParamReactor(ShardWorker* worker, ReadParamRequest request) {
+    std::thread([this, worker, request = std::move(request)]() {
       absl::StatusOr<ParamBytes> read = worker->ReadParam(request);
       Metrics().calls.Increment({"ReadParam", read.ok() ? "ok" : "error"});
       if (!read.ok()) {
@@ -161,8 +169,6 @@ class ReadParamReactor final : public grpc::ServerWriteReactor<ParamChunk> {
         return;
       }
       bytes_ = std::move(*read);
-      chunk_.set_total_bytes(static_cast<int64_t>(bytes_.bytes.size()));
-      chunk_.set_dtype(static_cast<DTypeProto>(bytes_.dtype));
       WriteNext();
     }).detach();
   }
@@ -178,17 +184,23 @@ class ReadParamReactor final : public grpc::ServerWriteReactor<ParamChunk> {
   void OnDone() override { delete this; }
 
  private:
+  // Each ParamChunk's data is a slice over the held bytes (bytes_field_wire.h),
+  // which keep_alive keeps for as long as gRPC holds the slice.
   void WriteNext() {
     const int64_t total = static_cast<int64_t>(bytes_.bytes.size());
     const int64_t n = std::min(kChunkBytes, total - offset_);
-    chunk_.set_offset(offset_);
-    chunk_.set_data(bytes_.bytes.data() + offset_, n);
+    ParamChunk header;
+    header.set_total_bytes(total);
+    header.set_offset(offset_);
+    header.set_dtype(static_cast<DTypeProto>(bytes_.dtype));
+    chunk_ = EncodeWithBytesField(header.SerializeAsString(), ParamChunk::kDataFieldNumber,
+                                  bytes_.bytes.substr(offset_, n), bytes_.keep_alive);
     offset_ += n;
     StartWrite(&chunk_);
   }
 
   ParamBytes bytes_;
-  ParamChunk chunk_;
+  grpc::ByteBuffer chunk_;
   int64_t offset_ = 0;
 };
 
@@ -315,9 +327,17 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Status(grpc::CallbackServerContext*
   return reactor;
 }
 
-grpc::ServerWriteReactor<ParamChunk>* WorkerServiceImpl::ReadParam(
-    grpc::CallbackServerContext* context, const ReadParamRequest* request) {
-  return new ReadParamReactor(worker_, *request);
+grpc::ServerWriteReactor<grpc::ByteBuffer>* WorkerServiceImpl::ReadParam(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
+  ReadParamRequest parsed;
+  grpc::ByteBuffer copy(*request);  // shares the slices; Deserialize consumes it
+  grpc::Status s = grpc::SerializationTraits<ReadParamRequest>::Deserialize(&copy, &parsed);
+  if (!s.ok()) {
+    return new RefusedWriteReactor(grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrCat("ReadParam: unreadable request: ", s.error_message())));
+  }
+  return new ReadParamReactor(worker_, std::move(parsed));
 }
 
 grpc::ServerReadReactor<StageParamChunk>* WorkerServiceImpl::StageParams(

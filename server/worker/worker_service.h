@@ -12,9 +12,9 @@
 // bidi stream from a peer's transport, delivers its messages the same way; a
 // bad chunk there cancels only its request (the stream serves others).
 // ReadParam takes the box's
-// bytes (a view of the held buffer, or a copy) on the reactor's thread, not on
+// bytes (a view of the held buffer, or a copy) on a thread of its own, not on
 // the pool (a pool busy with LoadModels waiting for peers' ReadParams must not
-// block them), and writes them in 1 MiB ParamChunks; StageParams stages each
+// block them), and writes them in 1 MiB ParamChunks without copying them; StageParams stages each
 // chunk as it arrives, as PushData does; CommitParams (which reads fills from
 // peers) and AbortParams run on the pool.
 //
@@ -41,7 +41,10 @@
 
 namespace meshserve {
 
-class WorkerServiceImpl final : public WorkerService::CallbackService {
+// ReadParam is a raw method (its ParamChunks are written as byte buffers over
+// the held bytes, common/rpc/bytes_field_wire.h); its wire form is unchanged.
+class WorkerServiceImpl final
+    : public WorkerService::WithRawCallbackMethod_ReadParam<WorkerService::CallbackService> {
  public:
   // `worker` and `pool` are not owned and must outlive the service.
   WorkerServiceImpl(ShardWorker* worker, ThreadPool* pool) : worker_(worker), pool_(pool) {}
@@ -71,8 +74,8 @@ class WorkerServiceImpl final : public WorkerService::CallbackService {
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* context,
                                    const WorkerStatusRequest* request,
                                    WorkerStatusResponse* response) override;
-  grpc::ServerWriteReactor<ParamChunk>* ReadParam(grpc::CallbackServerContext* context,
-                                                  const ReadParamRequest* request) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* ReadParam(
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) override;
   grpc::ServerReadReactor<StageParamChunk>* StageParams(
       grpc::CallbackServerContext* context, StageParamsResponse* response) override;
   grpc::ServerUnaryReactor* CommitParams(grpc::CallbackServerContext* context,

@@ -24,6 +24,9 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "grpcpp/client_context.h"
+#include "grpcpp/impl/rpc_method.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/sync_stream.h"
 #include "gtest/gtest.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
@@ -625,6 +628,28 @@ absl::StatusOr<std::vector<float>> ReadRows(WorkerService::Stub* stub, const std
   std::vector<float> out(bytes.size() / 4);
   std::memcpy(out.data(), bytes.data(), out.size() * 4);
   return out;
+}
+
+TEST_F(WorkerServiceTest, ReadParamRefusesARequestThatDoesNotParse) {
+  // ReadParam is a raw method (its chunks go out without copies): the
+  // worker parses the request itself.
+  ASSERT_OK_AND_ASSIGN(auto channel, CreateChannel(nodes_[0].address));
+  const grpc::internal::RpcMethod method("/meshserve.WorkerService/ReadParam",
+                                         grpc::internal::RpcMethod::SERVER_STREAMING);
+  grpc::Slice junk(std::string("\x0A\x7F", 2));  // field 1: a length past the end
+  grpc::ByteBuffer request(&junk, 1);
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel.get(), method,
+                                                                    &context, request));
+  grpc::ByteBuffer chunk;
+  EXPECT_FALSE(reader->Read(&chunk));
+  EXPECT_THAT(FromGrpcStatus(reader->Finish()),
+              StatusIs(absl::StatusCode::kInvalidArgument, "ReadParam: unreadable request"));
+  // The worker serves the next, well-formed read.
+  ASSERT_OK_AND_ASSIGN(std::vector<float> rows,
+                       ReadRows(nodes_[0].stub.get(), "mm", 1, 1, "w", 0, 4, kN));
+  EXPECT_EQ(rows.size(), static_cast<size_t>(4 * kN));
 }
 
 std::vector<float> Rows(const std::vector<float>& full, int64_t r0, int64_t r1, int64_t cols) {

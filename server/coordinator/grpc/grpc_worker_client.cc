@@ -1,5 +1,6 @@
 #include "server/coordinator/grpc/grpc_worker_client.h"
 
+#include <algorithm>
 #include <atomic>
 #include <utility>
 
@@ -7,8 +8,12 @@
 #include "common/program/program_proto.h"
 #include "common/base/status_util.h"
 #include "common/rpc/channel.h"
+#include "common/rpc/bytes_field_wire.h"
 #include "common/rpc/grpc_status.h"
+#include "grpcpp/impl/rpc_method.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/client_callback.h"
+#include "grpcpp/support/sync_stream.h"
 #include "proto/worker_service.grpc.pb.h"
 
 namespace meshserve {
@@ -34,13 +39,31 @@ ExecuteResult TakeExecuteResult(ExecuteResponse* response) {
   return result;
 }
 
-// One client-streaming StageParams call; owns its context.
+// WorkerService's params streams with their chunks as byte buffers
+// (common/rpc/bytes_field_wire.h): a chunk's data is not copied into or out
+// of a protobuf message.
+constexpr int64_t kMaxReserve = int64_t{1} << 31;
+
+const grpc::internal::RpcMethod& StageParamsMethod() {
+  static const grpc::internal::RpcMethod* const method = new grpc::internal::RpcMethod(
+      "/meshserve.WorkerService/StageParams", grpc::internal::RpcMethod::CLIENT_STREAMING);
+  return *method;
+}
+const grpc::internal::RpcMethod& ReadParamMethod() {
+  static const grpc::internal::RpcMethod* const method = new grpc::internal::RpcMethod(
+      "/meshserve.WorkerService/ReadParam", grpc::internal::RpcMethod::SERVER_STREAMING);
+  return *method;
+}
+
+// One client-streaming StageParams call; owns its context. Each chunk's data
+// goes out as a slice over the chunk's own string.
 class GrpcStageWriter : public StageParamsWriter {
  public:
-  GrpcStageWriter(WorkerService::Stub* stub, absl::Duration timeout, std::string address)
+  GrpcStageWriter(grpc::ChannelInterface* channel, absl::Duration timeout, std::string address)
       : address_(std::move(address)) {
     SetDeadline(&context_, timeout);
-    writer_ = stub->StageParams(&context_, &response_);
+    writer_.reset(grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
+        channel, StageParamsMethod(), &context_, &response_));
   }
   ~GrpcStageWriter() override {
     if (!finished_) {
@@ -50,11 +73,12 @@ class GrpcStageWriter : public StageParamsWriter {
   }
   absl::Status Write(StageChunkIr chunk) override {
     if (broken_) return FailedPrecondition("StageParams on ", address_, ": stream ended");
-    StageParamChunk message;
-    std::string data = std::move(chunk.data);
+    auto data = std::make_shared<std::string>(std::move(chunk.data));
     chunk.data.clear();
-    StageChunkFromIr(chunk, &message);
-    message.set_data(std::move(data));
+    StageParamChunk header;
+    StageChunkFromIr(chunk, &header);
+    const grpc::ByteBuffer message = EncodeWithBytesField(
+        header.SerializeAsString(), StageParamChunk::kDataFieldNumber, *data, data);
     if (writer_->Write(message)) return absl::OkStatus();
     broken_ = true;  // the cause comes with Finish
     return Finish().status();
@@ -73,7 +97,7 @@ class GrpcStageWriter : public StageParamsWriter {
   const std::string address_;
   grpc::ClientContext context_;
   StageParamsResponse response_;
-  std::unique_ptr<grpc::ClientWriter<StageParamChunk>> writer_;
+  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer_;
   bool broken_ = false;
   bool finished_ = false;
   absl::Status status_;
@@ -120,29 +144,41 @@ class GrpcWorkerClient : public WorkerClient {
     ReadParamFromIr(call, &request);
     grpc::ClientContext context;
     SetDeadline(&context, timeout);
-    std::unique_ptr<grpc::ClientReader<ParamChunk>> reader =
-        stub_->ReadParam(&context, request);
+    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+            channel_.get(), ReadParamMethod(), &context, request));
     std::string bytes;
-    ParamChunk chunk;
-    bool order_ok = true;
-    while (reader->Read(&chunk)) {
-      if (chunk.offset() != static_cast<int64_t>(bytes.size())) order_ok = false;
-      if (bytes.empty()) bytes.reserve(static_cast<size_t>(chunk.total_bytes()));
-      bytes.append(chunk.data());
+    grpc::ByteBuffer buffer;
+    BytesFieldSplit split;
+    ParamChunk header;
+    absl::Status bad;
+    while (bad.ok() && reader->Read(&buffer)) {
+      bad = SplitBytesField(buffer, ParamChunk::kDataFieldNumber, &split);
+      if (bad.ok() && !header.ParseFromString(split.other_fields)) {
+        bad = InvalidArgument("fields do not parse");
+      }
+      if (bad.ok() && header.offset() != static_cast<int64_t>(bytes.size())) {
+        bad = Internal("chunks of param '", call.param, "' out of order");
+      }
+      if (!bad.ok()) {
+        context.TryCancel();
+        break;
+      }
+      if (bytes.empty()) {  // the peer's figure, bounded: a wrong one costs no more
+        bytes.reserve(static_cast<size_t>(std::clamp<int64_t>(header.total_bytes(), 0, kMaxReserve)));
+      }
+      for (absl::string_view piece : split.data) bytes.append(piece.data(), piece.size());
     }
     absl::Status s = Named(FromGrpcStatus(reader->Finish()), "ReadParam", address_);
+    if (!bad.ok()) return Named(bad, "ReadParam", address_);
     if (!s.ok()) return s;
-    if (!order_ok) {
-      return Internal("ReadParam on ", address_, ": chunks of param '", call.param,
-                      "' out of order");
-    }
     return bytes;
   }
 
   absl::StatusOr<std::unique_ptr<StageParamsWriter>> StageParams(
       absl::Duration timeout) override {
     return std::unique_ptr<StageParamsWriter>(
-        std::make_unique<GrpcStageWriter>(stub_.get(), timeout, address_));
+        std::make_unique<GrpcStageWriter>(channel_.get(), timeout, address_));
   }
 
   absl::StatusOr<CommitResultIr> CommitParams(const CommitParamsIr& call,
