@@ -17,13 +17,24 @@
 #include "common/base/shape_string.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/rpc/bytes_field_wire.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/client_unary_call.h"
+#include "grpcpp/impl/rpc_method.h"
+#include "grpcpp/support/byte_buffer.h"
 
 namespace meshserve {
 namespace client {
 namespace {
+
+// ModelInfer with the request as a byte buffer (InferMovingInputs).
+const grpc::internal::RpcMethod& ModelInferMethod() {
+  static const grpc::internal::RpcMethod* const method = new grpc::internal::RpcMethod(
+      "/inference.GRPCInferenceService/ModelInfer", grpc::internal::RpcMethod::NORMAL_RPC);
+  return *method;
+}
 
 // A grpc::Status as an absl::Status (common/rpc's single conversion point:
 // the code is kept), prefixed with the RPC and target.
@@ -207,7 +218,7 @@ absl::StatusOr<std::unique_ptr<InferenceClient>> InferenceClient::Create(
   MS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
                       CreateChannel(target, channel_options));
   return std::unique_ptr<InferenceClient>(new InferenceClient(
-      std::string(target), inference::GRPCInferenceService::NewStub(channel),
+      std::string(target), channel, inference::GRPCInferenceService::NewStub(channel),
       ClusterService::NewStub(channel)));
 }
 
@@ -251,9 +262,13 @@ absl::StatusOr<InferResult> InferenceClient::Infer(
 absl::StatusOr<InferResult> InferenceClient::InferMovingInputs(
     absl::string_view model, absl::Span<HostTensor> inputs,
     const std::map<std::string, std::string>& out_shardings, absl::Time deadline) {
-  inference::ModelInferRequest request;
+  inference::ModelInferRequest request;  // all but raw_input_contents
   request.set_model_name(std::string(model));
   request.set_id(NextRequestId());
+  // The inputs' bytes go out as slices over these strings, not copied into
+  // the message nor into gRPC's buffers (common/rpc/bytes_field_wire.h).
+  auto contents = std::make_shared<std::vector<std::string>>();
+  contents->reserve(inputs.size());
   for (HostTensor& input : inputs) {
     // Re-validates: a HostTensor is a plain struct anyone can fill in.
     int64_t expected = input.NumElements() * DTypeSize(input.dtype);
@@ -266,7 +281,7 @@ absl::StatusOr<InferResult> InferenceClient::InferMovingInputs(
     tensor->set_name(input.name);
     tensor->set_datatype(std::string(DTypeWireName(input.dtype)));
     for (int64_t dim : input.shape) tensor->add_shape(dim);
-    request.add_raw_input_contents(std::move(input.bytes));
+    contents->push_back(std::move(input.bytes));
   }
   if (!out_shardings.empty()) {
     MS_ASSIGN_OR_RETURN(std::vector<std::string> names,
@@ -285,12 +300,18 @@ absl::StatusOr<InferResult> InferenceClient::InferMovingInputs(
       }
     }
   }
+  const std::vector<absl::string_view> views(contents->begin(), contents->end());
+  grpc::ByteBuffer message = EncodeWithBytesFields(
+      request.SerializeAsString(), inference::ModelInferRequest::kRawInputContentsFieldNumber,
+      views, contents);
+  contents.reset();  // the message's slices hold the bytes now
   grpc::ClientContext context;
   SetDeadlineAt(&context, deadline);
   inference::ModelInferResponse response;
-  MS_RETURN_IF_ERROR(FromGrpc(infer_stub_->ModelInfer(&context, request, &response),
+  MS_RETURN_IF_ERROR(FromGrpc(grpc::internal::BlockingUnaryCall(
+                                  channel_.get(), ModelInferMethod(), &context, message, &response),
                               "ModelInfer", target_));
-  inference::ModelInferRequest().Swap(&request);  // frees the inputs' bytes now
+  message.Clear();  // frees the inputs' bytes now (unless gRPC still holds a slice)
   bool raw = response.raw_output_contents_size() > 0;
   if (raw && response.raw_output_contents_size() != response.outputs_size()) {
     return Internal("malformed reply from ", target_, ": ", response.outputs_size(),

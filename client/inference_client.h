@@ -115,7 +115,8 @@ class InferenceClient {
       const std::map<std::string, std::string>& out_shardings,
       absl::Time deadline);
   // Same, moving the inputs' bytes into the request instead of copying them
-  // (the inputs keep their names, dtypes and shapes, not their bytes).
+  // (the inputs keep their names, dtypes and shapes, not their bytes); the
+  // bytes go out as they are, with no copy into the message or gRPC's buffers.
   absl::StatusOr<InferResult> InferMovingInputs(
       absl::string_view model, absl::Span<HostTensor> inputs,
       const std::map<std::string, std::string>& out_shardings, absl::Time deadline);
@@ -144,10 +145,11 @@ class InferenceClient {
                          absl::Duration poll = absl::Milliseconds(100));
 
  private:
-  InferenceClient(std::string target,
+  InferenceClient(std::string target, std::shared_ptr<grpc::Channel> channel,
                   std::unique_ptr<inference::GRPCInferenceService::Stub> infer,
                   std::unique_ptr<ClusterService::Stub> cluster)
       : target_(std::move(target)),
+        channel_(std::move(channel)),
         infer_stub_(std::move(infer)),
         cluster_stub_(std::move(cluster)) {}
 
@@ -157,6 +159,7 @@ class InferenceClient {
       ABSL_LOCKS_EXCLUDED(mu_);
 
   std::string target_;
+  std::shared_ptr<grpc::Channel> channel_;  // the stubs' (raw ModelInfer)
   std::unique_ptr<inference::GRPCInferenceService::Stub> infer_stub_;
   std::unique_ptr<ClusterService::Stub> cluster_stub_;
   absl::Mutex mu_;

@@ -110,13 +110,27 @@ grpc::ByteBuffer EncodeWithBytesField(std::string other_fields, int field_number
     grpc::Slice only(other_fields);
     return grpc::ByteBuffer(&only, 1);
   }
-  PutVarint((static_cast<uint64_t>(field_number) << 3) | kLengthDelimited, &other_fields);
-  PutVarint(data.size(), &other_fields);
-  grpc::Slice slices[2] = {
-      grpc::Slice(other_fields),
-      grpc::Slice(const_cast<char*>(data.data()), data.size(), &ReleaseKeepAlive,
-                  new std::shared_ptr<const void>(std::move(keep_alive)))};
-  return grpc::ByteBuffer(slices, 2);
+  return EncodeWithBytesFields(std::move(other_fields), field_number, {data},
+                               std::move(keep_alive));
+}
+
+grpc::ByteBuffer EncodeWithBytesFields(std::string other_fields, int field_number,
+                                       absl::Span<const absl::string_view> values,
+                                       std::shared_ptr<const void> keep_alive) {
+  std::vector<grpc::Slice> slices;
+  std::string head = std::move(other_fields);  // what goes before the next value
+  for (absl::string_view value : values) {
+    PutVarint((static_cast<uint64_t>(field_number) << 3) | kLengthDelimited, &head);
+    PutVarint(value.size(), &head);
+    slices.emplace_back(head);
+    head.clear();
+    if (!value.empty()) {
+      slices.emplace_back(const_cast<char*>(value.data()), value.size(), &ReleaseKeepAlive,
+                          new std::shared_ptr<const void>(keep_alive));
+    }
+  }
+  if (!head.empty() || slices.empty()) slices.emplace_back(head);
+  return grpc::ByteBuffer(slices.data(), slices.size());
 }
 
 absl::Status SplitBytesField(const grpc::ByteBuffer& buffer, int field_number,

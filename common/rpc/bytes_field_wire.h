@@ -1,6 +1,7 @@
 // A protobuf message with one large `bytes` field, on the wire as gRPC byte
 // buffers without protobuf's copies of that field (ReadParam's ParamChunk,
-// StageParams' StageParamChunk: ~1 MiB of tensor bytes each).
+// StageParams' StageParamChunk: ~1 MiB of tensor bytes each; the client's
+// ModelInferRequest, whose raw_input_contents repeat).
 //
 // Through the generated code such a message costs up to three copies of its
 // data besides the kernel's: into the message (set_data), into gRPC's slices
@@ -39,6 +40,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
 
@@ -63,6 +65,12 @@ struct BytesFieldSplit {
 grpc::ByteBuffer EncodeWithBytesField(std::string other_fields, int field_number,
                                       absl::string_view data,
                                       std::shared_ptr<const void> keep_alive);
+
+// The same for a repeated bytes field: one occurrence per value, in order
+// (an empty value too), each value's slice holding `keep_alive`.
+grpc::ByteBuffer EncodeWithBytesFields(std::string other_fields, int field_number,
+                                       absl::Span<const absl::string_view> values,
+                                       std::shared_ptr<const void> keep_alive);
 
 // Splits `buffer` (see the file comment) into *out, replacing its contents.
 // \error kInvalidArgument naming the byte offset and what is wrong there.

@@ -7,6 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "proto/inference.pb.h"
 #include "proto/worker_service.pb.h"
 #include "tests/testing/status_matchers.h"
 
@@ -99,6 +100,40 @@ TEST(BytesFieldWireTest, EncodeSharesTheDataAndHoldsItsOwnerUntilTheLastSliceGoe
     copy.Clear();
   }
   EXPECT_TRUE(watch.expired());
+}
+
+TEST(BytesFieldWireTest, EncodesARepeatedBytesFieldOneValueEachInOrder) {
+  inference::ModelInferRequest header;
+  header.set_model_name("linear");
+  header.add_inputs()->set_name("a");
+  header.add_inputs()->set_name("b");
+  header.add_inputs()->set_name("c");
+  auto owner = std::make_shared<std::vector<std::string>>(
+      std::vector<std::string>{Pattern(5000), "", Pattern(3)});
+  std::weak_ptr<std::vector<std::string>> watch = owner;
+  const std::vector<absl::string_view> values(owner->begin(), owner->end());
+  grpc::ByteBuffer buffer = EncodeWithBytesFields(
+      header.SerializeAsString(),
+      inference::ModelInferRequest::kRawInputContentsFieldNumber, values, owner);
+  owner.reset();
+  EXPECT_FALSE(watch.expired());
+  inference::ModelInferRequest parsed;
+  ASSERT_TRUE(parsed.ParseFromString(Flatten(buffer)));
+  EXPECT_EQ(parsed.model_name(), "linear");
+  ASSERT_EQ(parsed.inputs_size(), 3);
+  ASSERT_EQ(parsed.raw_input_contents_size(), 3);
+  EXPECT_EQ(parsed.raw_input_contents(0), Pattern(5000));
+  EXPECT_EQ(parsed.raw_input_contents(1), "");
+  EXPECT_EQ(parsed.raw_input_contents(2), Pattern(3));
+  buffer.Clear();
+  EXPECT_TRUE(watch.expired());
+
+  grpc::ByteBuffer none = EncodeWithBytesFields(
+      header.SerializeAsString(), inference::ModelInferRequest::kRawInputContentsFieldNumber,
+      {}, nullptr);
+  ASSERT_TRUE(parsed.ParseFromString(Flatten(none)));
+  EXPECT_EQ(parsed.raw_input_contents_size(), 0);
+  EXPECT_EQ(parsed.inputs_size(), 3);
 }
 
 TEST(BytesFieldWireTest, SplitsProtobufsBytesCutAnywhereIntoViewsOfItsSlices) {
