@@ -1,5 +1,7 @@
 #include "client/npy_files.h"
 
+#include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <utility>
 #include <vector>
@@ -25,37 +27,33 @@ absl::StatusOr<HostTensor> ReadNpyInput(const std::string& name, const std::stri
     in.read(file.data(), static_cast<std::streamsize>(file.size()));
     if (!in) return NotFound("npy '", path, "': cannot read");
   }
-  DType dtype;
-  std::vector<int64_t> shape;
-  size_t num_bytes = 0;
-  {
-    MS_ASSIGN_OR_RETURN(Tensor tensor, ParseNpy(file, path));
-    dtype = tensor.dtype();
-    shape = tensor.shape();
-    num_bytes = static_cast<size_t>(tensor.NumBytes());
-    if (want == DType::kBFloat16 && dtype == DType::kFloat32) {
-      std::string bytes(tensor.NumElements() * 2, '\0');
-      FloatToBFloat16(tensor.data<float>(), reinterpret_cast<uint16_t*>(bytes.data()),
-                      tensor.NumElements());
-      return HostTensor::Create(name, DType::kBFloat16, shape, std::move(bytes));
+  MS_ASSIGN_OR_RETURN(NpyLayout layout, ParseNpyLayout(file, path));
+  const absl::string_view data = absl::string_view(file).substr(layout.data_offset);
+  if (want == DType::kBFloat16 && layout.dtype == DType::kFloat32) {
+    const int64_t n = static_cast<int64_t>(data.size() / sizeof(float));
+    std::string bytes(static_cast<size_t>(n) * 2, '\0');
+    std::vector<float> row(static_cast<size_t>(std::min<int64_t>(n, 4096)));
+    for (int64_t at = 0; at < n; at += static_cast<int64_t>(row.size())) {  // unaligned source
+      const int64_t k = std::min<int64_t>(static_cast<int64_t>(row.size()), n - at);
+      std::memcpy(row.data(), data.data() + at * sizeof(float), static_cast<size_t>(k) * sizeof(float));
+      FloatToBFloat16(row.data(), reinterpret_cast<uint16_t*>(bytes.data()) + at, k);
     }
-  }  // the parsed copy is freed here; the file's tail holds the same bytes
-  file.erase(0, file.size() - num_bytes);
-  return HostTensor::Create(name, dtype, std::move(shape), std::move(file));
+    return HostTensor::Create(name, DType::kBFloat16, std::move(layout.shape), std::move(bytes));
+  }
+  file.erase(0, layout.data_offset);  // in place: the data is the file's tail
+  return HostTensor::Create(name, layout.dtype, std::move(layout.shape), std::move(file));
 }
 
 absl::Status WriteNpyOutput(const std::string& dir, HostTensor tensor) {
   const std::string path = absl::StrCat(dir, "/", tensor.name, ".npy");
-  if (tensor.dtype == DType::kFloat32) {
-    MS_ASSIGN_OR_RETURN(Tensor out, Tensor::FromBytes(DType::kFloat32, tensor.shape,
-                                                      tensor.bytes));
-    std::string().swap(tensor.bytes);
-    return WriteNpy(path, out);
+  if (tensor.dtype == DType::kFloat32) {  // the bytes as they are, after the header
+    return WriteNpyBytes(path, DType::kFloat32, tensor.shape, tensor.bytes);
   }
   MS_ASSIGN_OR_RETURN(std::vector<float> values, tensor.ToFloat32());
   std::string().swap(tensor.bytes);
-  MS_ASSIGN_OR_RETURN(Tensor out, Tensor::FromValues(DType::kFloat32, tensor.shape, values));
-  return WriteNpy(path, out);
+  return WriteNpyBytes(path, DType::kFloat32, tensor.shape,
+                       absl::string_view(reinterpret_cast<const char*>(values.data()),
+                                         values.size() * sizeof(float)));
 }
 
 }  // namespace client

@@ -2,12 +2,13 @@
 // written to one, with as few copies of the tensor bytes as the format allows
 // (a 512 MiB input must not cost gigabytes of client memory).
 //
-// ReadNpyInput reads the file once into one buffer, checks it with ParseNpy
-// (common/tensor/npy.h) and keeps the buffer's data part as the tensor's bytes
-// (the data is the file's tail). A float32 file for a bfloat16 input is
+// ReadNpyInput reads the file once into one buffer, checks it with
+// ParseNpyLayout (common/tensor/npy.h: no copy of the data) and keeps the
+// buffer's data part as the tensor's bytes (the data is the file's tail). A float32 file for a bfloat16 input is
 // rounded to bfloat16 (NumPy has no bfloat16); no other conversion is made, so
 // a wrong dtype reaches the server and is reported by it.
-// WriteNpyOutput writes float32 (widening other dtypes), consuming the tensor.
+// WriteNpyOutput writes float32 (widening other dtypes), consuming the tensor;
+// a float32 tensor's bytes are written as they are, after the header.
 //
 // Thread-safety: pure functions.
 #ifndef MESHSERVE_CLIENT_NPY_FILES_H_

@@ -167,7 +167,7 @@ std::string DescrOf(DType dtype) {
   return "<f4";
 }
 
-absl::StatusOr<Tensor> ParseNpyImpl(absl::string_view bytes) {
+absl::StatusOr<NpyLayout> ParseNpyLayoutImpl(absl::string_view bytes) {
   if (bytes.size() < 10 || bytes.substr(0, kMagicLen) != absl::string_view(kMagic, kMagicLen)) {
     return InvalidArgument("not a .npy file (bad magic)");
   }
@@ -213,25 +213,30 @@ absl::StatusOr<Tensor> ParseNpyImpl(absl::string_view bytes) {
     return InvalidArgument("shape ", ShapeToString(*h.shape), " of ", *h.descr, " needs ", need,
                            " data bytes, file has ", data.size());
   }
-  return Tensor::FromBytes(dtype, *h.shape, data);
+  return NpyLayout{dtype, *std::move(h.shape), header_start + header_len};
 }
 
 }  // namespace
 
-absl::StatusOr<Tensor> ParseNpy(absl::string_view bytes, absl::string_view name) {
-  absl::StatusOr<Tensor> t = ParseNpyImpl(bytes);
-  if (!t.ok()) return AnnotateStatus(t.status(), "npy '", name, "'");
-  return t;
+absl::StatusOr<NpyLayout> ParseNpyLayout(absl::string_view bytes, absl::string_view name) {
+  absl::StatusOr<NpyLayout> layout = ParseNpyLayoutImpl(bytes);
+  if (!layout.ok()) return AnnotateStatus(layout.status(), "npy '", name, "'");
+  return layout;
 }
 
-std::string EncodeNpy(const Tensor& tensor) {
+absl::StatusOr<Tensor> ParseNpy(absl::string_view bytes, absl::string_view name) {
+  MS_ASSIGN_OR_RETURN(NpyLayout layout, ParseNpyLayout(bytes, name));
+  return Tensor::FromBytes(layout.dtype, layout.shape, bytes.substr(layout.data_offset));
+}
+
+std::string EncodeNpyHeader(DType dtype, absl::Span<const int64_t> dims) {
   std::string shape;
-  if (tensor.rank() == 1) {
-    shape = absl::StrCat("(", tensor.dim(0), ",)");
+  if (dims.size() == 1) {
+    shape = absl::StrCat("(", dims[0], ",)");
   } else {
-    shape = absl::StrCat("(", absl::StrJoin(tensor.shape(), ", "), ")");
+    shape = absl::StrCat("(", absl::StrJoin(dims, ", "), ")");
   }
-  std::string dict = absl::StrCat("{'descr': '", DescrOf(tensor.dtype()),
+  std::string dict = absl::StrCat("{'descr': '", DescrOf(dtype),
                                   "', 'fortran_order': False, 'shape': ", shape, ", }");
   // Version 1 unless the padded header needs more than 65535 bytes.
   size_t prefix = 10;
@@ -251,6 +256,11 @@ std::string EncodeNpy(const Tensor& tensor) {
   out.push_back(0);
   for (size_t i = 0; i < prefix - 8; ++i) out.push_back(static_cast<char>((header_len >> (8 * i)) & 0xFF));
   out += dict;
+  return out;
+}
+
+std::string EncodeNpy(const Tensor& tensor) {
+  std::string out = EncodeNpyHeader(tensor.dtype(), tensor.shape());
   if (tensor.dtype() == DType::kBFloat16) {
     const std::vector<float> widened = tensor.ToFloatVector();
     out.append(reinterpret_cast<const char*>(widened.data()), widened.size() * sizeof(float));
@@ -269,10 +279,25 @@ absl::StatusOr<Tensor> ReadNpy(absl::string_view path) {
 }
 
 absl::Status WriteNpy(absl::string_view path, const Tensor& tensor) {
-  const std::string bytes = EncodeNpy(tensor);
+  if (tensor.dtype() != DType::kBFloat16) {
+    return WriteNpyBytes(path, tensor.dtype(), tensor.shape(), tensor.bytes());
+  }
+  const std::vector<float> widened = tensor.ToFloatVector();
+  return WriteNpyBytes(path, DType::kFloat32, tensor.shape(),
+                       absl::string_view(reinterpret_cast<const char*>(widened.data()),
+                                         widened.size() * sizeof(float)));
+}
+
+absl::Status WriteNpyBytes(absl::string_view path, DType dtype, absl::Span<const int64_t> dims,
+                           absl::string_view data) {
+  if (dtype == DType::kBFloat16) {
+    return InvalidArgument("npy '", path, "': bfloat16 bytes (widen them to float32 first)");
+  }
+  const std::string header = EncodeNpyHeader(dtype, dims);
   std::ofstream out(std::string(path), std::ios::binary | std::ios::trunc);
   if (!out) return Unavailable("npy '", path, "': cannot open for writing");
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  out.write(header.data(), static_cast<std::streamsize>(header.size()));
+  out.write(data.data(), static_cast<std::streamsize>(data.size()));
   out.close();
   if (!out) return Unavailable("npy '", path, "': write failed");
   return absl::OkStatus();

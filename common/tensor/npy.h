@@ -20,11 +20,14 @@
 #ifndef MESHSERVE_COMMON_TENSOR_NPY_H_
 #define MESHSERVE_COMMON_TENSOR_NPY_H_
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "common/tensor/tensor.h"
 
 namespace meshserve {
@@ -34,9 +37,29 @@ absl::StatusOr<Tensor> ReadNpy(absl::string_view path);
 // \error kUnavailable naming the path when it cannot be written.
 absl::Status WriteNpy(absl::string_view path, const Tensor& tensor);
 
+// Writes `data` (the row-major bytes of a `dtype` array of shape `dims`,
+// not bfloat16) as a .npy file, after its header: no copy of the data.
+// \error kInvalidArgument for bfloat16; kUnavailable naming the path when it
+//   cannot be written.
+absl::Status WriteNpyBytes(absl::string_view path, DType dtype, absl::Span<const int64_t> dims,
+                           absl::string_view data);
+
 // In-memory forms. `name` is used in error messages only.
 absl::StatusOr<Tensor> ParseNpy(absl::string_view bytes, absl::string_view name = "<npy>");
 std::string EncodeNpy(const Tensor& tensor);
+
+// What ParseNpy checks, without copying the data: the array's dtype and shape,
+// and where its data starts in `bytes` (it runs to the end). Errors as ParseNpy.
+struct NpyLayout {
+  DType dtype;
+  std::vector<int64_t> shape;
+  size_t data_offset = 0;
+};
+absl::StatusOr<NpyLayout> ParseNpyLayout(absl::string_view bytes,
+                                         absl::string_view name = "<npy>");
+// The bytes of a .npy file before the data of a `dtype` array of shape `dims`
+// (bfloat16: the header of its float32 widening).
+std::string EncodeNpyHeader(DType dtype, absl::Span<const int64_t> dims);
 
 }  // namespace meshserve
 

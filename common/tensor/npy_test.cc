@@ -91,6 +91,39 @@ TEST(NpyTest, FileRoundTrip) {
   EXPECT_THAT(WriteNpy("/nonexistent/dir/x.npy", t), StatusIs(absl::StatusCode::kUnavailable));
 }
 
+TEST(NpyTest, LayoutPointsAtTheDataWithoutCopyingIt) {
+  const std::string f4 = FloatBytes({1, 2, 3, 4, 5, 6});
+  for (int major : {1, 2}) {
+    const std::string file =
+        NumpyStyle("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", f4, major);
+    ASSERT_OK_AND_ASSIGN(NpyLayout layout, ParseNpyLayout(file, "x.npy"));
+    EXPECT_EQ(layout.dtype, DType::kFloat32);
+    EXPECT_THAT(layout.shape, ElementsAre(2, 3));
+    EXPECT_EQ(file.substr(layout.data_offset), f4);
+    EXPECT_EQ(layout.data_offset % 64, 0u);
+  }
+  EXPECT_THAT(ParseNpyLayout(NumpyStyle("{'descr': '<f4', 'fortran_order': False, "
+                                        "'shape': (3,), }", FloatBytes({1})), "y.npy"),
+              StatusIs(absl::StatusCode::kDataLoss, "npy 'y.npy'"));
+}
+
+TEST(NpyTest, WriteNpyBytesWritesTheHeaderThenTheBytes) {
+  const std::string path = absl::StrCat(::testing::TempDir(), "/npy_bytes_", getpid(), ".npy");
+  const std::string i4("\x01\x00\x00\x00\xff\xff\xff\xff", 8);
+  ASSERT_OK(WriteNpyBytes(path, DType::kInt32, {2, 1}, i4));
+  ASSERT_OK_AND_ASSIGN(Tensor back, ReadNpy(path));
+  EXPECT_EQ(back.dtype(), DType::kInt32);
+  EXPECT_THAT(back.shape(), ElementsAre(2, 1));
+  EXPECT_EQ(back.bytes(), i4);
+  ASSERT_OK_AND_ASSIGN(Tensor t, Tensor::FromValues(DType::kFloat32, {2, 1}, {1, -1}));
+  EXPECT_EQ(EncodeNpyHeader(DType::kFloat32, {2, 1}) + std::string(t.bytes()), EncodeNpy(t));
+  std::remove(path.c_str());
+  EXPECT_THAT(WriteNpyBytes(path, DType::kBFloat16, {2}, "abcd"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "bfloat16"));
+  EXPECT_THAT(WriteNpyBytes("/nonexistent/dir/x.npy", DType::kInt32, {2, 1}, i4),
+              StatusIs(absl::StatusCode::kUnavailable, "/nonexistent/dir/x.npy"));
+}
+
 TEST(NpyTest, Errors) {
   const std::string f4 = FloatBytes({1, 2});
   struct Case {
