@@ -30,11 +30,9 @@ namespace client {
 namespace {
 
 // ModelInfer with the request as a byte buffer (InferMovingInputs).
-const grpc::internal::RpcMethod& ModelInferMethod() {
-  static const grpc::internal::RpcMethod* const method = new grpc::internal::RpcMethod(
-      "/inference.GRPCInferenceService/ModelInfer", grpc::internal::RpcMethod::NORMAL_RPC);
-  return *method;
-}
+// A plain value: a call is created from it and does not keep it.
+const grpc::internal::RpcMethod kModelInferMethod(
+    "/inference.GRPCInferenceService/ModelInfer", grpc::internal::RpcMethod::NORMAL_RPC);
 
 // A grpc::Status as an absl::Status (common/rpc's single conversion point:
 // the code is kept), prefixed with the RPC and target.
@@ -309,7 +307,7 @@ absl::StatusOr<InferResult> InferenceClient::InferMovingInputs(
   SetDeadlineAt(&context, deadline);
   inference::ModelInferResponse response;
   MS_RETURN_IF_ERROR(FromGrpc(grpc::internal::BlockingUnaryCall(
-                                  channel_.get(), ModelInferMethod(), &context, message, &response),
+                                  channel_.get(), kModelInferMethod, &context, message, &response),
                               "ModelInfer", target_));
   message.Clear();  // frees the inputs' bytes now (unless gRPC still holds a slice)
   bool raw = response.raw_output_contents_size() > 0;

@@ -12,46 +12,13 @@
 #include "common/program/program_proto.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
-#include "common/rpc/bytes_field_wire.h"
+#include "common/rpc/param_chunk_reader.h"
 #include "grpcpp/client_context.h"
-#include "grpcpp/impl/rpc_method.h"
-#include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/client_callback.h"
-#include "grpcpp/support/sync_stream.h"
 
 namespace meshserve {
 
 namespace {
-
-// WorkerService.ReadParam with ParamChunks read as byte buffers.
-const grpc::internal::RpcMethod& ReadParamMethod() {
-  static const grpc::internal::RpcMethod* const method = new grpc::internal::RpcMethod(
-      "/meshserve.WorkerService/ReadParam", grpc::internal::RpcMethod::SERVER_STREAMING);
-  return *method;
-}
-
-// Hands a received ParamChunk to `on_chunk` piece by piece (a view per
-// received slice, each with its offset in the box); a chunk without data as
-// one empty view.
-absl::Status DeliverParamChunk(const grpc::ByteBuffer& buffer, BytesFieldSplit* split,
-                               const ParamChunkSink& on_chunk) {
-  MS_RETURN_IF_ERROR(SplitBytesField(buffer, ParamChunk::kDataFieldNumber, split),
-                     "a ParamChunk");
-  ParamChunk header;
-  if (!header.ParseFromString(split->other_fields)) {
-    return InvalidArgument("a ParamChunk's fields do not parse");
-  }
-  const int dtype = static_cast<int>(header.dtype());
-  if (split->data.empty()) {
-    return on_chunk(ParamChunkView{header.total_bytes(), header.offset(), {}, dtype});
-  }
-  int64_t offset = header.offset();
-  for (absl::string_view piece : split->data) {
-    MS_RETURN_IF_ERROR(on_chunk(ParamChunkView{header.total_bytes(), offset, piece, dtype}));
-    offset += static_cast<int64_t>(piece.size());
-  }
-  return absl::OkStatus();
-}
 
 void FillChunk(const OutgoingSlice& slice, int64_t offset, int64_t n, DataChunk* chunk) {
   chunk->set_request_id(slice.request_id);
@@ -387,37 +354,23 @@ absl::Status GrpcPeerTransport::ReadParam(int64_t worker, const ReadParamIr& req
       until = std::min(deadline, absl::Now() + kConnectGrace);
     }
     SetDeadlineAt(&context, until);
-    // The ParamChunks as byte buffers, their data handed to the sink as views
-    // into the received slices (bytes_field_wire.h): no copy before the sink's.
-    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
-            link.channel.get(), ReadParamMethod(), &context, message));
-    grpc::ByteBuffer buffer;
-    BytesFieldSplit split;
-    absl::Status sink_status;
-    bool any = false;
-    while (reader->Read(&buffer)) {
-      any = true;
-      sink_status = DeliverParamChunk(buffer, &split, on_chunk);
-      if (!sink_status.ok()) {
-        context.TryCancel();
-        while (reader->Read(&buffer)) {
-        }
-        break;
-      }
-    }
-    grpc::Status status = reader->Finish();
-    if (!sink_status.ok()) return AnnotateStatus(sink_status, peer);
-    if (status.error_code() == grpc::StatusCode::UNAVAILABLE && !any && attempt == 0) {
-      first_unavailable = FromGrpcStatus(status);
+    // The chunks' data reaches the sink as views into the received buffers.
+    const ParamReadOutcome read = ReadParamChunks(
+        link.channel.get(), &context, message, [&](const ParamChunkPiece& piece) {
+          return on_chunk(
+              ParamChunkView{piece.total_bytes, piece.offset, piece.data, piece.dtype});
+        });
+    if (!read.chunks.ok()) return AnnotateStatus(read.chunks, peer);
+    if (absl::IsUnavailable(read.call) && !read.any_chunk && attempt == 0) {
+      first_unavailable = read.call;
       continue;
     }
-    if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && !any && attempt > 0) {
+    if (absl::IsDeadlineExceeded(read.call) && !read.any_chunk && attempt > 0) {
       // No connection on the retry either: the peer is gone (a SIGKILLed
       // worker), not slow. Its first error says so.
       return AnnotateStatus(first_unavailable, peer, " (no connection on a retry either)");
     }
-    if (!status.ok()) return AnnotateStatus(FromGrpcStatus(status), peer);
+    if (!read.call.ok()) return AnnotateStatus(read.call, peer);
     return absl::OkStatus();
   }
 }

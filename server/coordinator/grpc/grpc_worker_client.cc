@@ -10,6 +10,7 @@
 #include "common/rpc/channel.h"
 #include "common/rpc/bytes_field_wire.h"
 #include "common/rpc/grpc_status.h"
+#include "common/rpc/param_chunk_reader.h"
 #include "grpcpp/impl/rpc_method.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/client_callback.h"
@@ -40,20 +41,13 @@ ExecuteResult TakeExecuteResult(ExecuteResponse* response) {
 }
 
 // WorkerService's params streams with their chunks as byte buffers
-// (common/rpc/bytes_field_wire.h): a chunk's data is not copied into or out
-// of a protobuf message.
+// (common/rpc/bytes_field_wire.h, param_chunk_reader.h): a chunk's data is
+// not copied into or out of a protobuf message.
 constexpr int64_t kMaxReserve = int64_t{1} << 31;
 
-const grpc::internal::RpcMethod& StageParamsMethod() {
-  static const grpc::internal::RpcMethod* const method = new grpc::internal::RpcMethod(
-      "/meshserve.WorkerService/StageParams", grpc::internal::RpcMethod::CLIENT_STREAMING);
-  return *method;
-}
-const grpc::internal::RpcMethod& ReadParamMethod() {
-  static const grpc::internal::RpcMethod* const method = new grpc::internal::RpcMethod(
-      "/meshserve.WorkerService/ReadParam", grpc::internal::RpcMethod::SERVER_STREAMING);
-  return *method;
-}
+// A plain value: a call is created from it and does not keep it.
+const grpc::internal::RpcMethod kStageParamsMethod(
+    "/meshserve.WorkerService/StageParams", grpc::internal::RpcMethod::CLIENT_STREAMING);
 
 // One client-streaming StageParams call; owns its context. Each chunk's data
 // goes out as a slice over the chunk's own string.
@@ -63,7 +57,7 @@ class GrpcStageWriter : public StageParamsWriter {
       : address_(std::move(address)) {
     SetDeadline(&context_, timeout);
     writer_.reset(grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
-        channel, StageParamsMethod(), &context_, &response_));
+        channel, kStageParamsMethod, &context_, &response_));
   }
   ~GrpcStageWriter() override {
     if (!finished_) {
@@ -144,34 +138,20 @@ class GrpcWorkerClient : public WorkerClient {
     ReadParamFromIr(call, &request);
     grpc::ClientContext context;
     SetDeadline(&context, timeout);
-    std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-        grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
-            channel_.get(), ReadParamMethod(), &context, request));
     std::string bytes;
-    grpc::ByteBuffer buffer;
-    BytesFieldSplit split;
-    ParamChunk header;
-    absl::Status bad;
-    while (bad.ok() && reader->Read(&buffer)) {
-      bad = SplitBytesField(buffer, ParamChunk::kDataFieldNumber, &split);
-      if (bad.ok() && !header.ParseFromString(split.other_fields)) {
-        bad = InvalidArgument("fields do not parse");
-      }
-      if (bad.ok() && header.offset() != static_cast<int64_t>(bytes.size())) {
-        bad = Internal("chunks of param '", call.param, "' out of order");
-      }
-      if (!bad.ok()) {
-        context.TryCancel();
-        break;
-      }
-      if (bytes.empty()) {  // the peer's figure, bounded: a wrong one costs no more
-        bytes.reserve(static_cast<size_t>(std::clamp<int64_t>(header.total_bytes(), 0, kMaxReserve)));
-      }
-      for (absl::string_view piece : split.data) bytes.append(piece.data(), piece.size());
-    }
-    absl::Status s = Named(FromGrpcStatus(reader->Finish()), "ReadParam", address_);
-    if (!bad.ok()) return Named(bad, "ReadParam", address_);
-    if (!s.ok()) return s;
+    const ParamReadOutcome read = ReadParamChunks(
+        channel_.get(), &context, request, [&](const ParamChunkPiece& piece) -> absl::Status {
+          if (piece.offset != static_cast<int64_t>(bytes.size())) {
+            return Internal("chunks of param '", call.param, "' out of order");
+          }
+          if (bytes.empty()) {  // the peer's figure, bounded: a wrong one costs no more
+            bytes.reserve(static_cast<size_t>(std::clamp<int64_t>(piece.total_bytes, 0, kMaxReserve)));
+          }
+          bytes.append(piece.data.data(), piece.data.size());
+          return absl::OkStatus();
+        });
+    if (!read.chunks.ok()) return Named(read.chunks, "ReadParam", address_);
+    MS_RETURN_IF_ERROR(Named(read.call, "ReadParam", address_));
     return bytes;
   }
 

@@ -1,0 +1,65 @@
+#include "common/rpc/param_chunk_reader.h"
+
+#include <memory>
+
+#include "common/base/status_macros.h"
+#include "common/base/status_util.h"
+#include "common/rpc/bytes_field_wire.h"
+#include "common/rpc/grpc_status.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
+#include "grpcpp/impl/rpc_method.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/sync_stream.h"
+
+namespace meshserve {
+namespace {
+
+// A plain value: a call is created from it and does not keep it.
+const grpc::internal::RpcMethod kReadParamMethod(
+    "/meshserve.WorkerService/ReadParam", grpc::internal::RpcMethod::SERVER_STREAMING);
+
+absl::Status DeliverChunk(const grpc::ByteBuffer& buffer, BytesFieldSplit* split,
+                          absl::FunctionRef<absl::Status(const ParamChunkPiece&)> on_piece) {
+  MS_RETURN_IF_ERROR(SplitBytesField(buffer, ParamChunk::kDataFieldNumber, split),
+                     "a ParamChunk");
+  ParamChunk header;
+  if (!header.ParseFromString(split->other_fields)) {
+    return InvalidArgument("a ParamChunk's fields do not parse");
+  }
+  ParamChunkPiece piece{header.total_bytes(), header.offset(), static_cast<int>(header.dtype()),
+                        {}};
+  if (split->data.empty()) return on_piece(piece);
+  for (absl::string_view data : split->data) {
+    piece.data = data;
+    MS_RETURN_IF_ERROR(on_piece(piece));
+    piece.offset += static_cast<int64_t>(data.size());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+ParamReadOutcome ReadParamChunks(grpc::ChannelInterface* channel, grpc::ClientContext* context,
+                                 const ReadParamRequest& request,
+                                 absl::FunctionRef<absl::Status(const ParamChunkPiece&)> on_piece) {
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel, kReadParamMethod,
+                                                                    context, request));
+  ParamReadOutcome out;
+  grpc::ByteBuffer buffer;
+  BytesFieldSplit split;
+  while (reader->Read(&buffer)) {
+    out.any_chunk = true;
+    out.chunks = DeliverChunk(buffer, &split, on_piece);
+    if (!out.chunks.ok()) {
+      context->TryCancel();
+      while (reader->Read(&buffer)) {
+      }
+      break;
+    }
+  }
+  out.call = FromGrpcStatus(reader->Finish());
+  return out;
+}
+
+}  // namespace meshserve
