@@ -41,10 +41,23 @@
 
 namespace meshserve {
 
-// ReadParam is a raw method (its ParamChunks are written as byte buffers over
-// the held bytes, common/rpc/bytes_field_wire.h); its wire form is unchanged.
-class WorkerServiceImpl final
-    : public WorkerService::WithRawCallbackMethod_ReadParam<WorkerService::CallbackService> {
+// WorkerService::CallbackService with ReadParam raw (its ParamChunks are
+// written as byte buffers over the held bytes, common/rpc/bytes_field_wire.h;
+// the wire form is unchanged): the generated chain with the raw class in
+// place of WithCallbackMethod_ReadParam, which the raw one would otherwise
+// hide (clang's -Woverloaded-virtual). A method added to the proto is added
+// here too (else it answers UNIMPLEMENTED).
+using WorkerServiceBase = WorkerService::WithCallbackMethod_LoadModel<
+    WorkerService::WithCallbackMethod_UnloadModel<WorkerService::WithCallbackMethod_InstallProgram<
+        WorkerService::WithCallbackMethod_Execute<WorkerService::WithCallbackMethod_PushData<
+            WorkerService::WithCallbackMethod_PeerStream<WorkerService::WithCallbackMethod_Cancel<
+                WorkerService::WithCallbackMethod_Status<WorkerService::WithRawCallbackMethod_ReadParam<
+                    WorkerService::WithCallbackMethod_StageParams<
+                        WorkerService::WithCallbackMethod_CommitParams<
+                            WorkerService::WithCallbackMethod_AbortParams<
+                                WorkerService::Service>>>>>>>>>>>>;
+
+class WorkerServiceImpl final : public WorkerServiceBase {
  public:
   // `worker` and `pool` are not owned and must outlive the service.
   WorkerServiceImpl(ShardWorker* worker, ThreadPool* pool) : worker_(worker), pool_(pool) {}
