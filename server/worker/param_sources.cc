@@ -150,39 +150,81 @@ void LogSourced(const std::string& model, const LoadModelResultIr& result, absl:
                << absl::ToDoubleSeconds(local_copies) << " s meanwhile";
 }
 
+// This worker's resident versions named by local source pieces, by
+// (generation, version).
+using LocalSources = std::map<std::pair<int64_t, int64_t>, std::shared_ptr<const LoadedModel>>;
+
+absl::StatusOr<std::shared_ptr<const LoadedModel>> FindLocalSource(const std::string& model,
+                                                                   const LoadContext& context,
+                                                                   const ParamPieceIr& piece,
+                                                                   LocalSources* found) {
+  const auto key = std::make_pair(piece.src_generation, piece.src_version);
+  auto it = found->find(key);
+  if (it == found->end()) {
+    std::shared_ptr<const LoadedModel> resident;
+    if (context.find_resident) resident = context.find_resident(key.first, key.second);
+    it = found->emplace(key, std::move(resident)).first;
+  }
+  if (it->second == nullptr) {
+    return NotFound("source piece ", BoxIrToString(piece.box), " of param '", piece.param,
+                    "': model '", model, "' generation ", piece.src_generation, " version ",
+                    piece.src_version, " is not resident on this worker");
+  }
+  return it->second;
+}
+
+// A piece of a cell copied from this worker's own resident version.
+struct LocalCopy {
+  std::shared_ptr<const BoxTensor> src;
+  BoxTensor* dst;
+  Box box;
+  std::string param;
+};
+
+// Starts the peers' reads (RunPerPeer) and runs the local copies meanwhile on
+// this thread: the pieces of a cell are disjoint (CheckTiling), so the two
+// write different bytes. (A worker with local pieces, an old worker in a scale
+// step, used to copy them all before its first read, and was the step's
+// last.) Returns how long the copies took, after both have ended.
+absl::StatusOr<absl::Duration> ReadWhileCopying(
+    std::vector<std::pair<int64_t, std::function<absl::Status()>>> remote,
+    const std::vector<LocalCopy>& copies) {
+  const absl::Time start = absl::Now();
+  absl::Status remote_status;
+  std::thread remote_reads;
+  if (!remote.empty()) {
+    remote_reads = std::thread(
+        [&remote_status, &remote]() { remote_status = RunPerPeer(std::move(remote)); });
+  }
+  absl::Status local_status;
+  for (const LocalCopy& copy : copies) {
+    local_status = CopyBox(*copy.src, copy.dst, copy.box, false);
+    if (!local_status.ok()) {
+      local_status = AnnotateStatus(local_status, "param '", copy.param, "' source piece ",
+                                    copy.box.ToString());
+      break;
+    }
+  }
+  const absl::Duration copying = absl::Now() - start;
+  if (remote_reads.joinable()) remote_reads.join();
+  MS_RETURN_IF_ERROR(local_status);
+  MS_RETURN_IF_ERROR(remote_status);
+  return copying;
+}
+
 }  // namespace
 
 absl::Status FillFromSources(const std::string& model, int64_t worker_id,
                              const LoadContext& context, std::vector<SourcedCell>* cells,
                              LoadModelResultIr* result) {
-  // The local sources, looked up once each.
-  std::map<std::pair<int64_t, int64_t>, std::shared_ptr<const LoadedModel>> local;
-  auto local_source =
-      [&](const ParamPieceIr& piece) -> absl::StatusOr<std::shared_ptr<const LoadedModel>> {
-    const auto key = std::make_pair(piece.src_generation, piece.src_version);
-    auto it = local.find(key);
-    if (it == local.end()) {
-      std::shared_ptr<const LoadedModel> found;
-      if (context.find_resident) found = context.find_resident(key.first, key.second);
-      it = local.emplace(key, std::move(found)).first;
-    }
-    if (it->second == nullptr) {
-      return NotFound("source piece ", BoxIrToString(piece.box), " of param '", piece.param,
-                      "': model '", model, "' generation ", piece.src_generation, " version ",
-                      piece.src_version, " is not resident on this worker");
-    }
-    return it->second;
+  LocalSources local;  // looked up once each
+  auto local_source = [&](const ParamPieceIr& piece) {
+    return FindLocalSource(model, context, piece, &local);
   };
   const absl::Time deadline = absl::Now() + context.read_timeout;
   std::atomic<int64_t> fetched{0};
   std::vector<std::pair<int64_t, std::function<absl::Status()>>> remote;
   std::vector<std::shared_ptr<BoxTensor>> filling(cells->size());
-  struct LocalCopy {
-    std::shared_ptr<const BoxTensor> src;
-    BoxTensor* dst;
-    Box box;
-    std::string param;
-  };
   std::vector<LocalCopy> copies;  // pieces of this worker's resident versions
   for (size_t c = 0; c < cells->size(); ++c) {
     SourcedCell& cell = (*cells)[c];
@@ -229,31 +271,10 @@ absl::Status FillFromSources(const std::string& model, int64_t worker_id,
       result->bytes_local += box.NumElements() * DTypeSize(cell.dtype);
     }
   }
-  // The peers' reads start first and the local copies run meanwhile on this
-  // thread: the pieces of a cell are disjoint (CheckTiling), so the two write
-  // different bytes. A worker with local pieces (an old worker in a scale
-  // step) copied them all before its first read, and was the step's last.
   const absl::Time reads = absl::Now();
   const bool any_remote = !remote.empty();
-  absl::Status remote_status;
-  std::thread remote_reads;
-  if (any_remote) {
-    remote_reads = std::thread(
-        [&remote_status, &remote]() { remote_status = RunPerPeer(std::move(remote)); });
-  }
-  absl::Status local_status;
-  for (const LocalCopy& copy : copies) {
-    local_status = CopyBox(*copy.src, copy.dst, copy.box, false);
-    if (!local_status.ok()) {
-      local_status = AnnotateStatus(local_status, "param '", copy.param, "' source piece ",
-                                    copy.box.ToString());
-      break;
-    }
-  }
-  const absl::Duration local_copies = absl::Now() - reads;
-  if (remote_reads.joinable()) remote_reads.join();
-  MS_RETURN_IF_ERROR(local_status);
-  MS_RETURN_IF_ERROR(remote_status);
+  MS_ASSIGN_OR_RETURN(const absl::Duration local_copies,
+                      ReadWhileCopying(std::move(remote), copies));
   result->bytes_fetched += fetched.load();
   if (any_remote) {
     LogSourced(model, *result, reads - (deadline - context.read_timeout), local_copies, reads);
