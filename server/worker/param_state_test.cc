@@ -319,6 +319,39 @@ TEST(ParamSourcesTest, RemotePiecesAreFetchedFromPeersInChunks) {
               StatusIs(absl::StatusCode::kNotFound, "version 7"));
 }
 
+TEST(ParamSourcesTest, OneCellFromALocalPieceAndARemoteOneAtOnce) {
+  // The peer's reads run while the local pieces are copied (param_sources.cc):
+  // both write the same cell, each its own rows.
+  Engines engines(2, /*chunk_bytes=*/10);
+  ASSERT_OK(engines[0].LoadModel(Load(1, {0}, {0, 1})).status());
+  ASSERT_OK(engines[1].LoadModel(Load(1, {1}, {0, 1}, /*replicas=*/{0})).status());
+  ASSERT_OK(Stage(engines[0], 2, "w", kTop, Pattern(kTop, 2)));
+  ASSERT_OK(engines[0].CommitParams(Commit(2, {"w"})).status());
+  ASSERT_OK(Stage(engines[1], 2, "w", kTop, Pattern(kTop, 2)));
+  ASSERT_OK(Stage(engines[1], 2, "w", kBottom, Pattern(kBottom, 2)));
+  ASSERT_OK(engines[1].CommitParams(Commit(2, {"w"})).status());
+  // Worker 0 takes both devices: rows 0-1 of its own cell, rows 2-3 and the
+  // bottom cell from worker 1.
+  ASSERT_OK_AND_ASSIGN(
+      LoadModelResultIr loaded,
+      engines[0].LoadModel(Load(2, {0, 1}, {0, 0}, {},
+                                {Piece("w", B({{0, 2}, {0, kCols}}), 0, 1, 2),
+                                 Piece("w", B({{2, 4}, {0, kCols}}), 1, 1, 2),
+                                 Piece("w", kBottom, 1, 1, 2)})));
+  EXPECT_EQ(loaded.bytes_local, 2 * kCols * 4);
+  EXPECT_EQ(loaded.bytes_fetched, 6 * kCols * 4);
+  EXPECT_EQ(ReadFloats(engines[0], 2, 1, "w", kTop), Pattern(kTop, 2));
+  EXPECT_EQ(ReadFloats(engines[0], 2, 1, "w", kBottom), Pattern(kBottom, 2));
+  // A failed read still waits for the local copies, and the load fails whole.
+  const size_t resident = engines[0].Status().models.size();
+  engines.transport().SetLinkDown(1, true);
+  EXPECT_THAT(engines[0].LoadModel(Load(3, {0, 1}, {0, 0}, {},
+                                        {Piece("w", B({{0, 2}, {0, kCols}}), 0, 1, 2),
+                                         Piece("w", B({{2, 4}, {0, kCols}}), 1, 1, 2)})),
+              StatusIs(absl::StatusCode::kUnavailable, "worker 1"));
+  EXPECT_EQ(engines[0].Status().models.size(), resident);  // no generation 3
+}
+
 TEST(ParamSourcesTest, PiecesThatDoNotTileACellAreInvalid) {
   WorkerEngine engine(WorkerEngine::Options(), nullptr);
   ASSERT_OK(engine.LoadModel(Load(1, {0, 1}, {0, 0})).status());
