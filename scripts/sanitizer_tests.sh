@@ -20,7 +20,8 @@ SUPP="${ROOT}/tests/sanitizers"
 
 # The concurrency tests: executors, the rendezvous, the registry, fan-out,
 # the batcher, the coordinator over fake and in-process workers, the worker
-# engine, the threaded small-m GEMM and metrics. Left out: the tests over real
+# engine and its params (loads reading peers while copying local pieces), the
+# threaded small-m GEMM and metrics. Left out: the tests over real
 # gRPC servers (worker_service_test, inference_client_test, ...): libgrpc is
 # not instrumented and hands call buffers between its own threads through
 # synchronization TSan cannot see, so TSan reports gRPC's internal handoffs
@@ -28,7 +29,7 @@ SUPP="${ROOT}/tests/sanitizers"
 TSAN_TESTS=(
   elastic_executor_test rendezvous_test deadline_timer_test worker_registry_test fan_out_test batcher_test
   coordinator_test coordinator_reliability_test program_cache_test worker_engine_test
-  in_process_workers_test
+  in_process_workers_test param_state_test
   compiled_programs_engine_test gemm_small_m_test metric_registry_test
 )
 
