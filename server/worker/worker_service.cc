@@ -11,9 +11,9 @@
 #include "common/base/logging.h"
 #include "common/base/status_util.h"
 #include "common/metrics/metric_registry.h"
+#include "common/rpc/bytes_field_wire.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
-#include "common/rpc/bytes_field_wire.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"
@@ -145,7 +145,6 @@ class PeerStreamReactor final : public grpc::ServerBidiReactor<DataChunk, PushAc
   DataChunk chunk_;
 };
 
-// Streams one box of a held param in ParamChunks (an empty box: one chunk).
 // A server stream refused before it began: finishes with `status` at once.
 class RefusedWriteReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
@@ -153,6 +152,7 @@ class RefusedWriteReactor final : public grpc::ServerWriteReactor<grpc::ByteBuff
   void OnDone() override { delete this; }
 };
 
+// Streams one box of a held param in ParamChunks (an empty box: one chunk).
 class ReadParamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   static constexpr int64_t kChunkBytes = int64_t{1} << 20;
