@@ -97,7 +97,8 @@ absl::StatusOr<int64_t> FetchBoxInto(PeerTransport* transport, int64_t worker,
   return received;
 }
 
-absl::Status RunPerPeer(std::vector<std::pair<int64_t, std::function<absl::Status()>>> jobs) {
+absl::Status RunPerPeer(std::vector<std::pair<int64_t, std::function<absl::Status()>>> jobs,
+                        const std::function<absl::Status()>& meanwhile) {
   std::map<int64_t, std::vector<std::function<absl::Status()>>> by_peer;
   for (auto& [peer, job] : jobs) by_peer[peer].push_back(std::move(job));
   std::vector<absl::Status> statuses(by_peer.size());
@@ -105,7 +106,7 @@ absl::Status RunPerPeer(std::vector<std::pair<int64_t, std::function<absl::Statu
     for (auto& job : list) MS_RETURN_IF_ERROR(job());
     return absl::OkStatus();
   };
-  if (by_peer.size() <= 1) {
+  if (by_peer.size() <= 1 && !meanwhile) {
     for (auto& [peer, list] : by_peer) return run(list);
     return absl::OkStatus();
   }
@@ -114,7 +115,9 @@ absl::Status RunPerPeer(std::vector<std::pair<int64_t, std::function<absl::Statu
   for (auto& [peer, list] : by_peer) {
     threads.emplace_back([&run, &list = list, &status = statuses[i++]]() { status = run(list); });
   }
+  const absl::Status mine = meanwhile ? meanwhile() : absl::OkStatus();
   for (std::thread& t : threads) t.join();
+  MS_RETURN_IF_ERROR(mine);
   for (absl::Status& status : statuses) MS_RETURN_IF_ERROR(status);
   return absl::OkStatus();
 }
@@ -181,35 +184,19 @@ struct LocalCopy {
   std::string param;
 };
 
-// Starts the peers' reads (RunPerPeer) and runs the local copies meanwhile on
-// this thread: the pieces of a cell are disjoint (CheckTiling), so the two
-// write different bytes. (A worker with local pieces, an old worker in a scale
-// step, used to copy them all before its first read, and was the step's
-// last.) Returns how long the copies took, after both have ended.
-absl::StatusOr<absl::Duration> ReadWhileCopying(
-    std::vector<std::pair<int64_t, std::function<absl::Status()>>> remote,
-    const std::vector<LocalCopy>& copies) {
+// Copies the local pieces (RunPerPeer runs this while the peers' reads run:
+// the pieces of a cell are disjoint, CheckTiling, so the two write different
+// bytes; a worker with local pieces, an old worker in a scale step, used to
+// copy them all before its first read, and was the step's last). Sets
+// *took to the copies' time.
+absl::Status CopyLocalPieces(const std::vector<LocalCopy>& copies, absl::Duration* took) {
   const absl::Time start = absl::Now();
-  absl::Status remote_status;
-  std::thread remote_reads;
-  if (!remote.empty()) {
-    remote_reads = std::thread(
-        [&remote_status, &remote]() { remote_status = RunPerPeer(std::move(remote)); });
-  }
-  absl::Status local_status;
   for (const LocalCopy& copy : copies) {
-    local_status = CopyBox(*copy.src, copy.dst, copy.box, false);
-    if (!local_status.ok()) {
-      local_status = AnnotateStatus(local_status, "param '", copy.param, "' source piece ",
-                                    copy.box.ToString());
-      break;
-    }
+    MS_RETURN_IF_ERROR(CopyBox(*copy.src, copy.dst, copy.box, false), "param '", copy.param,
+                       "' source piece ", copy.box.ToString());
   }
-  const absl::Duration copying = absl::Now() - start;
-  if (remote_reads.joinable()) remote_reads.join();
-  MS_RETURN_IF_ERROR(local_status);
-  MS_RETURN_IF_ERROR(remote_status);
-  return copying;
+  *took = absl::Now() - start;
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -273,8 +260,9 @@ absl::Status FillFromSources(const std::string& model, int64_t worker_id,
   }
   const absl::Time reads = absl::Now();
   const bool any_remote = !remote.empty();
-  MS_ASSIGN_OR_RETURN(const absl::Duration local_copies,
-                      ReadWhileCopying(std::move(remote), copies));
+  absl::Duration local_copies;
+  MS_RETURN_IF_ERROR(RunPerPeer(std::move(remote),
+                                [&]() { return CopyLocalPieces(copies, &local_copies); }));
   result->bytes_fetched += fetched.load();
   if (any_remote) {
     LogSourced(model, *result, reads - (deadline - context.read_timeout), local_copies, reads);

@@ -118,8 +118,11 @@ absl::StatusOr<int64_t> FetchBoxInto(PeerTransport* transport, int64_t worker,
                                      BoxTensor* dst);
 
 // Runs `jobs` (peer worker -> its work): the jobs of one peer in order,
-// different peers in parallel (a thread each). Returns the first error.
-absl::Status RunPerPeer(std::vector<std::pair<int64_t, std::function<absl::Status()>>> jobs);
+// different peers in parallel (a thread each), and `meanwhile` (when set) on
+// the calling thread at the same time; returns when all have ended, with
+// meanwhile's error first, then the first peer's.
+absl::Status RunPerPeer(std::vector<std::pair<int64_t, std::function<absl::Status()>>> jobs,
+                        const std::function<absl::Status()>& meanwhile = nullptr);
 
 // The bytes of `box` of a held cell: a view into it when `box` is the whole
 // cell, else a copy.
