@@ -106,12 +106,11 @@ int64_t BytesFieldSplit::data_bytes() const {
 grpc::ByteBuffer EncodeWithBytesField(std::string other_fields, int field_number,
                                       absl::string_view data,
                                       std::shared_ptr<const void> keep_alive) {
-  if (data.empty()) {  // proto3 writes no empty bytes field
-    grpc::Slice only(other_fields);
-    return grpc::ByteBuffer(&only, 1);
-  }
-  return EncodeWithBytesFields(std::move(other_fields), field_number, {data},
-                               std::move(keep_alive));
+  // proto3 writes no empty bytes field: then the buffer is the other fields.
+  return EncodeWithBytesFields(
+      std::move(other_fields), field_number,
+      data.empty() ? absl::Span<const absl::string_view>() : absl::MakeConstSpan(&data, 1),
+      std::move(keep_alive));
 }
 
 grpc::ByteBuffer EncodeWithBytesFields(std::string other_fields, int field_number,

@@ -40,12 +40,14 @@ ExecuteResult TakeExecuteResult(ExecuteResponse* response) {
   return result;
 }
 
-// WorkerService's params streams with their chunks as byte buffers
-// (common/rpc/bytes_field_wire.h, param_chunk_reader.h): a chunk's data is
-// not copied into or out of a protobuf message.
+// A pull reserves the box's bytes from the peer's total_bytes, at most this
+// much (a wrong figure costs no more).
 constexpr int64_t kMaxReserve = int64_t{1} << 31;
 
-// A plain value: a call is created from it and does not keep it.
+// WorkerService's params streams with their chunks as byte buffers
+// (common/rpc/bytes_field_wire.h, param_chunk_reader.h): a chunk's data is
+// not copied into or out of a protobuf message. A plain value: a call is
+// created from it and does not keep it.
 const grpc::internal::RpcMethod kStageParamsMethod(
     "/meshserve.WorkerService/StageParams", grpc::internal::RpcMethod::CLIENT_STREAMING);
 
@@ -144,7 +146,7 @@ class GrpcWorkerClient : public WorkerClient {
           if (piece.offset != static_cast<int64_t>(bytes.size())) {
             return Internal("chunks of param '", call.param, "' out of order");
           }
-          if (bytes.empty()) {  // the peer's figure, bounded: a wrong one costs no more
+          if (bytes.empty()) {
             bytes.reserve(static_cast<size_t>(std::clamp<int64_t>(piece.total_bytes, 0, kMaxReserve)));
           }
           bytes.append(piece.data.data(), piece.data.size());
