@@ -108,6 +108,9 @@ TEST_F(SafetensorsTest, ReadBoxErrors) {
   ASSERT_OK_AND_ASSIGN(SafetensorsFile f, SafetensorsFile::Open(path_));
   EXPECT_THAT(f.ReadBox("w", *ParseBox("[0:7, 0:10]")),
               StatusIs(absl::StatusCode::kOutOfRange, "[0:7, 0:10]"));
+  // Empty, yet its first dim runs past the tensor's 6 rows.
+  EXPECT_THAT(f.ReadBox("w", *ParseBox("[5:7, 0:0]")),
+              StatusIs(absl::StatusCode::kOutOfRange, "[5:7, 0:0]"));
   EXPECT_THAT(f.ReadBox("w", *ParseBox("[0:6]")),
               StatusIs(absl::StatusCode::kInvalidArgument, "rank"));
   EXPECT_THAT(f.ReadBox("x", *ParseBox("[0:6]")), StatusIs(absl::StatusCode::kNotFound));
