@@ -182,6 +182,20 @@ struct ProgramIr {
   int64_t generation = 0;
   int64_t worker = -1;
   std::vector<StepIr> steps;
+  // Ascending indices into `steps` of the steps whose values depend on the
+  // params alone (program.proto Program.param_only_steps): a run with
+  // ParamCacheMode::kUse skips them and reads the buffers they made from what
+  // a kFill run of the same program and param version kept.
+  std::vector<int64_t> param_only_steps;
+};
+
+// What a run does with the param-only steps (worker_service.proto
+// ExecuteRequest.param_cache). The coordinator chooses, for every worker of a
+// request alike: a kUse run skips sends its peers would otherwise wait for.
+enum class ParamCacheMode : int {
+  kOff = 0,   // run every step
+  kFill = 1,  // run every step; keep the param-only buffers later steps read
+  kUse = 2,   // skip the param-only steps; read the kept buffers
 };
 
 struct MeshAxisIr {

@@ -201,6 +201,8 @@ absl::StatusOr<ProgramIr> ProgramToIr(const Program& program) {
                         program.program_id(), "' step ", i);
     ir.steps.push_back(std::move(step));
   }
+  ir.param_only_steps.assign(program.param_only_steps().begin(),
+                             program.param_only_steps().end());
   return ir;
 }
 
@@ -217,6 +219,7 @@ void ProgramFromIr(const ProgramIr& ir, Program* program) {
   program->set_generation(ir.generation);
   program->set_worker(ir.worker);
   for (const StepIr& step : ir.steps) std::visit(StepFromIr{program->add_steps()}, step);
+  for (int64_t i : ir.param_only_steps) program->add_param_only_steps(i);
 }
 
 LoadModelIr LoadModelToIr(const LoadModelRequest& request) {

@@ -47,10 +47,12 @@ ProgramIr EveryStepKind() {
 }
 
 TEST(ProgramProtoTest, ProgramRoundTripsThroughProto) {
-  const ProgramIr ir = EveryStepKind();
+  ProgramIr ir = EveryStepKind();
+  ir.param_only_steps = {1, 2, 4};
   Program proto;
   ProgramFromIr(ir, &proto);
   ASSERT_EQ(proto.steps_size(), 6);
+  EXPECT_THAT(proto.param_only_steps(), ElementsAre(1, 2, 4));
   EXPECT_EQ(proto.steps(0).compute().op(), "dot_general");
   EXPECT_EQ(proto.steps(0).compute().out_dtype(), BFLOAT16);
   EXPECT_EQ(proto.steps(0).compute().scale(), 0.125f);
@@ -63,6 +65,7 @@ TEST(ProgramProtoTest, ProgramRoundTripsThroughProto) {
   ASSERT_OK_AND_ASSIGN(const ProgramIr back, ProgramToIr(proto));
   EXPECT_EQ(SerializeProgram(back), SerializeProgram(ir));
   EXPECT_EQ(SerializeProgram(ir), proto.SerializeAsString());
+  EXPECT_EQ(back.param_only_steps, ir.param_only_steps);
   ASSERT_EQ(back.steps.size(), ir.steps.size());
   for (size_t i = 0; i < ir.steps.size(); ++i) {
     EXPECT_EQ(back.steps[i].index(), ir.steps[i].index()) << i;

@@ -79,6 +79,9 @@ struct CompiledPlan {
   std::vector<PlanOutput> outputs;    // in the model's output order
   std::vector<LayerPlanInfo> layers;  // in model order (+ one "outputs" entry if needed)
   int64_t bytes_moved = 0;            // per request, all layers
+  // The most bytes any one worker keeps for a ParamCacheMode::kFill run: its
+  // param-only buffers read by steps that are not (MarkParamOnlySteps).
+  int64_t kept_param_bytes = 0;
   std::string ToString() const;       // the per-layer description
 };
 

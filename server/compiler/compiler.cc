@@ -16,6 +16,7 @@
 #include "common/sharding/shard_layout.h"
 #include "server/compiler/program_emitter.h"
 #include "server/compiler/layer_strategy.h"
+#include "server/compiler/param_only.h"
 
 namespace meshserve {
 namespace {
@@ -80,6 +81,9 @@ class Compiler {
       program.generation = options.generation;
     }
     for (const LayerPlanInfo& l : out_.layers) out_.bytes_moved += l.bytes_moved;
+    // Every plan carries its marks: the runtime decides per request whether a
+    // run fills or uses the param cache, never whether a plan supports it.
+    MarkParamOnlySteps(&out_);
     return std::move(out_);
   }
 

@@ -2,6 +2,8 @@
 #include "server/compiler/testing/reference_interpreter.h"
 
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <variant>
@@ -22,10 +24,50 @@ namespace {
 
 using BufferKey = std::pair<int64_t, std::string>;  // (device, name)
 
+// The buffers a step reads (an accumulating recv or copy: its destination
+// too) and the one it writes, for the param cache's bookkeeping.
+std::vector<BufferKey> ReadBuffers(const StepIr& step) {
+  if (const auto* s = std::get_if<ComputeStepIr>(&step)) {
+    std::vector<BufferKey> keys;
+    for (const std::string& name : s->inputs) keys.emplace_back(s->device, name);
+    return keys;
+  }
+  if (const auto* s = std::get_if<SendStepIr>(&step)) return {{s->device, s->buffer}};
+  if (const auto* s = std::get_if<OutputStepIr>(&step)) return {{s->device, s->buffer}};
+  if (const auto* s = std::get_if<RecvStepIr>(&step)) {
+    if (s->accumulate) return {{s->device, s->buffer}};
+  }
+  if (const auto* s = std::get_if<CopyStepIr>(&step)) {
+    if (!s->accumulate) return {{s->src_device, s->src}};
+    return {{s->src_device, s->src}, {s->dst_device, s->dst}};
+  }
+  return {};
+}
+
+std::optional<BufferKey> WrittenBuffer(const StepIr& step) {
+  if (const auto* s = std::get_if<ComputeStepIr>(&step)) return BufferKey(s->device, s->output);
+  if (const auto* s = std::get_if<RecvStepIr>(&step)) return BufferKey(s->device, s->buffer);
+  if (const auto* s = std::get_if<CopyStepIr>(&step)) return BufferKey(s->dst_device, s->dst);
+  return std::nullopt;
+}
+
 class Interpreter {
  public:
-  Interpreter(const CompiledPlan& compiled, const TypedModel& typed)
-      : compiled_(compiled), typed_(typed) {}
+  Interpreter(const CompiledPlan& compiled, const TypedModel& typed, ParamCacheRun* cache)
+      : compiled_(compiled), typed_(typed), cache_(cache) {
+    mode_ = cache != nullptr ? cache->mode : ParamCacheMode::kOff;
+    for (const auto& [w, p] : compiled_.programs) {
+      marked_[w].insert(p.param_only_steps.begin(), p.param_only_steps.end());
+    }
+    if (mode_ == ParamCacheMode::kFill) {
+      cache_->kept.clear();
+      cache_->kept_bytes.clear();
+    }
+    if (mode_ == ParamCacheMode::kUse) {
+      cache_->skipped_steps = 0;
+      for (const auto& [key, t] : cache_->kept) writers_[key] = kMarkedWriter;
+    }
+  }
 
   absl::Status Load(const std::map<std::string, Tensor>& inputs,
                     const std::map<std::string, Tensor>& params) {
@@ -45,6 +87,9 @@ class Interpreter {
                             Slice(it->second, ShardBoxForDevice(t.shape, t.sharding, d)));
       }
     }
+    if (mode_ == ParamCacheMode::kUse) {
+      for (const auto& [key, t] : cache_->kept) buffers_[key] = t;
+    }
     return absl::OkStatus();
   }
 
@@ -57,8 +102,15 @@ class Interpreter {
       for (const auto& [w, program] : compiled_.programs) {
         size_t& i = pc[w];
         while (i < program.steps.size()) {
-          MS_ASSIGN_OR_RETURN(bool done, std::visit(StepRunner{this, w}, program.steps[i]),
-                              "worker ", w, " step ", i);
+          const bool marked = marked_[w].count(static_cast<int64_t>(i)) > 0;
+          if (mode_ == ParamCacheMode::kUse && marked) {
+            ++cache_->skipped_steps;
+            ++i;
+            progress = true;
+            continue;
+          }
+          MS_ASSIGN_OR_RETURN(bool done, RunStep(w, program.steps[i], marked), "worker ", w,
+                              " step ", i);
           if (!done) break;
           ++i;
           progress = true;
@@ -115,6 +167,32 @@ class Interpreter {
     MS_ASSIGN_OR_RETURN(DType dt, DTypeFromProto(dtype));
     MS_ASSIGN_OR_RETURN(BoxTensor t, BoxTensor::Create(dt, UncheckedBoxFromIr(box)));
     return &(buffers_[{device, name}] = std::move(t));
+  }
+
+  // Runs one step (false: a Recv's tag has not been sent yet), keeping, in a
+  // kFill run, what an unmarked step reads of the marked steps' buffers.
+  absl::StatusOr<bool> RunStep(int64_t worker, const StepIr& step, bool marked) {
+    if (mode_ == ParamCacheMode::kFill && !marked) {
+      for (const BufferKey& key : ReadBuffers(step)) {
+        auto writers = writers_.find(key);
+        auto it = buffers_.find(key);
+        if (writers == writers_.end() || writers->second != kMarkedWriter) continue;
+        if (it == buffers_.end() || cache_->kept.count(key) > 0) continue;
+        cache_->kept.emplace(key, it->second);
+        cache_->kept_bytes[worker] += it->second.tensor.NumBytes();
+      }
+    }
+    MS_ASSIGN_OR_RETURN(bool done, std::visit(StepRunner{this, worker}, step));
+    std::optional<BufferKey> written = WrittenBuffer(step);
+    if (done && mode_ != ParamCacheMode::kOff && written.has_value()) {
+      int& seen = writers_[*written];
+      seen |= marked ? kMarkedWriter : kUnmarkedWriter;
+      if (seen == (kMarkedWriter | kUnmarkedWriter)) {
+        return Internal("buffer '", written->second, "' on device ", written->first,
+                        " is written by marked and unmarked steps");
+      }
+    }
+    return done;
   }
 
   // One Run per step kind; false when a Recv's tag has not been sent yet.
@@ -191,8 +269,14 @@ class Interpreter {
     return true;
   }
 
+  static constexpr int kMarkedWriter = 1, kUnmarkedWriter = 2;
+
   const CompiledPlan& compiled_;
   const TypedModel& typed_;
+  ParamCacheRun* cache_;
+  ParamCacheMode mode_;
+  std::map<int64_t, std::set<int64_t>> marked_;  // by worker: param_only_steps
+  std::map<BufferKey, int> writers_;             // kMarkedWriter | kUnmarkedWriter
   std::map<BufferKey, BoxTensor> buffers_;
   std::map<std::string, std::string> mailbox_;
   std::map<std::string, bool> used_tags_;
@@ -206,8 +290,8 @@ class Interpreter {
 absl::StatusOr<std::map<std::string, Tensor>> RunCompiledPlan(
     const CompiledPlan& compiled, const TypedModel& typed,
     const std::map<std::string, Tensor>& inputs, const std::map<std::string, Tensor>& params,
-    InterpreterStats* stats) {
-  Interpreter interp(compiled, typed);
+    InterpreterStats* stats, ParamCacheRun* cache) {
+  Interpreter interp(compiled, typed, cache);
   MS_RETURN_IF_ERROR(interp.Load(inputs, params));
   MS_RETURN_IF_ERROR(interp.Run(stats));
   return interp.Outputs();
