@@ -9,7 +9,6 @@
 
 #include "absl/container/node_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/base/status_macros.h"
@@ -45,7 +44,7 @@ class RequestRun : public std::enable_shared_from_this<RequestRun> {
   void Start(std::vector<SliceIr> inputs);
 
  private:
-  using BufferKey = std::pair<int64_t, std::string>;
+  using BufferKey = RunBufferKey;
 
   absl::Status AddInputs(std::vector<SliceIr> inputs);
   // Runs the steps from next_ until the end (then Finish once the sends are
@@ -83,6 +82,8 @@ class RequestRun : public std::enable_shared_from_this<RequestRun> {
   absl::Status Run(const OutputStepIr& step);
   // Hands the sends queued since the last flush to the transport at once.
   void FlushSends();
+  // A kFill run that succeeded: its kept buffers go to the model version.
+  void KeepParamOnlyBuffers();
 
   const std::shared_ptr<const InstalledProgram> program_;
   const LoadedModel& model_;
@@ -100,6 +101,7 @@ class RequestRun : public std::enable_shared_from_this<RequestRun> {
   std::vector<SliceIr> outputs_;
   // Remote sends queued since the last flush (Continue; peer_transport.h).
   std::vector<PeerTransport::Job> pending_sends_;
+  KeptBuffers kept_;  // a kFill run's kept buffers, taken at their free
 };
 
 absl::Status RequestRun::CheckDevice(int64_t device) const {
@@ -122,10 +124,12 @@ absl::StatusOr<const BoxTensor*> RequestRun::Lookup(int64_t device,
     return it->second.get();
   }
   auto it = buffers_.find(BufferKey(device, name));
-  if (it == buffers_.end()) {
-    return NotFound("unknown buffer '", name, "' on device ", device);
+  if (it != buffers_.end()) return &it->second;
+  if (context_.kept != nullptr) {  // a kUse run: what the kFill run kept
+    auto kept = context_.kept->find(BufferKey(device, name));
+    if (kept != context_.kept->end()) return &kept->second;
   }
-  return &it->second;
+  return NotFound("unknown buffer '", name, "' on device ", device);
 }
 
 absl::StatusOr<BoxTensor*> RequestRun::GetOrCreate(int64_t device, const std::string& name,
@@ -304,7 +308,14 @@ absl::Status RequestRun::Run(const FreeStepIr& step) {
   MS_RETURN_IF_ERROR(CheckDevice(step.device));
   // Freeing a buffer that does not exist on this device is a no-op: the
   // compiler frees a value on every device, and some never held a box.
-  buffers_.erase(BufferKey(step.device, step.buffer));
+  auto it = buffers_.find(BufferKey(step.device, step.buffer));
+  if (it == buffers_.end()) return absl::OkStatus();
+  if (context_.param_cache == ParamCacheMode::kFill && program_->param_only.kept.contains(it->first)) {
+    kept_.emplace(it->first, std::move(it->second));  // Finish keeps it with the version
+    buffers_.erase(it);
+    return absl::OkStatus();
+  }
+  buffers_.erase(it);
   return absl::OkStatus();
 }
 
@@ -330,6 +341,10 @@ void RequestRun::Continue() {
   while (next_ < steps.size()) {
     const size_t i = next_;
     const StepIr& step = steps[i];
+    if (context_.param_cache == ParamCacheMode::kUse && program_->param_only.marked[i]) {
+      ++next_;  // made by a kFill run: context_.kept
+      continue;
+    }
     absl::Status status;
     if (const auto* recv = std::get_if<RecvStepIr>(&step)) {
       // TryReceive keeps the deadline itself (its error names the slice).
@@ -359,6 +374,17 @@ void RequestRun::Continue() {
                    [self = shared_from_this()](absl::Status sent) { self->Finish(sent); });
 }
 
+void RequestRun::KeepParamOnlyBuffers() {
+  for (const RunBufferKey& key : program_->param_only.kept) {
+    auto it = buffers_.find(key);
+    if (it == buffers_.end()) continue;
+    kept_.emplace(it->first, std::move(it->second));
+    buffers_.erase(it);
+  }
+  model_.kept_params.Keep(program_->cache_key,
+                          std::make_shared<const KeptBuffers>(std::move(kept_)));
+}
+
 void RequestRun::Resume() {
   if (context_.executor == nullptr) {
     Continue();
@@ -385,6 +411,7 @@ void RequestRun::Finish(absl::Status status) {
     if (!send.ok()) status = std::move(send);
   }
   RunDone done = std::move(done_);
+  if (status.ok() && context_.param_cache == ParamCacheMode::kFill) KeepParamOnlyBuffers();
   if (status.ok()) {
     done(std::move(outputs_));
   } else {
@@ -413,34 +440,6 @@ void RunProgramAsync(std::shared_ptr<const InstalledProgram> program,
                                           std::move(request_id), deadline, std::move(context),
                                           std::move(done));
   run->Start(std::move(inputs));
-}
-
-absl::StatusOr<std::vector<SliceIr>> RunProgram(const ProgramIr& program,
-                                                const LoadedModel& model,
-                                                absl::string_view request_id,
-                                                std::vector<SliceIr> inputs,
-                                                absl::Time deadline,
-                                                const RunContext& context) {
-  auto installed = std::make_shared<InstalledProgram>();
-  installed->ir = program;
-  std::unique_ptr<DeadlineTimer> own_timer;
-  RunContext with_timer = context;
-  if (with_timer.timer == nullptr) {
-    own_timer = std::make_unique<DeadlineTimer>();
-    with_timer.timer = own_timer.get();
-  }
-  absl::Notification finished;
-  absl::StatusOr<std::vector<SliceIr>> result;
-  // Not owned: this call outlives the run's use of the model (done is its last).
-  std::shared_ptr<const LoadedModel> unowned(std::shared_ptr<const LoadedModel>(), &model);
-  RunProgramAsync(std::move(installed), std::move(unowned), std::string(request_id),
-                  std::move(inputs), deadline, std::move(with_timer),
-                  [&](absl::StatusOr<std::vector<SliceIr>> out) {
-                    result = std::move(out);
-                    finished.Notify();
-                  });
-  finished.WaitForNotification();
-  return result;
 }
 
 }  // namespace meshserve

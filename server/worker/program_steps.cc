@@ -1,13 +1,16 @@
 // What the worker knows of a program's steps apart from running them
 // (worker_engine_internal.h): their names in messages, which ones run while
-// sends queue up, and the send schedule made once at InstallProgram.
+// sends queue up, and the send schedule made once at InstallProgram; and
+// RunProgram, the waiting form of RunProgramAsync (program_run.cc).
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <utility>
 #include <variant>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/program/compute_step.h"
 #include "server/worker/worker_engine_internal.h"
 
@@ -64,24 +67,59 @@ bool DefersFlush(const StepIr& step) {
          std::holds_alternative<FreeStepIr>(step);
 }
 
-std::vector<StepIr> ScheduleSends(std::vector<StepIr> steps) {
-  std::vector<StepIr> out;
+std::vector<size_t> SendScheduleOrder(const std::vector<StepIr>& steps) {
+  std::vector<size_t> out;
   out.reserve(steps.size());
-  for (StepIr& step : steps) {
-    const auto* send = std::get_if<SendStepIr>(&step);
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const auto* send = std::get_if<SendStepIr>(&steps[s]);
     size_t at = out.size();
     if (send != nullptr) {
       // Back to the last step that writes the source; the earliest receive
       // after it is where the send goes (before it), so that no worker waits
       // for a peer that waits for it.
       for (size_t i = out.size(); i-- > 0;) {
-        if (Writes(out[i], send->device, send->buffer)) break;
-        if (std::holds_alternative<RecvStepIr>(out[i])) at = i;
+        if (Writes(steps[out[i]], send->device, send->buffer)) break;
+        if (std::holds_alternative<RecvStepIr>(steps[out[i]])) at = i;
       }
     }
-    out.insert(out.begin() + static_cast<std::ptrdiff_t>(at), std::move(step));
+    out.insert(out.begin() + static_cast<std::ptrdiff_t>(at), s);
   }
   return out;
+}
+
+std::vector<StepIr> ScheduleSends(std::vector<StepIr> steps) {
+  std::vector<StepIr> out;
+  out.reserve(steps.size());
+  for (size_t i : SendScheduleOrder(steps)) out.push_back(std::move(steps[i]));
+  return out;
+}
+
+absl::StatusOr<std::vector<SliceIr>> RunProgram(const ProgramIr& program,
+                                                const LoadedModel& model,
+                                                absl::string_view request_id,
+                                                std::vector<SliceIr> inputs,
+                                                absl::Time deadline,
+                                                const RunContext& context) {
+  auto installed = std::make_shared<InstalledProgram>();
+  installed->ir = program;
+  std::unique_ptr<DeadlineTimer> own_timer;
+  RunContext with_timer = context;
+  if (with_timer.timer == nullptr) {
+    own_timer = std::make_unique<DeadlineTimer>();
+    with_timer.timer = own_timer.get();
+  }
+  absl::Notification finished;
+  absl::StatusOr<std::vector<SliceIr>> result;
+  // Not owned: this call outlives the run's use of the model (done is its last).
+  std::shared_ptr<const LoadedModel> unowned(std::shared_ptr<const LoadedModel>(), &model);
+  RunProgramAsync(std::move(installed), std::move(unowned), std::string(request_id),
+                  std::move(inputs), deadline, std::move(with_timer),
+                  [&](absl::StatusOr<std::vector<SliceIr>> out) {
+                    result = std::move(out);
+                    finished.Notify();
+                  });
+  finished.WaitForNotification();
+  return result;
 }
 
 }  // namespace meshserve

@@ -50,6 +50,7 @@ void ShardWorker::ExecuteAsync(ExecuteRequest* request, ExecuteResponse* respons
   engine_.ExecuteAsync(
       request->program_id(), request->request_id(), std::move(inputs),
       absl::Milliseconds(request->deadline_ms()), request->param_version(),
+      static_cast<ParamCacheMode>(request->param_cache()),
       [response, done = std::move(done)](absl::StatusOr<std::vector<SliceIr>> outputs) {
         if (!outputs.ok()) return done(outputs.status());
         for (SliceIr& out : *outputs) SliceFromIr(&out, response->add_outputs());

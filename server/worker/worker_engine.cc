@@ -303,9 +303,14 @@ absl::Status WorkerEngine::AbortParams(absl::string_view model, int64_t generati
 
 absl::Status WorkerEngine::InstallProgram(ProgramIr program) {
   MS_RETURN_IF_ERROR(ValidateProgram(program));
-  program.steps = ScheduleSends(std::move(program.steps));
+  MS_ASSIGN_OR_RETURN(ParamOnlySteps param_only, AnalyzeParamOnlySteps(program));
+  // The runs follow the send schedule; the marks follow their steps.
+  ReorderSteps(SendScheduleOrder(program.steps), &program, &param_only);
   auto shared = std::make_shared<InstalledProgram>();
   shared->ir = std::move(program);
+  shared->param_only = std::move(param_only);
+  static std::atomic<int64_t> installs{0};
+  shared->cache_key = absl::StrCat(shared->ir.program_id, "#", ++installs);
   absl::MutexLock lock(&mu_);
   programs_[shared->ir.program_id] = std::move(shared);
   return absl::OkStatus();
@@ -315,11 +320,12 @@ absl::StatusOr<std::vector<SliceIr>> WorkerEngine::Execute(absl::string_view pro
                                                            absl::string_view request_id,
                                                            std::vector<SliceIr> inputs,
                                                            absl::Duration timeout,
-                                                           int64_t param_version) {
+                                                           int64_t param_version,
+                                                           ParamCacheMode param_cache) {
   absl::Notification finished;
   absl::StatusOr<std::vector<SliceIr>> result;
   ExecuteAsync(program_id, std::string(request_id), std::move(inputs), timeout, param_version,
-               [&](absl::StatusOr<std::vector<SliceIr>> out) {
+               param_cache, [&](absl::StatusOr<std::vector<SliceIr>> out) {
                  result = std::move(out);
                  finished.Notify();
                });
@@ -330,6 +336,14 @@ absl::StatusOr<std::vector<SliceIr>> WorkerEngine::Execute(absl::string_view pro
 void WorkerEngine::ExecuteAsync(absl::string_view program_id, std::string request_id,
                                 std::vector<SliceIr> inputs, absl::Duration timeout,
                                 int64_t param_version, RunDone done) {
+  ExecuteAsync(program_id, std::move(request_id), std::move(inputs), timeout, param_version,
+               ParamCacheMode::kOff, std::move(done));
+}
+
+void WorkerEngine::ExecuteAsync(absl::string_view program_id, std::string request_id,
+                                std::vector<SliceIr> inputs, absl::Duration timeout,
+                                int64_t param_version, ParamCacheMode param_cache,
+                                RunDone done) {
   if (request_id.empty()) return done(InvalidArgument("request_id is empty"));
   const absl::Time deadline =
       absl::Now() + (timeout > absl::ZeroDuration() ? timeout : options_.default_deadline);
@@ -356,6 +370,17 @@ void WorkerEngine::ExecuteAsync(absl::string_view program_id, std::string reques
                            " is not resident on this worker"));
     }
   }
+  // A program without param-only steps runs whole in any mode.
+  if (!program->param_only.any()) param_cache = ParamCacheMode::kOff;
+  std::shared_ptr<const KeptBuffers> kept;
+  if (param_cache == ParamCacheMode::kUse) {
+    kept = model->kept_params.Find(program->cache_key);
+    if (kept == nullptr) {
+      return done(FailedPrecondition(
+          "program '", program_id, "': nothing kept for ", model->Name(),
+          " (param_cache USE before a FILL of this version on worker ", worker_id(), ")"));
+    }
+  }
   if (absl::Status started = rendezvous_.StartRequest(request_id); !started.ok()) {
     return done(std::move(started));
   }
@@ -365,7 +390,7 @@ void WorkerEngine::ExecuteAsync(absl::string_view program_id, std::string reques
   const bool quick =
       last_ns >= 0 && absl::Nanoseconds(last_ns) < kInlineComputeLimit;
   RunContext context{&rendezvous_, transport_, worker_id(), &timer_,
-                     quick ? nullptr : options_.executor};
+                     quick ? nullptr : options_.executor, param_cache, std::move(kept)};
   auto finish = [this, id = request_id, program_id = std::string(program_id),
                  done = std::move(done)](absl::StatusOr<std::vector<SliceIr>> outputs) {
     rendezvous_.FinishRequest(id);

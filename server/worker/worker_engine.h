@@ -128,13 +128,23 @@ class WorkerEngine {
                                                absl::string_view request_id,
                                                std::vector<SliceIr> inputs,
                                                absl::Duration timeout,
-                                               int64_t param_version = 0);
+                                               int64_t param_version = 0,
+                                               ParamCacheMode param_cache = ParamCacheMode::kOff);
   // Execute without holding the caller's thread while a receive waits for a
   // peer: calls `done` once, inline for an error found at once, else from
   // the thread that runs the last step (Options::executor or a delivering
   // thread). The engine must outlive every pending `done`.
   void ExecuteAsync(absl::string_view program_id, std::string request_id,
                     std::vector<SliceIr> inputs, absl::Duration timeout, int64_t param_version,
+                    std::function<void(absl::StatusOr<std::vector<SliceIr>>)> done);
+  // With the program's param-only steps run, run and kept, or skipped
+  // (ParamCacheMode; the coordinator passes one mode to every worker of a
+  // request). A program without param-only steps runs whole in any mode.
+  // \error kFailedPrecondition for kUse when no kFill run of this program kept
+  //   its buffers for this version here (e.g. the version was loaded again).
+  void ExecuteAsync(absl::string_view program_id, std::string request_id,
+                    std::vector<SliceIr> inputs, absl::Duration timeout, int64_t param_version,
+                    ParamCacheMode param_cache,
                     std::function<void(absl::StatusOr<std::vector<SliceIr>>)> done);
 
   // The bytes of request.box of a held param of resident (model, generation,

@@ -18,6 +18,7 @@
 #include "common/sharding/mesh.h"
 #include "common/tensor/tensor.h"
 #include "server/worker/deadline_timer.h"
+#include "server/worker/param_cache.h"
 #include "server/worker/peer_transport.h"
 #include "server/worker/rendezvous.h"
 
@@ -54,6 +55,8 @@ struct LoadedModel {
       params;
   absl::flat_hash_map<std::string, HeldParam> held;
   int64_t param_bytes = 0;  // distinct held buffers only
+  // What kFill runs of this version kept, by program (param_cache.h).
+  KeptParamBuffers kept_params;
 
   bool HostsDevice(int64_t device) const { return params.contains(device); }
   std::string DevicesString() const;  // "[0, 1]"
@@ -141,11 +144,18 @@ struct RunContext {
   // Where a run continues after a receive waited: null = on the thread that
   // delivered the slice (a gRPC thread; for programs whose steps are quick).
   std::function<void(std::function<void()>)> executor;
+  // kUse runs skip the program's param-only steps and read `kept` instead.
+  ParamCacheMode param_cache = ParamCacheMode::kOff;
+  std::shared_ptr<const KeptBuffers> kept;  // kUse only
 };
 
 // An installed program and what its runs measured.
 struct InstalledProgram {
   ProgramIr ir;
+  ParamOnlySteps param_only;  // by index into ir.steps (after ScheduleSends)
+  // Names this install in KeptParamBuffers: a program installed again under
+  // its id must not read what the old one kept.
+  std::string cache_key;
   // Compute time of the last run (ns; -1 before the first). A program whose
   // steps take less than kInlineComputeLimit runs on the thread that starts
   // or resumes it; a longer one on the worker's pool.
@@ -171,6 +181,8 @@ bool DefersFlush(const StepIr& step);
 // round trip waited for the other worker's whole run up to its sends.
 // Values are unchanged: a send still reads what it read in program order.
 std::vector<StepIr> ScheduleSends(std::vector<StepIr> steps);
+// The same schedule as the old index of each step, in the new order.
+std::vector<size_t> SendScheduleOrder(const std::vector<StepIr>& steps);
 
 using RunDone = std::function<void(absl::StatusOr<std::vector<SliceIr>>)>;
 

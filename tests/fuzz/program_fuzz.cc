@@ -6,6 +6,7 @@
 // one request on a worker that hosts both devices of a small model, with that
 // model's inputs and a short deadline (sends to this worker loop back through
 // an in-memory transport in small chunks; sends elsewhere fail).
+// A program with param_only_steps runs twice: PARAM_CACHE_FILL, then USE.
 // Invariants: never crashes, never hangs (libFuzzer's -timeout); an install
 // error is kInvalidArgument (kOutOfRange for a negative device); Execute
 // returns a Status, whatever the program does.
@@ -132,13 +133,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   if (!BoxesSmall(program)) return 0;
-  meshserve::ExecuteRequest request;
-  request.set_program_id("fuzz");
-  request.set_request_id(absl::StrCat("r", num_requests++));
-  request.set_deadline_ms(20);
-  AddInput(0, &request);
-  AddInput(1, &request);
-  meshserve::ExecuteResponse response;
-  (void)harness->worker.Execute(&request, &response);  // a hang is libFuzzer's -timeout
+  // A program with param-only marks the worker accepted runs keeping them,
+  // then skipping them (reading what was kept, or failing if nothing was).
+  const bool marked = program.param_only_steps_size() > 0;
+  for (meshserve::ParamCache mode : {meshserve::PARAM_CACHE_FILL, meshserve::PARAM_CACHE_USE}) {
+    meshserve::ExecuteRequest request;
+    request.set_program_id("fuzz");
+    request.set_request_id(absl::StrCat("r", num_requests++));
+    request.set_deadline_ms(20);
+    request.set_param_cache(marked ? mode : meshserve::PARAM_CACHE_OFF);
+    AddInput(0, &request);
+    AddInput(1, &request);
+    meshserve::ExecuteResponse response;
+    (void)harness->worker.Execute(&request, &response);  // a hang is libFuzzer's -timeout
+    if (!marked) break;
+  }
   return 0;
 }

@@ -1,0 +1,141 @@
+#include "server/worker/param_cache.h"
+
+#include <cstddef>
+#include <utility>
+#include <variant>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_util.h"
+
+namespace meshserve {
+namespace {
+
+// The buffers a step reads and the one it writes (none for sends and
+// outputs). A free is neither: it only ends a buffer.
+struct Access {
+  std::vector<RunBufferKey> reads;
+  std::optional<RunBufferKey> writes;
+};
+
+struct AccessOf {
+  Access operator()(const ComputeStepIr& s) const {
+    Access a;
+    for (const std::string& in : s.inputs) a.reads.emplace_back(s.device, in);
+    a.writes.emplace(s.device, s.output);
+    return a;
+  }
+  Access operator()(const SendStepIr& s) const { return {{{s.device, s.buffer}}, {}}; }
+  Access operator()(const RecvStepIr& s) const {
+    Access a;
+    if (s.accumulate) a.reads.emplace_back(s.device, s.buffer);
+    a.writes.emplace(s.device, s.buffer);
+    return a;
+  }
+  Access operator()(const CopyStepIr& s) const {
+    Access a;
+    a.reads.emplace_back(s.src_device, s.src);
+    if (s.accumulate) a.reads.emplace_back(s.dst_device, s.dst);
+    a.writes.emplace(s.dst_device, s.dst);
+    return a;
+  }
+  Access operator()(const FreeStepIr&) const { return {}; }
+  Access operator()(const OutputStepIr& s) const { return {{{s.device, s.buffer}}, {}}; }
+};
+
+struct Writers {
+  int all = 0;
+  int marked = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<ParamOnlySteps> AnalyzeParamOnlySteps(const ProgramIr& program) {
+  const std::string where = absl::StrCat("program '", program.program_id, "'");
+  ParamOnlySteps out;
+  out.marked.assign(program.steps.size(), false);
+  int64_t last = -1;
+  for (int64_t i : program.param_only_steps) {
+    if (i <= last || i >= static_cast<int64_t>(program.steps.size())) {
+      return InvalidArgument(where, ": param_only_steps entry ", i, " is out of order or ",
+                             "outside its ", program.steps.size(), " steps");
+    }
+    if (std::holds_alternative<OutputStepIr>(program.steps[i])) {
+      return InvalidArgument(where, ": param_only step ", i, " is an output step");
+    }
+    out.marked[i] = true;
+    last = i;
+  }
+  if (program.param_only_steps.empty()) return out;
+  std::vector<Access> access;
+  access.reserve(program.steps.size());
+  absl::flat_hash_map<RunBufferKey, Writers> writers;
+  for (size_t i = 0; i < program.steps.size(); ++i) {
+    access.push_back(std::visit(AccessOf(), program.steps[i]));
+    if (const auto& w = access.back().writes) {
+      Writers& count = writers[*w];
+      ++count.all;
+      if (out.marked[i]) ++count.marked;
+    }
+  }
+  auto param_only = [&](const RunBufferKey& key) {
+    if (IsParamBuffer(key.second)) return true;
+    auto it = writers.find(key);
+    return it != writers.end() && it->second.all == it->second.marked;
+  };
+  for (size_t i = 0; i < program.steps.size(); ++i) {
+    const StepIr& step = program.steps[i];
+    if (!out.marked[i]) {
+      for (const RunBufferKey& key : access[i].reads) {
+        if (!IsParamBuffer(key.second) && param_only(key)) out.kept.insert(key);
+      }
+      continue;
+    }
+    std::vector<RunBufferKey> checked = access[i].reads;
+    if (const auto* free = std::get_if<FreeStepIr>(&step)) checked.emplace_back(free->device, free->buffer);
+    if (std::holds_alternative<RecvStepIr>(step)) checked.clear();  // the peer's to check
+    if (access[i].writes) checked.push_back(*access[i].writes);
+    for (const RunBufferKey& key : checked) {
+      if (!param_only(key)) {
+        return InvalidArgument(where, ": param_only step ", i, " touches buffer '", key.second,
+                               "' of device ", key.first,
+                               ", which a step that is not param_only writes");
+      }
+    }
+  }
+  return out;
+}
+
+void ReorderSteps(const std::vector<size_t>& order, ProgramIr* program, ParamOnlySteps* steps) {
+  std::vector<StepIr> reordered;
+  reordered.reserve(order.size());
+  std::vector<bool> marked(order.size());
+  program->param_only_steps.clear();
+  for (size_t i = 0; i < order.size(); ++i) {
+    reordered.push_back(std::move(program->steps[order[i]]));
+    marked[i] = steps->marked[order[i]];
+    if (marked[i]) program->param_only_steps.push_back(static_cast<int64_t>(i));
+  }
+  program->steps = std::move(reordered);
+  steps->marked = std::move(marked);
+}
+
+std::shared_ptr<const KeptBuffers> KeptParamBuffers::Find(const std::string& program_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = kept_.find(program_id);
+  return it == kept_.end() ? nullptr : it->second;
+}
+
+void KeptParamBuffers::Keep(const std::string& program_id,
+                            std::shared_ptr<const KeptBuffers> buffers) const {
+  int64_t bytes = 0;
+  for (const auto& [key, buffer] : *buffers) bytes += buffer.tensor.NumBytes();
+  absl::MutexLock lock(&mu_);
+  if (kept_.try_emplace(program_id, std::move(buffers)).second) bytes_ += bytes;
+}
+
+int64_t KeptParamBuffers::bytes() const {
+  absl::MutexLock lock(&mu_);
+  return bytes_;
+}
+
+}  // namespace meshserve
