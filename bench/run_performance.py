@@ -76,10 +76,11 @@ class Run:
                 json.dump(m, f)
         return d
 
-    def cluster(self, workers, model_dir, name):
+    def cluster(self, workers, model_dir, name, extra_args=()):
         t = time.time()
         c = mslib.LocalCluster(self.args.bin_dir, workers, model_dir,
-                               os.path.join(self.work, "logs-" + name), ready_timeout_s=300)
+                               os.path.join(self.work, "logs-" + name), ready_timeout_s=300,
+                               extra_args=extra_args)
         self.note("cluster %s: %d workers ready in %.1f s" % (name, workers, time.time() - t))
         return c
 
@@ -166,16 +167,22 @@ def measure_tiny(run):
     with open(os.path.join(d, "linear_replicated.json"), "w") as f:
         json.dump(rep, f)
     res = {}
+    # A second cluster without the param cache (the kernel gathered on every
+    # request), measured alternately with the first.
     c = run.cluster(2, d, "tiny")
+    c0 = run.cluster(2, d, "tiny-nocache", extra_args=["--param_cache_bytes", "0"])
     try:
-        res["linear_1"] = run.bench(c.target, "linear", 8, 1, reps(run.args, 2000), cols=32,
-                                    warmup=200)
+        for key, target in (("", c.target), ("nocache_", c0.target)):
+            res[key + "linear_1"] = run.bench(target, "linear", 8, 1, reps(run.args, 2000),
+                                              cols=32, warmup=200)
         res["replicated_1"] = run.bench(c.target, "linear_replicated", 8, 1,
                                         reps(run.args, 2000), cols=32, warmup=200)
-        res["linear_16"] = run.bench(c.target, "linear", 8, 16, reps(run.args, 4000), cols=32,
-                                     warmup=200)
+        for key, target in (("", c.target), ("nocache_", c0.target)):
+            res[key + "linear_16"] = run.bench(target, "linear", 8, 16, reps(run.args, 4000),
+                                               cols=32, warmup=200)
     finally:
         c.stop()
+        c0.stop()
     port = mslib.free_port()
     echo = subprocess.Popen(["/usr/bin/python3", os.path.join(ROOT, "bench", "echo_server.py"),
                              "--port", str(port), "--python_dir",
@@ -218,9 +225,16 @@ def rows_and_targets(np_res, sw, tiny):
     rows.append(("tiny model, 1 client: p50 vs the same model with a replicated kernel (no "
                  "exchange between the workers)", "%.3f ms" % l1, "%.3f ms" % r1, l1 / r1, "-",
                  None))
+    n1 = tiny["nocache_linear_1"]["p50_ms"]
+    rows.append(("tiny model, 1 client: p50 with the param cache vs without "
+                 "(--param_cache_bytes 0: the kernel gathered on every request)",
+                 "%.3f ms" % l1, "%.3f ms" % n1, l1 / n1, "-", None))
     l16, e16 = tiny["linear_16"]["requests_per_s"], tiny["echo_16"]["requests_per_s"]
     rows.append(("tiny model, 16 in flight: throughput vs gRPC echo", "%.0f req/s" % l16,
                  "%.0f req/s" % e16, l16 / e16, ">= 3000 req/s", l16 >= 3000))
+    n16 = tiny["nocache_linear_16"]["requests_per_s"]
+    rows.append(("tiny model, 16 in flight: throughput with the param cache vs without",
+                 "%.0f req/s" % l16, "%.0f req/s" % n16, l16 / n16, "-", None))
     on, off = sw["batching"]["swiglu_f32_batched"], sw["batching"]["swiglu_f32"]
     rows.append(("batching on vs off, 16 batch-1 clients, 2 workers: throughput",
                  "%.1f req/s" % on["requests_per_s"], "%.1f req/s" % off["requests_per_s"],
@@ -254,17 +268,16 @@ WHY = {
               "two single-threaded GEMMs at NumPy's aggregate bandwidth; bf16 weights "
               "(half the bytes) are the lever that is there (the bf16 rows).",
     "tiny": "The model (x P('data', None) @ kernel P(None, 'data') -> y P('data', None), "
-            "8 devices on 2 workers) needs one exchange between the workers per request: "
-            "since the compiler charges 128 KiB per exchange (dot_strategy.cc) it gathers "
-            "the 4 KiB kernel (one exchange) instead of gathering x and all-to-all'ing y "
-            "(two), which took p50 from 1.48-1.51x to 1.32-1.35x of the same model with a "
-            "replicated kernel (no exchange) in an A/B on one cluster. A quick program runs "
-            "on gRPC's threads from start to end (~14.7 context switches per request on a "
-            "worker, ~10 on the coordinator; on this VM a switch is a paravirtualised IRQ "
-            "enable, `pvm_irq_enable` ~40% of a worker's samples in perf). What would close "
-            "it: (1) the kernel gather is a function of the params alone, so it could run "
-            "once per param version and be kept (the row against the same model with a "
-            "replicated kernel shows what that saves); (2) fewer RPCs per request: one long-lived stream per "
+            "8 devices on 2 workers) all-gathers its 4 KiB kernel between the workers. That "
+            "gather depends on the params alone: the compiler marks it (param_only.h), the "
+            "first request of a param version runs it and the workers keep the gathered "
+            "kernel, later requests skip it (ExecuteRequest.param_cache; the rows with and "
+            "without the cache, and against the same model with a replicated kernel, show "
+            "what it saves). What is left is per-call cost: a quick program runs on gRPC's "
+            "threads from start to end (perf: ~0.37 ms of worker CPU per request, 31% in "
+            "the kernel, 20% libgrpc, 14% malloc), and a request wakes threads on the "
+            "client, the coordinator and both workers, each wake costly on this VM "
+            "(paravirtualised IRQ enables). What would close it: one long-lived stream per "
             "worker for Execute instead of a unary call, and a callback-API "
             "InferenceService so that the workers' answers finish the client's call "
             "without waking a sync-server thread.",

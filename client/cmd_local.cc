@@ -250,7 +250,7 @@ constexpr char kLocalUsage[] =
     "local --workers N --model_dir DIR [--port P] [--host 127.0.0.1] [--log_dir D] "
     "[--ready_timeout_s S] [--http_port P] [--then \"COMMAND\"] [--verbose] [--tls_dir DIR] "
     "[--auth_token_file F] [--max_request_bytes N] [--max_tensor_elements N] "
-    "[--max_inflight_per_model N] [--replicas N]";
+    "[--max_inflight_per_model N] [--replicas N] [--param_cache_bytes N]";
 
 struct LocalOptions {
   int64_t workers = 1;
@@ -290,7 +290,7 @@ absl::StatusOr<LocalOptions> LocalOptionsFromFlags(const CliArgs& args) {
   MS_RETURN_IF_ERROR(args.GetInt("replicas", 1, 0, 16).status());
   for (const char* flag :
        {"tls_dir", "auth_token_file", "max_request_bytes", "max_tensor_elements",
-        "max_inflight_per_model", "replicas"}) {
+        "max_inflight_per_model", "replicas", "param_cache_bytes"}) {
     if (!args.Has(flag)) continue;
     o.coordinator_flags.push_back(absl::StrCat("--", flag));
     o.coordinator_flags.push_back(args.Get(flag));
@@ -438,7 +438,8 @@ MS_REGISTER_COMMAND(FlagCommand{
      {"max_request_bytes"},
      {"max_tensor_elements"},
      {"max_inflight_per_model"},
-     {"replicas"}},
+     {"replicas"},
+     {"param_cache_bytes"}},
     RunLocal,
     /*rejects_positional=*/true});
 

@@ -69,7 +69,8 @@ Coordinator::Coordinator(CoordinatorOptions options, WorkerClientFactory factory
           [this](int64_t worker_id, const std::string& address) {
             return Client(worker_id, address);
           },
-          &registry_, options_.install_timeout) {}
+          &registry_, options_.install_timeout),
+      param_cache_(options_.param_cache_bytes, &metrics_.param_cache_requests) {}
 
 Coordinator::~Coordinator() {
   stop_.Notify();

@@ -104,6 +104,7 @@
 #include "server/coordinator/batcher.h"
 #include "server/coordinator/coordinator_metrics.h"
 #include "server/coordinator/infer_request.h"
+#include "server/coordinator/param_cache_state.h"
 #include "server/coordinator/param_moves.h"
 #include "server/coordinator/param_push.h"
 #include "server/coordinator/placement.h"
@@ -137,6 +138,10 @@ struct CoordinatorOptions {
   int max_concurrent_pushes = 2;
   bool run_control_thread = true;  // tests may call Tick() themselves
   int replicas = 1;  // 0 or 1: copies of every param box beyond the placement
+  // The most bytes one worker keeps for one plan's param-only steps (e.g. a
+  // gathered kernel) for as long as the param version lives; 0: never keep,
+  // run those steps on every request (param_cache_state.h).
+  int64_t param_cache_bytes = int64_t{64} << 20;
 };
 
 // One placement change of a model (a scale step), in the status.
@@ -352,6 +357,7 @@ class Coordinator {
 
   ProgramCache program_cache_;
   CoordinatorMetrics metrics_;
+  ParamCacheState param_cache_;  // counts into metrics_
 
   absl::Mutex clients_mu_;
   std::map<int64_t, std::pair<std::string, std::shared_ptr<WorkerClient>>> clients_

@@ -332,19 +332,28 @@ absl::StatusOr<InferResponse> Coordinator::RunOnce(const ValidatedRequest& v,
   MS_ASSIGN_OR_RETURN(auto calls,
                       BuildCalls(plan, v.inputs, request_id,
                                  absl::ToInt64Milliseconds(TimeLeft(deadline))));
-  for (auto& [worker, call] : calls) call.param_version = placement.version;
+  const ParamCacheMode param_cache = param_cache_.ModeFor(plan, placement.version);
   int64_t bytes_in = 0;
-  for (const auto& [worker, call] : calls) bytes_in += SliceBytes(call.inputs);
+  for (auto& [worker, call] : calls) {
+    call.param_version = placement.version;
+    call.param_cache = param_cache;
+    bytes_in += SliceBytes(call.inputs);
+  }
   if (recorder != nullptr) recorder->ComputeStarted();
   const absl::Time compute_start = absl::Now();
-  MS_ASSIGN_OR_RETURN(auto by_worker, ExecuteAll(placement, request_id, deadline,
-                                                 std::move(calls), failed_worker));
+  absl::StatusOr<std::map<int64_t, ExecuteResult>> by_worker =
+      ExecuteAll(placement, request_id, deadline, std::move(calls), failed_worker);
+  if (param_cache_.Ran(plan, placement.version, param_cache, by_worker.status())) {
+    // A worker kept nothing to use: run again, keeping (param_cache_state.h).
+    return RunOnce(v, request, placement, plan, deadline, failed_worker, recorder);
+  }
+  MS_RETURN_IF_ERROR(by_worker.status());
   const absl::Duration compute = absl::Now() - compute_start;
   int64_t bytes_out = 0;
-  for (const auto& [worker, result] : by_worker) bytes_out += SliceBytes(result.outputs);
+  for (const auto& [worker, result] : *by_worker) bytes_out += SliceBytes(result.outputs);
   if (recorder != nullptr) recorder->ComputeDone(bytes_in, bytes_out);
   MS_ASSIGN_OR_RETURN(InferResponse response,
-                      AssembleResponse(v, request, placement, plan, by_worker));
+                      AssembleResponse(v, request, placement, plan, *by_worker));
   response.compute_us = absl::ToInt64Microseconds(compute);
   return response;
 }

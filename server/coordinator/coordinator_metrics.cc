@@ -53,6 +53,11 @@ CoordinatorMetrics::CoordinatorMetrics()
       placement_bytes(registry.AddCounter("meshserve_placement_bytes_total",
                                           "Param bytes made resident on workers by placements.",
                                           {"model"})),
+      param_cache_requests(registry.AddCounter(
+          "meshserve_param_cache_requests_total",
+          "Requests whose param-only steps (e.g. a kernel's all-gather) were kept (mode=fill), "
+          "skipped (use) or could not be skipped (refused: run again as a fill).",
+          {"mode"})),
       worker_up(registry.AddGauge("meshserve_worker_up", "1 while a worker is alive, else 0.",
                                   {"worker", "address"})),
       worker_suspect(registry.AddGauge("meshserve_worker_suspect",

@@ -16,6 +16,9 @@
 //   meshserve_placement_events_total{result}      placements (reshard/scaling) loaded or failed
 //   meshserve_placement_duration_seconds          loading one placement on its workers
 //   meshserve_placement_bytes_total               param bytes made resident by placements
+//   meshserve_param_cache_requests_total{mode}    requests whose param-only steps were kept
+//                                                 (fill), skipped (use) or refused (run
+//                                                 again as a fill; param_cache_state.h)
 // Per worker (worker="ID", address="HOST:PORT"), refreshed at each scrape:
 //   meshserve_worker_up (1 alive, 0 dead), meshserve_worker_suspect,
 //   meshserve_worker_draining.
@@ -81,6 +84,7 @@ struct CoordinatorMetrics {
   Counter& placement_events;
   Histogram& placement_seconds;
   Counter& placement_bytes;
+  Counter& param_cache_requests;
   Gauge& worker_up;
   Gauge& worker_suspect;
   Gauge& worker_draining;

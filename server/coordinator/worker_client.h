@@ -38,6 +38,7 @@ struct ExecuteCall {
   std::vector<SliceIr> inputs;
   int64_t deadline_ms = 0;
   int64_t param_version = 0;  // 0: the newest resident version of the generation
+  ParamCacheMode param_cache = ParamCacheMode::kOff;  // the same for every worker of a request
 };
 
 struct ExecuteResult {

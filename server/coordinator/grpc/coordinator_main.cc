@@ -71,6 +71,10 @@ ABSL_FLAG(int, max_inflight_per_model, meshserve::CoordinatorOptions().max_infli
 ABSL_FLAG(int, max_concurrent_pushes, meshserve::CoordinatorOptions().max_concurrent_pushes,
           "parameter pushes in progress at once over all models; one more gets "
           "RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, param_cache_bytes, meshserve::CoordinatorOptions().param_cache_bytes,
+          "most bytes one worker keeps, per compiled program and param version, of the "
+          "values a program computes from params alone (e.g. an all-gathered kernel), so "
+          "that later requests skip computing and moving them; 0: never keep");
 ABSL_FLAG(int, http_port, 0,
           "HTTP port for KServe v2 REST, Prometheus /metrics and the status page at / "
           "(HTTPS with --tls_dir's member.pem; 0: off)");
@@ -146,6 +150,11 @@ absl::StatusOr<meshserve::CoordinatorOptions> OptionsFromFlags() {
   options.forget_dead_after = absl::Seconds(absl::GetFlag(FLAGS_forget_dead_after_s));
   options.max_inflight_per_model = absl::GetFlag(FLAGS_max_inflight_per_model);
   options.max_concurrent_pushes = absl::GetFlag(FLAGS_max_concurrent_pushes);
+  options.param_cache_bytes = absl::GetFlag(FLAGS_param_cache_bytes);
+  if (options.param_cache_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--param_cache_bytes=", options.param_cache_bytes, " must not be negative"));
+  }
   if (options.model_dir.empty()) {
     return absl::InvalidArgumentError("--model_dir is required");
   }

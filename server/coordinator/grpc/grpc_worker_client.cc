@@ -30,6 +30,7 @@ void FillExecuteRequest(ExecuteCall call, ExecuteRequest* request) {
   request->set_request_id(std::move(call.request_id));
   request->set_deadline_ms(call.deadline_ms);
   request->set_param_version(call.param_version);
+  request->set_param_cache(static_cast<ParamCache>(call.param_cache));
   for (SliceIr& s : call.inputs) SliceFromIr(&s, request->add_inputs());  // moves bytes
 }
 

@@ -1,0 +1,61 @@
+// The coordinator's side of the param cache (worker_service.proto
+// ExecuteRequest.param_cache): which mode each request of a plan runs in.
+//
+// A plan whose programs mark param-only steps (the compiler's
+// MarkParamOnlySteps, e.g. the all-gather of a sharded kernel) runs its first
+// request on a param version with kFill on every worker; once such a run has
+// succeeded, later requests on that version run with kUse and skip those
+// steps. A kUse that a worker refuses (FAILED_PRECONDITION: it kept nothing,
+// e.g. its version was loaded again) forgets the version, and the request
+// runs again with kFill. Every worker of a request gets the same mode.
+// Plans whose kept buffers exceed the budget on some worker run kOff: the
+// workers would hold them as long as the version lives.
+//
+// Thread-safety: thread-safe.
+#ifndef MESHSERVE_SERVER_COORDINATOR_PARAM_CACHE_STATE_H_
+#define MESHSERVE_SERVER_COORDINATOR_PARAM_CACHE_STATE_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "common/metrics/metric_registry.h"
+#include "common/program/program_ir.h"
+#include "server/compiler/compiled_plan.h"
+
+namespace meshserve {
+
+class ParamCacheState {
+ public:
+  // `max_kept_bytes`: the most bytes one worker may keep for one plan
+  // (CompiledPlan::kept_param_bytes); 0 turns the cache off. `requests`
+  // (may be null; must outlive this) counts the runs by mode: "fill", "use",
+  // "refused".
+  explicit ParamCacheState(int64_t max_kept_bytes, Counter* requests = nullptr)
+      : max_kept_bytes_(max_kept_bytes), requests_(requests) {}
+
+  // The mode of the next request of `plan` on param version `version`.
+  ParamCacheMode ModeFor(const CompiledPlan& plan, int64_t version) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // A request ran in `mode` and ended with `status`. Returns true when it
+  // should run again (a kUse refused as above; the next mode is kFill).
+  bool Ran(const CompiledPlan& plan, int64_t version, ParamCacheMode mode,
+           const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  // Bounds the table: program ids of retired generations are never asked for
+  // again; clearing only costs one kFill run per plan.
+  static constexpr size_t kMaxPlans = 4096;
+
+  const int64_t max_kept_bytes_;
+  Counter* const requests_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, int64_t> kept_version_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_SERVER_COORDINATOR_PARAM_CACHE_STATE_H_
