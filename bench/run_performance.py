@@ -267,6 +267,16 @@ WHY = {
               "the same 2 cores. At 1.0x the cluster would need that overhead gone and its "
               "two single-threaded GEMMs at NumPy's aggregate bandwidth; bf16 weights "
               "(half the bytes) are the lever that is there (the bf16 rows).",
+    "SwiGLU64": "Batch 64 is compute-bound: NumPy runs each GEMM on both cores, the "
+                "cluster runs one sgemm thread per worker while the coordinator's and the "
+                "client's threads (concatenating and splitting 64 rows of 8 KiB) share the "
+                "same 2 cores. The ratio moves with the machine more than with the code: "
+                "0.55-0.93x in this script's runs from 4309047 to dd8f486, 1.17-1.27x on "
+                "2026-12-04 evening, when the binaries of dd8f486 measured 46.8-48.0 ms "
+                "against 46.7-48.7 ms for these in an alternating A/B (both clusters up at "
+                "once). Closing it for good needs the per-request copies of the rows off the "
+                "critical path and a worker pool that leaves a core free for the coordinator "
+                "when both share a machine.",
     "tiny": "The model (x P('data', None) @ kernel P(None, 'data') -> y P('data', None), "
             "8 devices on 2 workers) all-gathers its 4 KiB kernel between the workers. That "
             "gather depends on the params alone: the compiler marks it (param_only.h), the "
@@ -308,6 +318,8 @@ LOADED_NOTE = (
 
 
 def why(what):
+    if what.startswith("SwiGLU") and "batch 64" in what:
+        return WHY["SwiGLU64"]
     if what.startswith("SwiGLU"):
         return WHY["SwiGLU"]
     if what.startswith("tiny"):
