@@ -6,9 +6,23 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_util.h"
+#include "common/metrics/metric_registry.h"
 
 namespace meshserve {
 namespace {
+
+// The bytes every loaded version of this process keeps, on the worker's
+// /metrics: the memory the param cache costs (the coordinator's
+// --param_cache_bytes bounds it per program and version).
+Gauge& KeptBytes() {
+  static Gauge* const bytes = &GlobalMetricRegistry().AddGauge(
+      "meshserve_worker_param_cache_bytes",
+      "Bytes of param-only buffers (e.g. all-gathered kernels) kept with their param "
+      "version for later requests.");
+  return *bytes;
+}
+// Registered at start-up, so /metrics lists the family before the first keep.
+[[maybe_unused]] const Gauge& kept_bytes_registered = KeptBytes();
 
 // The buffers a step reads and the one it writes (none for sends and
 // outputs). A free is neither: it only ends a buffer.
@@ -130,7 +144,14 @@ void KeptParamBuffers::Keep(const std::string& program_id,
   int64_t bytes = 0;
   for (const auto& [key, buffer] : *buffers) bytes += buffer.tensor.NumBytes();
   absl::MutexLock lock(&mu_);
-  if (kept_.try_emplace(program_id, std::move(buffers)).second) bytes_ += bytes;
+  if (!kept_.try_emplace(program_id, std::move(buffers)).second) return;
+  bytes_ += bytes;
+  KeptBytes().Add({}, static_cast<double>(bytes));
+}
+
+KeptParamBuffers::~KeptParamBuffers() {
+  absl::MutexLock lock(&mu_);
+  if (bytes_ > 0) KeptBytes().Add({}, -static_cast<double>(bytes_));
 }
 
 int64_t KeptParamBuffers::bytes() const {

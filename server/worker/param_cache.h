@@ -64,6 +64,7 @@ class KeptParamBuffers {
   KeptParamBuffers() = default;
   KeptParamBuffers(const KeptParamBuffers&) {}
   KeptParamBuffers& operator=(const KeptParamBuffers&) = delete;
+  ~KeptParamBuffers();  // takes its bytes off meshserve_worker_param_cache_bytes
 
   std::shared_ptr<const KeptBuffers> Find(const std::string& program_id) const
       ABSL_LOCKS_EXCLUDED(mu_);

@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/program/testing/program_ir_builder.h"
+#include "common/metrics/metric_registry.h"
 #include "common/tensor/initializers.h"
 #include "server/worker/testing/in_memory_transport.h"
 #include "server/worker/worker_engine.h"
@@ -290,6 +291,24 @@ TEST(KeptParamBuffersTest, TheFirstKeepStaysAndACopyStartsEmpty) {
   KeptParamBuffers copy(kept);
   EXPECT_EQ(copy.Find("p"), nullptr);
   EXPECT_EQ(copy.bytes(), 0);
+}
+
+TEST(KeptParamBuffersTest, TheWorkerGaugeCountsWhatLiveVersionsKeep) {
+  auto gauge = [] {
+    const std::string text = GlobalMetricRegistry().Exposition();
+    const std::string key = "meshserve_worker_param_cache_bytes ";
+    const size_t at = text.find("\n" + key);
+    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + 1 + key.size()));
+  };
+  const double before = gauge();
+  {
+    KeptParamBuffers kept;
+    auto one = std::make_shared<KeptBuffers>();
+    (*one)[{0, "a"}] = *BoxTensor::Create(DType::kFloat32, Box::FromShape({4, 8}));
+    kept.Keep("p", one);
+    EXPECT_EQ(gauge(), before + 128);
+  }
+  EXPECT_EQ(gauge(), before);
 }
 
 }  // namespace
