@@ -105,7 +105,9 @@ absl::StatusOr<ParamOnlySteps> AnalyzeParamOnlySteps(const ProgramIr& program) {
       continue;
     }
     std::vector<RunBufferKey> checked = access[i].reads;
-    if (const auto* free = std::get_if<FreeStepIr>(&step)) checked.emplace_back(free->device, free->buffer);
+    if (const auto* free = std::get_if<FreeStepIr>(&step)) {
+      checked.emplace_back(free->device, free->buffer);
+    }
     if (std::holds_alternative<RecvStepIr>(step)) checked.clear();  // the peer's to check
     if (access[i].writes) checked.push_back(*access[i].writes);
     for (const RunBufferKey& key : checked) {

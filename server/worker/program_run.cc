@@ -310,7 +310,8 @@ absl::Status RequestRun::Run(const FreeStepIr& step) {
   // compiler frees a value on every device, and some never held a box.
   auto it = buffers_.find(BufferKey(step.device, step.buffer));
   if (it == buffers_.end()) return absl::OkStatus();
-  if (context_.param_cache == ParamCacheMode::kFill && program_->param_only.kept.contains(it->first)) {
+  if (context_.param_cache == ParamCacheMode::kFill &&
+      program_->param_only.kept.contains(it->first)) {
     kept_.emplace(it->first, std::move(it->second));  // Finish keeps it with the version
     buffers_.erase(it);
     return absl::OkStatus();
