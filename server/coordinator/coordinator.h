@@ -138,9 +138,10 @@ struct CoordinatorOptions {
   int max_concurrent_pushes = 2;
   bool run_control_thread = true;  // tests may call Tick() themselves
   int replicas = 1;  // 0 or 1: copies of every param box beyond the placement
-  // The most bytes one worker keeps for one plan's param-only steps (e.g. a
-  // gathered kernel) for as long as the param version lives; 0: never keep,
-  // run those steps on every request (param_cache_state.h).
+  // The most bytes any one worker keeps, over all plans, of what plans'
+  // param-only steps make (e.g. a gathered kernel), kept with its param
+  // version; 0: never keep, run those steps on every request
+  // (param_cache_state.h).
   int64_t param_cache_bytes = int64_t{64} << 20;
 };
 

@@ -373,6 +373,7 @@ void Coordinator::UnloadRetired() {
     }
     if (u.whole_generation) {
       program_cache_.EraseGeneration(placement.model, placement.generation);
+      param_cache_.EraseGeneration(placement.model, placement.generation);
     }
   }
 }

@@ -8,8 +8,10 @@
 // steps. A kUse that a worker refuses (FAILED_PRECONDITION: it kept nothing,
 // e.g. its version was loaded again) forgets the version, and the request
 // runs again with kFill. Every worker of a request gets the same mode.
-// Plans whose kept buffers exceed the budget on some worker run kOff: the
-// workers would hold them as long as the version lives.
+// The budget bounds what any one worker keeps over all plans: a plan is
+// counted (its kept_param_bytes, the most any worker keeps for it) from its
+// first kFill until its generation is retired; plans that would exceed the
+// budget run kOff, on every request.
 //
 // Thread-safety: thread-safe.
 #ifndef MESHSERVE_SERVER_COORDINATOR_PARAM_CACHE_STATE_H_
@@ -30,30 +32,41 @@ namespace meshserve {
 
 class ParamCacheState {
  public:
-  // `max_kept_bytes`: the most bytes one worker may keep for one plan
-  // (CompiledPlan::kept_param_bytes); 0 turns the cache off. `requests`
-  // (may be null; must outlive this) counts the runs by mode: "fill", "use",
-  // "refused".
+  // `max_kept_bytes`: the most bytes any worker may keep over all plans; 0
+  // turns the cache off. `requests` (may be null; must outlive this) counts
+  // the runs by mode: "fill", "use", "refused".
   explicit ParamCacheState(int64_t max_kept_bytes, Counter* requests = nullptr)
       : max_kept_bytes_(max_kept_bytes), requests_(requests) {}
 
-  // The mode of the next request of `plan` on param version `version`.
-  ParamCacheMode ModeFor(const CompiledPlan& plan, int64_t version) const
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // The mode of the next request of `plan` on param version `version`. The
+  // first kFill of a plan counts its bytes against the budget.
+  ParamCacheMode ModeFor(const CompiledPlan& plan, int64_t version) ABSL_LOCKS_EXCLUDED(mu_);
   // A request ran in `mode` and ended with `status`. Returns true when it
   // should run again (a kUse refused as above; the next mode is kFill).
   bool Ran(const CompiledPlan& plan, int64_t version, ParamCacheMode mode,
            const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  // The workers dropped `generation` of `model` and its plans: their bytes
+  // leave the budget.
+  void EraseGeneration(const std::string& model, int64_t generation) ABSL_LOCKS_EXCLUDED(mu_);
+  // Bytes counted against the budget now.
+  int64_t counted_bytes() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  // Bounds the table: program ids of retired generations are never asked for
-  // again; clearing only costs one kFill run per plan.
+  struct Plan {
+    std::string model;
+    int64_t generation = 0;
+    int64_t bytes = 0;         // the plan's kept_param_bytes
+    int64_t kept_version = 0;  // 0: no kFill has succeeded on the current version
+  };
+  // Bounds the table (each plan costs a few bytes here even when it keeps
+  // little on the workers); plans beyond it run kOff.
   static constexpr size_t kMaxPlans = 4096;
 
   const int64_t max_kept_bytes_;
   Counter* const requests_;
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, int64_t> kept_version_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Plan> plans_ ABSL_GUARDED_BY(mu_);  // by program id
+  int64_t counted_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace meshserve

@@ -16,7 +16,10 @@ NumPy (x @ kernel):
   4. kill -9 of a worker: once the model is ready again, answers are right
      (the pushed kernel, gathered anew);
   5. a cluster started with --param_cache_bytes 0 answers right and counts
-     no kFill or kUse run.
+     no kFill or kUse run;
+  6. with --param_cache_bytes 8000 (one program's gathered kernel, not two)
+     a second input shape's program runs whole on every request, answering
+     right.
 
 Usage: test_param_cache.py --bin_dir build/bin [--keep]
 """
@@ -72,11 +75,11 @@ class Run:
         self.client = mslib.client_package(env.bin_dir).MeshserveClient(
             self.cluster.target, timeout_s=30)
 
-    def requests(self, what, n):
-        """n requests with fresh x; returns how many answers were right."""
+    def requests(self, what, n, rows=8):
+        """n requests with fresh x of `rows` rows, each checked."""
         right, errors = 0, []
         for _ in range(n):
-            x = self.rng.standard_normal((8, 32)).astype(np.float32)
+            x = self.rng.standard_normal((rows, 32)).astype(np.float32)
             try:
                 y = self.client.infer("gat", {"x": x})["y"]
             except Exception as e:  # noqa: BLE001 - counted and shown
@@ -88,14 +91,21 @@ class Run:
         self.c.check(right == n, "%s: %d of %d answers equal NumPy's" % (what, right, n),
                      "\n".join("    " + e for e in errors[:3]))
 
-    def wait_ready(self, want_mesh_workers, timeout_s=60):
+    def generation(self):
+        st = self.client.status(timeout_s=10)
+        return next(x for x in st.models if x.name == "gat").generation
+
+    def wait_ready(self, workers, after_generation, timeout_s=60):
+        """Until the model is ready on a generation after `after_generation`
+        with `workers` healthy workers."""
         deadline = time.time() + timeout_s
         while time.time() < deadline:
             try:
                 st = self.client.status(timeout_s=10)
                 m = next((x for x in st.models if x.name == "gat"), None)
                 healthy = sum(w.healthy for w in st.workers)
-                if m is not None and m.state == "ready" and healthy == want_mesh_workers:
+                if (m is not None and m.state == "ready" and m.generation > after_generation
+                        and healthy == workers):
                     return True
             except Exception:  # noqa: BLE001 - re-placing: retry
                 pass
@@ -111,6 +121,11 @@ def cached(env):
         n = cache_counts(r.http_port)
         c.check(1 <= n.get("fill", 0) <= 2 and n.get("use", 0) >= 38,
                 "version 1: the gather ran once and was kept (%s)" % n)
+        r.requests("version 1, 4 rows (a second program)", 5, rows=4)
+        n4 = cache_counts(r.http_port)
+        c.check(n4.get("fill", 0) == n["fill"] + 1 and n4.get("use", 0) == n["use"] + 4,
+                "version 1, 4 rows: its own program keeps its own gather (%s)" % n4)
+        n = n4
         r.kernel = r.rng.standard_normal((32, 24)).astype(np.float32)
         path = os.path.join(env.root, "new.safetensors")
         mslib.write_safetensors(path, {"kernel": r.kernel})
@@ -121,16 +136,17 @@ def cached(env):
         n2 = cache_counts(r.http_port)
         c.check(n2.get("fill", 0) > n.get("fill", 0) and n2.get("use", 0) >= n["use"] + 18,
                 "version 2: gathered anew once, then kept (%s)" % n2)
+        g = r.generation()
         extra = mslib.start_worker(env.bin_dir, r.cluster.target,
                                    os.path.join(r.cluster.log_dir, "extra.log"))
-        c.check(r.wait_ready(3), "a third worker joins and the model is ready")
+        c.check(r.wait_ready(3, g), "a third worker joins and the model is ready on it")
         r.requests("3 workers", 20)
         n3 = cache_counts(r.http_port)
         c.check(n3.get("fill", 0) > n2.get("fill", 0),
                 "3 workers: the new placement's programs gather and keep anew (%s)" % n3)
+        g = r.generation()
         os.kill(r.cluster.worker_pids[0], signal.SIGKILL)
-        time.sleep(1.0)
-        c.check(r.wait_ready(2), "kill -9 of worker 0: the model is ready again")
+        c.check(r.wait_ready(2, g), "kill -9 of worker 0: the model is ready again")
         r.requests("after kill -9", 20)
         mslib.stop_process(extra, grace_s=5)
     finally:
@@ -148,6 +164,24 @@ def off(env):
         r.cluster.stop()
 
 
+def budget(env):
+    """--param_cache_bytes 8000 holds one program's gathered kernel (2 devices x
+    32 x 24 floats = 6,144 bytes on each worker), not two: the second input
+    shape's program runs its gather on every request."""
+    r = Run(env, "budget", extra_args=["--param_cache_bytes", "8000"])
+    try:
+        r.requests("budget: 8 rows", 10)
+        n = cache_counts(r.http_port)
+        r.requests("budget: 4 rows (a second program)", 10, rows=4)
+        n2 = cache_counts(r.http_port)
+        env.c.check(n.get("fill") == 1 and n2 == n,
+                    "budget: the first program keeps (%s), the second runs whole (%s)" % (n, n2))
+    finally:
+        r.cluster.stop()
+
+
 if __name__ == "__main__":
     sys.exit(e2e.main("param_cache", lambda env: [("cached", lambda: cached(env)),
-                                                  ("off", lambda: off(env))], doc=__doc__))
+                                                  ("off", lambda: off(env)),
+                                                  ("budget", lambda: budget(env))],
+                    doc=__doc__))

@@ -72,9 +72,10 @@ ABSL_FLAG(int, max_concurrent_pushes, meshserve::CoordinatorOptions().max_concur
           "parameter pushes in progress at once over all models; one more gets "
           "RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, param_cache_bytes, meshserve::CoordinatorOptions().param_cache_bytes,
-          "most bytes one worker keeps, per compiled program and param version, of the "
-          "values a program computes from params alone (e.g. an all-gathered kernel), so "
-          "that later requests skip computing and moving them; 0: never keep");
+          "most bytes any one worker keeps, over all compiled programs, of the values a "
+          "program computes from params alone (e.g. an all-gathered kernel), kept with "
+          "their param version so that later requests skip computing and moving them; "
+          "programs beyond it run those steps on every request; 0: never keep");
 ABSL_FLAG(int, http_port, 0,
           "HTTP port for KServe v2 REST, Prometheus /metrics and the status page at / "
           "(HTTPS with --tls_dir's member.pem; 0: off)");
