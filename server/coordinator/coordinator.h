@@ -325,10 +325,13 @@ class Coordinator {
   // One attempt of Infer: the request's calls (BuildCalls), ExecuteAll, then
   // AssembleResponse. Sets *failed_worker to a worker whose failure failed it.
   // `deadline`: the request's (its budget counted from its arrival).
+  // `refill`: a kUse of this request was refused (param_cache_state.h); this
+  // run fills, whatever the state says, so that it cannot be refused again.
   absl::StatusOr<InferResponse> RunOnce(const ValidatedRequest& v, const InferRequest& request,
                                         const Placement& placement,
                                         const CompiledPlan& plan, absl::Time deadline,
-                                        int64_t* failed_worker, InferRecorder* recorder);
+                                        int64_t* failed_worker, InferRecorder* recorder,
+                                        bool refill = false);
   // Runs every call at once; the first failure cancels the others, and a call
   // on a worker the registry declares dead or suspect is abandoned at once.
   absl::StatusOr<std::map<int64_t, ExecuteResult>> ExecuteAll(

@@ -322,7 +322,7 @@ absl::StatusOr<InferResponse> Coordinator::RunOnce(const ValidatedRequest& v,
                                                    const Placement& placement,
                                                    const CompiledPlan& plan,
                                                    absl::Time deadline, int64_t* failed_worker,
-                                                   InferRecorder* recorder) {
+                                                   InferRecorder* recorder, bool refill) {
   const std::string request_id = NextRequestId(request.id);
   if (absl::Now() >= deadline) {
     return absl::DeadlineExceededError(absl::StrCat("request ", request_id, " of model '",
@@ -332,7 +332,7 @@ absl::StatusOr<InferResponse> Coordinator::RunOnce(const ValidatedRequest& v,
   MS_ASSIGN_OR_RETURN(auto calls,
                       BuildCalls(plan, v.inputs, request_id,
                                  absl::ToInt64Milliseconds(TimeLeft(deadline))));
-  const ParamCacheMode param_cache = param_cache_.ModeFor(plan, placement.version);
+  const ParamCacheMode param_cache = param_cache_.ModeFor(plan, placement.version, refill);
   int64_t bytes_in = 0;
   for (auto& [worker, call] : calls) {
     call.param_version = placement.version;
@@ -344,8 +344,7 @@ absl::StatusOr<InferResponse> Coordinator::RunOnce(const ValidatedRequest& v,
   absl::StatusOr<std::map<int64_t, ExecuteResult>> by_worker =
       ExecuteAll(placement, request_id, deadline, std::move(calls), failed_worker);
   if (param_cache_.Ran(plan, placement.version, param_cache, by_worker.status())) {
-    // A worker kept nothing to use: run again, keeping (param_cache_state.h).
-    return RunOnce(v, request, placement, plan, deadline, failed_worker, recorder);
+    return RunOnce(v, request, placement, plan, deadline, failed_worker, recorder, true);
   }
   MS_RETURN_IF_ERROR(by_worker.status());
   const absl::Duration compute = absl::Now() - compute_start;

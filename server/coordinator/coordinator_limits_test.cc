@@ -2,7 +2,8 @@
 // pushes in progress (--max_concurrent_pushes) beside the one-push-per-model
 // rule, and a worker's RESOURCE_EXHAUSTED (its in-flight slice budget, see
 // server/worker/rendezvous.h) answered to the client as is: not a worker
-// failure, no suspect, no retry, and the next request served.
+// failure, no suspect, no retry, and the next request served; and the param
+// cache's modes (a kUse a worker refuses runs once more as a kFill).
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -55,8 +56,10 @@ class LimitsTest : public ::testing::Test {
     options.heartbeat_interval = absl::Seconds(30);  // registered workers stay alive
     options.placement_retry_backoff = absl::Milliseconds(1);
     options.max_concurrent_pushes = max_concurrent_pushes;
+    auto compiler = std::make_unique<FakeModelCompiler>();
+    compiler->set_kept_param_bytes(kept_param_bytes_);
     absl::StatusOr<std::unique_ptr<Coordinator>> c =
-        Coordinator::Create(options, cluster_.Factory(), std::make_unique<FakeModelCompiler>());
+        Coordinator::Create(options, cluster_.Factory(), std::move(compiler));
     if (!c.ok()) return c.status();
     coordinator_ = *std::move(c);
     for (int i = 0; i < 2; ++i) {
@@ -90,6 +93,7 @@ class LimitsTest : public ::testing::Test {
   }
 
   static inline int counter_ = 0;
+  int64_t kept_param_bytes_ = 0;  // what the fake compiler's plans keep (Start)
   FakeCluster cluster_;
   std::unique_ptr<Coordinator> coordinator_;
   std::vector<int64_t> workers_;
@@ -159,6 +163,36 @@ TEST_F(LimitsTest, AWorkersResourceExhaustedGoesToTheClientWithoutSuspectOrRetry
   ASSERT_OK(served.status());
   ASSERT_EQ(served->outputs.size(), 1u);
   EXPECT_EQ(served->outputs[0].data, FloatBytes({1, 2, 3, 4, 5, 6, 7, 8}));
+}
+
+TEST_F(LimitsTest, AParamCacheUseAWorkerRefusesRunsOnceMoreAsAFill) {
+  kept_param_bytes_ = 64;  // every plan keeps something: the cache is on
+  ASSERT_OK(Start(/*max_concurrent_pushes=*/2));
+  ASSERT_OK(coordinator_->Infer(Request("m0")).status());
+  ASSERT_OK(coordinator_->Infer(Request("m0")).status());
+  // The worker lost what it kept (e.g. its version was loaded again).
+  cluster_.Worker(workers_[0])->FailExecute(
+      absl::FailedPreconditionError("nothing kept for model 'm0'"), 1);
+  absl::StatusOr<InferResponse> served = coordinator_->Infer(Request("m0"));
+  ASSERT_OK(served.status());
+  ASSERT_EQ(served->outputs.size(), 1u);
+  EXPECT_EQ(served->outputs[0].data, FloatBytes({1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_FALSE(coordinator_->registry().IsSuspect(workers_[0]));
+  ASSERT_OK(coordinator_->Infer(Request("m0")).status());
+  using M = ParamCacheMode;
+  for (int64_t w : workers_) {
+    EXPECT_THAT(cluster_.Worker(w)->param_cache_modes(),
+                ::testing::ElementsAre(M::kFill, M::kUse, M::kUse, M::kFill, M::kUse))
+        << "worker " << w;
+  }
+}
+
+TEST_F(LimitsTest, ParamCacheOffUnlessAPlanKeepsSomething) {
+  ASSERT_OK(Start(/*max_concurrent_pushes=*/2));  // the fake plans keep nothing
+  ASSERT_OK(coordinator_->Infer(Request("m0")).status());
+  ASSERT_OK(coordinator_->Infer(Request("m0")).status());
+  EXPECT_THAT(cluster_.Worker(workers_[0])->param_cache_modes(),
+              ::testing::ElementsAre(ParamCacheMode::kOff, ParamCacheMode::kOff));
 }
 
 }  // namespace

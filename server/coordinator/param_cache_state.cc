@@ -2,14 +2,16 @@
 
 namespace meshserve {
 
-ParamCacheMode ParamCacheState::ModeFor(const CompiledPlan& plan, int64_t version) {
+ParamCacheMode ParamCacheState::ModeFor(const CompiledPlan& plan, int64_t version,
+                                        bool refill) {
   if (version <= 0 || plan.kept_param_bytes <= 0 || plan.programs.empty()) {
     return ParamCacheMode::kOff;
   }
   absl::MutexLock lock(&mu_);
   auto it = plans_.find(plan.program_id);
   if (it != plans_.end()) {
-    return it->second.kept_version == version ? ParamCacheMode::kUse : ParamCacheMode::kFill;
+    return it->second.kept_version == version && !refill ? ParamCacheMode::kUse
+                                                         : ParamCacheMode::kFill;
   }
   if (plans_.size() >= kMaxPlans || counted_ + plan.kept_param_bytes > max_kept_bytes_) {
     return ParamCacheMode::kOff;

@@ -39,8 +39,11 @@ class ParamCacheState {
       : max_kept_bytes_(max_kept_bytes), requests_(requests) {}
 
   // The mode of the next request of `plan` on param version `version`. The
-  // first kFill of a plan counts its bytes against the budget.
-  ParamCacheMode ModeFor(const CompiledPlan& plan, int64_t version) ABSL_LOCKS_EXCLUDED(mu_);
+  // first kFill of a plan counts its bytes against the budget. `refill`: the
+  // request's kUse was refused (Ran returned true): kFill for a counted plan,
+  // never kUse, so that a request is refused at most once.
+  ParamCacheMode ModeFor(const CompiledPlan& plan, int64_t version, bool refill = false)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // A request ran in `mode` and ended with `status`. Returns true when it
   // should run again (a kUse refused as above; the next mode is kFill).
   bool Ran(const CompiledPlan& plan, int64_t version, ParamCacheMode mode,

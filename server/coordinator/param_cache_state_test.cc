@@ -41,6 +41,11 @@ TEST(ParamCacheStateTest, AUseAWorkerRefusesIsRunAgainAsAFill) {
   EXPECT_TRUE(state.Ran(plan, 3, ParamCacheMode::kUse,
                         absl::FailedPreconditionError("nothing kept")));
   EXPECT_EQ(state.ModeFor(plan, 3), ParamCacheMode::kFill);
+  // Another request's fill may succeed before the refused one runs again:
+  // the refused one still fills (it is refused at most once).
+  state.Ran(plan, 3, ParamCacheMode::kFill, absl::OkStatus());
+  EXPECT_EQ(state.ModeFor(plan, 3), ParamCacheMode::kUse);
+  EXPECT_EQ(state.ModeFor(plan, 3, /*refill=*/true), ParamCacheMode::kFill);
 }
 
 TEST(ParamCacheStateTest, TheBudgetBoundsAllPlansUntilTheirGenerationGoes) {

@@ -51,6 +51,7 @@ absl::StatusOr<CompiledPlan> FakeModelCompiler::Compile(const CompileRequest& re
   CompiledPlan plan;
   plan.program_id = request.program_id;
   plan.generation = placement.generation;
+  plan.kept_param_bytes = kept_param_bytes_.load();
   for (const auto& [worker, devices] : placement.DevicesByWorker()) {
     ProgramIr& program = plan.programs[worker];
     program.program_id = request.program_id;
@@ -119,5 +120,7 @@ absl::StatusOr<DescribeResult> FakeModelCompiler::Describe(const ModelFile& mode
   result.text = absl::StrCat(model.name, " on ", result.mesh);
   return result;
 }
+
+void FakeModelCompiler::set_kept_param_bytes(int64_t bytes) { kept_param_bytes_ = bytes; }
 
 }  // namespace meshserve

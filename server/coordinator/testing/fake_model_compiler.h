@@ -12,6 +12,8 @@
 #ifndef MESHSERVE_SERVER_COORDINATOR_TESTING_FAKE_MODEL_COMPILER_H_
 #define MESHSERVE_SERVER_COORDINATOR_TESTING_FAKE_MODEL_COMPILER_H_
 
+#include <atomic>
+#include <cstdint>
 #include <set>
 #include <string>
 #include <utility>
@@ -33,9 +35,13 @@ class FakeModelCompiler : public ModelCompiler {
                                           const DeviceAssignment& devices,
                                           const InputShapes& input_shapes) override;
   int compiles() const;
+  // Every plan compiled from now on says its workers keep this many bytes
+  // for the param cache (CompiledPlan::kept_param_bytes; 0 by default).
+  void set_kept_param_bytes(int64_t bytes);
 
  private:
   const std::set<std::string> reject_;
+  std::atomic<int64_t> kept_param_bytes_{0};
   mutable absl::Mutex mu_;
   int compiles_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -163,6 +163,7 @@ absl::StatusOr<ExecuteResult> FakeWorkerClient::Execute(ExecuteCall call,
     absl::MutexLock lock(&mu_);
     MS_RETURN_IF_ERROR(CheckUp());
     ++execute_calls_;
+    param_cache_modes_.push_back(call.param_cache);
     if (!execute_failure_.ok()) {
       absl::Status failure = execute_failure_;
       if (execute_failures_left_ > 0 && --execute_failures_left_ == 0) {
@@ -294,6 +295,10 @@ void FakeWorkerClient::SetExecuteDelay(absl::Duration delay) {
 int FakeWorkerClient::execute_calls() const {
   absl::MutexLock lock(&mu_);
   return execute_calls_;
+}
+std::vector<ParamCacheMode> FakeWorkerClient::param_cache_modes() const {
+  absl::MutexLock lock(&mu_);
+  return param_cache_modes_;
 }
 int FakeWorkerClient::install_calls() const {
   absl::MutexLock lock(&mu_);

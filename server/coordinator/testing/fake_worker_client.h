@@ -91,6 +91,8 @@ class FakeWorkerClient : public WorkerClient {
   void Restart();
 
   int execute_calls() const;
+  // The param_cache mode of every Execute so far, in order (failed ones too).
+  std::vector<ParamCacheMode> param_cache_modes() const;
   int install_calls() const;
   std::vector<std::string> cancelled() const;
   // (model, generation) pairs loaded now (any version); devices of each.
@@ -158,6 +160,7 @@ class FakeWorkerClient : public WorkerClient {
   std::map<std::string, ProgramIr> programs_ ABSL_GUARDED_BY(mu_);  // by program_id
   std::vector<std::string> cancelled_ ABSL_GUARDED_BY(mu_);
   int execute_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<ParamCacheMode> param_cache_modes_ ABSL_GUARDED_BY(mu_);
   int install_calls_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t running_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t max_running_ ABSL_GUARDED_BY(mu_) = 0;
