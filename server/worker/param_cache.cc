@@ -151,6 +151,17 @@ void KeptParamBuffers::Keep(const std::string& program_id,
   KeptBytes().Add({}, static_cast<double>(bytes));
 }
 
+void KeptParamBuffers::Drop(const std::string& program_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = kept_.find(program_id);
+  if (it == kept_.end()) return;
+  int64_t bytes = 0;
+  for (const auto& [key, buffer] : *it->second) bytes += buffer.tensor.NumBytes();
+  kept_.erase(it);
+  bytes_ -= bytes;
+  KeptBytes().Add({}, -static_cast<double>(bytes));
+}
+
 KeptParamBuffers::~KeptParamBuffers() {
   absl::MutexLock lock(&mu_);
   if (bytes_ > 0) KeptBytes().Add({}, -static_cast<double>(bytes_));

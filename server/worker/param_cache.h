@@ -72,6 +72,8 @@ class KeptParamBuffers {
   // first stays: every kFill run of one version computes the same values).
   void Keep(const std::string& program_id, std::shared_ptr<const KeptBuffers> buffers) const
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Forgets what `program_id` kept (its install was replaced).
+  void Drop(const std::string& program_id) const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t bytes() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:

@@ -94,6 +94,14 @@ void ExpectMatmul(const std::string& bytes, const std::vector<float>& x,
   }
 }
 
+// The worker's meshserve_worker_param_cache_bytes (process-wide).
+double KeptBytesGauge() {
+  const std::string text = GlobalMetricRegistry().Exposition();
+  const std::string key = "meshserve_worker_param_cache_bytes ";
+  const size_t at = text.find("\n" + key);
+  return at == std::string::npos ? -1.0 : std::stod(text.substr(at + 1 + key.size()));
+}
+
 class ParamCacheTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -186,10 +194,13 @@ TEST_F(ParamCacheTest, UseBeforeFillIsFailedPreconditionOnEveryWorkerAtOnce) {
   EXPECT_THAT(Run(X(1), "use-after-reload", ParamCacheMode::kUse)[0],
               StatusIs(absl::StatusCode::kFailedPrecondition));
   // So does installing the program again under its id: the new install may
-  // compute other values.
+  // compute other values. What the old one kept is freed with it.
+  const double before = KeptBytesGauge();
   ASSERT_TRUE(Run(X(1), "fill2", ParamCacheMode::kFill)[0].ok());
   ASSERT_TRUE(Run(X(1), "use2", ParamCacheMode::kUse)[0].ok());
+  EXPECT_EQ(KeptBytesGauge(), before + 2 * kK * kN * 4);  // w gathered on both workers
   for (int w = 0; w < 2; ++w) ASSERT_TRUE(engines_[w]->InstallProgram(GatherProgram(w)).ok());
+  EXPECT_EQ(KeptBytesGauge(), before);
   EXPECT_THAT(Run(X(1), "use-after-install", ParamCacheMode::kUse)[1],
               StatusIs(absl::StatusCode::kFailedPrecondition));
 }
@@ -294,21 +305,15 @@ TEST(KeptParamBuffersTest, TheFirstKeepStaysAndACopyStartsEmpty) {
 }
 
 TEST(KeptParamBuffersTest, TheWorkerGaugeCountsWhatLiveVersionsKeep) {
-  auto gauge = [] {
-    const std::string text = GlobalMetricRegistry().Exposition();
-    const std::string key = "meshserve_worker_param_cache_bytes ";
-    const size_t at = text.find("\n" + key);
-    return at == std::string::npos ? -1.0 : std::stod(text.substr(at + 1 + key.size()));
-  };
-  const double before = gauge();
+  const double before = KeptBytesGauge();
   {
     KeptParamBuffers kept;
     auto one = std::make_shared<KeptBuffers>();
     (*one)[{0, "a"}] = *BoxTensor::Create(DType::kFloat32, Box::FromShape({4, 8}));
     kept.Keep("p", one);
-    EXPECT_EQ(gauge(), before + 128);
+    EXPECT_EQ(KeptBytesGauge(), before + 128);
   }
-  EXPECT_EQ(gauge(), before);
+  EXPECT_EQ(KeptBytesGauge(), before);
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // What the worker knows of a program's steps apart from running them
 // (worker_engine_internal.h): their names in messages, which ones run while
-// sends queue up, and the send schedule made once at InstallProgram; and
+// sends queue up, the send schedule and the rest of what InstallProgram
+// prepares (PrepareProgram); and
 // RunProgram, the waiting form of RunProgramAsync (program_run.cc).
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -11,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/base/status_macros.h"
 #include "common/program/compute_step.h"
 #include "server/worker/worker_engine_internal.h"
 
@@ -85,6 +88,19 @@ std::vector<size_t> SendScheduleOrder(const std::vector<StepIr>& steps) {
     out.insert(out.begin() + static_cast<std::ptrdiff_t>(at), s);
   }
   return out;
+}
+
+absl::StatusOr<std::shared_ptr<InstalledProgram>> PrepareProgram(ProgramIr program) {
+  MS_RETURN_IF_ERROR(ValidateProgram(program));
+  MS_ASSIGN_OR_RETURN(ParamOnlySteps param_only, AnalyzeParamOnlySteps(program));
+  // The runs follow the send schedule; the marks follow their steps.
+  ReorderSteps(SendScheduleOrder(program.steps), &program, &param_only);
+  auto installed = std::make_shared<InstalledProgram>();
+  installed->ir = std::move(program);
+  installed->param_only = std::move(param_only);
+  static std::atomic<int64_t> installs{0};
+  installed->cache_key = absl::StrCat(installed->ir.program_id, "#", ++installs);
+  return installed;
 }
 
 std::vector<StepIr> ScheduleSends(std::vector<StepIr> steps) {

@@ -302,17 +302,17 @@ absl::Status WorkerEngine::AbortParams(absl::string_view model, int64_t generati
 }
 
 absl::Status WorkerEngine::InstallProgram(ProgramIr program) {
-  MS_RETURN_IF_ERROR(ValidateProgram(program));
-  MS_ASSIGN_OR_RETURN(ParamOnlySteps param_only, AnalyzeParamOnlySteps(program));
-  // The runs follow the send schedule; the marks follow their steps.
-  ReorderSteps(SendScheduleOrder(program.steps), &program, &param_only);
-  auto shared = std::make_shared<InstalledProgram>();
-  shared->ir = std::move(program);
-  shared->param_only = std::move(param_only);
-  static std::atomic<int64_t> installs{0};
-  shared->cache_key = absl::StrCat(shared->ir.program_id, "#", ++installs);
+  MS_ASSIGN_OR_RETURN(std::shared_ptr<InstalledProgram> installed,
+                      PrepareProgram(std::move(program)));
   absl::MutexLock lock(&mu_);
-  programs_[shared->ir.program_id] = std::move(shared);
+  std::shared_ptr<const InstalledProgram>& slot = programs_[installed->ir.program_id];
+  if (slot != nullptr) {  // what the install it replaces kept goes with it
+    auto m = models_.find(ModelKey(slot->ir.model, slot->ir.generation));
+    if (m != models_.end()) {
+      for (const auto& [version, model] : m->second) model->kept_params.Drop(slot->cache_key);
+    }
+  }
+  slot = std::move(installed);
   return absl::OkStatus();
 }
 

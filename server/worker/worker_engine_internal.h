@@ -163,6 +163,11 @@ struct InstalledProgram {
 };
 inline constexpr absl::Duration kInlineComputeLimit = absl::Microseconds(300);
 
+// `program` validated (ValidateProgram, AnalyzeParamOnlySteps), its steps in
+// the send schedule (ScheduleSends) with their param-only marks, and a fresh
+// cache_key: what InstallProgram stores.
+absl::StatusOr<std::shared_ptr<InstalledProgram>> PrepareProgram(ProgramIr program);
+
 // For error messages: "compute 'add' -> 'y'", "send 'x' tag 't' to worker 1", ...
 std::string DescribeStep(const StepIr& step);
 
