@@ -30,8 +30,10 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -174,6 +176,41 @@ inline int64_t StepDevice(const StepIr& step) {
         }
       },
       step);
+}
+
+// A buffer of one device: (device, name).
+using DeviceBufferIr = std::pair<int64_t, std::string>;
+
+// The buffers a step reads (in order; a copy's source first), the one it
+// writes (compute, recv, copy; none for sends and outputs) and the one it
+// frees (free steps only). An accumulating recv or copy reads its
+// destination too.
+struct StepAccess {
+  std::vector<DeviceBufferIr> reads;
+  std::optional<DeviceBufferIr> writes;
+  std::optional<DeviceBufferIr> frees;
+};
+
+inline StepAccess AccessOf(const StepIr& step) {
+  StepAccess a;
+  if (const auto* c = std::get_if<ComputeStepIr>(&step)) {
+    for (const std::string& in : c->inputs) a.reads.emplace_back(c->device, in);
+    a.writes.emplace(c->device, c->output);
+  } else if (const auto* s = std::get_if<SendStepIr>(&step)) {
+    a.reads.emplace_back(s->device, s->buffer);
+  } else if (const auto* r = std::get_if<RecvStepIr>(&step)) {
+    if (r->accumulate) a.reads.emplace_back(r->device, r->buffer);
+    a.writes.emplace(r->device, r->buffer);
+  } else if (const auto* cp = std::get_if<CopyStepIr>(&step)) {
+    a.reads.emplace_back(cp->src_device, cp->src);
+    if (cp->accumulate) a.reads.emplace_back(cp->dst_device, cp->dst);
+    a.writes.emplace(cp->dst_device, cp->dst);
+  } else if (const auto* f = std::get_if<FreeStepIr>(&step)) {
+    a.frees.emplace(f->device, f->buffer);
+  } else if (const auto* o = std::get_if<OutputStepIr>(&step)) {
+    a.reads.emplace_back(o->device, o->buffer);
+  }
+  return a;
 }
 
 struct ProgramIr {

@@ -127,24 +127,14 @@ class ParamOnlyGraph {
       steps_[id].writes = b;
       buffers_[b].writers.push_back(id);
     };
-    if (const auto* c = std::get_if<ComputeStepIr>(&step)) {
-      for (const std::string& in : c->inputs) read(c->device, in);
-      write(c->device, c->output);
-    } else if (const auto* s = std::get_if<SendStepIr>(&step)) {
-      read(s->device, s->buffer);
-    } else if (const auto* r = std::get_if<RecvStepIr>(&step)) {
-      if (r->accumulate) read(r->device, r->buffer);  // adds to what is there
-      write(r->device, r->buffer);
-    } else if (const auto* cp = std::get_if<CopyStepIr>(&step)) {
-      read(cp->src_device, cp->src);  // first: the dtype rule reads it as the source
-      if (cp->accumulate) read(cp->dst_device, cp->dst);
-      write(cp->dst_device, cp->dst);
-    } else if (const auto* f = std::get_if<FreeStepIr>(&step)) {
-      int b = BufferId(worker, f->device, f->buffer);
+    // A copy's source is its first read: the dtype rule reads it as the source.
+    const StepAccess access = AccessOf(step);
+    for (const auto& [device, name] : access.reads) read(device, name);
+    if (access.writes) write(access.writes->first, access.writes->second);
+    if (access.frees) {
+      int b = BufferId(worker, access.frees->first, access.frees->second);
       steps_[id].frees = b;
       buffers_[b].frees.push_back(id);
-    } else if (const auto* o = std::get_if<OutputStepIr>(&step)) {
-      read(o->device, o->buffer);
     }
   }
 

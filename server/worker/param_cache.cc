@@ -24,38 +24,6 @@ Gauge& KeptBytes() {
 // Registered at start-up, so /metrics lists the family before the first keep.
 [[maybe_unused]] const Gauge& kept_bytes_registered = KeptBytes();
 
-// The buffers a step reads and the one it writes (none for sends and
-// outputs). A free is neither: it only ends a buffer.
-struct Access {
-  std::vector<RunBufferKey> reads;
-  std::optional<RunBufferKey> writes;
-};
-
-struct AccessOf {
-  Access operator()(const ComputeStepIr& s) const {
-    Access a;
-    for (const std::string& in : s.inputs) a.reads.emplace_back(s.device, in);
-    a.writes.emplace(s.device, s.output);
-    return a;
-  }
-  Access operator()(const SendStepIr& s) const { return {{{s.device, s.buffer}}, {}}; }
-  Access operator()(const RecvStepIr& s) const {
-    Access a;
-    if (s.accumulate) a.reads.emplace_back(s.device, s.buffer);
-    a.writes.emplace(s.device, s.buffer);
-    return a;
-  }
-  Access operator()(const CopyStepIr& s) const {
-    Access a;
-    a.reads.emplace_back(s.src_device, s.src);
-    if (s.accumulate) a.reads.emplace_back(s.dst_device, s.dst);
-    a.writes.emplace(s.dst_device, s.dst);
-    return a;
-  }
-  Access operator()(const FreeStepIr&) const { return {}; }
-  Access operator()(const OutputStepIr& s) const { return {{{s.device, s.buffer}}, {}}; }
-};
-
 struct Writers {
   int all = 0;
   int marked = 0;
@@ -80,11 +48,11 @@ absl::StatusOr<ParamOnlySteps> AnalyzeParamOnlySteps(const ProgramIr& program) {
     last = i;
   }
   if (program.param_only_steps.empty()) return out;
-  std::vector<Access> access;
+  std::vector<StepAccess> access;
   access.reserve(program.steps.size());
   absl::flat_hash_map<RunBufferKey, Writers> writers;
   for (size_t i = 0; i < program.steps.size(); ++i) {
-    access.push_back(std::visit(AccessOf(), program.steps[i]));
+    access.push_back(AccessOf(program.steps[i]));
     if (const auto& w = access.back().writes) {
       Writers& count = writers[*w];
       ++count.all;
@@ -105,9 +73,7 @@ absl::StatusOr<ParamOnlySteps> AnalyzeParamOnlySteps(const ProgramIr& program) {
       continue;
     }
     std::vector<RunBufferKey> checked = access[i].reads;
-    if (const auto* free = std::get_if<FreeStepIr>(&step)) {
-      checked.emplace_back(free->device, free->buffer);
-    }
+    if (access[i].frees) checked.push_back(*access[i].frees);
     if (std::holds_alternative<RecvStepIr>(step)) checked.clear();  // the peer's to check
     if (access[i].writes) checked.push_back(*access[i].writes);
     for (const RunBufferKey& key : checked) {

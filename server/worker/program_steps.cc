@@ -46,19 +46,9 @@ struct StepName {
 // The buffer a step writes, creates or frees (device, name); none for sends
 // and outputs, which only read.
 bool Writes(const StepIr& step, int64_t device, const std::string& buffer) {
-  if (const auto* s = std::get_if<ComputeStepIr>(&step)) {
-    return s->device == device && s->output == buffer;
-  }
-  if (const auto* s = std::get_if<RecvStepIr>(&step)) {
-    return s->device == device && s->buffer == buffer;
-  }
-  if (const auto* s = std::get_if<CopyStepIr>(&step)) {
-    return s->dst_device == device && s->dst == buffer;
-  }
-  if (const auto* s = std::get_if<FreeStepIr>(&step)) {
-    return s->device == device && s->buffer == buffer;
-  }
-  return false;
+  const StepAccess access = AccessOf(step);
+  const DeviceBufferIr key(device, buffer);
+  return access.writes == key || access.frees == key;
 }
 
 }  // namespace
