@@ -13,7 +13,7 @@ namespace {
 
 // The bytes every loaded version of this process keeps, on the worker's
 // /metrics: the memory the param cache costs (the coordinator's
-// --param_cache_bytes bounds it per program and version).
+// --param_cache_bytes bounds it over all programs).
 Gauge& KeptBytes() {
   static Gauge* const bytes = &GlobalMetricRegistry().AddGauge(
       "meshserve_worker_param_cache_bytes",
@@ -104,7 +104,7 @@ void ReorderSteps(const std::vector<size_t>& order, ProgramIr* program, ParamOnl
 std::shared_ptr<const KeptBuffers> KeptParamBuffers::Find(const std::string& program_id) const {
   absl::MutexLock lock(&mu_);
   auto it = kept_.find(program_id);
-  return it == kept_.end() ? nullptr : it->second;
+  return it == kept_.end() ? nullptr : it->second.buffers;
 }
 
 void KeptParamBuffers::Keep(const std::string& program_id,
@@ -112,7 +112,7 @@ void KeptParamBuffers::Keep(const std::string& program_id,
   int64_t bytes = 0;
   for (const auto& [key, buffer] : *buffers) bytes += buffer.tensor.NumBytes();
   absl::MutexLock lock(&mu_);
-  if (!kept_.try_emplace(program_id, std::move(buffers)).second) return;
+  if (!kept_.try_emplace(program_id, Entry{std::move(buffers), bytes}).second) return;
   bytes_ += bytes;
   KeptBytes().Add({}, static_cast<double>(bytes));
 }
@@ -121,8 +121,7 @@ void KeptParamBuffers::Drop(const std::string& program_id) const {
   absl::MutexLock lock(&mu_);
   auto it = kept_.find(program_id);
   if (it == kept_.end()) return;
-  int64_t bytes = 0;
-  for (const auto& [key, buffer] : *it->second) bytes += buffer.tensor.NumBytes();
+  const int64_t bytes = it->second.bytes;
   kept_.erase(it);
   bytes_ -= bytes;
   KeptBytes().Add({}, -static_cast<double>(bytes));

@@ -78,7 +78,11 @@ class KeptParamBuffers {
 
  private:
   mutable absl::Mutex mu_;
-  mutable absl::flat_hash_map<std::string, std::shared_ptr<const KeptBuffers>> kept_
+  struct Entry {
+    std::shared_ptr<const KeptBuffers> buffers;
+    int64_t bytes = 0;
+  };
+  mutable absl::flat_hash_map<std::string, Entry> kept_
       ABSL_GUARDED_BY(mu_);
   mutable int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
