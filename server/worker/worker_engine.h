@@ -60,7 +60,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/program/program_ir.h"
-#include "server/worker/deadline_timer.h"
+#include "common/base/deadline_timer.h"
 #include "server/worker/peer_transport.h"
 #include "server/worker/rendezvous.h"
 

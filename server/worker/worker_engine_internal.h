@@ -17,7 +17,7 @@
 #include "common/program/program_ir.h"
 #include "common/sharding/mesh.h"
 #include "common/tensor/tensor.h"
-#include "server/worker/deadline_timer.h"
+#include "common/base/deadline_timer.h"
 #include "server/worker/param_cache.h"
 #include "server/worker/peer_transport.h"
 #include "server/worker/rendezvous.h"

@@ -1,4 +1,4 @@
-#include "server/worker/deadline_timer.h"
+#include "common/base/deadline_timer.h"
 
 #include <algorithm>
 #include <utility>

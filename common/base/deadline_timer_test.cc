@@ -1,6 +1,6 @@
 // DeadlineTimer: entries run once at their time, in order; a removed entry
 // never runs; an entry earlier than the thread's sleep wakes it.
-#include "server/worker/deadline_timer.h"
+#include "common/base/deadline_timer.h"
 
 #include <vector>
 

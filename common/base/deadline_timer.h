@@ -1,8 +1,10 @@
 // DeadlineTimer: runs callbacks at their deadlines, on one thread of its own.
 //
-// A request's run on a worker (program_run.cc) does not hold a thread while
-// it waits for a peer's slice; the timer is what ends such a wait at the
-// request's deadline. A run adds one entry when it starts and removes it when
+// A request's run on a worker (server/worker/program_run.cc) does not hold a
+// thread while it waits for a peer's slice; the timer is what ends such a
+// wait at the request's deadline. The coordinator's requests that wait for
+// their workers without a thread (server/coordinator/coordinator_infer_async.cc)
+// use one to look for lost workers when the wait grows long. A run adds one entry when it starts and removes it when
 // it ends, so most entries are removed long before they are due. The thread
 // sleeps until the earliest entry (at most a second when there is none) and
 // is woken only by an entry earlier than the time it sleeps until: adding a
@@ -11,8 +13,8 @@
 // Thread-safety: thread-safe. A callback runs with no lock held; it must not
 // block for long (it delays the callbacks behind it). The destructor joins
 // the thread; entries still pending are dropped, not run.
-#ifndef MESHSERVE_SERVER_WORKER_DEADLINE_TIMER_H_
-#define MESHSERVE_SERVER_WORKER_DEADLINE_TIMER_H_
+#ifndef MESHSERVE_COMMON_BASE_DEADLINE_TIMER_H_
+#define MESHSERVE_COMMON_BASE_DEADLINE_TIMER_H_
 
 #include <cstdint>
 #include <functional>
@@ -58,4 +60,4 @@ class DeadlineTimer {
 
 }  // namespace meshserve
 
-#endif  // MESHSERVE_SERVER_WORKER_DEADLINE_TIMER_H_
+#endif  // MESHSERVE_COMMON_BASE_DEADLINE_TIMER_H_
