@@ -71,7 +71,8 @@
 // cache (program_cache.h), fan-out and the worker-failure rule (fan_out.h),
 // placement (placement.h), membership (worker_registry.h). This file's
 // definitions are in coordinator.cc (creation, models, control loop, views)
-// and coordinator_infer.cc (Infer). README.md has a request's path.
+// and coordinator_infer.cc (Infer), coordinator_infer_async.cc (InferAsync).
+// README.md has a request's path.
 //
 // Thread-safety: all public methods are thread-safe. Locks, in acquisition
 // order: control_mu_ (one control step, or a push's commit and switch, at a
@@ -99,6 +100,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/base/deadline_timer.h"
 #include "common/model/model_file.h"
 #include "server/compiler/model_compiler.h"
 #include "server/coordinator/batcher.h"
@@ -113,6 +115,8 @@
 #include "server/coordinator/worker_registry.h"
 
 namespace meshserve {
+
+class CallsInFlight;  // calls_in_flight.h
 
 struct CoordinatorOptions {
   std::string model_dir;
@@ -213,6 +217,16 @@ class Coordinator {
   void Tick();
 
   absl::StatusOr<InferResponse> Infer(const InferRequest& request);
+  // Infer, answered through `done` (exactly once, on any thread; it must not
+  // block). An unbatched request whose plan is compiled holds no thread while
+  // its workers run: the callback of the last call to return assembles the
+  // answer and runs `done`. A call that fails, or calls that run longer than
+  // the watch period, continue on a thread of the shared executor, as Infer
+  // would (cancel, abandon a lost worker, retry); every other request (a
+  // batched model, a plan to compile, an error before the calls) runs Infer
+  // there.
+  using InferDone = std::function<void(absl::StatusOr<InferResponse>)>;
+  void InferAsync(InferRequest request, InferDone done);
 
   // Every model that loaded is placed, on live workers only.
   bool IsReady() const;
@@ -322,21 +336,71 @@ class Coordinator {
   absl::StatusOr<InferResponse> InferOne(const InferRequest& request,
                                          std::shared_ptr<const ModelFile> model, bool may_batch,
                                          InferRecorder* recorder);
-  // One attempt of Infer: the request's calls (BuildCalls), ExecuteAll, then
-  // AssembleResponse. Sets *failed_worker to a worker whose failure failed it.
-  // `deadline`: the request's (its budget counted from its arrival).
-  // `refill`: a kUse of this request was refused (param_cache_state.h); this
-  // run fills, whatever the state says, so that it cannot be refused again.
+  struct AsyncInfer;  // one InferAsync request (coordinator_infer_async.cc)
+  // InferAsync's parts (coordinator_infer_async.cc). StartAsync starts the
+  // calls of `run` and returns true, or false when the request must run
+  // Infer on a thread.
+  bool StartAsync(const std::shared_ptr<AsyncInfer>& run);
+  void AsyncSettled(const std::shared_ptr<AsyncInfer>& run);
+  void AsyncOnThread(const std::shared_ptr<AsyncInfer>& run);
+  void AsyncDone(const std::shared_ptr<AsyncInfer>& run, absl::StatusOr<InferResponse> response);
+  // The model's batcher (may_batch and it has one), or else null after
+  // admitting the request under options.max_inflight_per_model (*admitted
+  // then; ReleaseInflight ends it). \error kResourceExhausted at the bound.
+  absl::StatusOr<Batcher*> AdmitRequest(const std::string& model, bool may_batch,
+                                        bool* admitted) ABSL_LOCKS_EXCLUDED(mu_);
+  void ReleaseInflight(const std::string& model) ABSL_LOCKS_EXCLUDED(mu_);
+  // What one attempt of a request made.
+  struct AttemptResult {
+    std::shared_ptr<const Placement> placement;
+    absl::StatusOr<InferResponse> response;
+    int64_t failed_worker = -1;  // a worker whose failure failed it
+  };
+  // The attempts of an admitted request: one, and a second after a worker
+  // failed (kUnavailable) once the model moved or the worker proved alive.
+  // `first`: the first attempt, already run (InferAsync's).
+  absl::StatusOr<InferResponse> RunAttempts(const ValidatedRequest& v,
+                                            const InferRequest& request, absl::Time deadline,
+                                            InferRecorder* recorder,
+                                            std::optional<AttemptResult> first);
+  // An attempt whose calls run (StartRun) until FinishRun collects them.
+  struct PendingRun {
+    std::string request_id;
+    ParamCacheMode param_cache = ParamCacheMode::kOff;
+    int64_t bytes_in = 0;
+    absl::Time compute_start;
+    std::vector<int64_t> ids;  // ids[i]: the worker of call i
+    std::shared_ptr<CallsInFlight> calls;
+  };
+  // One attempt of Infer: StartRun, then FinishRun. Sets *failed_worker to a
+  // worker whose failure failed it. `deadline`: the request's (its budget
+  // counted from its arrival). `refill`: a kUse of this request was refused
+  // (param_cache_state.h); this run fills, whatever the state says, so that
+  // it cannot be refused again.
   absl::StatusOr<InferResponse> RunOnce(const ValidatedRequest& v, const InferRequest& request,
                                         const Placement& placement,
                                         const CompiledPlan& plan, absl::Time deadline,
                                         int64_t* failed_worker, InferRecorder* recorder,
                                         bool refill = false);
-  // Runs every call at once; the first failure cancels the others, and a call
-  // on a worker the registry declares dead or suspect is abandoned at once.
-  absl::StatusOr<std::map<int64_t, ExecuteResult>> ExecuteAll(
-      const Placement& placement, const std::string& request_id, absl::Time deadline,
-      std::map<int64_t, ExecuteCall> calls, int64_t* failed_worker);
+  // Cuts the request's calls (BuildCalls) and starts them on every worker at
+  // once.
+  absl::StatusOr<PendingRun> StartRun(const ValidatedRequest& v, const InferRequest& request,
+                                      const Placement& placement, const CompiledPlan& plan,
+                                      absl::Time deadline, bool refill, InferRecorder* recorder);
+  // Collects the calls (CollectCalls), reruns a refused param-cache use as a
+  // fill, and assembles the outputs. Does not block when the calls all
+  // returned without error (CallsInFlight::AllOk).
+  absl::StatusOr<InferResponse> FinishRun(PendingRun run, const ValidatedRequest& v,
+                                          const InferRequest& request,
+                                          const Placement& placement, const CompiledPlan& plan,
+                                          absl::Time deadline, int64_t* failed_worker,
+                                          InferRecorder* recorder);
+  // Waits for the calls: the first failure cancels the others, and a call on
+  // a worker the registry declares dead or suspect is abandoned at once.
+  absl::StatusOr<std::map<int64_t, ExecuteResult>> CollectCalls(const Placement& placement,
+                                                                const PendingRun& run,
+                                                                absl::Time deadline,
+                                                                int64_t* failed_worker);
   void CancelOthers(const Placement& placement, const std::vector<int64_t>& worker_ids,
                     int64_t failed, const std::string& request_id);
   std::shared_ptr<const Placement> CurrentPlacement(const std::string& model) const;
@@ -368,6 +432,8 @@ class Coordinator {
       ABSL_GUARDED_BY(clients_mu_);
 
   std::atomic<int64_t> next_request_ = 0;
+  // Looks at InferAsync's requests still waiting after the watch period.
+  DeadlineTimer watch_timer_;
   absl::Notification stop_;
   const absl::Time started_at_ = absl::Now();
   std::thread control_thread_;

@@ -18,6 +18,7 @@
 #include "common/program/ir_conv.h"
 #include "common/sharding/box.h"
 #include "common/tensor/copy_box.h"
+#include "server/coordinator/calls_in_flight.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/fan_out.h"
 #include "server/coordinator/worker_registry.h"
@@ -61,63 +62,82 @@ absl::StatusOr<InferResponse> Coordinator::InferOne(const InferRequest& request,
   const absl::Duration budget =
       request.timeout > absl::ZeroDuration() ? request.timeout : options_.execute_timeout;
   const absl::Time deadline = absl::Now() + budget;
-  Batcher* batcher = nullptr;
   bool admitted = false;
-  if (may_batch) {
-    absl::MutexLock lock(&mu_);
-    auto it = batchers_.find(request.model);
-    if (it != batchers_.end()) {
-      batcher = it->second.get();  // lives as long as *this; bounds its own queue
-    } else {
-      // An unbatched model's bound: requests in flight, admitted or rejected at once.
-      int64_t& inflight = inflight_[request.model];
-      if (inflight >= options_.max_inflight_per_model) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "model '", request.model, "' has ", inflight,
-            " requests in flight, its limit (--max_inflight_per_model=",
-            options_.max_inflight_per_model, "); retry later"));
-      }
-      ++inflight;
-      admitted = true;
-    }
-  }
+  MS_ASSIGN_OR_RETURN(Batcher * batcher, AdmitRequest(request.model, may_batch, &admitted));
   if (batcher != nullptr) return batcher->Infer(request, v, budget);
   absl::Cleanup release = [this, admitted, &request] {
-    if (!admitted) return;
-    absl::MutexLock lock(&mu_);
-    --inflight_[request.model];
+    if (admitted) ReleaseInflight(request.model);
   };
+  return RunAttempts(v, request, deadline, recorder, std::nullopt);
+}
+
+absl::StatusOr<Batcher*> Coordinator::AdmitRequest(const std::string& model, bool may_batch,
+                                                   bool* admitted) {
+  *admitted = false;
+  if (!may_batch) return nullptr;
+  absl::MutexLock lock(&mu_);
+  auto it = batchers_.find(model);
+  // The batcher lives as long as *this and bounds its own queue.
+  if (it != batchers_.end()) return it->second.get();
+  // An unbatched model's bound: requests in flight, admitted or rejected at once.
+  int64_t& inflight = inflight_[model];
+  if (inflight >= options_.max_inflight_per_model) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("model '", model, "' has ", inflight,
+                     " requests in flight, its limit (--max_inflight_per_model=",
+                     options_.max_inflight_per_model, "); retry later"));
+  }
+  ++inflight;
+  *admitted = true;
+  return nullptr;
+}
+
+void Coordinator::ReleaseInflight(const std::string& model) {
+  absl::MutexLock lock(&mu_);
+  --inflight_[model];
+}
+
+absl::StatusOr<InferResponse> Coordinator::RunAttempts(const ValidatedRequest& v,
+                                                       const InferRequest& request,
+                                                       absl::Time deadline,
+                                                       InferRecorder* recorder,
+                                                       std::optional<AttemptResult> first) {
   absl::Status last;
   for (int attempt = 0; attempt < 2; ++attempt) {
-    std::shared_ptr<const Placement> placement = CurrentPlacement(request.model);
-    if (placement == nullptr) {
-      return Unavailable("model '", request.model, "' is not placed yet (waiting for ",
-                         options_.min_workers, " workers)");
+    AttemptResult now;
+    if (attempt == 0 && first.has_value()) {
+      now = *std::move(first);
+    } else {
+      now.placement = CurrentPlacement(request.model);
+      if (now.placement == nullptr) {
+        return Unavailable("model '", request.model, "' is not placed yet (waiting for ",
+                           options_.min_workers, " workers)");
+      }
+      absl::StatusOr<std::shared_ptr<const CompiledPlan>> plan =
+          program_cache_.GetOrCompile(v, now.placement);
+      now.response = plan.ok() ? RunOnce(v, request, *now.placement, **plan, deadline,
+                                         &now.failed_worker, recorder)
+                               : plan.status();
     }
-    int64_t failed_worker = -1;
-    absl::StatusOr<std::shared_ptr<const CompiledPlan>> plan =
-        program_cache_.GetOrCompile(v, placement);
-    absl::StatusOr<InferResponse> response =
-        plan.ok() ? RunOnce(v, request, *placement, **plan, deadline, &failed_worker, recorder)
-                  : plan.status();
-    if (response.ok() || !absl::IsUnavailable(response.status()) || attempt == 1) {
-      return response;
+    if (now.response.ok() || !absl::IsUnavailable(now.response.status()) || attempt == 1) {
+      return std::move(now.response);
     }
-    last = response.status();
+    last = now.response.status();
     // A worker failed. Inference is idempotent, so retry once: on the new
     // generation if the model moves soon (the control loop probes the suspect
     // and re-places without it), or on the same one if the probe finds the
     // worker alive (a transient failure, e.g. a worker that joined in this
     // generation and timed out dialling a peer). Give up when the worker is
     // still suspect and nothing moved within retry_wait or the deadline.
-    const int64_t old_generation = placement->generation;
+    const int64_t old_generation = now.placement->generation;
+    const int64_t failed_worker = now.failed_worker;
     const absl::Time give_up = std::min(absl::Now() + options_.retry_wait, deadline);
     bool moved = false;
     bool alive = false;
     while (absl::Now() < give_up && !moved && !alive) {
       absl::SleepFor(absl::Milliseconds(20));
-      std::shared_ptr<const Placement> now = CurrentPlacement(request.model);
-      moved = now != nullptr && now->generation != old_generation;
+      std::shared_ptr<const Placement> placement = CurrentPlacement(request.model);
+      moved = placement != nullptr && placement->generation != old_generation;
       alive = failed_worker >= 0 && registry_.IsAlive(failed_worker) &&
               !registry_.IsSuspect(failed_worker);
     }
@@ -131,8 +151,6 @@ absl::StatusOr<InferResponse> Coordinator::InferOne(const InferRequest& request,
 
 namespace {
 
-// How often a request waiting for its workers checks the registry for a lost one.
-constexpr absl::Duration kWatchPeriod = absl::Milliseconds(50);
 // Extra time an Execute RPC gets past the request's deadline (see ExecuteAll).
 constexpr absl::Duration kRpcGrace = absl::Milliseconds(500);
 // A worker's DEADLINE_EXCEEDED this close to the request's deadline is the request's.
@@ -141,76 +159,6 @@ constexpr absl::Duration kDeadlineSlack = absl::Milliseconds(100);
 // The time left until `deadline`, at least 1 ms (a zero timeout means "none").
 absl::Duration TimeLeft(absl::Time deadline) {
   return std::max(deadline - absl::Now(), absl::Milliseconds(1));
-}
-
-// One request's Execute calls, shared with their completion callbacks (a
-// callback outlives ExecuteAll when the request gives up a lost worker).
-struct CallsInFlight {
-  explicit CallsInFlight(size_t n) : results(n), done(n, false), remaining(n) {}
-  void Finish(size_t index, absl::StatusOr<ExecuteResult> result) {
-    absl::MutexLock lock(&mu);
-    if (!result.ok() && first_failed < 0) first_failed = static_cast<int>(index);
-    results[index] = std::move(result);
-    done[index] = true;
-    --remaining;
-  }
-  absl::Mutex mu;
-  std::vector<absl::StatusOr<ExecuteResult>> results ABSL_GUARDED_BY(mu);
-  std::vector<bool> done ABSL_GUARDED_BY(mu);
-  size_t remaining ABSL_GUARDED_BY(mu);
-  int first_failed ABSL_GUARDED_BY(mu) = -1;  // index of the first failed call
-};
-
-// Waits for every call of `state` (ids[i]: the worker of call i). The first
-// failure cancels the request on every other worker at once (cancel_others),
-// so peers blocked on a receive from it return now instead of at the
-// deadline. A worker the registry declares dead or suspect (missed
-// heartbeats, another request saw it fail) while its call is in flight is
-// given up at once: its peers are cancelled and the request fails over
-// (retried by InferOne) instead of waiting for a stalled worker's deadline;
-// its task finishes later on its own (it holds `state`). Returns the index of
-// the call given up, or -1; sets the first failed call and its status.
-int WaitForCalls(CallsInFlight& state, const std::vector<int64_t>& ids,
-                 const WorkerRegistry& registry,
-                 absl::FunctionRef<void(int64_t failed)> cancel_others, int* first_failed,
-                 absl::Status* first_status) {
-  int abandoned = -1;
-  state.mu.Lock();  // not a MutexLock: `cancel` releases it around the RPCs
-  bool cancelled = false;
-  auto cancel = [&](int64_t failed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(state.mu) {
-    cancelled = true;
-    state.mu.Unlock();
-    cancel_others(failed);
-    state.mu.Lock();
-  };
-  auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state.mu) {
-    return state.remaining == 0 || (state.first_failed >= 0 && !cancelled);
-  };
-  while (state.remaining > 0) {
-    if (state.first_failed >= 0 && !cancelled) {
-      cancel(ids[state.first_failed]);
-      continue;
-    }
-    if (state.mu.AwaitWithTimeout(absl::Condition(&settled), kWatchPeriod)) continue;
-    for (size_t i = 0; i < ids.size() && abandoned < 0; ++i) {
-      if (!state.done[i] && (!registry.IsAlive(ids[i]) || registry.IsSuspect(ids[i]))) {
-        abandoned = static_cast<int>(i);
-      }
-    }
-    if (abandoned >= 0) {
-      if (!cancelled) cancel(ids[abandoned]);
-      break;
-    }
-  }
-  *first_failed = state.first_failed;
-  if (*first_failed >= 0) {
-    *first_status = state.results[*first_failed].status();
-    // Every call may have returned before the wait saw the failure: the
-    // others' requests may still hold state (e.g. slices from the failed one).
-    if (!cancelled) cancel(ids[*first_failed]);
-  }
-  state.mu.Unlock();
-  return abandoned;
 }
 
 int64_t SliceBytes(const std::vector<SliceIr>& slices) {
@@ -323,79 +271,98 @@ absl::StatusOr<InferResponse> Coordinator::RunOnce(const ValidatedRequest& v,
                                                    const CompiledPlan& plan,
                                                    absl::Time deadline, int64_t* failed_worker,
                                                    InferRecorder* recorder, bool refill) {
-  const std::string request_id = NextRequestId(request.id);
+  MS_ASSIGN_OR_RETURN(PendingRun run,
+                      StartRun(v, request, placement, plan, deadline, refill, recorder));
+  return FinishRun(std::move(run), v, request, placement, plan, deadline, failed_worker,
+                   recorder);
+}
+
+absl::StatusOr<Coordinator::PendingRun> Coordinator::StartRun(
+    const ValidatedRequest& v, const InferRequest& request, const Placement& placement,
+    const CompiledPlan& plan, absl::Time deadline, bool refill, InferRecorder* recorder) {
+  PendingRun run;
+  run.request_id = NextRequestId(request.id);
   if (absl::Now() >= deadline) {
-    return absl::DeadlineExceededError(absl::StrCat("request ", request_id, " of model '",
+    return absl::DeadlineExceededError(absl::StrCat("request ", run.request_id, " of model '",
                                                     request.model,
                                                     "': its deadline passed before it ran"));
   }
   MS_ASSIGN_OR_RETURN(auto calls,
-                      BuildCalls(plan, v.inputs, request_id,
+                      BuildCalls(plan, v.inputs, run.request_id,
                                  absl::ToInt64Milliseconds(TimeLeft(deadline))));
-  const ParamCacheMode param_cache = param_cache_.ModeFor(plan, placement.version, refill);
-  int64_t bytes_in = 0;
+  run.param_cache = param_cache_.ModeFor(plan, placement.version, refill);
   for (auto& [worker, call] : calls) {
     call.param_version = placement.version;
-    call.param_cache = param_cache;
-    bytes_in += SliceBytes(call.inputs);
+    call.param_cache = run.param_cache;
+    run.bytes_in += SliceBytes(call.inputs);
   }
   if (recorder != nullptr) recorder->ComputeStarted();
-  const absl::Time compute_start = absl::Now();
-  absl::StatusOr<std::map<int64_t, ExecuteResult>> by_worker =
-      ExecuteAll(placement, request_id, deadline, std::move(calls), failed_worker);
-  if (param_cache_.Ran(plan, placement.version, param_cache, by_worker.status())) {
-    return RunOnce(v, request, placement, plan, deadline, failed_worker, recorder, true);
-  }
-  MS_RETURN_IF_ERROR(by_worker.status());
-  const absl::Duration compute = absl::Now() - compute_start;
-  int64_t bytes_out = 0;
-  for (const auto& [worker, result] : *by_worker) bytes_out += SliceBytes(result.outputs);
-  if (recorder != nullptr) recorder->ComputeDone(bytes_in, bytes_out);
-  MS_ASSIGN_OR_RETURN(InferResponse response,
-                      AssembleResponse(v, request, placement, plan, *by_worker));
-  response.compute_us = absl::ToInt64Microseconds(compute);
-  return response;
-}
-
-absl::StatusOr<std::map<int64_t, ExecuteResult>> Coordinator::ExecuteAll(
-    const Placement& placement, const std::string& request_id, absl::Time deadline,
-    std::map<int64_t, ExecuteCall> calls, int64_t* failed_worker) {
-  std::vector<int64_t> ids;
-  auto state = std::make_shared<CallsInFlight>(calls.size());
+  run.compute_start = absl::Now();
+  run.calls = std::make_shared<CallsInFlight>(calls.size());
   // Every call starts at once (WorkerClient::ExecuteAsync: gRPC's callback
   // API, no thread per call) and never waits behind another: the calls of one
-  // request wait for each other's data. This thread waits for their
-  // completions. The RPC gets a little more than the request's time, so that
-  // a worker's own DEADLINE_EXCEEDED (naming the request and step) arrives
-  // first.
+  // request wait for each other's data. The RPC gets a little more than the
+  // request's time, so that a worker's own DEADLINE_EXCEEDED (naming the
+  // request and step) arrives first.
   const absl::Duration rpc_timeout = TimeLeft(deadline) + kRpcGrace;
-  ids.reserve(calls.size());
+  run.ids.reserve(calls.size());
+  for (const auto& [id, call] : calls) run.ids.push_back(id);
+  size_t next_index = 0;
   for (auto& [id, call] : calls) {
-    const size_t index = ids.size();
-    ids.push_back(id);
+    const size_t index = next_index++;  // run.ids[index] == id: both in map order
     auto addr = placement.worker_addresses.find(id);
     absl::StatusOr<std::shared_ptr<WorkerClient>> client =
         addr == placement.worker_addresses.end()
             ? Internal("worker ", id, " outside the placement")
             : Client(id, addr->second);
     if (!client.ok()) {
-      state->Finish(index, client.status());
+      run.calls->Finish(index, client.status());
       continue;
     }
-    // The callback holds the client and the state: a call given up by
-    // WaitForCalls finishes later on its own.
+    // The callback holds the client and the calls: a call given up by
+    // CallsInFlight::Wait finishes later on its own.
     WorkerClient* raw = client->get();
     raw->ExecuteAsync(std::move(call), rpc_timeout,
-                      [state, index, keep = *std::move(client)](
+                      [calls = run.calls, index, keep = *std::move(client)](
                           absl::StatusOr<ExecuteResult> result) {
-                        state->Finish(index, std::move(result));
+                        calls->Finish(index, std::move(result));
                       });
   }
+  return run;
+}
+
+absl::StatusOr<InferResponse> Coordinator::FinishRun(PendingRun run, const ValidatedRequest& v,
+                                                     const InferRequest& request,
+                                                     const Placement& placement,
+                                                     const CompiledPlan& plan,
+                                                     absl::Time deadline,
+                                                     int64_t* failed_worker,
+                                                     InferRecorder* recorder) {
+  absl::StatusOr<std::map<int64_t, ExecuteResult>> by_worker =
+      CollectCalls(placement, run, deadline, failed_worker);
+  if (param_cache_.Ran(plan, placement.version, run.param_cache, by_worker.status())) {
+    return RunOnce(v, request, placement, plan, deadline, failed_worker, recorder, true);
+  }
+  MS_RETURN_IF_ERROR(by_worker.status());
+  const absl::Duration compute = absl::Now() - run.compute_start;
+  int64_t bytes_out = 0;
+  for (const auto& [worker, result] : *by_worker) bytes_out += SliceBytes(result.outputs);
+  if (recorder != nullptr) recorder->ComputeDone(run.bytes_in, bytes_out);
+  MS_ASSIGN_OR_RETURN(InferResponse response,
+                      AssembleResponse(v, request, placement, plan, *by_worker));
+  response.compute_us = absl::ToInt64Microseconds(compute);
+  return response;
+}
+
+absl::StatusOr<std::map<int64_t, ExecuteResult>> Coordinator::CollectCalls(
+    const Placement& placement, const PendingRun& run, absl::Time deadline,
+    int64_t* failed_worker) {
+  const std::vector<int64_t>& ids = run.ids;
   int first_failed = -1;
   absl::Status first_status;
-  const int abandoned = WaitForCalls(
-      *state, ids, registry_,
-      [&](int64_t failed) { CancelOthers(placement, ids, failed, request_id); },
+  const int abandoned = run.calls->Wait(
+      ids, registry_,
+      [&](int64_t failed) { CancelOthers(placement, ids, failed, run.request_id); },
       &first_failed, &first_status);
   // The first failure is the cause; the others mostly report the cancellation
   // it caused.
@@ -404,7 +371,7 @@ absl::StatusOr<std::map<int64_t, ExecuteResult>> Coordinator::ExecuteAll(
     *failed_worker = worker;
     return Unavailable("worker ", worker, " (", placement.worker_addresses.at(worker),
                        ") was declared ", registry_.IsAlive(worker) ? "suspect" : "dead",
-                       " while running request ", request_id,
+                       " while running request ", run.request_id,
                        "; its call was abandoned and its peers cancelled");
   }
   if (first_failed >= 0) {
@@ -412,7 +379,7 @@ absl::StatusOr<std::map<int64_t, ExecuteResult>> Coordinator::ExecuteAll(
     *failed_worker = worker;
     const std::string where = absl::StrCat("worker ", worker, " (",
                                            placement.worker_addresses.at(worker),
-                                           ") failed request ", request_id);
+                                           ") failed request ", run.request_id);
     if (absl::IsDeadlineExceeded(first_status) &&
         absl::Now() + kDeadlineSlack >= deadline) {
       // The request's own deadline passed, not a lost worker: no suspect, no retry.
@@ -425,9 +392,9 @@ absl::StatusOr<std::map<int64_t, ExecuteResult>> Coordinator::ExecuteAll(
     return AnnotateStatus(first_status, where);
   }
   // Every call has returned (no failure, none given up).
+  std::vector<absl::StatusOr<ExecuteResult>> results = run.calls->TakeResults();
   std::map<int64_t, ExecuteResult> by_worker;
-  absl::MutexLock lock(&state->mu);
-  for (size_t i = 0; i < ids.size(); ++i) by_worker[ids[i]] = *std::move(state->results[i]);
+  for (size_t i = 0; i < ids.size(); ++i) by_worker[ids[i]] = *std::move(results[i]);
   return by_worker;
 }
 

@@ -58,6 +58,12 @@ CoordinatorMetrics::CoordinatorMetrics()
           "Requests whose param-only steps (e.g. a kernel's all-gather) were kept (mode=fill), "
           "skipped (use) or could not be skipped (refused: run again as a fill).",
           {"mode"})),
+      async_paths(registry.AddCounter(
+          "meshserve_inference_async_total",
+          "ModelInfer requests by how they waited for their workers: answered by the last "
+          "worker's callback (path=callback) or by a thread that waited (thread: a batched "
+          "model, a plan still to compile, a failed call, calls longer than the watch period).",
+          {"path"})),
       worker_up(registry.AddGauge("meshserve_worker_up", "1 while a worker is alive, else 0.",
                                   {"worker", "address"})),
       worker_suspect(registry.AddGauge("meshserve_worker_suspect",

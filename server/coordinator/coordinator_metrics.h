@@ -19,6 +19,9 @@
 //   meshserve_param_cache_requests_total{mode}    requests whose param-only steps were kept
 //                                                 (fill), skipped (use) or refused (run
 //                                                 again as a fill; param_cache_state.h)
+//   meshserve_inference_async_total{path}         ModelInfer requests answered by the last
+//                                                 worker's callback or by a waiting thread
+//                                                 (Coordinator::InferAsync)
 // Per worker (worker="ID", address="HOST:PORT"), refreshed at each scrape:
 //   meshserve_worker_up (1 alive, 0 dead), meshserve_worker_suspect,
 //   meshserve_worker_draining.
@@ -85,6 +88,7 @@ struct CoordinatorMetrics {
   Histogram& placement_seconds;
   Counter& placement_bytes;
   Counter& param_cache_requests;
+  Counter& async_paths;
   Gauge& worker_up;
   Gauge& worker_suspect;
   Gauge& worker_draining;

@@ -2,6 +2,9 @@
 // of an unbatched model, deadlines passed down as the time left, a request's
 // own deadline versus a lost worker, and a call on a worker declared dead
 // abandoned and retried at once instead of waiting for the stalled worker.
+// Each rule is checked through Infer and through InferAsync (the gRPC
+// ModelInfer's path), whose requests wait for their workers without a thread
+// until a call fails or runs long.
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -92,6 +95,12 @@ class RecordingClient : public WorkerClient {
   absl::StatusOr<WorkerStatusIr> Status(absl::Duration t) override { return fake_->Status(t); }
 
   void Hold(absl::Notification* hold) { hold_ = hold; }  // before requests start
+  void Reset() {
+    absl::MutexLock lock(&mu_);
+    deadlines_ms_.clear();
+    timeouts_.clear();
+    finished_ = 0;
+  }
   void Expire() { expire_ = true; }
   std::vector<int64_t> deadlines_ms() const {
     absl::MutexLock lock(&mu_);
@@ -114,7 +123,8 @@ class RecordingClient : public WorkerClient {
   std::vector<absl::Duration> timeouts_ ABSL_GUARDED_BY(mu_);
 };
 
-class ReliabilityTest : public ::testing::Test {
+// The parameter: requests go through InferAsync (true) or Infer (false).
+class ReliabilityTest : public ::testing::TestWithParam<bool> {
  protected:
   void Start(int max_inflight = 64) {
     const std::string dir = absl::StrCat(::testing::TempDir(), "/reliability_", getpid(), "_",
@@ -143,6 +153,32 @@ class ReliabilityTest : public ::testing::Test {
       absl::SleepFor(absl::Milliseconds(10));
     }
     ASSERT_TRUE(coordinator_->IsReady());
+    if (GetParam()) {
+      // InferAsync starts only requests whose plan is compiled: compile
+      // pair's (not other's) and forget the calls that did it.
+      ASSERT_OK(coordinator_->Infer(Request("pair")).status());
+      for (int64_t id : workers_) Client(id)->Reset();
+    }
+  }
+  // A request through the path under test.
+  absl::StatusOr<InferResponse> Run(const InferRequest& r) {
+    if (!GetParam()) return coordinator_->Infer(r);
+    absl::Notification answered;
+    std::atomic<int> calls{0};
+    absl::StatusOr<InferResponse> result;
+    coordinator_->InferAsync(r, [&](absl::StatusOr<InferResponse> response) {
+      result = std::move(response);
+      ++calls;
+      answered.Notify();
+    });
+    answered.WaitForNotification();
+    absl::SleepFor(absl::Milliseconds(1));
+    EXPECT_EQ(calls, 1);  // exactly once
+    return result;
+  }
+  // InferAsync's requests so far by how they waited ("callback", "thread").
+  double Waited(const std::string& path) {
+    return coordinator_->metrics().async_paths.Value({path});
   }
   std::shared_ptr<RecordingClient> Client(int64_t id) {
     absl::MutexLock lock(&mu_);
@@ -197,7 +233,7 @@ class ReliabilityTest : public ::testing::Test {
   std::thread beats_;
 };
 
-TEST_F(ReliabilityTest, UnbatchedModelRejectsBeyondItsInflightBound) {
+TEST_P(ReliabilityTest, UnbatchedModelRejectsBeyondItsInflightBound) {
   Start(/*max_inflight=*/2);
   Client(workers_[0])->Hold(&release_);
   std::vector<std::thread> pool;
@@ -205,7 +241,7 @@ TEST_F(ReliabilityTest, UnbatchedModelRejectsBeyondItsInflightBound) {
   for (int t = 0; t < 2; ++t) {
     pool.emplace_back([&, t] {
       InferRequest r = Request("pair", 10 * t);
-      absl::StatusOr<InferResponse> response = coordinator_->Infer(r);
+      absl::StatusOr<InferResponse> response = Run(r);
       if (response.ok() && response->outputs[0].data == r.inputs[0].data) ++ok;
     });
   }
@@ -214,7 +250,7 @@ TEST_F(ReliabilityTest, UnbatchedModelRejectsBeyondItsInflightBound) {
     absl::SleepFor(absl::Milliseconds(5));
   }
   ASSERT_EQ(Client(workers_[0])->deadlines_ms().size(), 2u);
-  absl::Status over = coordinator_->Infer(Request("pair")).status();
+  absl::Status over = Run(Request("pair")).status();
   EXPECT_THAT(over, StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_THAT(std::string(over.message()),
               AllOf(HasSubstr("model 'pair'"), HasSubstr("2 requests in flight"),
@@ -223,21 +259,21 @@ TEST_F(ReliabilityTest, UnbatchedModelRejectsBeyondItsInflightBound) {
   for (auto& t : pool) t.join();
   EXPECT_EQ(ok, 2);
   // The slots are free again, and the bound is per model.
-  EXPECT_OK(coordinator_->Infer(Request("pair")).status());
-  EXPECT_OK(coordinator_->Infer(Request("other")).status());
+  EXPECT_OK(Run(Request("pair")).status());
+  EXPECT_OK(Run(Request("other")).status());
 }
 
-TEST_F(ReliabilityTest, BoundIsPerModel) {
+TEST_P(ReliabilityTest, BoundIsPerModel) {
   Start(/*max_inflight=*/1);
   Client(workers_[0])->Hold(&release_);
-  std::thread held([&] { EXPECT_OK(coordinator_->Infer(Request("pair")).status()); });
+  std::thread held([&] { EXPECT_OK(Run(Request("pair")).status()); });
   for (int i = 0; i < 1000 && Client(workers_[0])->deadlines_ms().empty(); ++i) {
     absl::SleepFor(absl::Milliseconds(5));
   }
-  EXPECT_THAT(coordinator_->Infer(Request("pair")),
+  EXPECT_THAT(Run(Request("pair")),
               StatusIs(absl::StatusCode::kResourceExhausted, "model 'pair'"));
   // "other" has its own bound: admitted, and held like "pair" is.
-  std::thread other([&] { EXPECT_OK(coordinator_->Infer(Request("other")).status()); });
+  std::thread other([&] { EXPECT_OK(Run(Request("other")).status()); });
   for (int i = 0; i < 1000 && Client(workers_[0])->deadlines_ms().size() < 2; ++i) {
     absl::SleepFor(absl::Milliseconds(5));
   }
@@ -247,12 +283,12 @@ TEST_F(ReliabilityTest, BoundIsPerModel) {
   other.join();
 }
 
-TEST_F(ReliabilityTest, WorkersGetTheRequestsBudgetAndTheRetryOnlyWhatIsLeft) {
+TEST_P(ReliabilityTest, WorkersGetTheRequestsBudgetAndTheRetryOnlyWhatIsLeft) {
   Start();
   Client(workers_[1])->fake().FailExecute(absl::UnavailableError("connection reset"), 1);
   InferRequest r = Request("pair");
   r.timeout = absl::Seconds(20);
-  ASSERT_OK_AND_ASSIGN(InferResponse response, coordinator_->Infer(r));
+  ASSERT_OK_AND_ASSIGN(InferResponse response, Run(r));
   EXPECT_EQ(response.outputs[0].data, r.inputs[0].data);
   const std::vector<int64_t> first = Client(workers_[0])->deadlines_ms();
   ASSERT_EQ(first.size(), 2u);  // the failed attempt and the retry
@@ -261,23 +297,30 @@ TEST_F(ReliabilityTest, WorkersGetTheRequestsBudgetAndTheRetryOnlyWhatIsLeft) {
   EXPECT_LT(first[1], first[0]);  // the retry waited (>= 20 ms) and gets only the rest
   // The RPC deadline is the request's plus a little: the worker's answer comes first.
   for (absl::Duration t : Client(workers_[0])->timeouts()) EXPECT_LE(t, absl::Seconds(21));
+  if (GetParam()) {  // the failed call sent the request to a thread
+    EXPECT_EQ(Waited("thread"), 1);
+    EXPECT_EQ(Waited("callback"), 0);
+  }
 }
 
-TEST_F(ReliabilityTest, RequestDeadlineIsDeadlineExceededWithoutBlamingTheWorker) {
+TEST_P(ReliabilityTest, RequestDeadlineIsDeadlineExceededWithoutBlamingTheWorker) {
   Start();
   Client(workers_[0])->Expire();
   InferRequest r = Request("pair");
   r.timeout = absl::Milliseconds(200);
-  absl::Status s = coordinator_->Infer(r).status();
+  absl::Status s = Run(r).status();
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kDeadlineExceeded));
   EXPECT_THAT(std::string(s.message()), AllOf(HasSubstr("failed request req"),
                                                HasSubstr("passed its deadline before step 0")));
   // Not a worker failure: no suspect, no retry.
   EXPECT_FALSE(coordinator_->registry().IsSuspect(workers_[0]));
   EXPECT_EQ(Client(workers_[0])->deadlines_ms().size(), 1u);
+  if (GetParam()) {
+    EXPECT_EQ(Waited("thread"), 1);
+  }
 }
 
-TEST_F(ReliabilityTest, CallOnAWorkerDeclaredDeadIsAbandonedAndRetriedAtOnce) {
+TEST_P(ReliabilityTest, CallOnAWorkerDeclaredDeadIsAbandonedAndRetriedAtOnce) {
   Start();
   ASSERT_OK_AND_ASSIGN(ModelStatus before, coordinator_->GetModelStatus("pair"));
   Client(workers_[1])->Hold(&release_);  // stalled (SIGSTOP): never answers
@@ -290,7 +333,7 @@ TEST_F(ReliabilityTest, CallOnAWorkerDeclaredDeadIsAbandonedAndRetriedAtOnce) {
     silent = true;
   });
   InferRequest r = Request("pair", 3);
-  absl::StatusOr<InferResponse> response = coordinator_->Infer(r);  // default budget: 120 s
+  absl::StatusOr<InferResponse> response = Run(r);  // default budget: 120 s
   stop.join();
   ASSERT_TRUE(silent);
   ASSERT_OK(response.status());
@@ -300,7 +343,40 @@ TEST_F(ReliabilityTest, CallOnAWorkerDeclaredDeadIsAbandonedAndRetriedAtOnce) {
   // Answered while the stalled call is still held: it was given up, not awaited.
   EXPECT_EQ(Client(workers_[1])->finished(), 0);
   EXPECT_FALSE(Client(workers_[0])->fake().cancelled().empty());  // its peer was cancelled
+  if (GetParam()) {
+    EXPECT_EQ(Waited("thread"), 1);  // the watch handed it to a thread
+  }
 }
+
+TEST_P(ReliabilityTest, CompiledPlansAnswerWithoutAThreadAndOthersOnOne) {
+  Start();
+  // The fake workers answer each output slice with its input slice: the
+  // answer is x, assembled from both workers' slices.
+  for (const char* model : {"pair", "other", "other"}) {
+    InferRequest r = Request(model, -4.5f);
+    ASSERT_OK_AND_ASSIGN(InferResponse response, Run(r));
+    ASSERT_EQ(response.outputs.size(), 1u);
+    EXPECT_EQ(response.outputs[0].data, r.inputs[0].data) << model;
+  }
+  if (GetParam()) {
+    // pair's plan was compiled (Start), other's by its first request, which
+    // ran on a thread; the second found it.
+    EXPECT_EQ(Waited("callback"), 2);
+    EXPECT_EQ(Waited("thread"), 1);
+  } else {
+    EXPECT_EQ(Waited("callback") + Waited("thread"), 0);
+  }
+  // Errors before the calls are answered too, as Infer answers them.
+  InferRequest bad = Request("pair");
+  bad.inputs[0].shape = {2, 4};
+  EXPECT_THAT(Run(bad), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Run(Request("nope")), StatusIs(absl::StatusCode::kNotFound, "'nope'"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, ReliabilityTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "InferAsync" : "Infer";
+                         });
 
 }  // namespace
 }  // namespace meshserve

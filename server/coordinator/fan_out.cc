@@ -15,7 +15,8 @@ bool IsWorkerFailure(const absl::Status& status) {
 }
 
 // WorkerClient's default (worker_client.h): one executor thread per call, as
-// a blocking Execute needs. `done` keeps the client alive (ExecuteAll).
+// a blocking Execute needs. `done` keeps the client alive (StartRun,
+// coordinator_infer.cc).
 void WorkerClient::ExecuteAsync(ExecuteCall call, absl::Duration timeout, ExecuteDone done) {
   auto moved = std::make_shared<ExecuteCall>(std::move(call));
   ElasticExecutor::Shared().Schedule([this, moved, timeout, done = std::move(done)] {

@@ -39,10 +39,33 @@ absl::Status ProgramCache::Install(const CompiledPlan& plan, const Placement& pl
   return absl::OkStatus();
 }
 
+namespace {
+
+std::string CacheKey(const ValidatedRequest& v, const Placement& placement) {
+  return absl::StrCat(placement.model, "|", placement.generation, "|", v.cache_key_suffix);
+}
+
+}  // namespace
+
+std::shared_ptr<const CompiledPlan> ProgramCache::Find(const ValidatedRequest& v,
+                                                       const Placement& placement) const {
+  std::shared_ptr<CacheEntry> entry;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = cache_.find(CacheKey(v, placement));
+    if (it == cache_.end()) return nullptr;
+    entry = it->second;
+  }
+  // Held while the plan compiles and installs: a miss, not a wait.
+  if (!entry->mu.TryLock()) return nullptr;
+  std::shared_ptr<const CompiledPlan> plan = entry->done ? entry->plan : nullptr;
+  entry->mu.Unlock();
+  return plan;
+}
+
 absl::StatusOr<std::shared_ptr<const CompiledPlan>> ProgramCache::GetOrCompile(
     const ValidatedRequest& v, const std::shared_ptr<const Placement>& placement) {
-  const std::string key =
-      absl::StrCat(placement->model, "|", placement->generation, "|", v.cache_key_suffix);
+  const std::string key = CacheKey(v, *placement);
   std::shared_ptr<CacheEntry> entry;
   {
     absl::MutexLock lock(&mu_);

@@ -57,6 +57,12 @@ class ProgramCache {
       const ValidatedRequest& request, const std::shared_ptr<const Placement>& placement)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // The plan GetOrCompile would return, if it is compiled and installed
+  // already; else null. Never waits (not for a plan being compiled either).
+  std::shared_ptr<const CompiledPlan> Find(const ValidatedRequest& request,
+                                           const Placement& placement) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // Drops every plan of `model` at `generation` (its placement is retired).
   void EraseGeneration(const std::string& model, int64_t generation) ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -195,5 +195,25 @@ TEST_F(ProgramCacheTest, EraseGenerationDropsOnlyItsPlans) {
   EXPECT_EQ(compiler_.compiles(), 2) << "generation 2 is still cached";
 }
 
+TEST_F(ProgramCacheTest, FindReturnsOnlyWhatIsCompiledAndInstalled) {
+  std::shared_ptr<const Placement> g1 = Place(1);
+  std::shared_ptr<const Placement> g2 = Place(2);
+  const ValidatedRequest v = Validated(request_);
+  EXPECT_EQ(cache_.Find(v, *g1), nullptr);  // never compiled
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const CompiledPlan> plan, cache_.GetOrCompile(v, g1));
+  EXPECT_EQ(cache_.Find(v, *g1), plan);
+  EXPECT_EQ(cache_.Find(v, *g2), nullptr);  // another generation, another plan
+  InferRequest replicated = request_;
+  replicated.out_shardings["y"] = "P()";
+  EXPECT_EQ(cache_.Find(Validated(replicated), *g1), nullptr);  // another key
+  // A failed install leaves nothing to find.
+  cluster_.Worker(workers_[1].worker_id)->SetDown(true);
+  EXPECT_FALSE(cache_.GetOrCompile(v, g2).ok());
+  EXPECT_EQ(cache_.Find(v, *g2), nullptr);
+  cache_.EraseGeneration("fixed", 1);
+  EXPECT_EQ(cache_.Find(v, *g1), nullptr);
+  EXPECT_EQ(compiler_.compiles(), 2) << "Find compiles nothing";
+}
+
 }  // namespace
 }  // namespace meshserve

@@ -46,15 +46,20 @@ MODEL = {
 }
 
 
-def cache_counts(http_port):
-    """{mode: count} of meshserve_param_cache_requests_total."""
+def counts(http_port, metric, label):
+    """{label value: count} of the coordinator's counter `metric`."""
     with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % http_port, timeout=10) as r:
         text = r.read().decode()
-    counts = {}
-    for mode, value in re.findall(
-            r'^meshserve_param_cache_requests_total\{mode="(\w+)"\} ([0-9.e+]+)$', text, re.M):
-        counts[mode] = int(float(value))
-    return counts
+    found = {}
+    for value, count in re.findall(
+            r'^%s\{%s="(\w+)"\} ([0-9.e+]+)$' % (metric, label), text, re.M):
+        found[value] = int(float(count))
+    return found
+
+
+def cache_counts(http_port):
+    """{mode: count} of meshserve_param_cache_requests_total."""
+    return counts(http_port, "meshserve_param_cache_requests_total", "mode")
 
 
 class Run:
@@ -121,6 +126,10 @@ def cached(env):
         n = cache_counts(r.http_port)
         c.check(1 <= n.get("fill", 0) <= 2 and n.get("use", 0) >= 38,
                 "version 1: the gather ran once and was kept (%s)" % n)
+        paths = counts(r.http_port, "meshserve_inference_async_total", "path")
+        c.check(paths.get("callback", 0) >= 38 and sum(paths.values()) == 40,
+                "ModelInfer: compiled plans answered by the last worker's callback, "
+                "no thread waiting (%s)" % paths)
         r.requests("version 1, 4 rows (a second program)", 5, rows=4)
         n4 = cache_counts(r.http_port)
         c.check(n4.get("fill", 0) == n["fill"] + 1 and n4.get("use", 0) == n["use"] + 4,

@@ -11,7 +11,7 @@ const EdgeOptions& DefaultEdgeOptions() {
 }
 
 absl::StatusOr<CallGate::Pass> AdmitClientCall(const EdgeOptions& edge, CallGate* gate,
-                                               const grpc::ServerContext& context) {
+                                               const grpc::ServerContextBase& context) {
   MS_ASSIGN_OR_RETURN(CallGate::Pass pass, gate->Enter());
   if (!edge.auth_token.empty()) {
     MS_RETURN_IF_ERROR(CheckBearerToken(context.client_metadata(), edge.auth_token));
@@ -20,7 +20,7 @@ absl::StatusOr<CallGate::Pass> AdmitClientCall(const EdgeOptions& edge, CallGate
 }
 
 absl::StatusOr<CallGate::Pass> AdmitMemberCall(const EdgeOptions& edge, CallGate* gate,
-                                               const grpc::ServerContext& context) {
+                                               const grpc::ServerContextBase& context) {
   MS_ASSIGN_OR_RETURN(CallGate::Pass pass, gate->Enter());
   if (edge.tls) MS_RETURN_IF_ERROR(CheckMemberPeer(*context.auth_context()));
   return pass;

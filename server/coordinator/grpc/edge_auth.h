@@ -37,11 +37,11 @@ const EdgeOptions& DefaultEdgeOptions();
 
 // Admits a call: `gate` first (kUnavailable once the server is stopping,
 // call_gate.h), then the policy above. The pass must live until the handler
-// returns.
+// returns (a callback handler: until just before it finishes the call).
 absl::StatusOr<CallGate::Pass> AdmitClientCall(const EdgeOptions& edge, CallGate* gate,
-                                               const grpc::ServerContext& context);
+                                               const grpc::ServerContextBase& context);
 absl::StatusOr<CallGate::Pass> AdmitMemberCall(const EdgeOptions& edge, CallGate* gate,
-                                               const grpc::ServerContext& context);
+                                               const grpc::ServerContextBase& context);
 
 }  // namespace meshserve
 

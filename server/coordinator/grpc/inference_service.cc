@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -178,27 +180,45 @@ grpc::Status InferenceService::ModelMetadata(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::ModelInfer(grpc::ServerContext* context,
-                                          const inference::ModelInferRequest* request,
-                                          inference::ModelInferResponse* response) {
+grpc::ServerUnaryReactor* InferenceService::ModelInfer(
+    grpc::CallbackServerContext* context, const inference::ModelInferRequest* request,
+    inference::ModelInferResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<CallGate::Pass> pass = AdmitClientCall(edge_, gate_, *context);
-  if (!pass.ok()) return ToGrpcStatus(pass.status());
-  absl::StatusOr<InferRequest> core = InferRequestFromProto(*request);
-  if (!core.ok()) return ToGrpcStatus(core.status());
-  if (absl::Status over = CheckRequestLimits(*core, edge_.limits); !over.ok()) {
-    return ToGrpcStatus(over);
+  absl::StatusOr<InferRequest> core =
+      pass.ok() ? InferRequestFromProto(*request) : absl::StatusOr<InferRequest>(pass.status());
+  if (core.ok()) core = CheckedForCoordinator(*std::move(core), context->deadline());
+  if (!core.ok()) {
+    reactor->Finish(ToGrpcStatus(core.status()));
+    return reactor;
   }
-  const absl::Duration left = TimeLeftUntil(context->deadline());
+  // The pass ends just before the call does (edge_auth.h): once finished,
+  // the server may stop and take the gate with it.
+  auto held = std::make_shared<std::optional<CallGate::Pass>>(*std::move(pass));
+  coordinator_->InferAsync(*std::move(core),
+                           [reactor, response, held](absl::StatusOr<InferResponse> result) {
+                             held->reset();
+                             if (!result.ok()) {
+                               reactor->Finish(ToGrpcStatus(result.status()));
+                               return;
+                             }
+                             InferResponseToProto(*std::move(result), response);
+                             reactor->Finish(grpc::Status::OK);
+                           });
+  return reactor;
+}
+
+absl::StatusOr<InferRequest> InferenceService::CheckedForCoordinator(
+    InferRequest core, std::chrono::system_clock::time_point deadline) const {
+  MS_RETURN_IF_ERROR(CheckRequestLimits(core, edge_.limits));
+  const absl::Duration left = TimeLeftUntil(deadline);
   if (left != absl::InfiniteDuration()) {
     if (left <= absl::ZeroDuration()) {
-      return ToGrpcStatus(absl::DeadlineExceededError("deadline expired before the request"));
+      return absl::DeadlineExceededError("deadline expired before the request");
     }
-    core->timeout = left;
+    core.timeout = left;
   }
-  absl::StatusOr<InferResponse> result = coordinator_->Infer(*core);
-  if (!result.ok()) return ToGrpcStatus(result.status());
-  InferResponseToProto(*std::move(result), response);
-  return grpc::Status::OK;
+  return core;
 }
 
 }  // namespace meshserve

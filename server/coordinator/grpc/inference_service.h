@@ -10,10 +10,15 @@
 // raw_output_contents, with parameters "type" (the JAX type string) and
 // "generation".
 //
-// Thread-safety: thread-safe (the Coordinator is); handlers block on the
-// coordinator (synchronous service, gRPC's thread pool).
+// ModelInfer uses gRPC's callback API (Coordinator::InferAsync): a request
+// holds no thread while its workers run, and the last worker's answer
+// finishes the call. The other methods are synchronous.
+//
+// Thread-safety: thread-safe (the Coordinator is).
 #ifndef MESHSERVE_SERVER_COORDINATOR_GRPC_INFERENCE_SERVICE_H_
 #define MESHSERVE_SERVER_COORDINATOR_GRPC_INFERENCE_SERVICE_H_
+
+#include <chrono>
 
 #include "absl/status/statusor.h"
 #include "common/rpc/call_gate.h"
@@ -29,7 +34,9 @@ namespace meshserve {
 absl::StatusOr<InferRequest> InferRequestFromProto(const inference::ModelInferRequest& proto);
 void InferResponseToProto(InferResponse response, inference::ModelInferResponse* proto);
 
-class InferenceService final : public inference::GRPCInferenceService::Service {
+class InferenceService final
+    : public inference::GRPCInferenceService::WithCallbackMethod_ModelInfer<
+          inference::GRPCInferenceService::Service> {
  public:
   // `gate` (call_gate.h) and `edge` (who may call, limits: edge_auth.h) must
   // outlive the service.
@@ -47,10 +54,17 @@ class InferenceService final : public inference::GRPCInferenceService::Service {
                               inference::ServerMetadataResponse*) override;
   grpc::Status ModelMetadata(grpc::ServerContext*, const inference::ModelMetadataRequest*,
                              inference::ModelMetadataResponse*) override;
-  grpc::Status ModelInfer(grpc::ServerContext*, const inference::ModelInferRequest*,
-                          inference::ModelInferResponse*) override;
+  grpc::ServerUnaryReactor* ModelInfer(grpc::CallbackServerContext* context,
+                                       const inference::ModelInferRequest* request,
+                                       inference::ModelInferResponse* response) override;
 
  private:
+  // `core` within the edge's limits, with the call's deadline as its timeout.
+  // \error kInvalidArgument / kResourceExhausted (request_limits.h),
+  //   kDeadlineExceeded when the deadline has passed.
+  absl::StatusOr<InferRequest> CheckedForCoordinator(
+      InferRequest core, std::chrono::system_clock::time_point deadline) const;
+
   Coordinator* const coordinator_;
   CallGate* const gate_;  // admits each call (call_gate.h)
   const EdgeOptions& edge_;

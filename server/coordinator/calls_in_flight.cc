@@ -1,0 +1,107 @@
+#include "server/coordinator/calls_in_flight.h"
+
+#include <utility>
+
+#include "absl/time/time.h"
+
+namespace meshserve {
+namespace {
+
+// How often a request waiting for its workers checks the registry for a lost one.
+constexpr absl::Duration kWatchPeriod = absl::Milliseconds(50);
+
+}  // namespace
+
+CallsInFlight::CallsInFlight(size_t n) : results_(n), done_(n, false), remaining_(n) {}
+
+void CallsInFlight::OnSettled(std::function<void()> on_settled) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (claimed_) return;
+    if (!Settled()) {
+      on_settled_ = std::move(on_settled);
+      return;
+    }
+    claimed_ = true;
+  }
+  on_settled();
+}
+
+void CallsInFlight::Finish(size_t index, absl::StatusOr<ExecuteResult> result) {
+  std::function<void()> settled;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!result.ok() && first_failed_ < 0) first_failed_ = static_cast<int>(index);
+    results_[index] = std::move(result);
+    done_[index] = true;
+    --remaining_;
+    if (!claimed_ && on_settled_ && Settled()) {
+      claimed_ = true;
+      settled = std::move(on_settled_);
+      on_settled_ = nullptr;  // it holds the request, which holds *this
+    }
+  }
+  if (settled) settled();
+}
+
+bool CallsInFlight::Claim() {
+  absl::MutexLock lock(&mu_);
+  if (claimed_) return false;
+  claimed_ = true;
+  on_settled_ = nullptr;
+  return true;
+}
+
+bool CallsInFlight::AllOk() const {
+  absl::MutexLock lock(&mu_);
+  return remaining_ == 0 && first_failed_ < 0;
+}
+
+int CallsInFlight::Wait(const std::vector<int64_t>& ids, const WorkerRegistry& registry,
+                        absl::FunctionRef<void(int64_t failed)> cancel_others,
+                        int* first_failed, absl::Status* first_status) {
+  int abandoned = -1;
+  mu_.Lock();  // not a MutexLock: `cancel` releases it around the RPCs
+  bool cancelled = false;
+  auto cancel = [&](int64_t failed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    cancelled = true;
+    mu_.Unlock();
+    cancel_others(failed);
+    mu_.Lock();
+  };
+  auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return remaining_ == 0 || (first_failed_ >= 0 && !cancelled);
+  };
+  while (remaining_ > 0) {
+    if (first_failed_ >= 0 && !cancelled) {
+      cancel(ids[first_failed_]);
+      continue;
+    }
+    if (mu_.AwaitWithTimeout(absl::Condition(&settled), kWatchPeriod)) continue;
+    for (size_t i = 0; i < ids.size() && abandoned < 0; ++i) {
+      if (!done_[i] && (!registry.IsAlive(ids[i]) || registry.IsSuspect(ids[i]))) {
+        abandoned = static_cast<int>(i);
+      }
+    }
+    if (abandoned >= 0) {
+      if (!cancelled) cancel(ids[abandoned]);
+      break;
+    }
+  }
+  *first_failed = first_failed_;
+  if (*first_failed >= 0) {
+    *first_status = results_[*first_failed].status();
+    // Every call may have returned before the wait saw the failure: the
+    // others' requests may still hold state (e.g. slices from the failed one).
+    if (!cancelled) cancel(ids[*first_failed]);
+  }
+  mu_.Unlock();
+  return abandoned;
+}
+
+std::vector<absl::StatusOr<ExecuteResult>> CallsInFlight::TakeResults() {
+  absl::MutexLock lock(&mu_);
+  return std::move(results_);
+}
+
+}  // namespace meshserve
