@@ -305,16 +305,29 @@ absl::StatusOr<InferResult> InferenceClient::InferMovingInputs(
   contents.reset();  // the message's slices hold the bytes now
   grpc::ClientContext context;
   SetDeadlineAt(&context, deadline);
-  inference::ModelInferResponse response;
+  grpc::ByteBuffer reply;
   MS_RETURN_IF_ERROR(FromGrpc(grpc::internal::BlockingUnaryCall(
-                                  channel_.get(), kModelInferMethod, &context, message, &response),
+                                  channel_.get(), kModelInferMethod, &context, message, &reply),
                               "ModelInfer", target_));
   message.Clear();  // frees the inputs' bytes now (unless gRPC still holds a slice)
-  bool raw = response.raw_output_contents_size() > 0;
-  if (raw && response.raw_output_contents_size() != response.outputs_size()) {
+  // The outputs' bytes move from the received slices into their own strings
+  // as they are read (bytes_field_wire.h), not parsed into a second copy.
+  std::string other_fields;
+  std::vector<std::string> raw_outputs;
+  if (absl::Status split = SplitRepeatedBytesField(
+          &reply, inference::ModelInferResponse::kRawOutputContentsFieldNumber, &other_fields,
+          &raw_outputs);
+      !split.ok()) {
+    return Internal("malformed reply from ", target_, ": ", split.message());
+  }
+  inference::ModelInferResponse response;
+  if (!response.ParseFromString(other_fields)) {
+    return Internal("malformed reply from ", target_, ": not a ModelInferResponse");
+  }
+  const bool raw = !raw_outputs.empty();
+  if (raw && static_cast<int>(raw_outputs.size()) != response.outputs_size()) {
     return Internal("malformed reply from ", target_, ": ", response.outputs_size(),
-                    " outputs but ", response.raw_output_contents_size(),
-                    " raw_output_contents");
+                    " outputs but ", raw_outputs.size(), " raw_output_contents");
   }
   InferResult result;
   result.model = response.model_name();
@@ -327,8 +340,7 @@ absl::StatusOr<InferResult> InferenceClient::InferMovingInputs(
     const auto& output = response.outputs(i);
     InferOutput out;
     MS_ASSIGN_OR_RETURN(out.tensor,
-                        DecodeOutputTensor(output, raw ? response.mutable_raw_output_contents(i)
-                                                       : nullptr));
+                        DecodeOutputTensor(output, raw ? &raw_outputs[i] : nullptr));
     for (const auto& [key, value] : output.parameters()) {
       if (value.parameter_choice_case() == inference::InferParameter::kStringParam) {
         out.parameters[key] = value.string_param();

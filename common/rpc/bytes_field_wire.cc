@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 
@@ -33,10 +34,17 @@ void ReleaseKeepAlive(void* user_data) {
 // Reads a list of slices in order, across slice boundaries.
 class SliceReader {
  public:
-  explicit SliceReader(const std::vector<grpc::Slice>& slices) : slices_(slices) { SkipEmpty(); }
+  // `release`: each slice is dropped (its memory freed unless shared) once
+  // read past, so that what a caller copies out replaces it.
+  SliceReader(std::vector<grpc::Slice>& slices, bool release)
+      : slices_(slices), release_(release) {
+    for (const grpc::Slice& slice : slices_) total_ += static_cast<int64_t>(slice.size());
+    SkipEmpty();
+  }
 
   bool done() const { return index_ == slices_.size(); }
   int64_t position() const { return position_; }
+  int64_t remaining() const { return total_ - position_; }
 
   // protobuf's varint: at most max_bytes bytes, the bits past 64 dropped.
   absl::Status ReadVarint(uint64_t* value, const char* what, int max_bytes) {
@@ -80,6 +88,7 @@ class SliceReader {
     at_ += n;
     position_ += static_cast<int64_t>(n);
     if (at_ == slices_[index_].size()) {
+      if (release_) slices_[index_] = grpc::Slice();
       ++index_;
       at_ = 0;
       SkipEmpty();
@@ -89,7 +98,9 @@ class SliceReader {
     while (index_ < slices_.size() && slices_[index_].size() == 0) ++index_;
   }
 
-  const std::vector<grpc::Slice>& slices_;
+  std::vector<grpc::Slice>& slices_;
+  const bool release_;
+  int64_t total_ = 0;  // bytes in all the slices
   size_t index_ = 0;  // the slice being read
   size_t at_ = 0;     // within it
   int64_t position_ = 0;
@@ -132,12 +143,14 @@ grpc::ByteBuffer EncodeWithBytesFields(std::string other_fields, int field_numbe
   return grpc::ByteBuffer(slices.data(), slices.size());
 }
 
-absl::Status SplitBytesField(const grpc::ByteBuffer& buffer, int field_number,
-                             BytesFieldSplit* out) {
-  *out = BytesFieldSplit();
-  grpc::Status dumped = buffer.Dump(&out->slices);
-  if (!dumped.ok()) return InvalidArgument("unreadable message: ", dumped.error_message());
-  SliceReader in(out->slices);
+namespace {
+
+// Walks the message: every field but `field_number` is appended to
+// *other_fields as it came; each occurrence of that field is handed to
+// take_ours(length), which must read exactly `length` bytes from `in` (at
+// least that many are left).
+absl::Status WalkFields(SliceReader& in, int field_number, std::string* other_fields,
+                        absl::FunctionRef<void(uint64_t length)> take_ours) {
   while (!in.done()) {
     const int64_t start = in.position();
     uint64_t tag = 0;
@@ -153,7 +166,7 @@ absl::Status SplitBytesField(const grpc::ByteBuffer& buffer, int field_number,
                              ", expected ", static_cast<int>(kLengthDelimited));
     }
     // Every field but ours is copied as it came (ours has wire type 2 here).
-    std::string* copy = ours ? nullptr : &out->other_fields;
+    std::string* copy = ours ? nullptr : other_fields;
     if (copy != nullptr) PutVarint(tag, copy);
     switch (wire_type) {
       case kVarint: {
@@ -174,13 +187,16 @@ absl::Status SplitBytesField(const grpc::ByteBuffer& buffer, int field_number,
         if (length > kMaxLength) {
           return InvalidArgument("field ", number, " at byte ", start, " has length ", length);
         }
-        std::vector<absl::string_view> pieces;
-        if (copy != nullptr) PutVarint(length, copy);
-        if (!in.Take(length, ours ? &pieces : nullptr, copy)) {
+        if (static_cast<int64_t>(length) > in.remaining()) {
           return InvalidArgument("field ", number, " at byte ", start, " has length ", length,
                                  " past the end of the message");
         }
-        if (ours) out->data = std::move(pieces);  // the last one wins
+        if (ours) {
+          take_ours(length);
+        } else {
+          PutVarint(length, copy);
+          in.Take(length, nullptr, copy);
+        }
         break;
       }
       default:
@@ -189,6 +205,38 @@ absl::Status SplitBytesField(const grpc::ByteBuffer& buffer, int field_number,
     }
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status SplitBytesField(const grpc::ByteBuffer& buffer, int field_number,
+                             BytesFieldSplit* out) {
+  *out = BytesFieldSplit();
+  grpc::Status dumped = buffer.Dump(&out->slices);
+  if (!dumped.ok()) return InvalidArgument("unreadable message: ", dumped.error_message());
+  SliceReader in(out->slices, /*release=*/false);
+  return WalkFields(in, field_number, &out->other_fields, [&](uint64_t length) {
+    std::vector<absl::string_view> pieces;
+    in.Take(length, &pieces, nullptr);
+    out->data = std::move(pieces);  // the last one wins
+  });
+}
+
+absl::Status SplitRepeatedBytesField(grpc::ByteBuffer* buffer, int field_number,
+                                     std::string* other_fields,
+                                     std::vector<std::string>* values) {
+  other_fields->clear();
+  values->clear();
+  std::vector<grpc::Slice> slices;
+  grpc::Status dumped = buffer->Dump(&slices);
+  buffer->Clear();  // `slices` holds the only references now
+  if (!dumped.ok()) return InvalidArgument("unreadable message: ", dumped.error_message());
+  SliceReader in(slices, /*release=*/true);
+  return WalkFields(in, field_number, other_fields, [&](uint64_t length) {
+    std::string& value = values->emplace_back();
+    value.reserve(static_cast<size_t>(length));  // at most what is left: checked
+    in.Take(length, nullptr, &value);
+  });
 }
 
 }  // namespace meshserve

@@ -14,7 +14,8 @@
 //    slice;
 //  - SplitBytesField reads a received buffer into the other fields' bytes (a
 //    small copy, for the caller to parse with protobuf) and the bytes field's
-//    data as views into the received slices.
+//    data as views into the received slices; SplitRepeatedBytesField copies
+//    each value of a repeated bytes field out while it releases the slices.
 // Fields may come in any order (protobuf's rule), so "other fields, then the
 // bytes field" parses as the same message; a message with the bytes field
 // twice takes the last, as protobuf does.
@@ -76,6 +77,18 @@ grpc::ByteBuffer EncodeWithBytesFields(std::string other_fields, int field_numbe
 // \error kInvalidArgument naming the byte offset and what is wrong there.
 absl::Status SplitBytesField(const grpc::ByteBuffer& buffer, int field_number,
                              BytesFieldSplit* out);
+
+// For a received message whose repeated bytes field carries most of its
+// bytes (the client's ModelInferResponse, raw_output_contents): every
+// occurrence of field `field_number` is copied, in order, into its own string
+// of exactly its length (*values), the other fields' wire bytes into
+// *other_fields, and `buffer` is cleared: each received slice is released
+// once read, so the values replace the message in memory instead of doubling
+// it (unless another copy of the buffer shares its slices). Errors as
+// SplitBytesField's; *values and *other_fields are then unspecified.
+absl::Status SplitRepeatedBytesField(grpc::ByteBuffer* buffer, int field_number,
+                                     std::string* other_fields,
+                                     std::vector<std::string>* values);
 
 }  // namespace meshserve
 

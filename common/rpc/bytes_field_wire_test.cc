@@ -193,6 +193,41 @@ TEST(BytesFieldWireTest, KeepsUnknownFieldsAndTakesTheLastBytesField) {
   EXPECT_EQ(back.SerializeAsString(), reference.SerializeAsString());
 }
 
+TEST(BytesFieldWireTest, CopiesEachValueOfARepeatedBytesFieldOutAndClearsTheBuffer) {
+  inference::ModelInferResponse response;
+  response.set_model_name("linear");
+  response.set_id("r1");
+  for (const char* name : {"a", "b", "c"}) {
+    auto* out = response.add_outputs();
+    out->set_name(name);
+    out->set_datatype("FP32");
+    out->add_shape(2);
+  }
+  const std::vector<std::string> values = {Pattern(5000), "", Pattern(3)};
+  for (const std::string& v : values) response.add_raw_output_contents(v);
+  (*response.mutable_parameters())["batch_size"].set_int64_param(4);
+  const std::string bytes = response.SerializeAsString();
+  for (size_t a = 0; a <= bytes.size(); a += 97) {
+    for (size_t b = a; b <= bytes.size(); b += 1201) {
+      grpc::ByteBuffer buffer = Cut(bytes, {a, b});
+      std::string other_fields;
+      std::vector<std::string> got;
+      ASSERT_THAT(SplitRepeatedBytesField(
+                      &buffer, inference::ModelInferResponse::kRawOutputContentsFieldNumber,
+                      &other_fields, &got),
+                  IsOk())
+          << a << " " << b;
+      EXPECT_EQ(buffer.Length(), 0u);  // the slices went as they were read
+      EXPECT_EQ(got, values) << a << " " << b;
+      inference::ModelInferResponse back;
+      ASSERT_TRUE(back.ParseFromString(other_fields));
+      EXPECT_EQ(back.raw_output_contents_size(), 0);
+      for (const std::string& v : got) back.add_raw_output_contents(v);
+      EXPECT_EQ(back.SerializeAsString(), bytes) << a << " " << b;
+    }
+  }
+}
+
 TEST(BytesFieldWireTest, RefusesMalformedBytesNamingWhere) {
   struct Case {
     std::string bytes;
@@ -214,6 +249,12 @@ TEST(BytesFieldWireTest, RefusesMalformedBytesNamingWhere) {
   for (const Case& c : cases) {
     BytesFieldSplit split;
     EXPECT_THAT(SplitBytesField(Cut(c.bytes, {}), kParamChunkData, &split),
+                StatusIs(absl::StatusCode::kInvalidArgument, c.message))
+        << c.message;
+    grpc::ByteBuffer buffer = Cut(c.bytes, {1});
+    std::string other_fields;
+    std::vector<std::string> values;
+    EXPECT_THAT(SplitRepeatedBytesField(&buffer, kParamChunkData, &other_fields, &values),
                 StatusIs(absl::StatusCode::kInvalidArgument, c.message))
         << c.message;
   }

@@ -4,7 +4,9 @@
 // slice), as a received message comes in slices of any sizes.
 // Invariants: never crashes; an error is kInvalidArgument; a message it
 // splits parses with protobuf, and its other fields parsed with the data set
-// equal that parse; EncodeWithBytesField of the parts splits back to them.
+// equal that parse; EncodeWithBytesField of the parts splits back to them;
+// SplitRepeatedBytesField (which releases the slices as it reads) agrees:
+// the same status, the same other fields, its last value the data.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -50,6 +52,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string bytes(reinterpret_cast<const char*>(data), size);
   meshserve::BytesFieldSplit split;
   const absl::Status status = meshserve::SplitBytesField(Cut(bytes, size % 8), kData, &split);
+  grpc::ByteBuffer buffer = Cut(bytes, size % 5);
+  std::string other_fields;
+  std::vector<std::string> values;
+  const absl::Status repeated =
+      meshserve::SplitRepeatedBytesField(&buffer, kData, &other_fields, &values);
+  if (repeated.code() != status.code() || buffer.Length() != 0) __builtin_trap();
+  if (status.ok() && (other_fields != split.other_fields ||
+                      (values.empty() ? !split.data.empty() : values.back() != Join(split.data)))) {
+    __builtin_trap();
+  }
   if (!status.ok()) {
     if (status.code() != absl::StatusCode::kInvalidArgument) __builtin_trap();
     return 0;
