@@ -249,6 +249,53 @@ absl::StatusOr<std::vector<std::string>> InferenceClient::OutputNames(
   return names;
 }
 
+namespace {
+
+// The reply of ModelInfer: the outputs' bytes move from the received slices
+// into their own strings as they are read (bytes_field_wire.h), not parsed
+// into a second copy.
+absl::StatusOr<InferResult> ResultFromReply(grpc::ByteBuffer reply, const std::string& target) {
+  std::string other_fields;
+  std::vector<std::string> raw_outputs;
+  if (absl::Status split = SplitRepeatedBytesField(
+          &reply, inference::ModelInferResponse::kRawOutputContentsFieldNumber, &other_fields,
+          &raw_outputs);
+      !split.ok()) {
+    return Internal("malformed reply from ", target, ": ", split.message());
+  }
+  inference::ModelInferResponse response;
+  if (!response.ParseFromString(other_fields)) {
+    return Internal("malformed reply from ", target, ": not a ModelInferResponse");
+  }
+  const bool raw = !raw_outputs.empty();
+  if (raw && static_cast<int>(raw_outputs.size()) != response.outputs_size()) {
+    return Internal("malformed reply from ", target, ": ", response.outputs_size(),
+                    " outputs but ", raw_outputs.size(), " raw_output_contents");
+  }
+  InferResult result;
+  result.model = response.model_name();
+  result.id = response.id();
+  auto size = response.parameters().find("batch_size");
+  auto queue = response.parameters().find("queue_us");
+  if (size != response.parameters().end()) result.batch_size = size->second.int64_param();
+  if (queue != response.parameters().end()) result.queue_us = queue->second.int64_param();
+  for (int i = 0; i < response.outputs_size(); ++i) {
+    const auto& output = response.outputs(i);
+    InferOutput out;
+    MS_ASSIGN_OR_RETURN(out.tensor,
+                        DecodeOutputTensor(output, raw ? &raw_outputs[i] : nullptr));
+    for (const auto& [key, value] : output.parameters()) {
+      if (value.parameter_choice_case() == inference::InferParameter::kStringParam) {
+        out.parameters[key] = value.string_param();
+      }
+    }
+    result.outputs.push_back(std::move(out));
+  }
+  return result;
+}
+
+}  // namespace
+
 absl::StatusOr<InferResult> InferenceClient::Infer(
     absl::string_view model, absl::Span<const HostTensor> inputs,
     const std::map<std::string, std::string>& out_shardings,
@@ -310,45 +357,7 @@ absl::StatusOr<InferResult> InferenceClient::InferMovingInputs(
                                   channel_.get(), kModelInferMethod, &context, message, &reply),
                               "ModelInfer", target_));
   message.Clear();  // frees the inputs' bytes now (unless gRPC still holds a slice)
-  // The outputs' bytes move from the received slices into their own strings
-  // as they are read (bytes_field_wire.h), not parsed into a second copy.
-  std::string other_fields;
-  std::vector<std::string> raw_outputs;
-  if (absl::Status split = SplitRepeatedBytesField(
-          &reply, inference::ModelInferResponse::kRawOutputContentsFieldNumber, &other_fields,
-          &raw_outputs);
-      !split.ok()) {
-    return Internal("malformed reply from ", target_, ": ", split.message());
-  }
-  inference::ModelInferResponse response;
-  if (!response.ParseFromString(other_fields)) {
-    return Internal("malformed reply from ", target_, ": not a ModelInferResponse");
-  }
-  const bool raw = !raw_outputs.empty();
-  if (raw && static_cast<int>(raw_outputs.size()) != response.outputs_size()) {
-    return Internal("malformed reply from ", target_, ": ", response.outputs_size(),
-                    " outputs but ", raw_outputs.size(), " raw_output_contents");
-  }
-  InferResult result;
-  result.model = response.model_name();
-  result.id = response.id();
-  auto size = response.parameters().find("batch_size");
-  auto queue = response.parameters().find("queue_us");
-  if (size != response.parameters().end()) result.batch_size = size->second.int64_param();
-  if (queue != response.parameters().end()) result.queue_us = queue->second.int64_param();
-  for (int i = 0; i < response.outputs_size(); ++i) {
-    const auto& output = response.outputs(i);
-    InferOutput out;
-    MS_ASSIGN_OR_RETURN(out.tensor,
-                        DecodeOutputTensor(output, raw ? &raw_outputs[i] : nullptr));
-    for (const auto& [key, value] : output.parameters()) {
-      if (value.parameter_choice_case() == inference::InferParameter::kStringParam) {
-        out.parameters[key] = value.string_param();
-      }
-    }
-    result.outputs.push_back(std::move(out));
-  }
-  return result;
+  return ResultFromReply(std::move(reply), target_);
 }
 
 absl::StatusOr<DescribeResponse> InferenceClient::Describe(
