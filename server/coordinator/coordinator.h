@@ -147,6 +147,10 @@ struct CoordinatorOptions {
   // version; 0: never keep, run those steps on every request
   // (param_cache_state.h).
   int64_t param_cache_bytes = int64_t{64} << 20;
+  // A worker's call whose input and output slices are at most this many
+  // bytes is ExecuteCall::small (it may share a long-lived stream with
+  // others); 0: every call is a call of its own.
+  int64_t small_call_bytes = int64_t{64} << 10;
 };
 
 // One placement change of a model (a scale step), in the status.

@@ -170,7 +170,7 @@ int64_t SliceBytes(const std::vector<SliceIr>& slices) {
 // One Execute per worker with all of its input slices, cut from the request.
 absl::StatusOr<std::map<int64_t, ExecuteCall>> BuildCalls(
     const CompiledPlan& plan, const std::map<std::string, const InferInput*>& inputs,
-    const std::string& request_id, int64_t deadline_ms) {
+    const std::string& request_id, int64_t deadline_ms, int64_t small_call_bytes) {
   std::map<int64_t, ExecuteCall> calls;
   for (const auto& [worker, program] : plan.programs) {
     ExecuteCall& call = calls[worker];
@@ -198,6 +198,19 @@ absl::StatusOr<std::map<int64_t, ExecuteCall>> BuildCalls(
                  .first;
     }
     call->second.inputs.push_back(std::move(slice));
+  }
+  // Each call's bytes: its input slices and the output pieces it returns.
+  std::map<int64_t, int64_t> bytes;
+  for (auto& [worker, call] : calls) bytes[worker] = SliceBytes(call.inputs);
+  for (const OutputPiece& piece : plan.output_pieces) {
+    for (const PlanOutput& out : plan.outputs) {
+      if (out.name == piece.output) {
+        bytes[piece.worker] += piece.box.NumElements() * DTypeSize(out.dtype);
+      }
+    }
+  }
+  for (auto& [worker, call] : calls) {
+    call.small = small_call_bytes > 0 && bytes[worker] <= small_call_bytes;
   }
   return calls;
 }
@@ -289,7 +302,8 @@ absl::StatusOr<Coordinator::PendingRun> Coordinator::StartRun(
   }
   MS_ASSIGN_OR_RETURN(auto calls,
                       BuildCalls(plan, v.inputs, run.request_id,
-                                 absl::ToInt64Milliseconds(TimeLeft(deadline))));
+                                 absl::ToInt64Milliseconds(TimeLeft(deadline)),
+                                 options_.small_call_bytes));
   run.param_cache = param_cache_.ModeFor(plan, placement.version, refill);
   for (auto& [worker, call] : calls) {
     call.param_version = placement.version;

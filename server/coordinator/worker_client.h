@@ -39,6 +39,10 @@ struct ExecuteCall {
   int64_t deadline_ms = 0;
   int64_t param_version = 0;  // 0: the newest resident version of the generation
   ParamCacheMode param_cache = ParamCacheMode::kOff;  // the same for every worker of a request
+  // Inputs and outputs small enough for a long-lived stream shared by many
+  // calls (GrpcWorkerClient: WorkerService.ExecuteStream) rather than a call
+  // of its own.
+  bool small = false;
 };
 
 struct ExecuteResult {

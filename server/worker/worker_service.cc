@@ -18,6 +18,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"
 #include "grpcpp/security/server_credentials.h"
+#include "server/worker/execute_stream.h"
 
 namespace meshserve {
 namespace {
@@ -293,6 +294,13 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Execute(grpc::CallbackServerContext
                           reactor->Finish(ToGrpcStatus(status));
                         });
   return reactor;
+}
+
+grpc::ServerBidiReactor<ExecuteRequest, ExecuteStreamReply>* WorkerServiceImpl::ExecuteStream(
+    grpc::CallbackServerContext* context) {
+  return new ExecuteStreamReactor(worker_, [](absl::Time start, const absl::Status& status) {
+    Record("Execute", start, status);
+  });
 }
 
 grpc::ServerReadReactor<DataChunk>* WorkerServiceImpl::PushData(

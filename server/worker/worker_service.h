@@ -49,13 +49,14 @@ namespace meshserve {
 // here too (else it answers UNIMPLEMENTED).
 using WorkerServiceBase = WorkerService::WithCallbackMethod_LoadModel<
     WorkerService::WithCallbackMethod_UnloadModel<WorkerService::WithCallbackMethod_InstallProgram<
-        WorkerService::WithCallbackMethod_Execute<WorkerService::WithCallbackMethod_PushData<
-            WorkerService::WithCallbackMethod_PeerStream<WorkerService::WithCallbackMethod_Cancel<
-                WorkerService::WithCallbackMethod_Status<WorkerService::WithRawCallbackMethod_ReadParam<
-                    WorkerService::WithCallbackMethod_StageParams<
-                        WorkerService::WithCallbackMethod_CommitParams<
-                            WorkerService::WithCallbackMethod_AbortParams<
-                                WorkerService::Service>>>>>>>>>>>>;
+        WorkerService::WithCallbackMethod_Execute<WorkerService::WithCallbackMethod_ExecuteStream<
+            WorkerService::WithCallbackMethod_PushData<WorkerService::WithCallbackMethod_PeerStream<
+                WorkerService::WithCallbackMethod_Cancel<WorkerService::WithCallbackMethod_Status<
+                    WorkerService::WithRawCallbackMethod_ReadParam<
+                        WorkerService::WithCallbackMethod_StageParams<
+                            WorkerService::WithCallbackMethod_CommitParams<
+                                WorkerService::WithCallbackMethod_AbortParams<
+                                    WorkerService::Service>>>>>>>>>>>>>;
 
 class WorkerServiceImpl final : public WorkerServiceBase {
  public:
@@ -77,6 +78,8 @@ class WorkerServiceImpl final : public WorkerServiceBase {
   grpc::ServerUnaryReactor* Execute(grpc::CallbackServerContext* context,
                                     const ExecuteRequest* request,
                                     ExecuteResponse* response) override;
+  grpc::ServerBidiReactor<ExecuteRequest, ExecuteStreamReply>* ExecuteStream(
+      grpc::CallbackServerContext* context) override;
   grpc::ServerReadReactor<DataChunk>* PushData(grpc::CallbackServerContext* context,
                                                PushAck* response) override;
   grpc::ServerBidiReactor<DataChunk, PushAck>* PeerStream(

@@ -76,6 +76,10 @@ ABSL_FLAG(int64_t, param_cache_bytes, meshserve::CoordinatorOptions().param_cach
           "program computes from params alone (e.g. an all-gathered kernel), kept with "
           "their param version so that later requests skip computing and moving them; "
           "programs beyond it run those steps on every request; 0: never keep");
+ABSL_FLAG(int64_t, small_call_bytes, meshserve::CoordinatorOptions().small_call_bytes,
+          "a worker's part of a request whose input and output slices are at most this many "
+          "bytes goes over one long-lived stream to that worker (a message each way) instead "
+          "of a call of its own; 0: every part is a call");
 ABSL_FLAG(int, http_port, 0,
           "HTTP port for KServe v2 REST, Prometheus /metrics and the status page at / "
           "(HTTPS with --tls_dir's member.pem; 0: off)");
@@ -155,6 +159,11 @@ absl::StatusOr<meshserve::CoordinatorOptions> OptionsFromFlags() {
   if (options.param_cache_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--param_cache_bytes=", options.param_cache_bytes, " must not be negative"));
+  }
+  options.small_call_bytes = absl::GetFlag(FLAGS_small_call_bytes);
+  if (options.small_call_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--small_call_bytes=", options.small_call_bytes, " must not be negative"));
   }
   if (options.model_dir.empty()) {
     return absl::InvalidArgumentError("--model_dir is required");

@@ -5,12 +5,14 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/program/program_proto.h"
 #include "common/base/status_util.h"
 #include "common/rpc/bytes_field_wire.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/param_chunk_reader.h"
+#include "server/coordinator/grpc/execute_link.h"
 #include "grpcpp/impl/rpc_method.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/client_callback.h"
@@ -106,6 +108,10 @@ class GrpcWorkerClient : public WorkerClient {
       : address_(std::move(address)),
         channel_(std::move(channel)),
         stub_(WorkerService::NewStub(channel_)) {}
+  ~GrpcWorkerClient() override {
+    absl::MutexLock lock(&link_mu_);
+    if (link_ != nullptr) link_->Close();  // its calls fail; it goes when the stream has
+  }
 
   // A READY channel whose transport closes goes IDLE (or, once a call tries
   // to reconnect, CONNECTING / TRANSIENT_FAILURE): any state but READY after
@@ -202,6 +208,10 @@ class GrpcWorkerClient : public WorkerClient {
   // The callback API: no thread waits for the call; `done` runs on a gRPC
   // thread when the response (or the failure) arrives.
   void ExecuteAsync(ExecuteCall call, absl::Duration timeout, ExecuteDone done) override {
+    const bool small = call.small;
+    auto request = std::make_unique<ExecuteRequest>();
+    FillExecuteRequest(std::move(call), request.get());
+    if (small && Link()->Send(&request, timeout, &done)) return;
     struct Pending {
       grpc::ClientContext context;
       ExecuteRequest request;
@@ -210,7 +220,7 @@ class GrpcWorkerClient : public WorkerClient {
     };
     auto* pending = new Pending;
     pending->done = std::move(done);
-    FillExecuteRequest(std::move(call), &pending->request);
+    pending->request.Swap(request.get());
     SetDeadline(&pending->context, timeout);
     // `done` holds the client (coordinator_infer.cc), so address_ outlives the call.
     stub_->async()->Execute(
@@ -270,10 +280,20 @@ class GrpcWorkerClient : public WorkerClient {
     return Call(method, request, &response, timeout, rpc);
   }
 
+  // The ExecuteStream for small calls (execute_link.h): opened on first use
+  // and again after it ended.
+  std::shared_ptr<ExecuteLink> Link() ABSL_LOCKS_EXCLUDED(link_mu_) {
+    absl::MutexLock lock(&link_mu_);
+    if (link_ == nullptr || link_->ended()) link_ = ExecuteLink::Open(stub_.get(), address_);
+    return link_;
+  }
+
   const std::string address_;
   const std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<WorkerService::Stub> stub_;
   std::atomic<bool> was_ready_{false};
+  absl::Mutex link_mu_;
+  std::shared_ptr<ExecuteLink> link_ ABSL_GUARDED_BY(link_mu_);
 };
 
 }  // namespace

@@ -1,0 +1,148 @@
+#include "server/coordinator/grpc/execute_link.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/program/program_proto.h"
+
+namespace meshserve {
+namespace {
+
+// One timer thread for every link's deadlines (never destroyed: a link may
+// outlive static destruction's order).
+DeadlineTimer& Timer() {
+  static DeadlineTimer* const timer = new DeadlineTimer();
+  return *timer;
+}
+
+}  // namespace
+
+std::shared_ptr<ExecuteLink> ExecuteLink::Open(WorkerService::Stub* stub, std::string address) {
+  std::shared_ptr<ExecuteLink> link(new ExecuteLink(std::move(address)));
+  {
+    absl::MutexLock lock(&link->mu_);
+    link->self_ = link;
+  }
+  stub->async()->ExecuteStream(&link->context_, link.get());
+  link->StartRead(&link->reply_);
+  link->StartCall();
+  return link;
+}
+
+bool ExecuteLink::Send(std::unique_ptr<ExecuteRequest>* request, absl::Duration timeout,
+                       WorkerClient::ExecuteDone* done) {
+  const ExecuteRequest* write = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    const std::string& id = (*request)->request_id();
+    if (ended_ || waiting_.count(id) > 0) return false;
+    Waiting& waiting = waiting_[id];
+    waiting.done = std::move(*done);
+    if (timeout > absl::ZeroDuration()) {
+      // The timer takes mu_ when it fires: never while Add holds the timer's.
+      waiting.timer = Timer().Add(absl::Now() + timeout, [self = self_, id] {
+        self->Expire(id);
+      });
+    }
+    writes_.push_back(std::move(*request));
+    if (!writing_) {
+      writing_ = true;
+      write = writes_.front().get();
+    }
+  }
+  if (write != nullptr) StartWrite(write);
+  return true;
+}
+
+bool ExecuteLink::ended() const {
+  absl::MutexLock lock(&mu_);
+  return ended_;
+}
+
+void ExecuteLink::Close() { context_.TryCancel(); }
+
+void ExecuteLink::Expire(const std::string& request_id) {
+  WorkerClient::ExecuteDone done;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = waiting_.find(request_id);
+    if (it == waiting_.end()) return;  // answered meanwhile
+    done = std::move(it->second.done);
+    waiting_.erase(it);
+  }
+  done(absl::DeadlineExceededError(absl::StrCat(
+      "Execute on ", address_, ": no answer to request ", request_id, " in time")));
+}
+
+void ExecuteLink::OnWriteDone(bool ok) {
+  const ExecuteRequest* write = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    writes_.pop_front();
+    if (!ok) {  // the stream broke: OnDone fails the calls waiting
+      ended_ = true;
+      writes_.clear();
+    }
+    if (writes_.empty()) {
+      writing_ = false;
+    } else {
+      write = writes_.front().get();
+    }
+  }
+  if (write != nullptr) StartWrite(write);
+}
+
+void ExecuteLink::OnReadDone(bool ok) {
+  if (!ok) return;  // the stream ended: OnDone follows
+  ExecuteStreamReply reply;
+  reply.Swap(&reply_);
+  StartRead(&reply_);
+  WorkerClient::ExecuteDone done;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = waiting_.find(reply.request_id());
+    if (it == waiting_.end()) return;  // it gave up (its timeout)
+    done = std::move(it->second.done);
+    if (it->second.timer != 0) Timer().Remove(it->second.timer);
+    waiting_.erase(it);
+  }
+  if (reply.code() != 0) {
+    done(absl::Status(static_cast<absl::StatusCode>(reply.code()),
+                      absl::StrCat("Execute on ", address_, ": ", reply.message())));
+    return;
+  }
+  ExecuteResult result;
+  result.outputs.reserve(reply.response().outputs_size());
+  for (auto& slice : *reply.mutable_response()->mutable_outputs()) {
+    result.outputs.push_back(SliceToIr(&slice));
+  }
+  done(std::move(result));
+}
+
+void ExecuteLink::OnDone(const grpc::Status& status) {
+  std::vector<std::pair<std::string, WorkerClient::ExecuteDone>> failed;
+  std::shared_ptr<ExecuteLink> keep;
+  {
+    absl::MutexLock lock(&mu_);
+    ended_ = true;
+    writes_.clear();
+    for (auto& [id, waiting] : waiting_) {
+      if (waiting.timer != 0) Timer().Remove(waiting.timer);
+      failed.emplace_back(id, std::move(waiting.done));
+    }
+    waiting_.clear();
+    keep = std::move(self_);
+  }
+  for (auto& [id, done] : failed) {
+    done(absl::UnavailableError(absl::StrCat("Execute on ", address_,
+                                             ": the stream to the worker ended (",
+                                             status.error_message(), ") before request ", id,
+                                             " was answered")));
+  }
+  // `keep` goes last: it may delete *this.
+}
+
+}  // namespace meshserve

@@ -1,0 +1,68 @@
+// The worker's end of WorkerService.ExecuteStream: Execute for small
+// requests over one long-lived stream from the coordinator, so that a
+// request costs a message each way instead of a call (no stream set-up, no
+// headers or trailers per request).
+//
+// Each request read is handed to ShardWorker::ExecuteAsync at once and the
+// next read starts, so the requests of one stream run concurrently; each
+// reply (ExecuteStreamReply: the request's id, its status, its outputs) is
+// written when its request finishes, one write at a time, in finishing
+// order. The reactor finishes (and is deleted) only after the coordinator
+// ended or broke the stream and every request it read has finished: a
+// request's completion never outlives the reactor. Replies that cannot be
+// written (the stream broke) are dropped; the coordinator fails the requests
+// it was waiting for when its end of the stream ends.
+//
+// Thread-safety: gRPC's reactor rules; the completions of ExecuteAsync may
+// run on any thread, the queue of replies has its own mutex.
+#ifndef MESHSERVE_SERVER_WORKER_EXECUTE_STREAM_H_
+#define MESHSERVE_SERVER_WORKER_EXECUTE_STREAM_H_
+
+#include <deque>
+#include <functional>
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/support/server_callback.h"
+#include "proto/worker_service.pb.h"
+#include "server/worker/shard_worker.h"
+
+namespace meshserve {
+
+class ExecuteStreamReactor final
+    : public grpc::ServerBidiReactor<ExecuteRequest, ExecuteStreamReply> {
+ public:
+  // `record(start, status)` counts each request (worker_service.cc's metrics).
+  using Recorder = std::function<void(absl::Time start, const absl::Status& status)>;
+  ExecuteStreamReactor(ShardWorker* worker, Recorder record);
+
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnDone() override { delete this; }
+
+ private:
+  // A request's reply is ready: queue it (and write it when no write is out).
+  void Enqueue(std::shared_ptr<ExecuteStreamReply> reply) ABSL_LOCKS_EXCLUDED(mu_);
+  // True once (the caller then calls Finish, after unlocking, and touches
+  // nothing of *this after it): reads ended, no request runs, no write is out.
+  bool FinishNowLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  ShardWorker* const worker_;
+  const Recorder record_;
+  std::unique_ptr<ExecuteRequest> reading_;  // the message the read in progress fills
+
+  absl::Mutex mu_;
+  std::deque<std::shared_ptr<ExecuteStreamReply>> replies_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;      // replies_.front() is being written
+  bool reads_ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;       // a write failed: drop the rest
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  int running_ ABSL_GUARDED_BY(mu_) = 0;           // requests read and not yet replied
+};
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_SERVER_WORKER_EXECUTE_STREAM_H_
