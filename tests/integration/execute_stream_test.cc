@@ -5,7 +5,9 @@
 // own; a call that outlives its timeout fails alone with DEADLINE_EXCEEDED;
 // a stream that ends fails the calls waiting on it with UNAVAILABLE, and the
 // next call opens a new stream.
+#include <atomic>
 #include <cstring>
+#include <thread>
 #include <memory>
 #include <string>
 #include <vector>
@@ -204,6 +206,35 @@ TEST_F(ExecuteStreamTest, AnEndedStreamFailsItsWaitingCallsWithUnavailable) {
   // A call now gets a new stream, which cannot connect: UNAVAILABLE too.
   EXPECT_THAT(Run(Call("echo", "e2", 2), absl::Seconds(5)).status(),
               StatusIs(absl::StatusCode::kUnavailable));
+}
+
+TEST_F(ExecuteStreamTest, CallsSentWhileTheStreamEndsEachCompleteOnce) {
+  ASSERT_OK(Run(Call("echo", "warm", 1), absl::Seconds(10)).status());
+  constexpr int kThreads = 4, kPerThread = 100;
+  std::atomic<int> answered{0}, ok{0}, unavailable{0}, other{0};
+  std::vector<std::thread> senders;
+  for (int t = 0; t < kThreads; ++t) {
+    senders.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        client_->ExecuteAsync(Call("echo", absl::StrCat("t", t, "-", i), i), absl::Seconds(10),
+                              [&](absl::StatusOr<ExecuteResult> r) {
+                                (r.ok() ? ok : absl::IsUnavailable(r.status()) ? unavailable
+                                                                               : other)++;
+                                ++answered;
+                              });
+      }
+    });
+  }
+  absl::SleepFor(absl::Milliseconds(2));
+  server_.server->Shutdown(std::chrono::system_clock::now());
+  for (std::thread& t : senders) t.join();
+  for (int i = 0; i < 1000 && answered < kThreads * kPerThread; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  // Every call answered exactly once: by the worker, or UNAVAILABLE (the
+  // stream ended, or a new one could not connect).
+  EXPECT_EQ(answered, kThreads * kPerThread);
+  EXPECT_EQ(ok + unavailable, kThreads * kPerThread) << other << " other errors";
 }
 
 }  // namespace

@@ -27,6 +27,9 @@ std::shared_ptr<ExecuteLink> ExecuteLink::Open(WorkerService::Stub* stub, std::s
     link->self_ = link;
   }
   stub->async()->ExecuteStream(&link->context_, link.get());
+  // Send writes from outside the reactions: the hold keeps the call (and its
+  // OnDone) waiting until the stream ended and no write is out.
+  link->AddHold();
   link->StartRead(&link->reply_);
   link->StartCall();
   return link;
@@ -77,8 +80,15 @@ void ExecuteLink::Expire(const std::string& request_id) {
       "Execute on ", address_, ": no answer to request ", request_id, " in time")));
 }
 
+bool ExecuteLink::ReleaseHoldLocked() {
+  if (!read_ended_ || writing_ || hold_released_) return false;
+  hold_released_ = true;
+  return true;
+}
+
 void ExecuteLink::OnWriteDone(bool ok) {
   const ExecuteRequest* write = nullptr;
+  bool release = false;
   {
     absl::MutexLock lock(&mu_);
     writes_.pop_front();
@@ -88,15 +98,27 @@ void ExecuteLink::OnWriteDone(bool ok) {
     }
     if (writes_.empty()) {
       writing_ = false;
+      release = ReleaseHoldLocked();
     } else {
       write = writes_.front().get();
     }
   }
   if (write != nullptr) StartWrite(write);
+  if (release) RemoveHold();
 }
 
 void ExecuteLink::OnReadDone(bool ok) {
-  if (!ok) return;  // the stream ended: OnDone follows
+  if (!ok) {  // the stream ended (the worker went, or Close): OnDone follows
+    bool release;
+    {
+      absl::MutexLock lock(&mu_);
+      ended_ = true;
+      read_ended_ = true;
+      release = ReleaseHoldLocked();
+    }
+    if (release) RemoveHold();
+    return;
+  }
   ExecuteStreamReply reply;
   reply.Swap(&reply_);
   StartRead(&reply_);

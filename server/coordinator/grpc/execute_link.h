@@ -55,6 +55,8 @@ class ExecuteLink final : public grpc::ClientBidiReactor<ExecuteRequest, Execute
   explicit ExecuteLink(std::string address) : address_(std::move(address)) {}
   // The call `request_id` gave up waiting (its timeout).
   void Expire(const std::string& request_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // True once, when the hold may go: the read ended and no write is out.
+  bool ReleaseHoldLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   struct Waiting {
     WorkerClient::ExecuteDone done;
@@ -68,7 +70,9 @@ class ExecuteLink final : public grpc::ClientBidiReactor<ExecuteRequest, Execute
   mutable absl::Mutex mu_;
   std::deque<std::unique_ptr<ExecuteRequest>> writes_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;  // writes_.front() is being written
-  bool ended_ ABSL_GUARDED_BY(mu_) = false;    // no more Sends (a write failed, or done)
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;    // no more Sends (the read or a write failed)
+  bool read_ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool hold_released_ ABSL_GUARDED_BY(mu_) = false;
   std::map<std::string, Waiting> waiting_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<ExecuteLink> self_ ABSL_GUARDED_BY(mu_);  // until OnDone
 };
