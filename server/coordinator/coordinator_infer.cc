@@ -151,7 +151,7 @@ absl::StatusOr<InferResponse> Coordinator::RunAttempts(const ValidatedRequest& v
 
 namespace {
 
-// Extra time an Execute RPC gets past the request's deadline (see ExecuteAll).
+// Extra time an Execute RPC gets past the request's deadline (see StartRun).
 constexpr absl::Duration kRpcGrace = absl::Milliseconds(500);
 // A worker's DEADLINE_EXCEEDED this close to the request's deadline is the request's.
 constexpr absl::Duration kDeadlineSlack = absl::Milliseconds(100);
