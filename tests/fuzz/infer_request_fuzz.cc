@@ -53,7 +53,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   inference::ModelInferRequest proto;
   if (!proto.ParseFromArray(data, static_cast<int>(size))) return 0;
-  absl::StatusOr<meshserve::InferRequest> request = meshserve::InferRequestFromProto(proto);
+  absl::StatusOr<meshserve::InferRequest> request = meshserve::InferRequestFromProto(&proto);
   if (!request.ok()) {
     if (request.status().code() != absl::StatusCode::kInvalidArgument) __builtin_trap();
     return 0;

@@ -52,7 +52,8 @@ absl::StatusOr<std::string> TypedContents(const std::string& name, DType dtype,
 
 }  // namespace
 
-absl::StatusOr<InferRequest> InferRequestFromProto(const inference::ModelInferRequest& proto) {
+absl::StatusOr<InferRequest> InferRequestFromProto(inference::ModelInferRequest* mutable_proto) {
+  const inference::ModelInferRequest& proto = *mutable_proto;
   InferRequest r;
   r.model = proto.model_name();
   r.id = proto.id();
@@ -72,7 +73,7 @@ absl::StatusOr<InferRequest> InferRequestFromProto(const inference::ModelInferRe
         return InvalidArgument("input '", in.name(),
                                "': contents given with raw_input_contents");
       }
-      input.data = proto.raw_input_contents(i);
+      input.data = std::move(*mutable_proto->mutable_raw_input_contents(i));
     } else {
       MS_ASSIGN_OR_RETURN(input.data, TypedContents(in.name(), input.dtype, in.contents()));
     }
@@ -186,7 +187,11 @@ grpc::ServerUnaryReactor* InferenceService::ModelInfer(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<CallGate::Pass> pass = AdmitClientCall(edge_, gate_, *context);
   absl::StatusOr<InferRequest> core =
-      pass.ok() ? InferRequestFromProto(*request) : absl::StatusOr<InferRequest>(pass.status());
+      pass.ok()
+          // The request message belongs to this call and is not used again:
+          // its input bytes move into the core request instead of being copied.
+          ? InferRequestFromProto(const_cast<inference::ModelInferRequest*>(request))
+          : absl::StatusOr<InferRequest>(pass.status());
   if (core.ok()) core = CheckedForCoordinator(*std::move(core), context->deadline());
   if (!core.ok()) {
     reactor->Finish(ToGrpcStatus(core.status()));

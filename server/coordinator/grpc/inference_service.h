@@ -28,10 +28,11 @@
 
 namespace meshserve {
 
-// Request proto -> core request. \error kInvalidArgument naming the value
-// (unknown datatype, raw and typed contents mixed, raw count mismatch, a
-// non-string out_sharding, missing data).
-absl::StatusOr<InferRequest> InferRequestFromProto(const inference::ModelInferRequest& proto);
+// Request proto -> core request; raw_input_contents' bytes are moved out of
+// *proto, not copied. \error kInvalidArgument naming the value (unknown
+// datatype, raw and typed contents mixed, raw count mismatch, a non-string
+// out_sharding, missing data).
+absl::StatusOr<InferRequest> InferRequestFromProto(inference::ModelInferRequest* proto);
 void InferResponseToProto(InferResponse response, inference::ModelInferResponse* proto);
 
 class InferenceService final

@@ -28,7 +28,7 @@ TEST(InferenceProtoTest, RawContents) {
   auto* out = r.add_outputs();
   out->set_name("y");
   (*out->mutable_parameters())["out_sharding"].set_string_param("P('data')");
-  ASSERT_OK_AND_ASSIGN(InferRequest core, InferRequestFromProto(r));
+  ASSERT_OK_AND_ASSIGN(InferRequest core, InferRequestFromProto(&r));
   EXPECT_EQ(core.model, "m");
   EXPECT_EQ(core.id, "abc");
   ASSERT_EQ(core.inputs.size(), 1u);
@@ -42,7 +42,7 @@ TEST(InferenceProtoTest, TypedContents) {
   inference::ModelInferRequest r = Base();
   r.mutable_inputs(0)->mutable_contents()->add_fp32_contents(1.5f);
   r.mutable_inputs(0)->mutable_contents()->add_fp32_contents(-2.0f);
-  ASSERT_OK_AND_ASSIGN(InferRequest core, InferRequestFromProto(r));
+  ASSERT_OK_AND_ASSIGN(InferRequest core, InferRequestFromProto(&r));
   float v[2];
   ASSERT_EQ(core.inputs[0].data.size(), sizeof(v));
   std::memcpy(v, core.inputs[0].data.data(), sizeof(v));
@@ -51,7 +51,7 @@ TEST(InferenceProtoTest, TypedContents) {
   r.mutable_inputs(0)->set_datatype("INT32");
   r.mutable_inputs(0)->mutable_contents()->Clear();
   r.mutable_inputs(0)->mutable_contents()->add_int_contents(7);
-  ASSERT_OK_AND_ASSIGN(core, InferRequestFromProto(r));
+  ASSERT_OK_AND_ASSIGN(core, InferRequestFromProto(&r));
   int32_t i;
   std::memcpy(&i, core.inputs[0].data.data(), sizeof(i));
   EXPECT_EQ(i, 7);
@@ -60,27 +60,27 @@ TEST(InferenceProtoTest, TypedContents) {
 TEST(InferenceProtoTest, Errors) {
   inference::ModelInferRequest r = Base();
   r.mutable_inputs(0)->set_datatype("FP99");
-  EXPECT_THAT(InferRequestFromProto(r), StatusIs(absl::StatusCode::kInvalidArgument, "FP99"));
+  EXPECT_THAT(InferRequestFromProto(&r), StatusIs(absl::StatusCode::kInvalidArgument, "FP99"));
   r = Base();
   r.add_raw_input_contents("12345678");
   r.add_raw_input_contents("12345678");
-  EXPECT_THAT(InferRequestFromProto(r),
+  EXPECT_THAT(InferRequestFromProto(&r),
               StatusIs(absl::StatusCode::kInvalidArgument, "2 entries for 1 inputs"));
   r = Base();
   r.add_raw_input_contents("12345678");
   r.mutable_inputs(0)->mutable_contents()->add_fp32_contents(1);
-  EXPECT_THAT(InferRequestFromProto(r),
+  EXPECT_THAT(InferRequestFromProto(&r),
               StatusIs(absl::StatusCode::kInvalidArgument, "contents given with raw"));
   r = Base();
   r.mutable_inputs(0)->set_datatype("BF16");
-  EXPECT_THAT(InferRequestFromProto(r),
+  EXPECT_THAT(InferRequestFromProto(&r),
               StatusIs(absl::StatusCode::kInvalidArgument, "BF16 can only be sent as raw"));
   r = Base();
   r.add_raw_input_contents("12345678");
   auto* out = r.add_outputs();
   out->set_name("y");
   (*out->mutable_parameters())["out_sharding"].set_int64_param(3);
-  EXPECT_THAT(InferRequestFromProto(r),
+  EXPECT_THAT(InferRequestFromProto(&r),
               StatusIs(absl::StatusCode::kInvalidArgument, "must be a string_param"));
 }
 
