@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/base/elastic_executor.h"
 #include "common/program/program_proto.h"
 
 namespace meshserve {
@@ -164,7 +165,11 @@ void ExecuteLink::OnDone(const grpc::Status& status) {
                                              status.error_message(), ") before request ", id,
                                              " was answered")));
   }
-  // `keep` goes last: it may delete *this.
+  // The last reference may be this one, and the link holds its call, which
+  // holds the channel: a channel destroyed on one of gRPC's callback threads
+  // can take gRPC's shared callback queue down from its own thread (gRPC
+  // 1.51 then frees it twice). So the link goes on an executor thread.
+  ElasticExecutor::Shared().Schedule([keep = std::move(keep)]() mutable { keep.reset(); });
 }
 
 }  // namespace meshserve
