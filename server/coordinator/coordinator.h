@@ -346,6 +346,7 @@ class Coordinator {
   // Infer on a thread.
   bool StartAsync(const std::shared_ptr<AsyncInfer>& run);
   void AsyncSettled(const std::shared_ptr<AsyncInfer>& run);
+  bool HasBatcher(const std::string& model) const ABSL_LOCKS_EXCLUDED(mu_);
   void AsyncOnThread(const std::shared_ptr<AsyncInfer>& run);
   void AsyncDone(const std::shared_ptr<AsyncInfer>& run, absl::StatusOr<InferResponse> response);
   // The model's batcher (may_batch and it has one), or else null after

@@ -47,8 +47,14 @@ void Coordinator::InferAsync(InferRequest request, InferDone done) {
 
 bool Coordinator::StartAsync(const std::shared_ptr<AsyncInfer>& run) {
   const InferRequest& request = run->request;
+  const absl::Duration budget =
+      request.timeout > absl::ZeroDuration() ? request.timeout : options_.execute_timeout;
+  run->deadline = absl::Now() + budget;  // counted from arrival, as Infer counts it
   absl::StatusOr<std::shared_ptr<const ModelFile>> model = ServableModel(request.model);
   if (!model.ok()) return false;
+  // A batched model goes to Infer before the request is validated (Infer
+  // validates it).
+  if (HasBatcher(request.model)) return false;
   absl::StatusOr<ValidatedRequest> v = ValidateInferRequest(*std::move(model), request);
   if (!v.ok()) return false;
   run->placement = CurrentPlacement(request.model);
@@ -58,9 +64,6 @@ bool Coordinator::StartAsync(const std::shared_ptr<AsyncInfer>& run) {
   absl::StatusOr<Batcher*> batcher = AdmitRequest(request.model, true, &run->admitted);
   if (!batcher.ok() || *batcher != nullptr) return false;
   run->v = *std::move(v);
-  const absl::Duration budget =
-      request.timeout > absl::ZeroDuration() ? request.timeout : options_.execute_timeout;
-  run->deadline = absl::Now() + budget;
   run->recorder = std::make_unique<InferRecorder>(&metrics_, request.model, request.id);
   absl::StatusOr<PendingRun> pending =
       StartRun(run->v, request, *run->placement, *run->plan, run->deadline, /*refill=*/false,
@@ -76,6 +79,11 @@ bool Coordinator::StartAsync(const std::shared_ptr<AsyncInfer>& run) {
   });
   run->pending.calls->OnSettled([this, run] { AsyncSettled(run); });
   return true;
+}
+
+bool Coordinator::HasBatcher(const std::string& model) const {
+  absl::MutexLock lock(&mu_);
+  return batchers_.count(model) > 0;
 }
 
 void Coordinator::AsyncSettled(const std::shared_ptr<AsyncInfer>& run) {
