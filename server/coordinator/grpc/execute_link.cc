@@ -21,6 +21,13 @@ DeadlineTimer& Timer() {
 
 }  // namespace
 
+ExecuteResult TakeExecuteResult(ExecuteResponse* response) {
+  ExecuteResult result;
+  result.outputs.reserve(response->outputs_size());
+  for (auto& slice : *response->mutable_outputs()) result.outputs.push_back(SliceToIr(&slice));
+  return result;
+}
+
 std::shared_ptr<ExecuteLink> ExecuteLink::Open(WorkerService::Stub* stub, std::string address) {
   std::shared_ptr<ExecuteLink> link(new ExecuteLink(std::move(address)));
   {
@@ -137,12 +144,7 @@ void ExecuteLink::OnReadDone(bool ok) {
                       absl::StrCat("Execute on ", address_, ": ", reply.message())));
     return;
   }
-  ExecuteResult result;
-  result.outputs.reserve(reply.response().outputs_size());
-  for (auto& slice : *reply.mutable_response()->mutable_outputs()) {
-    result.outputs.push_back(SliceToIr(&slice));
-  }
-  done(std::move(result));
+  done(TakeExecuteResult(reply.mutable_response()));
 }
 
 void ExecuteLink::OnDone(const grpc::Status& status) {

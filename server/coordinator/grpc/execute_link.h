@@ -33,6 +33,10 @@
 
 namespace meshserve {
 
+// Execute's outputs, their bytes moved out of *response (the unary call's
+// answer and a stream reply's use it alike).
+ExecuteResult TakeExecuteResult(ExecuteResponse* response);
+
 class ExecuteLink final : public grpc::ClientBidiReactor<ExecuteRequest, ExecuteStreamReply> {
  public:
   // Opens the stream on `stub` (which must outlive the link's stream; Close

@@ -36,13 +36,6 @@ void FillExecuteRequest(ExecuteCall call, ExecuteRequest* request) {
   for (SliceIr& s : call.inputs) SliceFromIr(&s, request->add_inputs());  // moves bytes
 }
 
-ExecuteResult TakeExecuteResult(ExecuteResponse* response) {
-  ExecuteResult result;
-  result.outputs.reserve(response->outputs_size());
-  for (auto& slice : *response->mutable_outputs()) result.outputs.push_back(SliceToIr(&slice));
-  return result;
-}
-
 // A pull reserves the box's bytes from the peer's total_bytes, at most this
 // much (a wrong figure costs no more).
 constexpr int64_t kMaxReserve = int64_t{1} << 31;
