@@ -170,7 +170,7 @@ int64_t SliceBytes(const std::vector<SliceIr>& slices) {
 // One Execute per worker with all of its input slices, cut from the request.
 absl::StatusOr<std::map<int64_t, ExecuteCall>> BuildCalls(
     const CompiledPlan& plan, const std::map<std::string, const InferInput*>& inputs,
-    const std::string& request_id, int64_t deadline_ms, int64_t small_call_bytes) {
+    const std::string& request_id, int64_t deadline_ms) {
   std::map<int64_t, ExecuteCall> calls;
   for (const auto& [worker, program] : plan.programs) {
     ExecuteCall& call = calls[worker];
@@ -199,20 +199,18 @@ absl::StatusOr<std::map<int64_t, ExecuteCall>> BuildCalls(
     }
     call->second.inputs.push_back(std::move(slice));
   }
-  // Each call's bytes: its input slices and the output pieces it returns.
-  std::map<int64_t, int64_t> bytes;
-  for (auto& [worker, call] : calls) bytes[worker] = SliceBytes(call.inputs);
-  for (const OutputPiece& piece : plan.output_pieces) {
-    for (const PlanOutput& out : plan.outputs) {
-      if (out.name == piece.output) {
-        bytes[piece.worker] += piece.box.NumElements() * DTypeSize(out.dtype);
-      }
-    }
-  }
-  for (auto& [worker, call] : calls) {
-    call.small = small_call_bytes > 0 && bytes[worker] <= small_call_bytes;
-  }
   return calls;
+}
+
+// The bytes of the output pieces each worker returns under `plan`.
+std::map<int64_t, int64_t> OutputBytesByWorker(const CompiledPlan& plan) {
+  std::map<std::string, int64_t> elem;
+  for (const PlanOutput& out : plan.outputs) elem[out.name] = DTypeSize(out.dtype);
+  std::map<int64_t, int64_t> bytes;
+  for (const OutputPiece& piece : plan.output_pieces) {
+    bytes[piece.worker] += piece.box.NumElements() * elem[piece.output];
+  }
+  return bytes;
 }
 
 // Output `out` from one replica of each of its boxes (plan.output_pieces),
@@ -302,13 +300,17 @@ absl::StatusOr<Coordinator::PendingRun> Coordinator::StartRun(
   }
   MS_ASSIGN_OR_RETURN(auto calls,
                       BuildCalls(plan, v.inputs, run.request_id,
-                                 absl::ToInt64Milliseconds(TimeLeft(deadline)),
-                                 options_.small_call_bytes));
+                                 absl::ToInt64Milliseconds(TimeLeft(deadline))));
   run.param_cache = param_cache_.ModeFor(plan, placement.version, refill);
+  // A call is small by its bytes in and out (ExecuteCall::small).
+  std::map<int64_t, int64_t> bytes_out = OutputBytesByWorker(plan);
   for (auto& [worker, call] : calls) {
     call.param_version = placement.version;
     call.param_cache = run.param_cache;
-    run.bytes_in += SliceBytes(call.inputs);
+    const int64_t bytes_in = SliceBytes(call.inputs);
+    run.bytes_in += bytes_in;
+    call.small = options_.small_call_bytes > 0 &&
+                 bytes_in + bytes_out[worker] <= options_.small_call_bytes;
   }
   if (recorder != nullptr) recorder->ComputeStarted();
   run.compute_start = absl::Now();
