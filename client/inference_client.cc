@@ -85,7 +85,13 @@ absl::StatusOr<HostTensor> HostTensor::Create(std::string name, DType dtype,
       return InvalidArgument("tensor '", name, "': negative dim in shape ",
                              ShapeToCompactString(shape));
     }
-    if (dim != 0 && num_elements > (int64_t{1} << 50) / dim) {
+  }
+  // A zero dim makes the tensor empty whatever the other dims are (as
+  // NumElementsOfShape counts, so a .npy ParseNpy accepts is accepted here).
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) num_elements = 0;
+  for (int64_t dim : shape) {
+    if (num_elements == 0) break;
+    if (num_elements > (int64_t{1} << 50) / dim) {
       return InvalidArgument("tensor '", name, "': shape ", ShapeToCompactString(shape),
                              " is too large");
     }

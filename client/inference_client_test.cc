@@ -212,6 +212,14 @@ TEST(HostTensorTest, CreateChecksByteLength) {
               StatusIs(absl::StatusCode::kInvalidArgument, "negative"));
 }
 
+TEST(HostTensorTest, AZeroDimIsEmptyWhateverTheOtherDims) {
+  // npy_fuzz's regression: ParseNpy accepted this shape (0 elements) and
+  // ReadNpyInput refused it as too large.
+  EXPECT_OK(HostTensor::Create("x", DType::kUInt8, {2920000008552922, 2, 0, 7}, "").status());
+  EXPECT_FALSE(HostTensor::Create("x", DType::kUInt8, {int64_t{1} << 40, int64_t{1} << 20}, "")
+                   .ok());
+}
+
 TEST(HostTensorTest, BFloat16WidensExactly) {
   // 1.0 = 0x3F80, -2.5 = 0xC020 in bfloat16.
   std::string bytes = {'\x80', '\x3F', '\x20', '\xC0'};
