@@ -129,6 +129,10 @@ absl::Status ParamPush::Add(PushChunk chunk) {
   if (!failed_.ok()) return failed_;
   absl::Status s = [&]() -> absl::Status {
     if (done_) return FailedPrecondition("push to model '", model(), "' already finished");
+    if (direct_) {
+      return FailedPrecondition("push to model '", model(),
+                                "' is direct: its bytes go to the workers, not here");
+    }
     if (!chunk.model.empty() && chunk.model != model()) {
       return InvalidArgument("push to model '", model(), "' got a chunk for model '", chunk.model,
                              "'");
@@ -152,6 +156,40 @@ absl::Status ParamPush::Add(PushChunk chunk) {
   }();
   if (!s.ok()) failed_ = s;
   return s;
+}
+
+absl::StatusOr<PushPlan> ParamPush::Plan(const std::vector<PushChunk>& boxes) {
+  if (!failed_.ok()) return failed_;
+  absl::StatusOr<PushPlan> plan = [&]() -> absl::StatusOr<PushPlan> {
+    if (done_ || direct_ || !boxes_.empty()) {
+      return FailedPrecondition("push to model '", model(),
+                                "': a direct push names all its boxes once, before any data");
+    }
+    direct_ = true;
+    const Placement& p = *target_.placement;
+    PushPlan out{p.generation, version(), {}};
+    for (size_t i = 0; i < boxes.size(); ++i) {
+      const PushChunk& b = boxes[i];
+      if (!b.model.empty() && b.model != model()) {
+        return InvalidArgument("push to model '", model(), "' got a box for model '", b.model,
+                               "'");
+      }
+      PushChunk box{b.model, b.param, b.offset, b.shape, b.dtype, 0, std::string()};
+      MS_RETURN_IF_ERROR(StartBox(box));
+      for (const Target& t : open_.targets) {
+        auto address = p.worker_addresses.find(t.holder);
+        if (address == p.worker_addresses.end()) return Internal("worker ", t.holder, " not placed");
+        out.routes.push_back(PushPlan::Route{static_cast<int>(i), t.holder, address->second,
+                                             t.piece});
+      }
+      bytes_to_workers_ += open_.total_bytes;
+      open_valid_ = false;
+    }
+    MS_RETURN_IF_ERROR(CheckCover());
+    return out;
+  }();
+  if (!plan.ok()) failed_ = plan.status();
+  return plan;
 }
 
 absl::Status ParamPush::Take(std::string data) {
@@ -378,6 +416,13 @@ absl::StatusOr<PushResult> ParamPush::Finish() {
     };
     s = target_.commit_and_switch(commit);
     result.bytes_filled = filled;
+    if (direct_ && (absl::IsNotFound(s) || absl::IsInvalidArgument(s) ||
+                    absl::IsFailedPrecondition(s))) {
+      // The plan was valid and the workers had the model: the client's
+      // staging did not match it (a piece left out, sent twice or elsewhere).
+      s = FailedPrecondition("direct push to model '", model(), "' version ", version(),
+                             ": the pieces staged do not match the plan; ", s.message());
+    }
   }
   if (!s.ok()) {
     failed_ = s;
@@ -385,8 +430,10 @@ absl::StatusOr<PushResult> ParamPush::Finish() {
   }
   done_ = true;
   const absl::Time end = absl::Now();
-  MS_LOG(INFO) << "push to model '" << model() << "' version " << version() << ": "
-               << bytes_received_ << " bytes received in "
+  MS_LOG(INFO) << (direct_ ? "direct push" : "push") << " to model '" << model()
+               << "' version " << version() << ": "
+               << (direct_ ? bytes_to_workers_ : bytes_received_)
+               << (direct_ ? " bytes staged by the client in " : " bytes received in ")
                << absl::ToDoubleSeconds(stream_end_ - start_) << " s, staged on "
                << assigned_.size() << " workers at +" << absl::ToDoubleSeconds(staged - start_)
                << " s, committed (" << result.bytes_filled << " bytes filled) at +"

@@ -31,6 +31,14 @@
 // before the switch, or a push dropped unfinished, sends AbortParams to every
 // worker: the old version stays served.
 //
+// Direct push (PushDirect). Plan() takes every box of the push at once (no
+// data), checks them as above plus the exact cover, and returns the routes:
+// one per B ∩ C with its holder h, chosen as above. The client then stages
+// each piece on h itself (StageParams), so no byte passes the coordinator;
+// Finish() commits as above (the workers check at CommitParams that every
+// cell is staged exactly once, so a piece the client left out fails the
+// commit and nothing changes). Add() is refused on a planned push.
+//
 // Thread-safety: one thread drives a ParamPush (a stream's reader).
 #ifndef MESHSERVE_SERVER_COORDINATOR_PARAM_PUSH_H_
 #define MESHSERVE_SERVER_COORDINATOR_PARAM_PUSH_H_
@@ -87,6 +95,19 @@ struct PushTarget {
   std::function<void()> release;  // the push is over (either way)
 };
 
+// A direct push's routes (Plan).
+struct PushPlan {
+  struct Route {
+    int box = 0;  // index into Plan's boxes
+    int64_t worker = -1;
+    std::string address;
+    Box piece;  // global coordinates, inside the box and one held cell
+  };
+  int64_t generation = 0;
+  int64_t version = 0;
+  std::vector<Route> routes;
+};
+
 class ParamPush {
  public:
   explicit ParamPush(PushTarget target);
@@ -97,6 +118,8 @@ class ParamPush {
   const std::string& model() const { return target_.placement->model; }
   // After an error the push is dead: later calls return that error.
   absl::Status Add(PushChunk chunk);
+  // Direct push (see the top); the boxes' byte_offset and data are ignored.
+  absl::StatusOr<PushPlan> Plan(const std::vector<PushChunk>& boxes);
   absl::StatusOr<PushResult> Finish();
 
  private:
@@ -130,6 +153,7 @@ class ParamPush {
   absl::Time stream_end_;
   absl::Status failed_;
   bool done_ = false;
+  bool direct_ = false;  // planned: the client stages the bytes
   bool open_valid_ = false;
   OpenBox open_;
   int64_t bytes_received_ = 0;

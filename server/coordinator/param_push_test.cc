@@ -334,6 +334,132 @@ TEST_F(ParamTest, BadPushesChangeNothing) {
   EXPECT_EQ(Pull()["offset"], offset);
 }
 
+// A direct push: Plan routes each piece of a box and a held cell to one
+// holder; the "client" (this test) stages the pieces on the fake workers
+// itself, and Finish commits with the replicas filled worker to worker.
+class DirectPushTest : public ParamTest {
+ protected:
+  // The boxes of FullPush without data: offset in two boxes, w and s whole.
+  static std::vector<PushChunk> Boxes() {
+    return {Chunk("offset", {0, 0}, {3, 4}, ""), Chunk("offset", {3, 0}, {5, 4}, ""),
+            Chunk("w", {0, 0}, {6, 8}, ""), Chunk("s", {0}, {5}, "")};
+  }
+  // Stages route `r` of `plan` with its bytes cut from `full` (the param's
+  // whole value), in chunks of `chunk` bytes.
+  void Stage(const PushPlan& plan, const PushPlan::Route& r, const std::string& param,
+             const std::string& full, int64_t chunk = 20) {
+    const ParamDef& def = Param(param);
+    std::string bytes(static_cast<size_t>(r.piece.NumElements() * 4), '\0');
+    ASSERT_OK(ExtractBoxBytes(full.data(), def.shape, 4, r.piece, bytes.data()));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<StageParamsWriter> writer,
+                         cluster_.Worker(r.worker)->StageParams(absl::Seconds(5)));
+    for (size_t at = 0; at < bytes.size(); at += static_cast<size_t>(chunk)) {
+      ASSERT_OK(writer->Write(StageChunkIr{"pm", plan.generation, plan.version, param,
+                                           BoxToIr(r.piece), static_cast<int64_t>(bytes.size()),
+                                           static_cast<int64_t>(at),
+                                           bytes.substr(at, static_cast<size_t>(chunk))}));
+    }
+    ASSERT_OK(writer->Finish().status());
+  }
+};
+
+TEST_F(DirectPushTest, PlannedPiecesStagedByTheClientCommit) {
+  Start();
+  AddWorker(0);
+  AddWorker(1);
+  coordinator_->Tick();
+  const std::string offset = FloatRamp(32, 300), w = RandomBytes(6 * 8 * 4, 8),
+                    s = RandomBytes(20, 9);
+  const std::map<std::string, std::string> full = {{"offset", offset}, {"w", w}, {"s", s}};
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ParamPush> push, coordinator_->BeginPush("pm"));
+  const std::vector<PushChunk> boxes = Boxes();
+  ASSERT_OK_AND_ASSIGN(PushPlan plan, push->Plan(boxes));
+  EXPECT_EQ(plan.version, 2);
+  EXPECT_EQ(plan.generation, Status().generation);
+  // Per box: its pieces lie in it, are disjoint and cover it; each piece lies
+  // in one held cell of its worker's address.
+  std::map<int, std::vector<Box>> pieces;
+  for (const PushPlan::Route& r : plan.routes) {
+    ASSERT_GE(r.box, 0);
+    ASSERT_LT(r.box, static_cast<int>(boxes.size()));
+    EXPECT_EQ(r.address, absl::StrCat("127.0.0.1:", 9100 + r.worker));
+    for (const Box& other : pieces[r.box]) EXPECT_TRUE(Intersect(other, r.piece).IsEmpty());
+    pieces[r.box].push_back(r.piece);
+  }
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    Box box;
+    for (size_t d = 0; d < boxes[i].shape.size(); ++d) {
+      box.mutable_dims().push_back(
+          Interval{boxes[i].offset[d], boxes[i].offset[d] + boxes[i].shape[d]});
+    }
+    int64_t volume = 0;
+    for (const Box& p : pieces[static_cast<int>(i)]) {
+      EXPECT_TRUE(box.Contains(p)) << p << " outside " << box;
+      volume += p.NumElements();
+    }
+    EXPECT_EQ(volume, box.NumElements()) << "box " << i;
+  }
+  EXPECT_THAT(push->Add(Chunk("s", {0}, {5}, s)),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "is direct"));
+  // Add refused the chunk and left the push dead: plan and stage a new one.
+  push.reset();
+  ASSERT_OK_AND_ASSIGN(push, coordinator_->BeginPush("pm"));
+  ASSERT_OK_AND_ASSIGN(plan, push->Plan(boxes));
+  for (const PushPlan::Route& r : plan.routes) {
+    Stage(plan, r, boxes[static_cast<size_t>(r.box)].param,
+          full.at(boxes[static_cast<size_t>(r.box)].param));
+  }
+  ASSERT_OK_AND_ASSIGN(PushResult result, push->Finish());
+  const int64_t total = 32 * 4 + 6 * 8 * 4 + 20;
+  EXPECT_EQ(result.version, 2);
+  EXPECT_EQ(result.bytes_received, 0);  // no byte through the coordinator
+  EXPECT_EQ(result.bytes_to_workers, total);
+  EXPECT_EQ(result.bytes_filled, total);  // the other holder of every cell
+  EXPECT_EQ(StagedBytes(), total);
+  EXPECT_EQ(Status().version, 2);
+  ExpectVersion2(offset, w, s);
+}
+
+TEST_F(DirectPushTest, BadPlansAndMissingPiecesChangeNothing) {
+  Start();
+  AddWorker(0);
+  AddWorker(1);
+  coordinator_->Tick();
+  auto plan_of = [&](std::vector<PushChunk> boxes) -> absl::StatusOr<PushPlan> {
+    MS_ASSIGN_OR_RETURN(std::unique_ptr<ParamPush> push, coordinator_->BeginPush("pm"));
+    return push->Plan(boxes);
+  };
+  EXPECT_THAT(plan_of({Chunk("nope", {0}, {1}, "")}),
+              StatusIs(absl::StatusCode::kNotFound, "model 'pm' has no param 'nope'"));
+  EXPECT_THAT(plan_of({Chunk("offset", {0, 0}, {3, 4}, "")}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "box [3:8, 0:4] is missing"));
+  EXPECT_THAT(plan_of({Chunk("offset", {0, 0}, {8, 4}, "", 0, kWireInt32)}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "dtype int32, expected float32"));
+  EXPECT_THAT(plan_of({Chunk("offset", {0, 0}, {5, 4}, ""), Chunk("offset", {4, 0}, {4, 4}, "")}),
+              StatusIs(absl::StatusCode::kInvalidArgument, "overlaps box [0:5, 0:4]"));
+  // Every piece but the last staged: the commit fails, nothing changes.
+  const std::string offset = FloatRamp(32, 5);
+  const int aborts = cluster_.Worker(0)->abort_calls();
+  {
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<ParamPush> push, coordinator_->BeginPush("pm"));
+    ASSERT_OK_AND_ASSIGN(PushPlan plan, push->Plan({Chunk("offset", {0, 0}, {8, 4}, "")}));
+    ASSERT_GE(plan.routes.size(), 2u);
+    for (size_t i = 0; i + 1 < plan.routes.size(); ++i) Stage(plan, plan.routes[i], "offset", offset);
+    EXPECT_THAT(push->Finish(), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                         "the pieces staged do not match the plan"));
+  }
+  EXPECT_GT(cluster_.Worker(0)->abort_calls(), aborts);
+  EXPECT_EQ(Status().version, 1);
+  EXPECT_EQ(Pull()["offset"], Initial("offset"));
+  // The abort dropped what was staged: a whole push of the same pieces works
+  // (a piece left staged would overlap).
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<ParamPush> push, coordinator_->BeginPush("pm"));
+  ASSERT_OK_AND_ASSIGN(PushPlan plan, push->Plan({Chunk("offset", {0, 0}, {8, 4}, "")}));
+  for (const PushPlan::Route& r : plan.routes) Stage(plan, r, "offset", offset);
+  ASSERT_OK(push->Finish().status());
+  EXPECT_EQ(Pull()["offset"], offset);
+}
+
 TEST_F(ParamTest, FailedCommitAbortsEverywhere) {
   Start();
   AddWorker(0);

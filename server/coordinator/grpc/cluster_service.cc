@@ -1,5 +1,8 @@
 #include "server/coordinator/grpc/cluster_service.h"
 
+#include <utility>
+#include <vector>
+
 #include "absl/time/clock.h"
 #include "common/rpc/grpc_status.h"
 
@@ -78,6 +81,29 @@ void ClusterStatusToProto(const std::vector<WorkerView>& workers,
   }
 }
 
+namespace {
+
+PushChunk PushChunkFromProto(PushParamsChunk* message) {
+  return PushChunk{message->model(),
+                   message->param(),
+                   {message->offset().begin(), message->offset().end()},
+                   {message->shape().begin(), message->shape().end()},
+                   static_cast<int>(message->dtype()),
+                   message->byte_offset(),
+                   std::move(*message->mutable_data())};
+}
+
+void PushResultToProto(const PushResult& result, PushParamsResponse* response) {
+  response->set_version(result.version);
+  response->set_bytes_received(result.bytes_received);
+  for (const std::string& p : result.params) response->add_params(p);
+  response->set_bytes_to_workers(result.bytes_to_workers);
+  response->set_bytes_filled(result.bytes_filled);
+  response->set_seconds(result.seconds);
+}
+
+}  // namespace
+
 grpc::Status ClusterServiceImpl::Describe(grpc::ServerContext* context,
                                           const DescribeRequest* request,
                                           DescribeResponse* response) {
@@ -115,25 +141,67 @@ grpc::Status ClusterServiceImpl::PushParams(grpc::ServerContext* context,
   absl::StatusOr<std::unique_ptr<ParamPush>> push = coordinator_->BeginPush(message.model());
   if (!push.ok()) return ToGrpcStatus(push.status());
   do {
-    PushChunk chunk{message.model(),
-                    message.param(),
-                    {message.offset().begin(), message.offset().end()},
-                    {message.shape().begin(), message.shape().end()},
-                    static_cast<int>(message.dtype()),
-                    message.byte_offset(),
-                    std::move(*message.mutable_data())};
-    absl::Status s = (*push)->Add(std::move(chunk));
+    absl::Status s = (*push)->Add(PushChunkFromProto(&message));
     if (!s.ok()) return ToGrpcStatus(s);
   } while (reader->Read(&message));
   if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "push cancelled");
   absl::StatusOr<PushResult> result = (*push)->Finish();
   if (!result.ok()) return ToGrpcStatus(result.status());
-  response->set_version(result->version);
-  response->set_bytes_received(result->bytes_received);
-  for (const std::string& p : result->params) response->add_params(p);
-  response->set_bytes_to_workers(result->bytes_to_workers);
-  response->set_bytes_filled(result->bytes_filled);
-  response->set_seconds(result->seconds);
+  PushResultToProto(*result, response);
+  return grpc::Status::OK;
+}
+
+// The plan, then the commit (cluster_service.proto); the push aborts when this
+// handler returns without committing.
+grpc::Status ClusterServiceImpl::PushDirect(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<PushDirectReply, PushDirectRequest>* stream) {
+  absl::StatusOr<CallGate::Pass> pass = AdmitClientCall(edge_, gate_, *context);
+  if (!pass.ok()) return ToGrpcStatus(pass.status());
+  PushDirectRequest request;
+  if (!stream->Read(&request)) {
+    return ToGrpcStatus(absl::InvalidArgumentError("PushDirect: empty stream"));
+  }
+  if (request.commit()) {
+    return ToGrpcStatus(absl::InvalidArgumentError("PushDirect: commit before the boxes"));
+  }
+  absl::StatusOr<std::unique_ptr<ParamPush>> push = coordinator_->BeginPush(request.model());
+  if (!push.ok()) return ToGrpcStatus(push.status());
+  std::vector<PushChunk> boxes;
+  boxes.reserve(static_cast<size_t>(request.boxes_size()));
+  for (PushParamsChunk& box : *request.mutable_boxes()) {
+    if (box.model().empty()) box.set_model(request.model());
+    boxes.push_back(PushChunkFromProto(&box));
+  }
+  absl::StatusOr<PushPlan> plan = (*push)->Plan(boxes);
+  if (!plan.ok()) return ToGrpcStatus(plan.status());
+  PushDirectReply reply;
+  reply.set_generation(plan->generation);
+  reply.set_version(plan->version);
+  for (const PushPlan::Route& r : plan->routes) {
+    PushRoute* route = reply.add_routes();
+    route->set_box(r.box);
+    route->set_worker_id(r.worker);
+    route->set_address(r.address);
+    for (const Interval& d : r.piece.dims()) {
+      route->add_offset(d.begin);
+      route->add_shape(d.size());
+    }
+  }
+  if (!stream->Write(reply)) return grpc::Status(grpc::StatusCode::CANCELLED, "push cancelled");
+  if (!stream->Read(&request) || context->IsCancelled()) {
+    return grpc::Status(grpc::StatusCode::CANCELLED,
+                        "push cancelled before its commit; nothing changed");
+  }
+  if (!request.commit()) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        "PushDirect: the message after the boxes must be the commit; nothing changed"));
+  }
+  absl::StatusOr<PushResult> result = (*push)->Finish();
+  if (!result.ok()) return ToGrpcStatus(result.status());
+  reply.Clear();
+  PushResultToProto(*result, reply.mutable_result());
+  stream->Write(reply);
   return grpc::Status::OK;
 }
 

@@ -31,6 +31,8 @@ class ClusterServiceImpl final : public ClusterService::Service {
                       ClusterStatusResponse*) override;
   grpc::Status PushParams(grpc::ServerContext*, grpc::ServerReader<PushParamsChunk>*,
                           PushParamsResponse*) override;
+  grpc::Status PushDirect(grpc::ServerContext*,
+                          grpc::ServerReaderWriter<PushDirectReply, PushDirectRequest>*) override;
   grpc::Status PullParams(grpc::ServerContext*, const PullParamsRequest*,
                           grpc::ServerWriter<PullParamsChunk>*) override;
 
