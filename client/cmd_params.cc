@@ -1,16 +1,22 @@
 // The parameter commands of the `meshserve` CLI (docs/PARAMETERS.md):
 //
 //   meshserve push --target HOST:PORT --model NAME --checkpoint FILE.safetensors
-//       [--timeout_s S] [--chunk_bytes N]
+//       [--timeout_s S] [--chunk_bytes N] [--direct auto|on|off]
 //   meshserve pull --target HOST:PORT --model NAME --output FILE.safetensors
 //       [--params a,b,...] [--timeout_s S]
 //
-// push streams every tensor of the file as one whole box of the param of that
-// name (params_files.h), in --chunk_bytes chunks (default 1 MiB) read from the
-// file as they are sent; the server commits a new version only if the whole
-// push is valid, and prints
+// push sends every tensor of the file as one whole box of the param of that
+// name, in --chunk_bytes chunks (default 1 MiB) read from the file as they
+// are sent; the server commits a new version only if the whole push is valid.
+// --direct auto (the default) sends the bytes straight to the workers that
+// hold them (PushDirect, params_direct.h) and, when a worker cannot be reached
+// from here or the server predates PushDirect, through the coordinator
+// (PushParams, params_files.h) instead, saying why on stderr; on: direct
+// only; off: through the coordinator only. A TLS connection (--tls_dir/--ca)
+// pushes through the coordinator: workers admit only cluster members. Prints
 //   pushed model mlp: version 2, 3 params, 8448 bytes sent in 0.004 s (2.0 MiB/s)
-//   server: received 8448 bytes, 16896 to workers, 0 worker to worker, 0.003 s
+//   server: received 0 bytes, 8448 to workers, 8448 worker to worker, 0.003 s
+//   path: direct to 2 workers
 // pull writes the current version's params (every param, or --params) as a
 // safetensors file in the model's dtype, with the version in its metadata:
 //   pulled model mlp: version 2, 3 params, 8448 bytes -> out.safetensors (0.002 s)
@@ -28,6 +34,7 @@
 #include "client/client_connect.h"
 #include "client/command.h"
 #include "client/params_client.h"
+#include "client/params_direct.h"
 #include "client/params_files.h"
 #include "common/base/status_util.h"
 
@@ -37,7 +44,7 @@ namespace {
 
 constexpr char kPushUsage[] =
     "push --target HOST:PORT --model NAME --checkpoint FILE.safetensors [--timeout_s S] "
-    "[--chunk_bytes N]";
+    "[--chunk_bytes N] [--direct auto|on|off]";
 constexpr char kPullUsage[] =
     "pull --target HOST:PORT --model NAME --output FILE.safetensors [--params a,b,...] "
     "[--timeout_s S]";
@@ -62,21 +69,53 @@ int RunPush(const CliArgs& args) {
   if (!chunk_bytes.ok()) return UsageError("push", kPushUsage, chunk_bytes.status());
   auto client = ConnectFromArgs(args);
   if (!client.ok()) return UsageError("push", kPushUsage, client.status());
+  const std::string direct = args.Get("direct", "auto");
+  if (direct != "auto" && direct != "on" && direct != "off") {
+    return UsageError("push", kPushUsage,
+                      InvalidArgument("flag --direct: '", direct, "' is not auto, on or off"));
+  }
+  const bool tls = args.Has("tls_dir") || args.Has("ca");
+  if (direct == "on" && tls) {
+    return UsageError("push", kPushUsage,
+                      InvalidArgument("flag --direct: 'on' needs a plaintext cluster (workers "
+                                      "admit only cluster members under TLS)"));
+  }
   const std::string path = args.Get("checkpoint");
-  auto reader = PushChunkReader::Open(path, args.Get("model"), *chunk_bytes);
-  if (!reader.ok()) return Fail("push", AnnotateStatus(reader.status(), "flag --checkpoint"));
-  auto pushed = PushParamsFromFile(**client, **reader, *deadline);
+  absl::StatusOr<PushResult> pushed = Unavailable("not pushed");
+  std::string path_line = "through the coordinator";
+  bool relay = direct == "off" || tls;
+  if (!relay) {
+    std::string fallback;
+    pushed = PushDirectFromFile(**client, path, args.Get("model"),
+                                DirectPushOptions{*chunk_bytes, absl::Seconds(2)}, *deadline,
+                                &fallback);
+    if (!pushed.ok() && !fallback.empty() && direct == "auto") {
+      std::fprintf(stderr, "push: %s; pushing through the coordinator\n", fallback.c_str());
+      path_line = absl::StrCat("through the coordinator (", fallback, ")");
+      relay = true;
+    } else if (!pushed.ok()) {
+      return Fail("push", AnnotateStatus(pushed.status(), "flag --checkpoint ", path));
+    } else {
+      path_line = absl::StrCat("direct to ", pushed->workers, " workers");
+    }
+  }
+  if (relay) {
+    auto reader = PushChunkReader::Open(path, args.Get("model"), *chunk_bytes);
+    if (!reader.ok()) return Fail("push", AnnotateStatus(reader.status(), "flag --checkpoint"));
+    pushed = PushParamsFromFile(**client, **reader, *deadline);
+  }
   if (!pushed.ok()) return Fail("push", pushed.status());
   const PushParamsResponse& r = pushed->response;
   std::printf("pushed model %s: version %lld, %zu params, %lld bytes sent in %.3f s "
               "(%.1f MiB/s)\n",
               args.Get("model").c_str(), static_cast<long long>(r.version()),
-              (*reader)->entries().size(), static_cast<long long>(pushed->bytes_sent),
+              static_cast<size_t>(r.params_size()), static_cast<long long>(pushed->bytes_sent),
               pushed->seconds, MiBPerSecond(pushed->bytes_sent, pushed->seconds));
   std::printf("server: received %lld bytes, %lld to workers, %lld worker to worker, %.3f s\n",
               static_cast<long long>(r.bytes_received()),
               static_cast<long long>(r.bytes_to_workers()),
               static_cast<long long>(r.bytes_filled()), r.seconds());
+  std::printf("path: %s\n", path_line.c_str());
   std::fflush(stdout);
   return 0;
 }
@@ -115,6 +154,7 @@ MS_REGISTER_COMMAND(FlagCommand{"push",
                                                   {"model", FlagDef::kValue, true},
                                                   {"checkpoint", FlagDef::kValue, true},
                                                   {"chunk_bytes"},
+                                                  {"direct"},
                                                   {"timeout_s"}}),
                                 RunPush,
                                 /*rejects_positional=*/true});

@@ -36,6 +36,7 @@ struct PushResult {
   int64_t bytes_sent = 0;   // tensor bytes written to the stream
   int64_t messages = 0;
   double seconds = 0;       // first write until the response
+  int workers = 0;          // a direct push (params_direct.h): workers sent to, else 0
 };
 
 // \error the server's status (code kept) when it refuses the push; the

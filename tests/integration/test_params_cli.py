@@ -9,6 +9,16 @@ checked without a cluster:
     byte_offset in order, only the first message of a box naming it; the
     bytes reassemble to the file's tensors exactly; it prints the version and
     the bytes sent;
+  - a direct push (--direct auto, the default) against a fake PushDirect
+    that plans halves of every tensor (columns of matrices, so the client
+    extracts strided pieces) on two "workers" (this same server, under two
+    addresses) stages each piece's bytes exactly once, in order, in chunks of
+    at most --chunk_bytes, carrying the plan's generation and version, then
+    commits; a coordinator without PushDirect, or a route to an unreachable
+    worker, falls back to PushParams saying why (--direct on fails instead);
+    a route outside a tensor and a worker's refusal of a chunk fail with the
+    code named and cancel the push; --direct with another value is a flag
+    error;
   - a refused push prints the server's code and message and exits 1; a missing
     file, an unwritable output, a bad target and a bad --timeout_s are
     reported naming the value;
@@ -31,11 +41,18 @@ import mslib
 
 
 class FakeCluster:
-    """PushParams records the messages; PullParams streams self.params."""
+    """PushParams records the messages; PullParams streams self.params;
+    PushDirect plans by self.direct (None: UNIMPLEMENTED) and
+    WorkerService.StageParams records the staged chunks."""
 
     def __init__(self, mc):
         import grpc
         self.pb = mc.proto.cluster_service_pb2
+        import importlib
+        self.wpb = importlib.import_module(mc.proto.__name__ + ".worker_service_pb2")
+        self.direct = None  # "here", "unreachable", "badroute", "refuse"
+        self.direct_calls = []  # (boxes, routes, committed) per PushDirect
+        self.staged = []  # StageParamChunk, in arrival order
         self.pushes = []  # [messages] per call
         self.refuse = None  # (grpc.StatusCode, message) for the next push
         self.params = {}  # name -> (dtype enum, array)
@@ -48,13 +65,70 @@ class FakeCluster:
                 response_serializer=self.pb.PushParamsResponse.SerializeToString),
             "PullParams": grpc.unary_stream_rpc_method_handler(
                 self.pull, request_deserializer=self.pb.PullParamsRequest.FromString,
-                response_serializer=self.pb.PullParamsChunk.SerializeToString)})
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
+                response_serializer=self.pb.PullParamsChunk.SerializeToString),
+            "PushDirect": grpc.stream_stream_rpc_method_handler(
+                self.push_direct, request_deserializer=self.pb.PushDirectRequest.FromString,
+                response_serializer=self.pb.PushDirectReply.SerializeToString)})
+        worker = grpc.method_handlers_generic_handler("meshserve.WorkerService", {
+            "StageParams": grpc.stream_unary_rpc_method_handler(
+                self.stage, request_deserializer=self.wpb.StageParamChunk.FromString,
+                response_serializer=self.wpb.StageParamsResponse.SerializeToString)})
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=8),
                                   options=[("grpc.max_receive_message_length", 1 << 30)])
-        self.server.add_generic_rpc_handlers((handler,))
+        self.server.add_generic_rpc_handlers((handler, worker))
         self.port = self.server.add_insecure_port("127.0.0.1:0")
         self.server.start()
         self.target = "127.0.0.1:%d" % self.port
+        # Two "workers": this server under two names.
+        self.workers = ["127.0.0.1:%d" % self.port, "localhost:%d" % self.port]
+
+    def push_direct(self, requests, context):
+        import grpc
+        if self.direct is None:
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+        first = next(requests)
+        routes = []
+        for i, box in enumerate(first.boxes):
+            shape = list(box.shape)
+            if not shape or min(shape) == 0:
+                continue
+            dim = 1 if len(shape) >= 2 else 0
+            cut = shape[dim] // 2
+            for k, (begin, end) in enumerate([(0, cut), (cut, shape[dim])]):
+                if begin == end:
+                    continue
+                offset, size = [0] * len(shape), list(shape)
+                offset[dim], size[dim] = begin, end - begin
+                if self.direct == "badroute":
+                    size[dim] += 1
+                address = "127.0.0.1:1" if self.direct == "unreachable" else self.workers[k]
+                routes.append(self.pb.PushRoute(box=i, worker_id=k, address=address,
+                                                offset=offset, shape=size))
+        call = [list(first.boxes), routes, False]
+        self.direct_calls.append(call)
+        yield self.pb.PushDirectReply(generation=3, version=9, routes=routes)
+        try:
+            commit = next(requests, None)
+        except Exception:  # the client cancelled
+            commit = None
+        if commit is None or not commit.commit:
+            return
+        call[2] = True
+        n = sum(len(m.data) for m in self.staged)
+        yield self.pb.PushDirectReply(result=self.pb.PushParamsResponse(
+            version=9, bytes_to_workers=n, params=[b.param for b in first.boxes]))
+
+    def stage(self, chunks, context):
+        import grpc
+        n = 0
+        for chunk in chunks:
+            if self.direct == "refuse":
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                              "param '%s' box is not held here" % chunk.param)
+            with self.lock:
+                self.staged.append(chunk)
+            n += len(chunk.data)
+        return self.wpb.StageParamsResponse(bytes=n)
 
     def push(self, messages, context):
         got = list(messages)
@@ -102,6 +176,60 @@ def boxes_of(messages):
     return boxes
 
 
+def check_direct(env, fake, path, arrays):
+    """The direct push's cases (see the top)."""
+    c, cli = env.c, env.cli
+    push = ["push", "--target", fake.target, "--model", "m", "--checkpoint", path]
+    fake.direct, fake.staged = "here", []
+    rc, out, err = cli.run(*push, "--chunk_bytes", "65536")
+    call = fake.direct_calls[-1] if fake.direct_calls else [[], [], False]
+    c.check(rc == 0 and "version 9" in out and "path: direct to 2 workers" in out and call[2],
+            "push --direct auto: plans, stages on 2 workers, commits", out + err)
+    c.check([(b.param, list(b.offset), list(b.shape)) for b in call[0]]
+            == [(n, [0] * arrays[n].ndim, list(arrays[n].shape)) for n in ["b", "h", "w_big"]],
+            "push --direct: the plan names every tensor as one whole box")
+    got, sizes, meta_ok = {}, [], True
+    for m in fake.staged:
+        key = (m.param, tuple(m.box.begin), tuple(m.box.end))
+        got.setdefault(key, b"")
+        meta_ok &= (m.model == "m" and m.generation == 3 and m.version == 9
+                    and m.offset == len(got[key]))
+        got[key] += m.data
+        sizes.append(len(m.data))
+    want = {}
+    for r in call[1]:
+        name = call[0][r.box].param
+        sl = tuple(slice(o, o + n) for o, n in zip(r.offset, r.shape))
+        end = tuple(o + n for o, n in zip(r.offset, r.shape))
+        want[(name, tuple(r.offset), end)] = np.ascontiguousarray(arrays[name][sl]).tobytes()
+    c.check(meta_ok and sizes and max(sizes) <= 65536,
+            "push --direct: chunks in order with the plan's model, generation and version, "
+            "<= --chunk_bytes (%d chunks)" % len(sizes))
+    c.check(got == want, "push --direct: each piece (columns of matrices) staged once, equal to "
+            "the file's slice", "    got %s want %s" % (sorted(got), sorted(want)))
+    fake.direct = "unreachable"
+    before = len(fake.pushes)
+    rc, out, err = cli.run(*push)
+    c.check(rc == 0 and "127.0.0.1:1 is not reachable" in err and len(fake.pushes) == before + 1
+            and "path: through the coordinator" in out and not fake.direct_calls[-1][2],
+            "push: an unreachable worker falls back to PushParams before any byte", out + err)
+    rc, out, err = cli.run(*push, "--direct", "on")
+    c.check(rc == 1 and "UNAVAILABLE" in err and "127.0.0.1:1" in err
+            and len(fake.pushes) == before + 1,
+            "push --direct on: an unreachable worker is an error naming it", out + err)
+    for mode, code, needle in [("badroute", "INTERNAL", "not inside a tensor"),
+                               ("refuse", "INVALID_ARGUMENT", "StageParams on worker")]:
+        fake.direct = mode
+        rc, out, err = cli.run(*push)
+        c.check(rc == 1 and code in err and needle in err and not fake.direct_calls[-1][2]
+                and len(fake.pushes) == before + 1,
+                "push --direct: %s is %s, not committed, no fallback" % (mode, code), out + err)
+    fake.direct = None
+    rc, out, err = cli.run(*push, "--direct", "maybe")
+    c.check(rc == 2 and "--direct" in err and "'maybe'" in err,
+            "push --direct maybe: a flag error naming the value", out + err)
+
+
 def run(env):
     c, cli = env.c, env.cli
     mc = mslib.client_package(env.bin_dir)
@@ -140,6 +268,10 @@ def run(env):
         want_n = sum(-(-a.nbytes // 4096) for a in (big, small, bf))
         c.check(rc == 0 and max(sizes) == 4096 and len(sizes) == want_n,
                 "push --chunk_bytes 4096: 4 KiB chunks (%d messages)" % len(sizes), out + err)
+        c.check("path: through the coordinator" in out and "pushing through the coordinator"
+                in err, "push: a coordinator without PushDirect gets PushParams, saying so",
+                out + err)
+        check_direct(env, fake, path, {"w_big": big, "b": small, "h": bf})
         import grpc
         fake.refuse = (grpc.StatusCode.NOT_FOUND, "model 'm' has no param 'w_big'")
         rc, out, err = cli.run("push", "--target", fake.target, "--model", "m",

@@ -14,7 +14,13 @@ from the seed), every reference computed in NumPy:
      messages) is assembled exactly;
   4. a request loop running during pushes gets only answers equal to one
      pushed version's reference, and no error;
-  5. refused pushes (box out of bounds, a gap, an overlap, a wrong dtype, an
+  5. `meshserve push` goes direct to the 4 workers by default, through the
+     coordinator with --direct off (both checked by the answers); a PushDirect
+     whose client stages nothing, or part of a param, or that plans a gap, or
+     drops its stream after the plan, is refused (FAILED_PRECONDITION naming
+     what a worker lacks, INVALID_ARGUMENT naming the gap, nothing for the
+     drop) and changes nothing;
+  6. refused pushes (box out of bounds, a gap, an overlap, a wrong dtype, an
      unknown param or model, a wrong byte length, a tensor of the wrong shape
      through the CLI) each fail with the right gRPC code naming the value, and
      change nothing (version, answers, pulled bytes).
@@ -81,12 +87,12 @@ class State:
         tensors = mslib.read_safetensors(out)[0] if rc == 0 and os.path.exists(out) else None
         return rc, stdout, err, tensors
 
-    def push_file(self, tensors):
+    def push_file(self, tensors, *extra):
         """`meshserve push` of a NumPy-written file -> (rc, stdout, stderr)."""
         path = self.path("push.safetensors")
         mslib.write_safetensors(path, tensors)
         return self.env.cli.run("push", "--target", self.cluster.target, "--model", MODEL,
-                                "--checkpoint", path)
+                                "--checkpoint", path, *extra)
 
     def push_boxes(self, boxes, chunk_bytes=1 << 20, model=MODEL):
         """PushParams of `boxes` (mslib.push_chunks) over the stubs."""
@@ -118,6 +124,7 @@ def start(st):
     st.pb = mc.proto.cluster_service_pb2
     st.pb_grpc = mc.proto.cluster_service_pb2_grpc
     st.inference_pb = mc.proto.inference_pb2
+    st.tensor_pb = __import__(mc.proto.__name__ + ".tensor_pb2", fromlist=["x"])
     st.client = mc.MeshserveClient(st.cluster.target, timeout_s=60)
     st.current = dict(st.ckpt, b2=st.seed_b2)
 
@@ -160,6 +167,8 @@ def stage_push_all(st):
     c.check(re.search(r"version 2\b", out) is not None, "push all: prints version 2", out)
     c.check(re.search(r"\b%d bytes sent" % total, out) is not None,
             "push all: prints the %d bytes sent" % total, out)
+    c.check("path: direct to 4 workers" in out and re.search(r"received 0 bytes", out),
+            "push all: direct to the 4 workers, no byte through the coordinator", out + err)
     st.current, st.version = new, 2
     st.check_serving("push all")
     # Not client.metadata(): it caches the answer of version 1.
@@ -187,9 +196,11 @@ def stage_push_partial(st):
     """A push of one param: the others keep their bytes."""
     c = st.c
     w1 = mslib.mlp_random_params(st.model, st.rng, names=("w1",))
-    rc, out, err = st.push_file(w1)
-    if not c.check(rc == 0 and re.search(r"version 3\b", out) is not None,
-                   "push w1 only: version 3", "    %s%s" % (out, err)):
+    rc, out, err = st.push_file(w1, "--direct", "off")
+    if not c.check(rc == 0 and re.search(r"version 3\b", out) is not None
+                   and "path: through the coordinator" in out,
+                   "push w1 only (--direct off): version 3 through the coordinator",
+                   "    %s%s" % (out, err)):
         return
     previous = dict(st.current)
     st.current, st.version = dict(previous, **w1), 3
@@ -231,8 +242,85 @@ def stage_push_ranks(st):
             "push from ranks: pull gives the assembled tensors exactly")
 
 
+def stage_direct_refused(st):
+    """5: PushDirect calls that must not commit."""
+    import grpc
+    c = st.c
+    stub = st.pb_grpc.ClusterServiceStub(st.client._channel)
+    w2 = st.current["w2"]
+
+    def box(name, offset, shape):
+        return st.pb.PushParamsChunk(param=name, offset=offset, shape=shape, dtype=1)
+
+    def direct(boxes, stage):
+        """Plans `boxes`, runs stage(plan) and commits unless it returns False."""
+        import queue
+        q = queue.Queue()
+        q.put(st.pb.PushDirectRequest(model=MODEL, boxes=boxes))
+
+        def requests():
+            while True:
+                item = q.get()
+                if item is None:
+                    return
+                yield item
+        call = stub.PushDirect(requests(), timeout=60)
+        try:
+            plan = next(call)
+            if stage(plan) is False:
+                call.cancel()
+                return "CANCELLED", ""
+            q.put(st.pb.PushDirectRequest(commit=True))
+            next(call)
+            q.put(None)
+            return "OK", ""
+        except grpc.RpcError as e:
+            return e.code().name, e.details()
+        finally:
+            q.put(None)
+
+    whole = [box("w2", [0, 0], [48, 16])]
+    code, details = direct(whole, lambda plan: None)
+    c.check(code == "FAILED_PRECONDITION" and "w2" in details,
+            "PushDirect committed with nothing staged: FAILED_PRECONDITION naming w2",
+            "    %s %s" % (code, details))
+    wpb = __import__(st.pb.__name__.rsplit(".", 1)[0] + ".worker_service_pb2",
+                     fromlist=["x"])
+
+    def stage_first(plan):
+        """Stages the first route only."""
+        r = plan.routes[0]
+        sl = tuple(slice(o, o + n) for o, n in zip(r.offset, r.shape))
+        data = np.ascontiguousarray(w2[sl]).tobytes()
+        channel = grpc.insecure_channel(r.address)
+        method = channel.stream_unary("/meshserve.WorkerService/StageParams",
+                                      request_serializer=wpb.StageParamChunk.SerializeToString,
+                                      response_deserializer=wpb.StageParamsResponse.FromString)
+        end = [o + n for o, n in zip(r.offset, r.shape)]
+        method(iter([wpb.StageParamChunk(
+            model=MODEL, generation=plan.generation, version=plan.version, param="w2",
+            box=st.tensor_pb.BoxProto(begin=list(r.offset), end=end),
+            total_bytes=len(data), offset=0, data=data)]), timeout=30)
+        channel.close()
+    code, details = direct(whole, stage_first)
+    c.check(code == "FAILED_PRECONDITION" and "w2" in details,
+            "PushDirect with one of its pieces staged: FAILED_PRECONDITION naming w2",
+            "    %s %s" % (code, details))
+    code, details = direct([box("w2", [0, 0], [20, 16])], lambda plan: None)
+    c.check(code == "INVALID_ARGUMENT" and "w2" in details and "missing" in details,
+            "PushDirect planning a gap: INVALID_ARGUMENT naming the missing box",
+            "    %s %s" % (code, details))
+    code, details = direct(whole, lambda plan: False)
+    c.check(code == "CANCELLED", "PushDirect dropped after its plan", "    %s" % code)
+    st.check_serving("after the refused direct pushes")
+    rc, out, err, pulled = st.pull()
+    c.check(rc == 0 and pulled is not None
+            and all(pulled[n].tobytes() == st.current[n].tobytes() for n in st.current),
+            "after the refused direct pushes: pull gives version %d's bytes" % st.version)
+
+
 def stage_refused(st):
-    """5: each refused push names the value, and nothing changes."""
+    """6: each refused push names the value, and nothing changes."""
     c = st.c
     w2 = st.current["w2"]
     f32 = np.ones((48, 16), np.float32)
@@ -349,6 +437,7 @@ def stages(env):
             ("push all", lambda: stage_push_all(st)),
             ("push one param", lambda: stage_push_partial(st)),
             ("push from ranks", lambda: stage_push_ranks(st)),
+            ("refused direct pushes", lambda: stage_direct_refused(st)),
             ("refused pushes", lambda: stage_refused(st)),
             ("pushes under load", lambda: stage_concurrent(st)),
             ("stop", lambda: st.cluster.stop())]

@@ -1,0 +1,60 @@
+// Direct pushes (PushDirect, proto/cluster_service.proto): a safetensors
+// file's tensors, each one whole box of the param of its name, sent by this
+// client straight to the workers that hold them. The coordinator checks the
+// boxes, plans the routes and commits; no tensor byte passes through it, so
+// each byte crosses one socket on its way to its first holder instead of two
+// (client -> coordinator -> worker with PushParams).
+//
+//   PushDirectFromFile  maps the file, sends the boxes, receives the routes
+//                       (one per piece of a tensor and a held cell, each to
+//                       one worker), checks that every worker named can be
+//                       reached, streams each worker's pieces on its own
+//                       thread (WorkerService.StageParams, in row slabs of
+//                       about chunk_bytes; a slab that is contiguous in the
+//                       file goes out as a slice of the mapping, others are
+//                       copied once out of it), then commits.
+//
+// Falling back. Two failures happen before any byte is staged and leave the
+// caller free to push through the coordinator instead (PushParamsFromFile):
+// the coordinator does not know PushDirect (kUnimplemented: an older
+// server), or a worker cannot be reached from here within connect_timeout
+// (kUnavailable naming it: e.g. compose service names seen from the host).
+// *fallback_reason is set then, and only then; the planned push was
+// cancelled, so nothing changed.
+//
+// Other errors: the coordinator's refusal of the boxes (its code: kNotFound,
+// kInvalidArgument, ...), a worker's refusal of a chunk ("StageParams on
+// worker N at ADDR: ..."; the push is cancelled and aborted), the commit's
+// refusal (kFailedPrecondition when a worker was not sent all it holds),
+// kDataLoss for a file shorter than its header says.
+//
+// Thread-safety: each call is independent.
+#ifndef MESHSERVE_CLIENT_PARAMS_DIRECT_H_
+#define MESHSERVE_CLIENT_PARAMS_DIRECT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/inference_client.h"
+#include "client/params_client.h"
+#include "client/params_files.h"
+
+namespace meshserve {
+namespace client {
+
+struct DirectPushOptions {
+  int64_t chunk_bytes = kParamChunkBytes;  // data bytes per StageParams message, at most
+  absl::Duration connect_timeout = absl::Seconds(2);
+};
+
+absl::StatusOr<PushResult> PushDirectFromFile(InferenceClient& client, const std::string& path,
+                                              const std::string& model,
+                                              const DirectPushOptions& options,
+                                              absl::Time deadline, std::string* fallback_reason);
+
+}  // namespace client
+}  // namespace meshserve
+
+#endif  // MESHSERVE_CLIENT_PARAMS_DIRECT_H_
