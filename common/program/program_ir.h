@@ -301,6 +301,10 @@ struct StageChunkIr {
   int64_t total_bytes = 0;
   int64_t offset = 0;
   std::string data;
+  // Non-empty: the chunk's data in order, as views into memory the caller
+  // keeps alive for the call (a received message's slices), and `data` is
+  // not used.
+  std::vector<absl::string_view> data_views;
 };
 
 // CommitParamsRequest.

@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/program/ir_conv.h"
@@ -85,7 +86,10 @@ absl::StatusOr<int64_t> ParamStore::Stage(const StageChunkIr& chunk,
                            box.NumElements(), " ", DTypeName(held->dtype), " elements are ",
                            expected, " bytes");
   }
-  const int64_t n = static_cast<int64_t>(chunk.data.size());
+  const std::vector<absl::string_view> own = {chunk.data};
+  const std::vector<absl::string_view>& parts = chunk.data_views.empty() ? own : chunk.data_views;
+  int64_t n = 0;
+  for (absl::string_view part : parts) n += static_cast<int64_t>(part.size());
   if (chunk.offset < 0 || chunk.offset + n > expected) {
     return InvalidArgument(what, ": chunk [", chunk.offset, ", ", chunk.offset + n,
                            ") is outside its ", expected, " bytes");
@@ -110,7 +114,10 @@ absl::StatusOr<int64_t> ParamStore::Stage(const StageChunkIr& chunk,
     cell = &live.cells[chunk.param][cell_box];
     MS_RETURN_IF_ERROR(Allocate(*held, cell_box, cell), what);
     if (n == expected && box != cell_box) {  // a whole box in one chunk: no assembly
-      MS_RETURN_IF_ERROR(InsertBox(cell->values.get(), box, chunk.data, false), what);
+      std::string joined;
+      if (parts.size() > 1) joined = absl::StrJoin(parts, "");
+      MS_RETURN_IF_ERROR(
+          InsertBox(cell->values.get(), box, parts.size() > 1 ? joined : parts[0], false), what);
       cell->staged.push_back(box);
       cell->staged_elements += box.NumElements();
       return n;
@@ -128,10 +135,14 @@ absl::StatusOr<int64_t> ParamStore::Stage(const StageChunkIr& chunk,
     cell = &found->second.cells[chunk.param][cell_box];
   }
   Assembly& a = assembly->second;
-  if (box == cell_box) {
-    if (n > 0) std::memcpy(cell->values->tensor.raw_data() + a.received, chunk.data.data(), n);
-  } else {
-    a.bytes.append(chunk.data);
+  int64_t at = a.received;
+  for (absl::string_view part : parts) {
+    if (box == cell_box) {
+      if (!part.empty()) std::memcpy(cell->values->tensor.raw_data() + at, part.data(), part.size());
+    } else {
+      a.bytes.append(part.data(), part.size());
+    }
+    at += static_cast<int64_t>(part.size());
   }
   a.received += n;
   if (a.received == expected) {

@@ -72,8 +72,11 @@ absl::StatusOr<ParamBytes> ShardWorker::ReadParam(const ReadParamRequest& reques
   return engine_.ReadParam(ReadParamToIr(request));
 }
 
-absl::StatusOr<int64_t> ShardWorker::StageChunk(StageParamChunk* chunk, int64_t stream_epoch) {
-  return engine_.StageParams(StageChunkToIr(chunk), stream_epoch);
+absl::StatusOr<int64_t> ShardWorker::StageChunk(StageParamChunk* chunk, int64_t stream_epoch,
+                                                std::vector<absl::string_view> data) {
+  StageChunkIr ir = StageChunkToIr(chunk);
+  ir.data_views = std::move(data);
+  return engine_.StageParams(ir, stream_epoch);
 }
 
 absl::Status ShardWorker::CommitParams(const CommitParamsRequest& request,

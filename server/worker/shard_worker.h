@@ -105,9 +105,12 @@ class ShardWorker {
     engine_.Fail(request_id, std::move(error));
   }
   // Params as state (WorkerEngine::ReadParam / StageParams / CommitParams /
-  // AbortParams). StageChunk moves the chunk's data out and returns its bytes.
+  // AbortParams). StageChunk moves the chunk's data out and returns its bytes;
+  // with `data` non-empty, that is the chunk's data (views the caller keeps
+  // alive for the call) and the chunk's own data field is not used.
   absl::StatusOr<ParamBytes> ReadParam(const ReadParamRequest& request) const;
-  absl::StatusOr<int64_t> StageChunk(StageParamChunk* chunk, int64_t stream_epoch = -1);
+  absl::StatusOr<int64_t> StageChunk(StageParamChunk* chunk, int64_t stream_epoch = -1,
+                                     std::vector<absl::string_view> data = {});
   int64_t StagingEpoch() const { return engine_.StagingEpoch(); }
   absl::Status CommitParams(const CommitParamsRequest& request, CommitParamsResponse* response);
   absl::Status AbortParams(const AbortParamsRequest& request);

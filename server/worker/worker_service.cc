@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/base/logging.h"
+#include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/metrics/metric_registry.h"
 #include "common/rpc/bytes_field_wire.h"
@@ -205,16 +206,21 @@ class ReadParamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
   int64_t offset_ = 0;
 };
 
-// Receives one StageParams stream, staging each chunk as it arrives.
-class StageParamsReactor final : public grpc::ServerReadReactor<StageParamChunk> {
+// Receives one StageParams stream, staging each chunk as it arrives, from
+// views into its received slices (bytes_field_wire.h).
+class StageParamsReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
-  StageParamsReactor(ShardWorker* worker, StageParamsResponse* response)
+  StageParamsReactor(ShardWorker* worker, grpc::ByteBuffer* response)
       : worker_(worker), response_(response), epoch_(worker->StagingEpoch()) {
-    StartRead(&chunk_);
+    StartRead(&message_);
   }
   void OnReadDone(bool ok) override {
     if (!ok) {
-      response_->set_bytes(bytes_);
+      StageParamsResponse answer;
+      answer.set_bytes(bytes_);
+      grpc::Slice slice(answer.SerializeAsString());
+      grpc::ByteBuffer buffer(&slice, 1);
+      response_->Swap(&buffer);
       Metrics().calls.Increment({"StageParams", "ok"});
       MS_LOG(INFO) << "StageParams: " << bytes_ << " bytes in " << chunks_
                    << " chunks, first after " << absl::ToDoubleSeconds(first_ - start_)
@@ -225,7 +231,8 @@ class StageParamsReactor final : public grpc::ServerReadReactor<StageParamChunk>
     }
     const absl::Time t = absl::Now();
     if (chunks_++ == 0) first_ = t;
-    absl::StatusOr<int64_t> staged = worker_->StageChunk(&chunk_, epoch_);
+    absl::StatusOr<int64_t> staged = Stage();
+    message_.Clear();
     staging_s_ += absl::ToDoubleSeconds(absl::Now() - t);
     if (!staged.ok()) {
       Metrics().calls.Increment({"StageParams", "error"});
@@ -233,16 +240,29 @@ class StageParamsReactor final : public grpc::ServerReadReactor<StageParamChunk>
       return;
     }
     bytes_ += *staged;
-    StartRead(&chunk_);
+    StartRead(&message_);
   }
   void OnDone() override { delete this; }
 
  private:
+  // Stages the message just read (chunk number chunks_ - 1, from 0).
+  absl::StatusOr<int64_t> Stage() {
+    const int64_t index = chunks_ - 1;
+    MS_RETURN_IF_ERROR(SplitBytesField(message_, StageParamChunk::kDataFieldNumber, &split_),
+                       "StageParams chunk ", index);
+    StageParamChunk header;
+    if (!header.ParseFromString(split_.other_fields)) {
+      return InvalidArgument("StageParams chunk ", index, " is not a StageParamChunk");
+    }
+    return worker_->StageChunk(&header, epoch_, split_.data);
+  }
+
   ShardWorker* const worker_;
-  StageParamsResponse* const response_;
+  grpc::ByteBuffer* const response_;
   // Aborts after this one drop this stream's later chunks for that version.
   const int64_t epoch_;
-  StageParamChunk chunk_;
+  grpc::ByteBuffer message_;
+  BytesFieldSplit split_;
   int64_t bytes_ = 0;
   int64_t chunks_ = 0;
   const absl::Time start_ = absl::Now();
@@ -348,8 +368,8 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* WorkerServiceImpl::ReadParam(
   return new ReadParamReactor(worker_, std::move(parsed));
 }
 
-grpc::ServerReadReactor<StageParamChunk>* WorkerServiceImpl::StageParams(
-    grpc::CallbackServerContext* context, StageParamsResponse* response) {
+grpc::ServerReadReactor<grpc::ByteBuffer>* WorkerServiceImpl::StageParams(
+    grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
   return new StageParamsReactor(worker_, response);
 }
 

@@ -41,10 +41,12 @@
 
 namespace meshserve {
 
-// WorkerService::CallbackService with ReadParam raw (its ParamChunks are
-// written as byte buffers over the held bytes, common/rpc/bytes_field_wire.h;
-// the wire form is unchanged): the generated chain with the raw class in
-// place of WithCallbackMethod_ReadParam, which the raw one would otherwise
+// WorkerService::CallbackService with ReadParam and StageParams raw (their
+// chunks' data is not copied through protobuf, common/rpc/bytes_field_wire.h:
+// ReadParam's ParamChunks are written as byte buffers over the held bytes,
+// StageParams' chunks are staged from views into the received slices; the
+// wire form is unchanged): the generated chain with the raw classes in place
+// of WithCallbackMethod_ReadParam/_StageParams, which they would otherwise
 // hide (clang's -Woverloaded-virtual). A method added to the proto is added
 // here too (else it answers UNIMPLEMENTED).
 using WorkerServiceBase = WorkerService::WithCallbackMethod_LoadModel<
@@ -53,7 +55,7 @@ using WorkerServiceBase = WorkerService::WithCallbackMethod_LoadModel<
             WorkerService::WithCallbackMethod_PushData<WorkerService::WithCallbackMethod_PeerStream<
                 WorkerService::WithCallbackMethod_Cancel<WorkerService::WithCallbackMethod_Status<
                     WorkerService::WithRawCallbackMethod_ReadParam<
-                        WorkerService::WithCallbackMethod_StageParams<
+                        WorkerService::WithRawCallbackMethod_StageParams<
                             WorkerService::WithCallbackMethod_CommitParams<
                                 WorkerService::WithCallbackMethod_AbortParams<
                                     WorkerService::Service>>>>>>>>>>>>>;
@@ -92,8 +94,8 @@ class WorkerServiceImpl final : public WorkerServiceBase {
                                    WorkerStatusResponse* response) override;
   grpc::ServerWriteReactor<grpc::ByteBuffer>* ReadParam(
       grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) override;
-  grpc::ServerReadReactor<StageParamChunk>* StageParams(
-      grpc::CallbackServerContext* context, StageParamsResponse* response) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* StageParams(grpc::CallbackServerContext* context,
+                                                        grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* CommitParams(grpc::CallbackServerContext* context,
                                          const CommitParamsRequest* request,
                                          CommitParamsResponse* response) override;

@@ -652,6 +652,34 @@ TEST_F(WorkerServiceTest, ReadParamRefusesARequestThatDoesNotParse) {
   EXPECT_EQ(rows.size(), static_cast<size_t>(4 * kN));
 }
 
+TEST_F(WorkerServiceTest, StageParamsRefusesAChunkThatDoesNotParse) {
+  // StageParams is a raw method too (chunks are staged from the received
+  // slices): a message protobuf would refuse is refused, naming the chunk.
+  ASSERT_OK_AND_ASSIGN(auto channel, CreateChannel(nodes_[0].address));
+  const grpc::internal::RpcMethod method("/meshserve.WorkerService/StageParams",
+                                         grpc::internal::RpcMethod::CLIENT_STREAMING);
+  grpc::Slice junk(std::string("\x42\x7F", 2));  // field 8 (data): a length past the end
+  grpc::ByteBuffer chunk(&junk, 1);
+  grpc::ClientContext context;
+  grpc::ByteBuffer response;
+  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel.get(), method,
+                                                                    &context, &response));
+  writer->Write(chunk);
+  writer->WritesDone();
+  EXPECT_THAT(FromGrpcStatus(writer->Finish()),
+              StatusIs(absl::StatusCode::kInvalidArgument, "StageParams chunk 0"));
+  // The worker stages the next, well-formed stream (in 3 chunks), and reads
+  // the staged rows back.
+  std::vector<float> values(4 * kN);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = 0.5f * static_cast<float>(i);
+  ASSERT_OK_AND_ASSIGN(int64_t bytes, StageRows(nodes_[0].stub.get(), 1, 2, 0, 4, values, 3));
+  EXPECT_EQ(bytes, static_cast<int64_t>(values.size() * 4));
+  ASSERT_OK_AND_ASSIGN(std::vector<float> rows,
+                       ReadRows(nodes_[0].stub.get(), "mm", 1, 2, "w", 0, 4, kN));
+  EXPECT_EQ(rows, values);
+}
+
 std::vector<float> Rows(const std::vector<float>& full, int64_t r0, int64_t r1, int64_t cols) {
   return std::vector<float>(full.begin() + r0 * cols, full.begin() + r1 * cols);
 }
