@@ -179,6 +179,75 @@ double DirectSecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// Every tensor of the file as one whole box.
+PushDirectRequest BoxesRequest(const std::string& model,
+                               const std::vector<SafetensorsFile::Entry>& entries) {
+  PushDirectRequest request;
+  request.set_model(model);
+  for (const SafetensorsFile::Entry& e : entries) {
+    PushParamsChunk* box = request.add_boxes();
+    box->set_param(e.name);
+    box->set_dtype(static_cast<DTypeProto>(DTypeToProto(e.dtype)));
+    for (int64_t d : e.shape) {
+      box->add_offset(0);
+      box->add_shape(d);
+    }
+  }
+  return request;
+}
+
+// One worker's share of a plan.
+struct WorkerShare {
+  int64_t id = -1;
+  std::vector<Route> routes;
+  std::shared_ptr<grpc::Channel> channel;
+  absl::StatusOr<int64_t> sent = int64_t{0};
+  int64_t messages = 0;
+};
+
+// The plan's routes by worker address, each checked against its tensor.
+// \error kInternal naming a route outside the file's tensors.
+absl::StatusOr<std::map<std::string, WorkerShare>> SharesOf(
+    const PushDirectReply& plan, const std::vector<SafetensorsFile::Entry>& entries,
+    const std::string& path) {
+  std::map<std::string, WorkerShare> shares;
+  for (const PushRoute& r : plan.routes()) {
+    const bool known = r.box() >= 0 && r.box() < static_cast<int>(entries.size());
+    Box piece;
+    for (int d = 0; known && d < r.offset_size() && d < r.shape_size(); ++d) {
+      piece.mutable_dims().push_back(Interval{r.offset(d), r.offset(d) + r.shape(d)});
+    }
+    if (!known || r.offset_size() != r.shape_size() ||
+        !Box::FromShape(entries[static_cast<size_t>(r.box())].shape).Contains(piece)) {
+      return Internal("route to worker ", r.worker_id(), " names box ", r.box(), " piece ",
+                      piece.ToString(), ", not inside a tensor of '", path, "'");
+    }
+    WorkerShare& share = shares[r.address()];
+    share.id = r.worker_id();
+    share.routes.push_back(Route{&entries[static_cast<size_t>(r.box())], piece});
+  }
+  return shares;
+}
+
+// Connects to every worker at once. \error kUnavailable naming the first one
+// not connected by `by` (*unreachable says which).
+absl::Status ConnectAll(std::map<std::string, WorkerShare>& shares, absl::Time by,
+                        std::string* unreachable) {
+  for (auto& [address, share] : shares) {
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = CreateChannel(address);
+    if (channel.ok()) (*channel)->GetState(/*try_to_connect=*/true);
+    share.channel = channel.ok() ? *channel : nullptr;
+  }
+  for (const auto& [address, share] : shares) {
+    if (share.channel == nullptr || !share.channel->WaitForConnected(absl::ToChronoTime(by))) {
+      *unreachable = absl::StrCat("worker ", share.id, " at ", address,
+                                  " is not reachable from here");
+      return Unavailable(*unreachable, "; nothing was pushed");
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<PushResult> PushDirectFromFile(InferenceClient& client, const std::string& path,
@@ -205,79 +274,37 @@ absl::StatusOr<PushResult> PushDirectFromFile(InferenceClient& client, const std
     if (s.code() == absl::StatusCode::kUnimplemented) *fallback_reason = s.ToString();
     return AnnotateStatus(s, rpc);
   };
-  PushDirectRequest request;
-  request.set_model(model);
-  for (const SafetensorsFile::Entry& e : entries) {
-    PushParamsChunk* box = request.add_boxes();
-    box->set_param(e.name);
-    box->set_dtype(static_cast<DTypeProto>(DTypeToProto(e.dtype)));
-    for (int64_t d : e.shape) {
-      box->add_offset(0);
-      box->add_shape(d);
-    }
-  }
+  auto cancel = [&](absl::Status s) {
+    context.TryCancel();  // the coordinator aborts the push
+    stream->Finish();
+    return s;
+  };
+  PushDirectRequest request = BoxesRequest(model, entries);
   PushDirectReply plan;
   if (!stream->Write(request) || !stream->Read(&plan)) return server_status();
-  // The routes, per worker; each checked against its tensor.
-  std::map<std::string, std::vector<Route>> by_worker;
-  std::map<std::string, int64_t> worker_ids;
-  for (const PushRoute& r : plan.routes()) {
-    const bool known = r.box() >= 0 && r.box() < static_cast<int>(entries.size());
-    Box piece;
-    for (int d = 0; known && d < r.offset_size() && d < r.shape_size(); ++d) {
-      piece.mutable_dims().push_back(Interval{r.offset(d), r.offset(d) + r.shape(d)});
-    }
-    if (!known || r.offset_size() != r.shape_size() ||
-        !Box::FromShape(entries[static_cast<size_t>(r.box())].shape).Contains(piece)) {
-      context.TryCancel();
-      stream->Finish();
-      return Internal(rpc, ": route to worker ", r.worker_id(), " names box ", r.box(),
-                      " piece ", piece.ToString(), ", not inside a tensor of '", path, "'");
-    }
-    by_worker[r.address()].push_back(Route{&entries[static_cast<size_t>(r.box())], piece});
-    worker_ids[r.address()] = r.worker_id();
-  }
-  // Every worker reachable before any byte goes out.
-  std::map<std::string, std::shared_ptr<grpc::Channel>> channels;
-  for (const auto& [address, routes] : by_worker) {
-    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = CreateChannel(address);
-    if (channel.ok()) (*channel)->GetState(/*try_to_connect=*/true);
-    channels[address] = channel.ok() ? *channel : nullptr;
-  }
-  const absl::Time connect_by = std::min(deadline, absl::Now() + options.connect_timeout);
-  for (const auto& [address, channel] : channels) {
-    if (channel == nullptr || !channel->WaitForConnected(absl::ToChronoTime(connect_by))) {
-      context.TryCancel();
-      stream->Finish();
-      *fallback_reason = absl::StrCat("worker ", worker_ids[address], " at ", address,
-                                      " is not reachable from here");
-      return Unavailable(rpc, ": ", *fallback_reason, "; nothing was pushed");
-    }
-  }
-  // One thread per worker.
-  std::vector<std::string> addresses;
-  for (const auto& [address, routes] : by_worker) addresses.push_back(address);
-  std::vector<absl::StatusOr<int64_t>> sent(addresses.size(), int64_t{0});
-  std::vector<int64_t> messages(addresses.size(), 0);
+  absl::StatusOr<std::map<std::string, WorkerShare>> shares = SharesOf(plan, entries, path);
+  if (!shares.ok()) return cancel(AnnotateStatus(shares.status(), rpc));
+  // Every worker reachable before any byte goes out; then one thread each.
+  absl::Status connected = ConnectAll(
+      *shares, std::min(deadline, absl::Now() + options.connect_timeout), fallback_reason);
+  if (!connected.ok()) return cancel(AnnotateStatus(connected, rpc));
   std::vector<std::thread> threads;
-  for (size_t i = 0; i < addresses.size(); ++i) {
-    threads.emplace_back([&, i] {
-      sent[i] = StageOnWorker(channels[addresses[i]].get(), plan, model, by_worker[addresses[i]],
-                              mapped, options.chunk_bytes, deadline, &messages[i]);
+  for (auto& [address, share] : *shares) {
+    threads.emplace_back([&, s = &share] {
+      s->sent = StageOnWorker(s->channel.get(), plan, model, s->routes, mapped,
+                              options.chunk_bytes, deadline, &s->messages);
     });
   }
   for (std::thread& t : threads) t.join();
-  for (size_t i = 0; i < addresses.size(); ++i) {
-    if (!sent[i].ok()) {
-      context.TryCancel();  // the coordinator aborts the push
-      stream->Finish();
-      return AnnotateStatus(sent[i].status(), "StageParams on worker ", worker_ids[addresses[i]],
-                            " at ", addresses[i]);
+  for (const auto& [address, share] : *shares) {
+    if (!share.sent.ok()) {
+      return cancel(AnnotateStatus(share.sent.status(), "StageParams on worker ", share.id,
+                                   " at ", address));
     }
-    result.bytes_sent += *sent[i];
-    result.messages += messages[i];
+    result.bytes_sent += *share.sent;
+    result.messages += share.messages;
   }
-  result.workers = static_cast<int>(addresses.size());
+  result.workers = static_cast<int>(shares->size());
   request.Clear();
   request.set_commit(true);
   PushDirectReply done;

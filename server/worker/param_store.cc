@@ -68,6 +68,22 @@ absl::Status ParamStore::Allocate(const HeldParam& held, const Box& cell_box, Ce
   return absl::OkStatus();
 }
 
+namespace {
+
+// Copies `parts` in order to `dst` when it is set, else appends them to *out.
+void AppendParts(const std::vector<absl::string_view>& parts, char* dst, std::string* out) {
+  for (absl::string_view part : parts) {
+    if (dst == nullptr) {
+      out->append(part.data(), part.size());
+    } else if (!part.empty()) {
+      std::memcpy(dst, part.data(), part.size());
+      dst += part.size();
+    }
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<int64_t> ParamStore::Stage(const StageChunkIr& chunk,
                                           std::shared_ptr<const LoadedModel> geometry) {
   const Key key(chunk.model, chunk.generation, chunk.version);
@@ -135,15 +151,8 @@ absl::StatusOr<int64_t> ParamStore::Stage(const StageChunkIr& chunk,
     cell = &found->second.cells[chunk.param][cell_box];
   }
   Assembly& a = assembly->second;
-  int64_t at = a.received;
-  for (absl::string_view part : parts) {
-    if (box == cell_box) {
-      if (!part.empty()) std::memcpy(cell->values->tensor.raw_data() + at, part.data(), part.size());
-    } else {
-      a.bytes.append(part.data(), part.size());
-    }
-    at += static_cast<int64_t>(part.size());
-  }
+  AppendParts(parts, box == cell_box ? cell->values->tensor.raw_data() + a.received : nullptr,
+              &a.bytes);
   a.received += n;
   if (a.received == expected) {
     if (box != cell_box) MS_RETURN_IF_ERROR(InsertBox(cell->values.get(), box, a.bytes, false));
