@@ -20,6 +20,11 @@ of the old and the new weights of a 2-layer MLP (mslib.mlp_model, w1
                   push. Then a re-push on the 2 survivors succeeds and answers
                   the new reference; a new worker joins (3 again) and the
                   answers stay right. Outcomes are counted and printed.
+  kill_mid_direct a worker SIGKILLed during a direct push (PushDirect: the
+                  client stages the pieces on the workers itself, here in
+                  Python), at three points: right after the plan, with half
+                  the pieces staged, and with all staged before the commit.
+                  The same outcomes and checks as kill_mid_push.
   cut_push        the pushing client's stream cut half-way: (a) the call
                   cancelled by the client, (b) the client process SIGKILLed
                   with half the stream sent. No new version, the old answers
@@ -95,6 +100,97 @@ class Push:
         return not self._thread.is_alive()
 
 
+class DirectPush:
+    """PushDirect of `params` from a thread, the client's side in Python:
+    the plan, each route's piece staged on its worker (1 MiB chunks), the
+    commit. It stops before staging route `at` x routes (0: right after the
+    plan; 1.0: all staged, before the commit), sets `reached` and, when
+    `wait`, holds until `release`."""
+
+    def __init__(self, st, params, at=None, wait=True):
+        self.st, self.params, self.at, self.wait = st, params, at, wait
+        self.reached = threading.Event()
+        self.release = threading.Event()
+        self.result = None  # (code name, version or details)
+        self.ended_at = None  # every piece staged
+        self.done_at = None
+        self._stub = st.pb_grpc.ClusterServiceStub(st.channel)
+        self._channels = {}
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _hold(self):
+        self.reached.set()
+        if self.wait:
+            self.release.wait(timeout=60)
+
+    def _stage(self, plan, names, route):
+        import grpc
+        wpb = self.st.wpb
+        name = names[route.box]
+        sl = tuple(slice(o, o + n) for o, n in zip(route.offset, route.shape))
+        data = np.ascontiguousarray(self.params[name][sl]).tobytes()
+        if route.address not in self._channels:
+            self._channels[route.address] = grpc.insecure_channel(route.address)
+        method = self._channels[route.address].stream_unary(
+            "/meshserve.WorkerService/StageParams",
+            request_serializer=wpb.StageParamChunk.SerializeToString,
+            response_deserializer=wpb.StageParamsResponse.FromString)
+        box = self.st.tpb.BoxProto(begin=list(route.offset),
+                                   end=[o + n for o, n in zip(route.offset, route.shape)])
+        step = 1 << 20
+        method(iter([wpb.StageParamChunk(model=MODEL, generation=plan.generation,
+                                         version=plan.version, param=name, box=box,
+                                         total_bytes=len(data), offset=at,
+                                         data=data[at:at + step])
+                     for at in range(0, len(data), step)]), timeout=60)
+
+    def _run(self):
+        import queue
+        import grpc
+        names = sorted(self.params)
+        q = queue.Queue()
+        q.put(self.st.pb.PushDirectRequest(model=MODEL, boxes=[
+            self.st.pb.PushParamsChunk(param=n, offset=[0] * self.params[n].ndim,
+                                       shape=list(self.params[n].shape), dtype=1)
+            for n in names]))
+
+        def requests():
+            while True:
+                item = q.get()
+                if item is None:
+                    return
+                yield item
+        call = self._stub.PushDirect(requests(), timeout=120)
+        try:
+            plan = next(call)
+            stop = int(round(self.at * len(plan.routes)))
+            for i, route in enumerate(plan.routes):
+                if i == stop:
+                    self._hold()
+                self._stage(plan, names, route)
+            self.ended_at = time.time()
+            if stop >= len(plan.routes):
+                self._hold()
+            q.put(self.st.pb.PushDirectRequest(commit=True))
+            self.result = ("OK", next(call).result.version)
+        except grpc.RpcError as e:
+            self.result = (e.code().name, e.details() or "")
+            call.cancel()
+        finally:
+            q.put(None)
+            for ch in self._channels.values():
+                ch.close()
+        self.done_at = time.time()
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def join(self, timeout=150):
+        self._thread.join(timeout=timeout)
+        return not self._thread.is_alive()
+
+
 class State:
     def __init__(self, env):
         import grpc
@@ -117,6 +213,8 @@ class State:
         mc = mslib.client_package(env.bin_dir)
         self.pb = mc.proto.cluster_service_pb2
         self.pb_grpc = mc.proto.cluster_service_pb2_grpc
+        self.wpb = __import__(mc.proto.__name__ + ".worker_service_pb2", fromlist=["x"])
+        self.tpb = __import__(mc.proto.__name__ + ".tensor_pb2", fromlist=["x"])
         self.client = mc.MeshserveClient(self.cl.target, timeout_s=60)
         self.grpc = grpc
         self.channel = grpc.insecure_channel(self.cl.target, options=[
@@ -256,7 +354,7 @@ def push_whole(st, params, what):
     return p
 
 
-def kill_round(st, n, label, at, wait, delay=0.0):
+def kill_round(st, n, label, at, wait, delay=0.0, pusher=Push):
     c = st.c
     what = "kill %s" % label
     m0 = st.wait_placed(3)
@@ -267,7 +365,7 @@ def kill_round(st, n, label, at, wait, delay=0.0):
     traffic = Traffic(st, old_ref, new_ref)
     time.sleep(0.3)
     victim = st.live[n % len(st.live)]
-    push = Push(st, new, at=at, wait=wait).start()
+    push = pusher(st, new, at=at, wait=wait).start()
     reached = push.reached.wait(timeout=60)
     time.sleep(delay)
     os.kill(victim.pid, signal.SIGKILL)
@@ -350,6 +448,21 @@ def kill_mid_push(st):
     print("    outcomes: %d committed, %d clean errors: %s" % (
         committed, len(st.outcomes) - committed, st.outcomes), flush=True)
     print("    traffic during the kills: %s" % st.traffic_counts, flush=True)
+
+
+def kill_mid_direct(st):
+    c = st.c
+    c.check(st.wait_placed(3) is not None, "kill (direct): model placed on 3 workers")
+    before = dict(st.outcomes)
+    st.outcomes = {}
+    points = [("direct, after the plan", 0.0), ("direct, half the pieces staged", 0.5),
+              ("direct, all staged before the commit", 1.0)]
+    for n, (label, at) in enumerate(points):
+        kill_round(st, n, label, at, True, pusher=DirectPush)
+    committed = sum(1 for o in st.outcomes.values() if o.startswith("committed"))
+    print("    direct outcomes: %d committed, %d clean errors: %s" % (
+        committed, len(st.outcomes) - committed, st.outcomes), flush=True)
+    st.outcomes = dict(before, **st.outcomes)
 
 
 def child_push(bin_dir, target, npz):
@@ -436,6 +549,7 @@ def stages(env):
 
     return [("start the cluster", start),
             ("kill -9 a worker mid-push", lambda: run(kill_mid_push)),
+            ("kill -9 a worker mid direct push", lambda: run(kill_mid_direct)),
             ("the pushing client cut half-way", lambda: run(cut_push)),
             ("stop", stop)]
 
