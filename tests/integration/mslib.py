@@ -638,6 +638,30 @@ def vm_hwm_bytes(pid):
     return None
 
 
+class RequestQueue:
+    """A request iterator for a gRPC stream that is fed as the call goes on:
+    put() a message, close() ends the client's side."""
+
+    def __init__(self, *first):
+        import queue
+        self._q = queue.Queue()
+        for m in first:
+            self.put(m)
+
+    def put(self, message):
+        self._q.put(message)
+
+    def close(self):
+        self._q.put(None)
+
+    def __iter__(self):
+        while True:
+            item = self._q.get()
+            if item is None:
+                return
+            yield item
+
+
 def push_chunks(model, boxes, chunk_bytes=1 << 20, pb=None):
     """PushParamsChunk messages for `boxes` [(param, offset, array, dtype
     enum or None)]: each box's row-major bytes in chunk_bytes pieces; its first

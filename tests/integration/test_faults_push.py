@@ -49,47 +49,25 @@ MODEL = "big"
 D_IN, HIDDEN, D_OUT = 2048, 4800, 16  # hidden divides over 2 and 3 workers
 
 
-class Push:
-    """PushParams of `params` from a thread; the stream's generator stops at
-    message `at` (a fraction of the stream; 1.0 = after the last message),
-    sets `reached` and, when `wait`, holds the stream until `release`."""
+class HeldPush:
+    """A push run by _run() on a thread that holds at a point: `reached` is set
+    there and, when `wait`, it waits for `release`; `result` is (code name,
+    version or details), `ended_at` when the data was all sent, `done_at` when
+    the call returned."""
 
-    def __init__(self, st, params, at=None, wait=True):
-        self.messages = list(mslib.push_chunks(
-            MODEL, [(n, [0] * a.ndim, a, None) for n, a in sorted(params.items())],
-            1 << 20, st.pb))
-        self.index = None if at is None else int(round(at * len(self.messages)))
+    def __init__(self, wait):
         self.wait = wait
         self.reached = threading.Event()
         self.release = threading.Event()
-        self.result = None  # (code name, version or details)
-        self.ended_at = None  # the generator gave its last message
+        self.result = None
+        self.ended_at = None
         self.done_at = None
-        self._stub = st.pb_grpc.ClusterServiceStub(st.channel)
         self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _gen(self):
-        for i, m in enumerate(self.messages):
-            if i == self.index:
-                self._hold()
-            yield m
-        self.ended_at = time.time()
-        if self.index is not None and self.index >= len(self.messages):
-            self._hold()
 
     def _hold(self):
         self.reached.set()
         if self.wait:
             self.release.wait(timeout=60)
-
-    def _run(self):
-        import grpc
-        try:
-            r = self._stub.PushParams(self._gen(), timeout=120)
-            self.result = ("OK", r.version)
-        except grpc.RpcError as e:
-            self.result = (e.code().name, e.details() or "")
-        self.done_at = time.time()
 
     def start(self):
         self._thread.start()
@@ -100,7 +78,39 @@ class Push:
         return not self._thread.is_alive()
 
 
-class DirectPush:
+class Push(HeldPush):
+    """PushParams of `params` from a thread; the stream's generator stops at
+    message `at` (a fraction of the stream; 1.0 = after the last message),
+    sets `reached` and, when `wait`, holds the stream until `release`."""
+
+    def __init__(self, st, params, at=None, wait=True):
+        super().__init__(wait)
+        self.messages = list(mslib.push_chunks(
+            MODEL, [(n, [0] * a.ndim, a, None) for n, a in sorted(params.items())],
+            1 << 20, st.pb))
+        self.index = None if at is None else int(round(at * len(self.messages)))
+        self._stub = st.pb_grpc.ClusterServiceStub(st.channel)
+
+    def _gen(self):
+        for i, m in enumerate(self.messages):
+            if i == self.index:
+                self._hold()
+            yield m
+        self.ended_at = time.time()
+        if self.index is not None and self.index >= len(self.messages):
+            self._hold()
+
+    def _run(self):
+        import grpc
+        try:
+            r = self._stub.PushParams(self._gen(), timeout=120)
+            self.result = ("OK", r.version)
+        except grpc.RpcError as e:
+            self.result = (e.code().name, e.details() or "")
+        self.done_at = time.time()
+
+
+class DirectPush(HeldPush):
     """PushDirect of `params` from a thread, the client's side in Python:
     the plan, each route's piece staged on its worker (1 MiB chunks), the
     commit. It stops before staging route `at` x routes (0: right after the
@@ -108,20 +118,10 @@ class DirectPush:
     `wait`, holds until `release`."""
 
     def __init__(self, st, params, at=None, wait=True):
-        self.st, self.params, self.at, self.wait = st, params, at, wait
-        self.reached = threading.Event()
-        self.release = threading.Event()
-        self.result = None  # (code name, version or details)
-        self.ended_at = None  # every piece staged
-        self.done_at = None
+        super().__init__(wait)
+        self.st, self.params, self.at = st, params, at
         self._stub = st.pb_grpc.ClusterServiceStub(st.channel)
         self._channels = {}
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _hold(self):
-        self.reached.set()
-        if self.wait:
-            self.release.wait(timeout=60)
 
     def _stage(self, plan, names, route):
         import grpc
@@ -145,22 +145,13 @@ class DirectPush:
                      for at in range(0, len(data), step)]), timeout=60)
 
     def _run(self):
-        import queue
         import grpc
         names = sorted(self.params)
-        q = queue.Queue()
-        q.put(self.st.pb.PushDirectRequest(model=MODEL, boxes=[
+        q = mslib.RequestQueue(self.st.pb.PushDirectRequest(model=MODEL, boxes=[
             self.st.pb.PushParamsChunk(param=n, offset=[0] * self.params[n].ndim,
                                        shape=list(self.params[n].shape), dtype=1)
             for n in names]))
-
-        def requests():
-            while True:
-                item = q.get()
-                if item is None:
-                    return
-                yield item
-        call = self._stub.PushDirect(requests(), timeout=120)
+        call = self._stub.PushDirect(iter(q), timeout=120)
         try:
             plan = next(call)
             stop = int(round(self.at * len(plan.routes)))
@@ -177,18 +168,10 @@ class DirectPush:
             self.result = (e.code().name, e.details() or "")
             call.cancel()
         finally:
-            q.put(None)
+            q.close()
             for ch in self._channels.values():
                 ch.close()
         self.done_at = time.time()
-
-    def start(self):
-        self._thread.start()
-        return self
-
-    def join(self, timeout=150):
-        self._thread.join(timeout=timeout)
-        return not self._thread.is_alive()
 
 
 class State:

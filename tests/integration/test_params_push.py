@@ -254,17 +254,8 @@ def stage_direct_refused(st):
 
     def direct(boxes, stage):
         """Plans `boxes`, runs stage(plan) and commits unless it returns False."""
-        import queue
-        q = queue.Queue()
-        q.put(st.pb.PushDirectRequest(model=MODEL, boxes=boxes))
-
-        def requests():
-            while True:
-                item = q.get()
-                if item is None:
-                    return
-                yield item
-        call = stub.PushDirect(requests(), timeout=60)
+        q = mslib.RequestQueue(st.pb.PushDirectRequest(model=MODEL, boxes=boxes))
+        call = stub.PushDirect(iter(q), timeout=60)
         try:
             plan = next(call)
             if stage(plan) is False:
@@ -272,12 +263,12 @@ def stage_direct_refused(st):
                 return "CANCELLED", ""
             q.put(st.pb.PushDirectRequest(commit=True))
             next(call)
-            q.put(None)
+            q.close()
             return "OK", ""
         except grpc.RpcError as e:
             return e.code().name, e.details()
         finally:
-            q.put(None)
+            q.close()
 
     whole = [box("w2", [0, 0], [48, 16])]
     code, details = direct(whole, lambda plan: None)
