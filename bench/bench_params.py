@@ -9,7 +9,11 @@
     parsing, no workers);
     The first push into fresh workers is reported apart from the best of the
     next two (the steady state of a trainer pushing every few minutes): on a
-    VM the first touch of fresh memory dominates the first;
+    VM the first touch of fresh memory dominates the first. `meshserve push`
+    goes direct to the workers (PushDirect); the same file through the
+    coordinator (--direct off, PushParams) is measured on the same cluster,
+    and at the end the direct push on a cluster with --replicas 0 (each byte
+    crosses one socket, as in the sink, instead of two);
   - scale 4 -> 8 workers: time from the 4 new workers registered until the
     model is ready on mesh[model=8] (and the server's own scale-step seconds),
     with bytes moved vs the lower bound from status; then the 4 leave
@@ -140,11 +144,11 @@ def wait_ready(client, pred, timeout_s):
     raise RuntimeError("not ready in %ss" % timeout_s)
 
 
-def push(bin_dir, target, path):
+def push(bin_dir, target, path, *extra):
     start = time.time()
     p = subprocess.run([os.path.join(bin_dir, "meshserve"), "push", "--target", target,
-                        "--model", MODEL, "--checkpoint", path], capture_output=True, text=True,
-                       timeout=600)
+                        "--model", MODEL, "--checkpoint", path, *extra], capture_output=True,
+                       text=True, timeout=600)
     wall = time.time() - start
     if p.returncode != 0:
         raise RuntimeError("push failed: %s%s" % (p.stdout, p.stderr))
@@ -225,6 +229,10 @@ def main():
                        push_gib_per_s=push_bytes / push_s / 2 ** 30, push_out=push_out,
                        file_bytes=total)
         results["push_vs_sink"] = results["push_gib_per_s"] / results["sink_gib_per_s"]
+        relay = min((push(args.bin_dir, target, ckpt, "--direct", "off") for _ in range(2)),
+                    key=lambda r: r[1])
+        results.update(push_relay_s=relay[1],
+                       push_relay_vs_sink=total / relay[1] / 2 ** 30 / results["sink_gib_per_s"])
         # Scale 4 -> 8, cold: the new workers' memory is fresh.
         step_cold, m, st = scale_up(args, client, target, root, workers, "cold", [])
         results.update(scale_wall_s=step_cold["wall_s"], scale_step_s=step_cold["step_s"],
@@ -270,6 +278,22 @@ def main():
                        recovery_step_s=step.seconds, recovery_bytes_moved=step.bytes_moved,
                        recovery_lower_bound=step.lower_bound_bytes, version=m.version)
         client.close()
+        mslib._cleanup()
+        # The direct push with --replicas 0: one socket hop per byte.
+        port = mslib.free_port()
+        target = "127.0.0.1:%d" % port
+        mslib.start_coordinator(args.bin_dir, port, model_dir, 4,
+                                os.path.join(root, "coordinator_r0.log"),
+                                extra + ["--replicas", "0"])
+        for i in range(4):
+            mslib.start_worker(args.bin_dir, target, os.path.join(root, "r0_w%d.log" % i))
+        client = mc.MeshserveClient(target, timeout_s=60)
+        wait_ready(client, lambda st, m: m.mesh == "mesh[model=4]", 300)
+        r0 = [push(args.bin_dir, target, ckpt) for _ in range(3)]
+        client.close()
+        best = min(r0[1:], key=lambda r: r[1])
+        results.update(push_replicas0_s=best[1],
+                       push_replicas0_vs_sink=total / best[1] / 2 ** 30 / results["sink_gib_per_s"])
         results["loadavg_end"] = list(os.getloadavg())
     finally:
         mslib._cleanup()
