@@ -189,6 +189,10 @@ def main():
         mslib.write_safetensors(ckpt, {"kernel": new_kernel32})
         rc, out = cli.run("push", "--target", TARGET, "--model", "linear", "--checkpoint", ckpt)
         c.check(rc == 0, "meshserve push from the host", out)
+        # The workers advertise container names, which the host cannot resolve:
+        # the push says so and goes through the coordinator.
+        print("    push %s" % next((l for l in out.splitlines() if l.startswith("path:")),
+                                    "path: (none printed)"), flush=True)
         _, version, out = status.get()
         c.check(version == 2, "status shows linear at version 2", out)
         code, detail = client.infer(x, [new_kernel, seed_kernel])
