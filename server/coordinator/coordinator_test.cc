@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "server/coordinator/testing/fake_cluster.h"
 #include "server/coordinator/testing/fake_model_compiler.h"
+#include "server/coordinator/testing/test_models.h"
 #include "server/coordinator/testing/fake_worker_client.h"
 #include "tests/testing/status_matchers.h"
 
@@ -26,14 +27,6 @@ using ::testing::Pair;
 constexpr char kIdent[] = R"({
   "name": "ident", "mesh": {"data": -1}, "dtype": "float32",
   "inputs": {"x": {"shape": [-1, 4], "sharding": ["data", null]}},
-  "params": {},
-  "layers": [{"name": "y", "op": "relu", "input": "x"}],
-  "outputs": ["y"]
-})";
-
-constexpr char kFixed[] = R"({
-  "name": "fixed", "mesh": {"data": 4, "model": 2}, "dtype": "float32",
-  "inputs": {"x": {"shape": [8, 6], "sharding": ["data", "model"]}},
   "params": {},
   "layers": [{"name": "y", "op": "relu", "input": "x"}],
   "outputs": ["y"]
@@ -56,7 +49,7 @@ std::string MakeModelDir() {
     std::ofstream(dir + "/" + name) << text;
   };
   write("ident.json", kIdent);
-  write("fixed.json", kFixed);
+  write("fixed.json", kFixedModelJson);
   write("rejected.json", kRejected);
   write("broken.json", "{ \"name\": \"broken\", ");
   write("notes.txt", "not a model");

@@ -87,6 +87,13 @@ class ParamTest : public ::testing::Test {
                          Coordinator::Create(options, cluster_.Factory(),
                                              std::make_unique<FakeModelCompiler>()));
   }
+  // Start() with workers 0 and 1 registered and placed on.
+  void StartOnTwo(int replicas = 1) {
+    Start(replicas);
+    AddWorker(0);
+    AddWorker(1);
+    coordinator_->Tick();
+  }
   int64_t AddWorker(int i, int64_t previous = -1) {
     absl::StatusOr<int64_t> id = coordinator_->RegisterWorker(
         absl::StrCat("127.0.0.1:", 9100 + i), 2, 1 << 30, previous);
@@ -182,10 +189,7 @@ class ParamTest : public ::testing::Test {
 };
 
 TEST_F(ParamTest, PullBeforeAnyPushGivesTheLoadedValues) {
-  Start();
-  AddWorker(0);
-  AddWorker(1);
-  coordinator_->Tick();
+  StartOnTwo();
   ASSERT_EQ(Status().version, 1);
   std::map<std::string, std::string> pulled = Pull();
   EXPECT_EQ(pulled["offset"], Initial("offset"));
@@ -197,10 +201,7 @@ TEST_F(ParamTest, PullBeforeAnyPushGivesTheLoadedValues) {
 }
 
 TEST_F(ParamTest, PushSendsEachByteToOneHolderAndFillsTheOthers) {
-  Start();
-  AddWorker(0);
-  AddWorker(1);
-  coordinator_->Tick();
+  StartOnTwo();
   const int64_t generation = Status().generation;
   const std::string offset = FloatRamp(32, 100), w = RandomBytes(6 * 8 * 4, 1),
                     s = RandomBytes(20, 2);
@@ -270,10 +271,7 @@ TEST_F(ParamTest, BoxesStreamInRowsWhateverTheChunkSizes) {
 }
 
 TEST_F(ParamTest, PartialPushKeepsTheOtherParams) {
-  Start(/*replicas=*/0);
-  AddWorker(0);
-  AddWorker(1);
-  coordinator_->Tick();
+  StartOnTwo(/*replicas=*/0);
   const std::string s = RandomBytes(20, 3);
   ASSERT_OK_AND_ASSIGN(PushResult r, Push({Chunk("s", {0}, {5}, s)}));
   EXPECT_EQ(r.bytes_to_workers, 20);
@@ -286,10 +284,7 @@ TEST_F(ParamTest, PartialPushKeepsTheOtherParams) {
 }
 
 TEST_F(ParamTest, BadPushesChangeNothing) {
-  Start();
-  AddWorker(0);
-  AddWorker(1);
-  coordinator_->Tick();
+  StartOnTwo();
   const std::string offset = FloatRamp(32, 7);
   struct Case {
     std::vector<PushChunk> chunks;
@@ -364,10 +359,7 @@ class DirectPushTest : public ParamTest {
 };
 
 TEST_F(DirectPushTest, PlannedPiecesStagedByTheClientCommit) {
-  Start();
-  AddWorker(0);
-  AddWorker(1);
-  coordinator_->Tick();
+  StartOnTwo();
   const std::string offset = FloatRamp(32, 300), w = RandomBytes(6 * 8 * 4, 8),
                     s = RandomBytes(20, 9);
   const std::map<std::string, std::string> full = {{"offset", offset}, {"w", w}, {"s", s}};
@@ -421,10 +413,7 @@ TEST_F(DirectPushTest, PlannedPiecesStagedByTheClientCommit) {
 }
 
 TEST_F(DirectPushTest, BadPlansAndMissingPiecesChangeNothing) {
-  Start();
-  AddWorker(0);
-  AddWorker(1);
-  coordinator_->Tick();
+  StartOnTwo();
   auto plan_of = [&](std::vector<PushChunk> boxes) -> absl::StatusOr<PushPlan> {
     MS_ASSIGN_OR_RETURN(std::unique_ptr<ParamPush> push, coordinator_->BeginPush("pm"));
     return push->Plan(boxes);
@@ -461,10 +450,7 @@ TEST_F(DirectPushTest, BadPlansAndMissingPiecesChangeNothing) {
 }
 
 TEST_F(ParamTest, FailedCommitAbortsEverywhere) {
-  Start();
-  AddWorker(0);
-  AddWorker(1);
-  coordinator_->Tick();
+  StartOnTwo();
   cluster_.Worker(1)->FailCommit(absl::ResourceExhaustedError("out of memory"));
   EXPECT_THAT(Push({Chunk("s", {0}, {5}, RandomBytes(20, 4))}),
               StatusIs(absl::StatusCode::kResourceExhausted, "out of memory"));
@@ -504,10 +490,7 @@ TEST_F(ParamTest, MembershipChangeDuringPushAbortsIt) {
 }
 
 TEST_F(ParamTest, VersionSwitchIsAtomicForConcurrentRequests) {
-  Start();
-  AddWorker(0);
-  AddWorker(1);
-  coordinator_->Tick();
+  StartOnTwo();
   std::vector<std::string> versions = {Initial("offset")};
   for (int v = 0; v < 4; ++v) versions.push_back(FloatRamp(32, 1000.0f * (v + 1)));
   std::atomic<bool> stop{false};
@@ -551,10 +534,7 @@ TEST_F(ParamTest, VersionSwitchIsAtomicForConcurrentRequests) {
 }
 
 TEST_F(ParamTest, ScaleStepsMoveShardsAndRecordStats) {
-  Start();
-  AddWorker(0);
-  AddWorker(1);
-  coordinator_->Tick();
+  StartOnTwo();
   const std::string offset = FloatRamp(32, 3), w = RandomBytes(6 * 8 * 4, 6),
                     s = RandomBytes(20, 7);
   ASSERT_OK(Push(FullPush(offset, w, s)).status());
@@ -590,10 +570,7 @@ TEST_F(ParamTest, ScaleStepsMoveShardsAndRecordStats) {
 }
 
 TEST_F(ParamTest, WithoutReplicasALostPushedBoxIsAnError) {
-  Start(/*replicas=*/0);
-  AddWorker(0);
-  AddWorker(1);
-  coordinator_->Tick();
+  StartOnTwo(/*replicas=*/0);
   ASSERT_OK(Push({Chunk("offset", {0, 0}, {8, 4}, FloatRamp(32, 1))}).status());
   cluster_.Worker(1)->SetDown(true);
   coordinator_->registry().MarkDead(1);
@@ -605,10 +582,7 @@ TEST_F(ParamTest, WithoutReplicasALostPushedBoxIsAnError) {
 }
 
 TEST_F(ParamTest, NeverPushedModelReinitialisesALostBox) {
-  Start(/*replicas=*/0);
-  AddWorker(0);
-  AddWorker(1);
-  coordinator_->Tick();
+  StartOnTwo(/*replicas=*/0);
   cluster_.Worker(1)->SetDown(true);
   coordinator_->registry().MarkDead(1);
   coordinator_->Tick();

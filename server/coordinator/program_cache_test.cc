@@ -10,6 +10,7 @@
 #include "common/program/ir_conv.h"
 #include "server/coordinator/testing/fake_cluster.h"
 #include "server/coordinator/testing/fake_model_compiler.h"
+#include "server/coordinator/testing/test_models.h"
 #include "server/coordinator/testing/fake_worker_client.h"
 #include "tests/testing/status_matchers.h"
 
@@ -34,13 +35,7 @@ std::shared_ptr<const ModelFile> FixedModel() {
   model->layers.push_back(std::move(y));
   model->outputs = {"y"};
   // What the fake workers parse (the same model).
-  model->json_text = R"({
-    "name": "fixed", "mesh": {"data": 4, "model": 2}, "dtype": "float32",
-    "inputs": {"x": {"shape": [8, 6], "sharding": ["data", "model"]}},
-    "params": {},
-    "layers": [{"name": "y", "op": "relu", "input": "x"}],
-    "outputs": ["y"]
-  })";
+  model->json_text = kFixedModelJson;
   return model;
 }
 
