@@ -54,11 +54,7 @@ void ExecuteStreamReactor::Enqueue(std::shared_ptr<ExecuteStreamReply> reply) {
     if (broken_) {
       finish = FinishNowLocked();
     } else {
-      replies_.push_back(std::move(reply));
-      if (!writing_) {
-        writing_ = true;
-        write = replies_.front().get();
-      }
+      write = replies_.Push(std::move(reply));
     }
   }
   if (finish) Finish(grpc::Status::OK);
@@ -70,24 +66,16 @@ void ExecuteStreamReactor::OnWriteDone(bool ok) {
   bool finish = false;
   {
     absl::MutexLock lock(&mu_);
-    replies_.pop_front();
-    if (!ok) {
-      broken_ = true;
-      replies_.clear();
-    }
-    if (replies_.empty()) {
-      writing_ = false;
-      finish = FinishNowLocked();
-    } else {
-      write = replies_.front().get();
-    }
+    if (!ok) broken_ = true;
+    write = replies_.Done(ok);
+    if (write == nullptr) finish = FinishNowLocked();
   }
   if (finish) Finish(grpc::Status::OK);
   if (write != nullptr) StartWrite(write);
 }
 
 bool ExecuteStreamReactor::FinishNowLocked() {
-  if (finished_ || !reads_ended_ || running_ > 0 || writing_) return false;
+  if (finished_ || !reads_ended_ || running_ > 0 || replies_.writing()) return false;
   finished_ = true;
   return true;
 }

@@ -18,7 +18,6 @@
 #ifndef MESHSERVE_SERVER_WORKER_EXECUTE_STREAM_H_
 #define MESHSERVE_SERVER_WORKER_EXECUTE_STREAM_H_
 
-#include <deque>
 #include <functional>
 #include <memory>
 
@@ -26,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/rpc/write_queue.h"
 #include "grpcpp/support/server_callback.h"
 #include "proto/worker_service.pb.h"
 #include "server/worker/shard_worker.h"
@@ -55,8 +55,7 @@ class ExecuteStreamReactor final
   std::unique_ptr<ExecuteRequest> reading_;  // the message the read in progress fills
 
   absl::Mutex mu_;
-  std::deque<std::shared_ptr<ExecuteStreamReply>> replies_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;      // replies_.front() is being written
+  WriteQueue<std::shared_ptr<ExecuteStreamReply>> replies_ ABSL_GUARDED_BY(mu_);
   bool reads_ended_ ABSL_GUARDED_BY(mu_) = false;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;       // a write failed: drop the rest
   bool finished_ ABSL_GUARDED_BY(mu_) = false;

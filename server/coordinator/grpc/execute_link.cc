@@ -58,11 +58,7 @@ bool ExecuteLink::Send(std::unique_ptr<ExecuteRequest>* request, absl::Duration 
         self->Expire(id);
       });
     }
-    writes_.push_back(std::move(*request));
-    if (!writing_) {
-      writing_ = true;
-      write = writes_.front().get();
-    }
+    write = writes_.Push(std::move(*request));
   }
   if (write != nullptr) StartWrite(write);
   return true;
@@ -89,7 +85,7 @@ void ExecuteLink::Expire(const std::string& request_id) {
 }
 
 bool ExecuteLink::ReleaseHoldLocked() {
-  if (!read_ended_ || writing_ || hold_released_) return false;
+  if (!read_ended_ || writes_.writing() || hold_released_) return false;
   hold_released_ = true;
   return true;
 }
@@ -99,17 +95,9 @@ void ExecuteLink::OnWriteDone(bool ok) {
   bool release = false;
   {
     absl::MutexLock lock(&mu_);
-    writes_.pop_front();
-    if (!ok) {  // the stream broke: OnDone fails the calls waiting
-      ended_ = true;
-      writes_.clear();
-    }
-    if (writes_.empty()) {
-      writing_ = false;
-      release = ReleaseHoldLocked();
-    } else {
-      write = writes_.front().get();
-    }
+    if (!ok) ended_ = true;  // the stream broke: OnDone fails the calls waiting
+    write = writes_.Done(ok);
+    if (write == nullptr) release = ReleaseHoldLocked();
   }
   if (write != nullptr) StartWrite(write);
   if (release) RemoveHold();
@@ -153,7 +141,7 @@ void ExecuteLink::OnDone(const grpc::Status& status) {
   {
     absl::MutexLock lock(&mu_);
     ended_ = true;
-    writes_.clear();
+    writes_.Clear();
     for (auto& [id, waiting] : waiting_) {
       if (waiting.timer != 0) Timer().Remove(waiting.timer);
       failed.emplace_back(id, std::move(waiting.done));

@@ -18,7 +18,6 @@
 #ifndef MESHSERVE_SERVER_COORDINATOR_GRPC_EXECUTE_LINK_H_
 #define MESHSERVE_SERVER_COORDINATOR_GRPC_EXECUTE_LINK_H_
 
-#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -27,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/deadline_timer.h"
+#include "common/rpc/write_queue.h"
 #include "grpcpp/support/client_callback.h"
 #include "proto/worker_service.grpc.pb.h"
 #include "server/coordinator/worker_client.h"
@@ -72,8 +72,7 @@ class ExecuteLink final : public grpc::ClientBidiReactor<ExecuteRequest, Execute
   ExecuteStreamReply reply_;  // the read in progress fills it
 
   mutable absl::Mutex mu_;
-  std::deque<std::unique_ptr<ExecuteRequest>> writes_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;  // writes_.front() is being written
+  WriteQueue<std::unique_ptr<ExecuteRequest>> writes_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;    // no more Sends (the read or a write failed)
   bool read_ended_ ABSL_GUARDED_BY(mu_) = false;
   bool hold_released_ ABSL_GUARDED_BY(mu_) = false;
