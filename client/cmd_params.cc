@@ -23,7 +23,11 @@
 //
 // Exit codes: 0 success, 1 the server refused or a file failed (the error is
 // printed as "CODE: message"), 2 bad flags.
+#include <signal.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -62,6 +66,18 @@ double MiBPerSecond(int64_t bytes, double seconds) {
   return seconds > 0 ? static_cast<double>(bytes) / (1 << 20) / seconds : 0.0;
 }
 
+// A direct push maps the checkpoint (params_direct.h): a file that shrinks
+// under it raises SIGBUS on the read past its end. Say so and exit 1; the
+// coordinator sees the calls break and aborts the push.
+void ExitOnSigbus(int) {
+  static const char kMessage[] =
+      "push: FAILED_PRECONDITION: the checkpoint file shrank while it was being pushed "
+      "(read past its end); nothing was committed\n";
+  ssize_t ignored = ::write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
+  (void)ignored;
+  ::_exit(1);
+}
+
 int RunPush(const CliArgs& args) {
   auto deadline = DeadlineFromArgs(args);
   if (!deadline.ok()) return UsageError("push", kPushUsage, deadline.status());
@@ -85,6 +101,10 @@ int RunPush(const CliArgs& args) {
   std::string path_line = "through the coordinator";
   bool relay = direct == "off" || tls;
   if (!relay) {
+    struct sigaction action;
+    std::memset(&action, 0, sizeof(action));
+    action.sa_handler = ExitOnSigbus;
+    ::sigaction(SIGBUS, &action, nullptr);
     std::string fallback;
     pushed = PushDirectFromFile(**client, path, args.Get("model"),
                                 DirectPushOptions{*chunk_bytes, absl::Seconds(2)}, *deadline,

@@ -28,6 +28,11 @@
 // refusal (kFailedPrecondition when a worker was not sent all it holds),
 // kDataLoss for a file shorter than its header says.
 //
+// The file is mapped: if it shrinks while it is pushed, a read past its new
+// end raises SIGBUS. `meshserve push` (cmd_params.cc) turns that into an
+// error message and exit 1; the broken calls make the coordinator abort, so
+// nothing changes. Other callers should do the same or not let the file change.
+//
 // Thread-safety: each call is independent.
 #ifndef MESHSERVE_CLIENT_PARAMS_DIRECT_H_
 #define MESHSERVE_CLIENT_PARAMS_DIRECT_H_

@@ -50,7 +50,8 @@ class FakeCluster:
         self.pb = mc.proto.cluster_service_pb2
         import importlib
         self.wpb = importlib.import_module(mc.proto.__name__ + ".worker_service_pb2")
-        self.direct = None  # "here", "unreachable", "badroute", "refuse"
+        self.direct = None  # "here", "unreachable", "badroute", "refuse", "truncate"
+        self.truncate = None  # with "truncate": this file is cut before the plan goes out
         self.direct_calls = []  # (boxes, routes, committed) per PushDirect
         self.staged = []  # StageParamChunk, in arrival order
         self.pushes = []  # [messages] per call
@@ -106,6 +107,8 @@ class FakeCluster:
                                                 offset=offset, shape=size))
         call = [list(first.boxes), routes, False]
         self.direct_calls.append(call)
+        if self.direct == "truncate":
+            os.truncate(self.truncate, 64)
         yield self.pb.PushDirectReply(generation=3, version=9, routes=routes)
         try:
             commit = next(requests, None)
@@ -224,6 +227,15 @@ def check_direct(env, fake, path, arrays):
         c.check(rc == 1 and code in err and needle in err and not fake.direct_calls[-1][2]
                 and len(fake.pushes) == before + 1,
                 "push --direct: %s is %s, not committed, no fallback" % (mode, code), out + err)
+    # The file shrinks after the client mapped it: a clear error, no commit.
+    cut = path + ".cut"
+    with open(path, "rb") as src, open(cut, "wb") as dst:
+        dst.write(src.read())
+    fake.direct, fake.truncate = "truncate", cut
+    rc, out, err = cli.run("push", "--target", fake.target, "--model", "m", "--checkpoint", cut)
+    c.check(rc == 1 and "shrank while it was being pushed" in err and not fake.direct_calls[-1][2],
+            "push --direct: a file cut under the push exits 1 saying so, not committed",
+            "    rc=%d %s%s" % (rc, out, err))
     fake.direct = None
     rc, out, err = cli.run(*push, "--direct", "maybe")
     c.check(rc == 2 and "--direct" in err and "'maybe'" in err,
