@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <deque>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -18,12 +16,12 @@
 #include "common/tensor/copy_box.h"
 #include "common/tensor/tensor.h"
 #include "server/coordinator/fan_out.h"
+#include "server/coordinator/stage_sender.h"
 
 namespace meshserve {
 namespace {
 
 constexpr int64_t kSlabBytes = 1 << 20;  // route whole rows in about this much
-constexpr size_t kQueueChunks = 16;      // per worker stream
 
 std::string Dims(const std::vector<int64_t>& dims) {
   return absl::StrCat("[", absl::StrJoin(dims, ", "), "]");
@@ -31,88 +29,16 @@ std::string Dims(const std::vector<int64_t>& dims) {
 
 }  // namespace
 
-// Writes one worker's StageParams stream from a bounded queue on its own
-// thread. Enqueue blocks while the queue is full and returns the stream's
-// error once a Write failed; Close drains the queue and finishes the stream.
-class ParamPush::Sender {
- public:
-  Sender(int64_t worker, std::unique_ptr<StageParamsWriter> writer)
-      : worker_(worker), writer_(std::move(writer)), thread_([this] { Run(); }) {}
-  ~Sender() {
-    if (thread_.joinable()) {
-      {
-        absl::MutexLock lock(&mu_);
-        cancelled_ = true;
-      }
-      writer_->Cancel();  // a Write blocked on a stuck worker returns
-      thread_.join();
-    }
-  }
-  absl::Status Enqueue(StageChunkIr chunk) {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(
-        +[](Sender* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-          return s->queue_.size() < kQueueChunks || !s->status_.ok();
-        },
-        this));
-    if (!status_.ok()) return status_;
-    queue_.push_back(std::move(chunk));
-    return absl::OkStatus();
-  }
-  absl::Status Close() {
-    {
-      absl::MutexLock lock(&mu_);
-      closed_ = true;
-    }
-    thread_.join();
-    absl::MutexLock lock(&mu_);
-    return status_;
-  }
-
- private:
-  void Run() {
-    for (;;) {
-      StageChunkIr chunk;
-      {
-        absl::MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(
-            +[](Sender* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-              return !s->queue_.empty() || s->closed_ || s->cancelled_;
-            },
-            this));
-        if (cancelled_) return;
-        if (queue_.empty()) break;  // closed and drained
-        chunk = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      absl::Status s = writer_->Write(std::move(chunk));
-      if (!s.ok()) {
-        absl::MutexLock lock(&mu_);
-        status_ = AnnotateStatus(s, "staging on worker ", worker_);
-        queue_.clear();
-        return;
-      }
-    }
-    absl::Status s = writer_->Finish().status();
-    absl::MutexLock lock(&mu_);
-    if (!s.ok()) status_ = AnnotateStatus(s, "staging on worker ", worker_);
-  }
-
-  const int64_t worker_;
-  std::unique_ptr<StageParamsWriter> writer_;
-  absl::Mutex mu_;
-  std::deque<StageChunkIr> queue_ ABSL_GUARDED_BY(mu_);
-  bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status status_ ABSL_GUARDED_BY(mu_);
-  std::thread thread_;
-};
-
 ParamPush::ParamPush(PushTarget target) : target_(std::move(target)), start_(absl::Now()) {}
 
 ParamPush::~ParamPush() {
   if (!done_) AbortAll();
-  if (target_.release) target_.release();
+  // Drop the pinned placement (held by the target and its callbacks) before
+  // the release wakes the control loop, so that a version this push retired
+  // can be unloaded at that tick.
+  std::function<void()> release = std::move(target_.release);
+  target_ = PushTarget();
+  if (release) release();
 }
 
 void ParamPush::AbortAll() {
@@ -342,7 +268,7 @@ absl::Status ParamPush::Stage(int64_t worker, StageChunkIr chunk) {
     MS_ASSIGN_OR_RETURN(std::shared_ptr<WorkerClient> client, target_.client(worker));
     MS_ASSIGN_OR_RETURN(std::unique_ptr<StageParamsWriter> writer,
                         client->StageParams(target_.timeout), "worker ", worker);
-    it = senders_.emplace(worker, std::make_unique<Sender>(worker, std::move(writer))).first;
+    it = senders_.emplace(worker, std::make_unique<StageSender>(worker, std::move(writer))).first;
   }
   bytes_to_workers_ += static_cast<int64_t>(chunk.data.size());
   return it->second->Enqueue(std::move(chunk));
@@ -403,9 +329,12 @@ absl::StatusOr<PushResult> ParamPush::Finish() {
     std::atomic<int64_t> filled{0};
     auto commit = [&]() -> absl::Status {
       const std::vector<int64_t> ids = p.WorkerIds();
+      // Every worker's entry exists before the parallel calls read the map
+      // (operator[] there inserted from several threads at once: TSan).
+      for (int64_t id : ids) fills_[id];
       std::vector<absl::Status> results = ParallelCall(ids, [&](int64_t id) -> absl::Status {
         MS_ASSIGN_OR_RETURN(std::shared_ptr<WorkerClient> client, target_.client(id));
-        CommitParamsIr call{p.model, p.generation, p.version, version(), params_, fills_[id]};
+        CommitParamsIr call{p.model, p.generation, p.version, version(), params_, fills_.at(id)};
         MS_ASSIGN_OR_RETURN(CommitResultIr r, client->CommitParams(call, target_.timeout),
                             "CommitParams on worker ", id);
         filled += r.bytes_fetched;

@@ -57,6 +57,7 @@
 #include "common/sharding/box.h"
 #include "server/coordinator/param_moves.h"
 #include "server/coordinator/placement.h"
+#include "server/coordinator/stage_sender.h"
 #include "server/coordinator/worker_client.h"
 
 namespace meshserve {
@@ -123,7 +124,6 @@ class ParamPush {
   absl::StatusOr<PushResult> Finish();
 
  private:
-  class Sender;  // one worker's StageParams stream on its own thread
   struct Target {
     Box piece;  // B ∩ C
     int64_t holder = -1;
@@ -163,7 +163,7 @@ class ParamPush {
   std::map<std::string, std::vector<CellHolders>> cells_;
   std::map<int64_t, int64_t> assigned_;             // staged bytes per worker
   std::string slab_;  // bytes of open_ past its routed rows (reused)
-  std::map<int64_t, std::unique_ptr<Sender>> senders_;
+  std::map<int64_t, std::unique_ptr<StageSender>> senders_;
   std::map<int64_t, std::vector<ParamPieceIr>> fills_;
 };
 
