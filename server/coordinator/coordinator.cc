@@ -74,7 +74,13 @@ Coordinator::Coordinator(CoordinatorOptions options, WorkerClientFactory factory
 
 Coordinator::~Coordinator() {
   stop_.Notify();
+  WakeControl();
   if (control_thread_.joinable()) control_thread_.join();
+}
+
+void Coordinator::WakeControl() {
+  absl::MutexLock lock(&wake_mu_);
+  wake_ = true;
 }
 
 void Coordinator::LoadModelDir() {
@@ -147,7 +153,15 @@ absl::StatusOr<std::shared_ptr<WorkerClient>> Coordinator::Client(
 
 void Coordinator::ControlLoop() {
   const absl::Duration period = options_.heartbeat_interval / 2;
-  while (!stop_.WaitForNotificationWithTimeout(period)) Tick();
+  while (!stop_.HasBeenNotified()) {
+    {
+      absl::MutexLock lock(&wake_mu_);
+      wake_mu_.AwaitWithTimeout(absl::Condition(&wake_), period);
+      wake_ = false;
+    }
+    if (stop_.HasBeenNotified()) break;
+    Tick();
+  }
 }
 
 void Coordinator::Tick() {

@@ -287,6 +287,9 @@ class Coordinator {
               std::unique_ptr<ModelCompiler> compiler);
   void LoadModelDir();
   void ControlLoop();
+  // The control thread's next tick runs now (a push ended: its retired
+  // version can be unloaded at once, its buffers reused by the next push).
+  void WakeControl();
   // Marks suspect every worker whose connection dropped (ConnectionDropped).
   void WatchConnections();
   void ProbeSuspects();
@@ -440,6 +443,9 @@ class Coordinator {
   // Looks at InferAsync's requests still waiting after the watch period.
   DeadlineTimer watch_timer_;
   absl::Notification stop_;
+  // Set by WakeControl: the control loop ticks now instead of at its period.
+  absl::Mutex wake_mu_;
+  bool wake_ ABSL_GUARDED_BY(wake_mu_) = false;
   const absl::Time started_at_ = absl::Now();
   std::thread control_thread_;
 };

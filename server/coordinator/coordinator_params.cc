@@ -54,9 +54,12 @@ absl::StatusOr<std::unique_ptr<ParamPush>> Coordinator::BeginPush(const std::str
     return CommitPush(name, at, commit);
   };
   target.release = [this, name] {
-    absl::MutexLock lock(&mu_);
-    models_.at(name).push_in_progress = false;
-    --pushes_in_progress_;
+    {
+      absl::MutexLock lock(&mu_);
+      models_.at(name).push_in_progress = false;
+      --pushes_in_progress_;
+    }
+    WakeControl();
   };
   return std::make_unique<ParamPush>(std::move(target));
 }

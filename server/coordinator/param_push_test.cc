@@ -75,11 +75,11 @@ std::string Rows(const std::string& full, int64_t cols, int64_t begin, int64_t e
 
 class ParamTest : public ::testing::Test {
  protected:
-  void Start(int replicas = 1) {
+  void Start(int replicas = 1, bool control_thread = false) {
     if (model_dir_.empty()) model_dir_ = MakeModelDir();
     CoordinatorOptions options;
     options.model_dir = model_dir_;
-    options.run_control_thread = false;
+    options.run_control_thread = control_thread;  // its period: 15 s
     options.heartbeat_interval = absl::Seconds(30);
     options.placement_retry_backoff = absl::Milliseconds(1);
     options.replicas = replicas;
@@ -268,6 +268,27 @@ TEST_F(ParamTest, BoxesStreamInRowsWhateverTheChunkSizes) {
   }
   EXPECT_EQ(fills, want);
   EXPECT_EQ(r.bytes_filled, want_filled);
+}
+
+// The control loop ticks every 15 s here: the old version goes at once
+// because the push's end wakes the loop (its buffers are then free for the
+// next push), not at the next periodic tick.
+TEST_F(ParamTest, TheEndOfAPushUnloadsTheVersionItRetired) {
+  Start(/*replicas=*/1, /*control_thread=*/true);
+  AddWorker(0);
+  AddWorker(1);
+  coordinator_->Tick();
+  const int64_t generation = Status().generation;
+  ASSERT_OK(Push({Chunk("s", {0}, {5}, RandomBytes(20, 5))}).status());
+  EXPECT_EQ(Status().version, 2);
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (absl::Now() < deadline &&
+         cluster_.Worker(0)->versions("pm", generation) != std::vector<int64_t>{2}) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  for (int64_t id : {0, 1}) {
+    EXPECT_THAT(cluster_.Worker(id)->versions("pm", generation), ::testing::ElementsAre(2));
+  }
 }
 
 TEST_F(ParamTest, PartialPushKeepsTheOtherParams) {
