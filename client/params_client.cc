@@ -14,13 +14,9 @@
 
 namespace meshserve {
 namespace client {
-namespace {
-
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
-
-}  // namespace
 
 absl::StatusOr<PushResult> PushParamsFromFile(InferenceClient& client, PushChunkReader& reader,
                                               absl::Time deadline) {

@@ -17,6 +17,7 @@
 #ifndef MESHSERVE_CLIENT_PARAMS_CLIENT_H_
 #define MESHSERVE_CLIENT_PARAMS_CLIENT_H_
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -38,6 +39,9 @@ struct PushResult {
   double seconds = 0;       // first write until the response
   int workers = 0;          // a direct push (params_direct.h): workers sent to, else 0
 };
+
+// Seconds from `start` until now (the push and pull timings).
+double SecondsSince(std::chrono::steady_clock::time_point start);
 
 // \error the server's status (code kept) when it refuses the push; the
 //   reader's kDataLoss when the file cannot be read (the stream is then

@@ -63,14 +63,11 @@ absl::StatusOr<std::shared_ptr<MappedFile>> MapFile(const SafetensorsFile& file)
   auto mapped = std::make_shared<MappedFile>();
   struct stat st {};
   absl::Status s;
-  uint64_t header = 0;
-  char length[8];
-  if (::fstat(fd, &st) != 0 || st.st_size < 8 || ::pread(fd, length, 8, 0) != 8) {
-    s = FileDataLoss("cannot read the header of '", path, "'");
+  mapped->data_start = file.data_start();
+  if (::fstat(fd, &st) != 0) {
+    s = FileDataLoss("cannot stat '", path, "': ", std::strerror(errno));
   } else {
-    for (int i = 7; i >= 0; --i) header = (header << 8) | static_cast<uint8_t>(length[i]);
     mapped->size = static_cast<size_t>(st.st_size);
-    mapped->data_start = 8 + static_cast<int64_t>(header);  // Open checked its bound
     mapped->addr = ::mmap(nullptr, mapped->size, PROT_READ, MAP_SHARED, fd, 0);
     if (mapped->addr == MAP_FAILED) {
       mapped->addr = nullptr;
@@ -145,10 +142,12 @@ absl::StatusOr<int64_t> StageOnWorker(grpc::ChannelInterface* channel, const Pus
         Box rows_box = r.piece;
         rows_box.mutable_dims()[0] = Interval{r.piece.dims()[0].begin + row,
                                               r.piece.dims()[0].begin + row + n};
-        auto copy = std::make_shared<std::string>(static_cast<size_t>(n * row_bytes), '\0');
-        local = ExtractBoxBytes(file->data() + e.begin, e.shape, elem, rows_box, copy->data());
+        // Not zero-filled first: every byte is written by the extraction.
+        std::shared_ptr<char> copy(new char[static_cast<size_t>(n * row_bytes)],
+                                   std::default_delete<char[]>());
+        local = ExtractBoxBytes(file->data() + e.begin, e.shape, elem, rows_box, copy.get());
         if (!local.ok()) break;
-        slab = *copy;
+        slab = absl::string_view(copy.get(), static_cast<size_t>(n * row_bytes));
         keep = std::move(copy);
       }
       // A row longer than chunk_bytes goes in several messages.
@@ -173,10 +172,6 @@ absl::StatusOr<int64_t> StageOnWorker(grpc::ChannelInterface* channel, const Pus
   MS_RETURN_IF_ERROR(local);
   MS_RETURN_IF_ERROR(FromGrpcStatus(status));
   return sent;
-}
-
-double DirectSecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 // Every tensor of the file as one whole box.
@@ -312,7 +307,7 @@ absl::StatusOr<PushResult> PushDirectFromFile(InferenceClient& client, const std
   stream->WritesDone();
   MS_RETURN_IF_ERROR(AnnotateStatus(FromGrpcStatus(stream->Finish()), rpc));
   result.response = done.result();
-  result.seconds = DirectSecondsSince(start);
+  result.seconds = SecondsSince(start);
   return result;
 }
 

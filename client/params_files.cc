@@ -63,11 +63,7 @@ absl::StatusOr<std::unique_ptr<PushChunkReader>> PushChunkReader::Open(const std
       new PushChunkReader(std::move(file), std::move(model), chunk_bytes));
   reader->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (reader->fd_ < 0) return NotFound("cannot open '", path, "': ", std::strerror(errno));
-  char length[8];
-  MS_RETURN_IF_ERROR(PreadFully(reader->fd_, length, 8, 0, path, "(header)"));
-  uint64_t header_bytes = 0;
-  for (int i = 7; i >= 0; --i) header_bytes = (header_bytes << 8) | static_cast<uint8_t>(length[i]);
-  reader->data_start_ = 8 + static_cast<int64_t>(header_bytes);  // Open checked its bound
+  reader->data_start_ = reader->file_.data_start();
   for (const SafetensorsFile::Entry& e : reader->entries()) reader->total_bytes_ += e.end - e.begin;
   return reader;
 }

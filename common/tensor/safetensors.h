@@ -66,6 +66,9 @@ class SafetensorsFile {
   ~SafetensorsFile();  // closes the file
 
   const std::string& path() const { return path_; }
+  // Where the data region starts in the file (8 + the header's length);
+  // Entry offsets are relative to it.
+  int64_t data_start() const { return data_start_; }
   // Entries sorted by name.
   const std::vector<Entry>& entries() const { return entries_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
