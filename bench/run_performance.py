@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""Writes docs/PERFORMANCE.md (one results table, the command that made it,
-and each target of issue 9: met, or the measurement that shows why not) and
+"""Writes docs/PERFORMANCE.md (one results table, the command and commit that
+made it, no date, and each target of issue 9: met, or the measurement that
+shows why not; the raw log goes to stdout only) and
 docs/performance.png (the ratios), every figure a ratio against a baseline
 measured in the same run:
 
@@ -271,10 +272,10 @@ WHY = {
                 "cluster runs one sgemm thread per worker while the coordinator's and the "
                 "client's threads (concatenating and splitting 64 rows of 8 KiB) share the "
                 "same 2 cores. The ratio moves with the machine more than with the code: "
-                "0.55-0.93x in this script's runs from 4309047 to dd8f486, 1.17-1.27x on "
-                "2026-12-04 evening, when the binaries of dd8f486 measured 46.8-48.0 ms "
-                "against 46.7-48.7 ms for these in an alternating A/B (both clusters up at "
-                "once). Closing it for good needs the per-request copies of the rows off the "
+                "0.55-0.93x and 1.17-1.27x in this script's runs of the same request path, "
+                "and an alternating A/B of the older binaries against these (both clusters "
+                "up at once) measured the same times (notebook/performance.md). Closing it "
+                "for good needs the per-request copies of the rows off the "
                 "critical path and a worker pool that leaves a core free for the coordinator "
                 "when both share a machine.",
     "tiny": "The model (x P('data', None) @ kernel P(None, 'data') -> y P('data', None), "
@@ -289,7 +290,7 @@ WHY = {
             "left is wake-ups: a request wakes a thread in the client, the coordinator and "
             "both workers, 4 processes on 2 cores, and this VM's cpuidle haltpoll driver "
             "(guest_halt_poll_ns = 0) makes each wake of an idle core a VM exit; with 200 us "
-            "of halt polling (a host setting, see the notes) the p50 was 0.36-0.39 ms. Closing "
+            "of halt polling (a host setting, notebook/performance.md) the p50 was 0.36-0.39 ms. Closing "
             "it without the host knob needs fewer hops per request (e.g. the coordinator "
             "answering from the workers' process, or a client that talks to the workers).",
     "batching": "16 closed-loop clients used to settle into two alternating half batches "
@@ -358,12 +359,12 @@ def write_doc(run, rows, path, commit, elapsed):
     lines = [
         "# Performance",
         "",
-        "Made by `%s` on commit `%s`, %s, in %.0f s "
+        "Made by `%s` on commit `%s` in %.0f s "
         "on this machine (%d cores). Every figure is a ratio against a baseline measured in "
         "the same run. Load average (1/5/15 min) at the start %s and at the end %s: the "
         "machine is shared, so absolute times are inflated and ratios noisy. The plot is [performance.png](performance.png); kernel-level GEMM "
         "ratios vs raw OpenBLAS are in `docs/kernels.md`." % (
-            run.command, commit, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), elapsed,
+            run.command, commit, elapsed,
             os.cpu_count(), run.load_start, "%.1f/%.1f/%.1f" % os.getloadavg()),
         "",
         "Setup: `meshserve local --workers N` (each worker: all cores, OpenBLAS threads = "
@@ -372,6 +373,10 @@ def write_doc(run, rows, path, commit, elapsed):
         "total OpenBLAS threads); the echo is `bench/echo_server.py`, a Python grpcio server "
         "answering ModelInfer with the request's bytes. SwiGLU: d=2048, f=8192, mesh "
         "{model: -1}, gate/up P(None,'model'), down P('model',None), y replicated.",
+        "",
+        "Reproduce: `bench/run_performance.py --bin_dir build/bin` (about 5-10 minutes on 2 "
+        "cores) rewrites this page and the plot; it prints its raw log as it runs. Run notes "
+        "by hand (A/B runs, profiles, earlier tables) are in `notebook/performance.md`.",
         "",
         LOADED_NOTE if max(float(v) for v in run.load_start.split("/")[:1]) > os.cpu_count()
         else "",
@@ -393,7 +398,7 @@ def write_doc(run, rows, path, commit, elapsed):
         else:
             lines.append("- **%s** (%s): not met: %s vs %s (%.2fx). %s" % (
                 what, target, ms, base, ratio, why(what)))
-    lines += ["", "## Log", "", "```"] + run.log + ["```", ""]
+    lines.append("")  # the raw log (run.log) is printed as the run goes, not kept here
     with open(path, "w") as f:
         f.write("\n".join(lines))
 
