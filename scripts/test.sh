@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Sets up (scripts/setup.sh) and runs every test:
-#   1. the size rules (scripts/check_sizes.py);
+#   1. the size rules (scripts/check_sizes.py) and the docs rules
+#      (scripts/check_docs.py: no dated lines in docs/*.md, every repo path the
+#      docs and READMEs name exists), two required stages;
 #   2. all unit, property and integration tests (ctest);
 #   3. the public sharding-rule conformance cases;
 #   4. clang's -Wthread-safety over the annotated code (scripts/check_thread_safety.sh);
@@ -83,6 +85,7 @@ stage() {
 }
 
 stage required "size rules (scripts/check_sizes.py)" python3 scripts/check_sizes.py
+stage required "docs rules (scripts/check_docs.py)" python3 scripts/check_docs.py
 stage required "ctest" ctest --test-dir "$BUILD_DIR" --output-on-failure -j2 --timeout 600
 CONF=../shared/conformance/sharding-rules
 if [ -f "$CONF/check.py" ]; then
