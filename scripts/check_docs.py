@@ -102,14 +102,11 @@ def main():
         if f in docs:
             problems += dated_problems(f, lines)
         problems += path_problems(f, lines, files, dirs, top)
-        if f == "docs/PARAMETERS.md":
-            n = len(lines) - (1 if lines and lines[-1] == "" else 0)
-            if n > MAX_PARAMETERS_LINES:
-                problems.append("%s: %d lines (at most %d)" % (f, n, MAX_PARAMETERS_LINES))
-    for p in problems:
-        print(p)
-    print("check_docs: %d problem(s)" % len(problems))
-    return 1 if problems else 0
+        n = len(lines) - (lines[-1:] == [""])
+        if f == "docs/PARAMETERS.md" and n > MAX_PARAMETERS_LINES:
+            problems.append("%s: %d lines (at most %d)" % (f, n, MAX_PARAMETERS_LINES))
+    print("\n".join(problems + ["check_docs: %d problem(s)" % len(problems)]))
+    return int(bool(problems))
 
 
 if __name__ == "__main__":
