@@ -1,0 +1,69 @@
+// The thread that runs one model's generation steps: it takes the
+// scheduler's next StepPlan, has a StepExecutor run it on the workers (free
+// the released caches, run each batch's program, sample) and hands the
+// sampled tokens back, step after step, while sequences run or wait.
+//
+//   request threads:  loop.Add(...) / loop.Cancel(id)   (wake the loop)
+//   loop thread:      NextStep -> executor.RunStep -> CompleteStep | FailStep
+//                     (sinks are called here, in step order)
+//
+// A failed step (a worker lost, a program error) is FailStep: the caches are
+// rebuilt by recomputing them from the tokens the scheduler keeps, on the
+// placement the executor uses next, and the streams go on.
+//
+// Thread-safety: Add, Cancel and Stats are thread-safe. The destructor stops
+// the thread after its current step and ends every sequence left with
+// kCancelled (its sink still gets its last event).
+#ifndef MESHSERVE_SERVER_COORDINATOR_GENERATE_GENERATION_LOOP_H_
+#define MESHSERVE_SERVER_COORDINATOR_GENERATE_GENERATION_LOOP_H_
+
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/coordinator/generate/scheduler.h"
+
+namespace meshserve {
+
+// Runs a step on the workers. Called from the loop's thread only.
+class StepExecutor {
+ public:
+  virtual ~StepExecutor() = default;
+  // Frees plan.release's caches, runs each batch as one program and returns
+  // one token per span with `sample`. An error fails the whole step.
+  virtual absl::StatusOr<std::vector<SampledToken>> RunStep(const StepPlan& plan) = 0;
+};
+
+class GenerationLoop {
+ public:
+  // `executor` must outlive the loop.
+  GenerationLoop(std::unique_ptr<GenerationScheduler> scheduler, StepExecutor* executor);
+  ~GenerationLoop();
+  GenerationLoop(const GenerationLoop&) = delete;
+  GenerationLoop& operator=(const GenerationLoop&) = delete;
+
+  // GenerationScheduler::Add, then the loop wakes.
+  absl::StatusOr<SequenceId> Add(SequenceRequest request, int64_t version, SequenceSink sink)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  bool Cancel(SequenceId seq) ABSL_LOCKS_EXCLUDED(mu_);
+  GenerationScheduler::Stats Stats() const { return scheduler_->GetStats(); }
+  std::set<int64_t> LiveVersions() const { return scheduler_->LiveVersions(); }
+
+ private:
+  void Run() ABSL_LOCKS_EXCLUDED(mu_);
+  void Wake() ABSL_LOCKS_EXCLUDED(mu_);
+
+  const std::unique_ptr<GenerationScheduler> scheduler_;
+  StepExecutor* const executor_;
+  absl::Mutex mu_;
+  bool woken_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_SERVER_COORDINATOR_GENERATE_GENERATION_LOOP_H_

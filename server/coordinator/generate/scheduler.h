@@ -1,0 +1,221 @@
+// Iteration-level scheduling of one model's generated sequences (continuous
+// batching, as in Orca and vLLM): the coordinator's half of token generation.
+// The workers hold each sequence's keys and values (common/kvcache); this
+// class decides, step by step, which tokens each running sequence feeds them
+// and when a sequence starts, waits, is preempted, resumes and ends. It runs
+// nothing itself: GenerationLoop (generation_loop.h) turns its StepPlans into
+// worker programs and hands back the sampled tokens.
+//
+// A sequence's tokens are its prompt and the tokens sampled so far ("known",
+// kept here for the sequence's whole life); `cached` of them have keys and
+// values on the workers. A step feeds every running sequence a span of its
+// known tokens from `cached` on:
+//   - decode: the one token sampled last step;
+//   - prefill: a chunk of a prompt (or, after a preemption or a lost worker,
+//     of prompt + completion: the cache is rebuilt by recomputing it), at most
+//     `max_prefill_tokens_per_step` prefill tokens in a step over all spans.
+// A span that reaches the end of the known tokens asks for the next token to
+// be sampled at position `known` (the counter of the sampler's random draws,
+// so a sequence's draws do not depend on batching, preemption or mesh).
+//
+// Memory. The workers' caches hand out blocks of `block_tokens` positions;
+// the scheduler keeps the same count (`num_blocks`, the smallest pool of the
+// model's workers). A sequence holds ceil(cached_after_step / block_tokens)
+// blocks. When a running sequence needs a block and none is free, the newest
+// running sequences are preempted (their blocks freed, their tokens kept) and
+// resumed first when blocks free up; sequences are never failed for memory.
+// New sequences wait in a bounded FIFO queue (kResourceExhausted when full)
+// and join at a step boundary when a slot, prefill budget and the blocks of
+// their first chunk are free.
+//
+// Refused at Add, with the numbers: an empty prompt, max_tokens < 1,
+// prompt + max_tokens past the context, or a sequence that could not fit the
+// whole cache even alone (kInvalidArgument: it can never run).
+//
+// Versions. A sequence runs under the weight version it was added with, from
+// its first token to its last: a step holds one batch per version, each run
+// as one program over that version's params. LiveVersions() names the
+// versions that sequences still hold, so the coordinator frees the others.
+//
+// Thread-safety: thread-safe. Add and Cancel come from request threads;
+// NextStep / CompleteStep / FailStep from the one loop that runs the steps
+// (a step's plan must be completed or failed before the next NextStep).
+#ifndef MESHSERVE_SERVER_COORDINATOR_GENERATE_SCHEDULER_H_
+#define MESHSERVE_SERVER_COORDINATOR_GENERATE_SCHEDULER_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/sampling/sampling_params.h"
+
+namespace meshserve {
+
+using SequenceId = int64_t;
+
+enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
+
+// "stop", "length", "cancelled", "error" ("" for kNone).
+const char* FinishReasonName(FinishReason reason);
+
+// What Add takes: one sequence to generate.
+struct SequenceRequest {
+  std::vector<int64_t> prompt_ids;
+  SamplingParams sampling;
+  StopParams stop;
+};
+
+// What a sequence's sink receives, outside any lock, in the order of steps:
+// the ids sampled in a step (one per step; the stop token that ended a
+// sequence included), and with the last event the finish reason, counts and
+// version. A sink is called from the loop's thread.
+struct SequenceEvent {
+  std::vector<int64_t> token_ids;
+  std::vector<float> logprobs;  // parallel to token_ids when asked for
+  FinishReason finish = FinishReason::kNone;
+  absl::Status status;  // kError only
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t version = 0;
+};
+using SequenceSink = std::function<void(const SequenceEvent&)>;
+
+// The tokens one sequence feeds in a step.
+struct StepSpan {
+  SequenceId seq = 0;
+  int64_t past_len = 0;             // positions already cached on the workers
+  std::vector<int64_t> token_ids;   // at positions past_len, past_len + 1, ...
+  bool sample = false;              // sample the token at past_len + size
+  SamplingParams sampling;
+};
+
+// The spans of one weight version: one program run.
+struct StepBatch {
+  int64_t version = 0;
+  std::vector<StepSpan> spans;
+  int64_t num_tokens = 0;  // sum of the spans' token counts
+};
+
+struct StepPlan {
+  int64_t step = 0;
+  // Sequences whose caches the workers free before this step (finished,
+  // cancelled, preempted or reset since the last step).
+  std::vector<SequenceId> release;
+  std::vector<StepBatch> batches;
+  bool empty() const { return batches.empty(); }
+};
+
+// One sampled token, for a span with `sample`.
+struct SampledToken {
+  SequenceId seq = 0;
+  int64_t token_id = 0;
+  float logprob = 0;
+};
+
+struct SchedulerOptions {
+  int64_t block_tokens = 16;
+  int64_t num_blocks = 0;  // > 0
+  int64_t context_length = 0;  // > 0: the model's positions
+  int64_t max_prefill_tokens_per_step = 512;  // > 0
+  int64_t max_running = 256;  // > 0: sequences in one step
+  int64_t max_waiting = 1024;  // >= 0: the queue's bound
+  std::vector<int64_t> eos_token_ids;  // the checkpoint's (ignore_eos skips them)
+  int64_t max_step_failures = 3;  // consecutive failed steps before a sequence errs
+};
+
+class GenerationScheduler {
+ public:
+  // \error kInvalidArgument naming a bad option.
+  static absl::StatusOr<std::unique_ptr<GenerationScheduler>> Create(SchedulerOptions options);
+  ~GenerationScheduler();
+
+  // Queues a sequence under `version`. \error kInvalidArgument (see the file
+  // comment), kResourceExhausted when max_waiting sequences wait.
+  absl::StatusOr<SequenceId> Add(SequenceRequest request, int64_t version, SequenceSink sink)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends a sequence at the next step boundary (its sink gets kCancelled).
+  // False for an unknown or finished id.
+  bool Cancel(SequenceId seq) ABSL_LOCKS_EXCLUDED(mu_);
+  // Cancel for every sequence (a model unloaded, a server stopping).
+  void CancelAll() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The next step (empty when no sequence runs or waits).
+  StepPlan NextStep() ABSL_LOCKS_EXCLUDED(mu_);
+  // Applies a step's sampled tokens (one per span with `sample`; a missing or
+  // extra one fails the step as FailStep does) and delivers the events.
+  void CompleteStep(const StepPlan& plan, const std::vector<SampledToken>& tokens)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // A step that did not run (a worker lost, a program error): every running
+  // sequence's cache is dropped and rebuilt from its tokens by the next steps.
+  // A sequence whose steps failed max_step_failures times in a row ends with
+  // kError and `status`.
+  void FailStep(const StepPlan& plan, const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // True when a sequence runs or waits (a cancelled one counts until the next
+  // step releases it).
+  bool HasWork() const ABSL_LOCKS_EXCLUDED(mu_);
+  std::set<int64_t> LiveVersions() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  struct Stats {
+    int64_t running = 0;
+    int64_t waiting = 0;
+    int64_t blocks_used = 0;
+    int64_t num_blocks = 0;
+    int64_t preemptions = 0;  // since creation
+    int64_t tokens_generated = 0;  // since creation
+  };
+  Stats GetStats() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct Sequence;
+  using Delivery = std::vector<std::pair<SequenceSink, SequenceEvent>>;
+
+  explicit GenerationScheduler(SchedulerOptions options);
+  int64_t BlocksFor(int64_t tokens) const {
+    return (tokens + options_.block_tokens - 1) / options_.block_tokens;
+  }
+  // Frees seq's blocks and cache (its tokens stay); it goes to `release`.
+  void DropCacheLocked(Sequence& seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PreemptLocked(SequenceId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends seq: `event` (its last tokens, if any) completed with the reason
+  // and counts joins `out`; seq leaves running/waiting and is erased.
+  void FinishLocked(SequenceId id, FinishReason reason, absl::Status status, SequenceEvent event,
+                    Delivery& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Plans the span seq feeds now within `prefill_budget` (updated) and grows
+  // its blocks. An empty span: no prefill budget is left. False: no block is
+  // free for even one token (the caller preempts).
+  bool PlanSpanLocked(Sequence& seq, int64_t& prefill_budget, StepSpan& span)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PlanRunningLocked(int64_t& prefill_budget, std::vector<StepSpan>& spans)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AdmitWaitingLocked(int64_t& prefill_budget, std::vector<StepSpan>& spans)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends one sampled token to `seq` and ends it on a stop or a limit.
+  void AcceptTokenLocked(Sequence& seq, const SampledToken& token, Delivery& out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static void Deliver(Delivery& out);
+
+  const SchedulerOptions options_;
+  mutable absl::Mutex mu_;
+  SequenceId next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t next_step_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t free_blocks_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<SequenceId, std::unique_ptr<Sequence>> sequences_ ABSL_GUARDED_BY(mu_);
+  std::vector<SequenceId> running_ ABSL_GUARDED_BY(mu_);  // admission order
+  std::deque<SequenceId> waiting_ ABSL_GUARDED_BY(mu_);   // preempted ones first
+  std::vector<SequenceId> release_ ABSL_GUARDED_BY(mu_);
+  int64_t preemptions_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t tokens_generated_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_SERVER_COORDINATOR_GENERATE_SCHEDULER_H_

@@ -1,0 +1,447 @@
+// GenerationScheduler against fake workers that keep each sequence's fed
+// tokens (the KV cache's stand-in) and "sample" a token that is a function of
+// the whole cached history: a sequence's tokens equal the reference (the
+// function applied to the growing sequence alone) only if every step fed
+// exactly the right tokens at the right positions, whatever the batching,
+// chunking, preemption or failures.
+#include "server/coordinator/generate/scheduler.h"
+
+#include "server/coordinator/generate/generation_loop.h"
+
+#include <atomic>
+#include <map>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+
+namespace meshserve {
+namespace {
+
+using ::testing::ElementsAreArray;
+using ::meshserve::testing::StatusIs;
+
+constexpr int64_t kVocab = 50;
+
+int64_t NextToken(const std::vector<int64_t>& tokens) {
+  uint64_t h = 1469598103934665603ull;
+  for (int64_t t : tokens) h = (h ^ static_cast<uint64_t>(t + 1)) * 1099511628211ull;
+  return static_cast<int64_t>((h >> 17) % kVocab);
+}
+
+// The tokens a sequence generates alone.
+std::vector<int64_t> Reference(std::vector<int64_t> prompt, int64_t max_tokens,
+                               const std::vector<int64_t>& stops) {
+  std::vector<int64_t> out;
+  while (static_cast<int64_t>(out.size()) < max_tokens) {
+    const int64_t t = NextToken(prompt);
+    out.push_back(t);
+    prompt.push_back(t);
+    if (std::find(stops.begin(), stops.end(), t) != stops.end()) break;
+  }
+  return out;
+}
+
+struct FakeWorkers {
+  std::map<SequenceId, std::vector<int64_t>> kv;
+  std::vector<std::string> errors;
+  int64_t max_prefill_seen = 0;
+
+  std::vector<SampledToken> Run(const StepPlan& plan) {
+    for (SequenceId id : plan.release) kv.erase(id);
+    std::vector<SampledToken> out;
+    for (const StepBatch& batch : plan.batches) {
+      int64_t prefill = 0;
+      for (const StepSpan& span : batch.spans) {
+        std::vector<int64_t>& cache = kv[span.seq];
+        if (span.past_len != static_cast<int64_t>(cache.size())) {
+          errors.push_back(absl::StrCat("seq ", span.seq, " past_len ", span.past_len,
+                                        " but ", cache.size(), " cached"));
+        }
+        if (span.past_len == 0 || span.token_ids.size() > 1) {
+          prefill += static_cast<int64_t>(span.token_ids.size());
+        }
+        cache.insert(cache.end(), span.token_ids.begin(), span.token_ids.end());
+        if (span.sample) out.push_back({span.seq, NextToken(cache), -1.5f});
+      }
+      max_prefill_seen = std::max(max_prefill_seen, prefill);
+    }
+    return out;
+  }
+};
+
+struct Record {
+  std::vector<int64_t> tokens;
+  FinishReason finish = FinishReason::kNone;
+  int finishes = 0;
+  SequenceEvent last;
+};
+
+struct Harness {
+  std::unique_ptr<GenerationScheduler> scheduler;
+  FakeWorkers workers;
+  std::map<SequenceId, Record> records;
+  int64_t steps = 0;
+
+  explicit Harness(SchedulerOptions options) {
+    auto s = GenerationScheduler::Create(std::move(options));
+    EXPECT_OK(s.status());
+    scheduler = std::move(*s);
+  }
+  SequenceId Add(std::vector<int64_t> prompt, int64_t max_tokens, int64_t version = 1,
+                 std::vector<int64_t> stops = {}) {
+    SequenceRequest r;
+    r.prompt_ids = std::move(prompt);
+    r.stop.max_tokens = max_tokens;
+    r.stop.stop_token_ids = std::move(stops);
+    auto id = std::make_shared<SequenceId>(0);
+    auto added = scheduler->Add(std::move(r), version, [this, id](const SequenceEvent& e) {
+      Record& rec = records[*id];
+      rec.tokens.insert(rec.tokens.end(), e.token_ids.begin(), e.token_ids.end());
+      if (e.finish != FinishReason::kNone) {
+        rec.finish = e.finish;
+        ++rec.finishes;
+        rec.last = e;
+      }
+    });
+    EXPECT_OK(added.status());
+    *id = added.value_or(0);
+    return *id;
+  }
+  // Runs steps until nothing is left (bounded).
+  void Drain(int64_t max_steps = 10000) {
+    while (scheduler->HasWork() && steps < max_steps) Step();
+    EXPECT_FALSE(scheduler->HasWork());
+  }
+  StepPlan Step() {
+    StepPlan plan = scheduler->NextStep();
+    ++steps;
+    scheduler->CompleteStep(plan, workers.Run(plan));
+    return plan;
+  }
+};
+
+SchedulerOptions Options(int64_t num_blocks = 1000) {
+  SchedulerOptions o;
+  o.block_tokens = 4;
+  o.num_blocks = num_blocks;
+  o.context_length = 256;
+  o.max_prefill_tokens_per_step = 16;
+  return o;
+}
+
+TEST(GenerationSchedulerTest, OneSequenceMatchesTheReference) {
+  Harness h(Options());
+  SequenceId id = h.Add({1, 2, 3}, 10);
+  h.Drain();
+  EXPECT_THAT(h.workers.errors, ::testing::IsEmpty());
+  EXPECT_THAT(h.records[id].tokens, ElementsAreArray(Reference({1, 2, 3}, 10, {})));
+  EXPECT_EQ(h.records[id].finish, FinishReason::kLength);
+  EXPECT_EQ(h.records[id].finishes, 1);
+  EXPECT_EQ(h.records[id].last.prompt_tokens, 3);
+  EXPECT_EQ(h.records[id].last.completion_tokens, 10);
+  // One prefill step, one token a step, then a step that only frees the cache.
+  EXPECT_EQ(h.steps, 11);
+  EXPECT_EQ(h.scheduler->GetStats().blocks_used, 0);
+}
+
+TEST(GenerationSchedulerTest, AStopTokenEndsTheSequenceAndIsReported) {
+  Harness h(Options());
+  std::vector<int64_t> ref = Reference({7, 8}, 10, {});
+  SequenceId id = h.Add({7, 8}, 10, 1, {ref[3]});
+  h.Drain();
+  std::vector<int64_t> expected = Reference({7, 8}, 10, {ref[3]});
+  EXPECT_THAT(h.records[id].tokens, ElementsAreArray(expected));
+  EXPECT_EQ(h.records[id].tokens.back(), ref[3]);
+  EXPECT_EQ(h.records[id].finish, FinishReason::kStop);
+}
+
+TEST(GenerationSchedulerTest, EosStopsUnlessIgnored) {
+  SchedulerOptions o = Options();
+  std::vector<int64_t> ref = Reference({4}, 8, {});
+  o.eos_token_ids = {ref[1]};
+  Harness h(o);
+  SequenceId stopped = h.Add({4}, 8);
+  SequenceRequest r;
+  r.prompt_ids = {4};
+  r.stop.max_tokens = 8;
+  r.stop.ignore_eos = true;
+  Record ignoring;
+  ASSERT_OK(h.scheduler->Add(r, 1, [&](const SequenceEvent& e) {
+    ignoring.tokens.insert(ignoring.tokens.end(), e.token_ids.begin(), e.token_ids.end());
+    if (e.finish != FinishReason::kNone) ignoring.finish = e.finish;
+  }).status());
+  h.Drain();
+  EXPECT_EQ(h.records[stopped].tokens.size(), 2u);
+  EXPECT_EQ(h.records[stopped].finish, FinishReason::kStop);
+  EXPECT_THAT(ignoring.tokens, ElementsAreArray(ref));
+  EXPECT_EQ(ignoring.finish, FinishReason::kLength);
+}
+
+TEST(GenerationSchedulerTest, BatchedSequencesEqualTheirReferencesAndPrefillRidesAlong) {
+  Harness h(Options());
+  std::map<SequenceId, std::pair<std::vector<int64_t>, int64_t>> asked;
+  for (int i = 0; i < 20; ++i) {
+    std::vector<int64_t> prompt;
+    for (int j = 0; j < 1 + (i * 7) % 40; ++j) prompt.push_back((i * 13 + j * 3) % kVocab);
+    const int64_t max_tokens = 5 + (i * 11) % 26;
+    asked[h.Add(prompt, max_tokens)] = {prompt, max_tokens};
+  }
+  int64_t decode_steps_with_all_running = 0;
+  while (h.scheduler->HasWork()) {
+    const auto before = h.scheduler->GetStats();
+    StepPlan plan = h.Step();
+    ASSERT_LE(plan.batches.size(), 1u);
+    if (before.waiting == 0 && !plan.batches.empty()) {
+      // Nothing waits: every running sequence got a span this step.
+      EXPECT_EQ(static_cast<int64_t>(plan.batches[0].spans.size()), before.running);
+      ++decode_steps_with_all_running;
+    }
+  }
+  EXPECT_GT(decode_steps_with_all_running, 0);
+  EXPECT_THAT(h.workers.errors, ::testing::IsEmpty());
+  EXPECT_LE(h.workers.max_prefill_seen, 16);
+  for (const auto& [id, a] : asked) {
+    EXPECT_THAT(h.records[id].tokens, ElementsAreArray(Reference(a.first, a.second, {})))
+        << "sequence " << id;
+  }
+}
+
+TEST(GenerationSchedulerTest, PreemptedSequencesResumeByRecomputingAndNeverFail) {
+  // 10 blocks of 4 tokens: six sequences that each grow to 6-9 blocks.
+  Harness h(Options(10));
+  std::map<SequenceId, std::vector<int64_t>> prompts;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int64_t> prompt(6 + i, i + 1);
+    prompts[h.Add(prompt, 20)] = prompt;
+  }
+  h.Drain();
+  EXPECT_THAT(h.workers.errors, ::testing::IsEmpty());
+  EXPECT_GT(h.scheduler->GetStats().preemptions, 0);
+  EXPECT_EQ(h.scheduler->GetStats().blocks_used, 0);
+  for (const auto& [id, prompt] : prompts) {
+    EXPECT_EQ(h.records[id].finish, FinishReason::kLength) << id;
+    EXPECT_THAT(h.records[id].tokens, ElementsAreArray(Reference(prompt, 20, {}))) << id;
+  }
+}
+
+TEST(GenerationSchedulerTest, RefusesWhatCanNeverRunNamingTheNumbers) {
+  SchedulerOptions o = Options(5);
+  o.max_waiting = 2;
+  Harness h(o);
+  SequenceRequest r;
+  r.stop.max_tokens = 4;
+  EXPECT_THAT(h.scheduler->Add(r, 1, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "prompt is empty"));
+  r.prompt_ids = std::vector<int64_t>(250, 1);
+  r.stop.max_tokens = 10;
+  EXPECT_THAT(h.scheduler->Add(r, 1, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "prompt (250 tokens) + max_tokens (10) = 260 exceeds the "
+                                 "model's context of 256"));
+  r.prompt_ids = std::vector<int64_t>(20, 1);
+  r.stop.max_tokens = 2;  // 21 cached positions: 6 blocks of 4 > 5
+  EXPECT_THAT(h.scheduler->Add(r, 1, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "needs 6 KV cache blocks of 4 tokens; the cache holds 5"));
+  r.stop.max_tokens = 0;
+  EXPECT_THAT(h.scheduler->Add(r, 1, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "max_tokens must be >= 1"));
+  r.prompt_ids = {1, 2};
+  r.stop.max_tokens = 3;
+  ASSERT_OK(h.scheduler->Add(r, 1, nullptr).status());
+  ASSERT_OK(h.scheduler->Add(r, 1, nullptr).status());
+  EXPECT_THAT(h.scheduler->Add(r, 1, nullptr).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, "2 sequences wait"));
+  h.Drain();  // the queue drains and takes new sequences again
+  EXPECT_OK(h.scheduler->Add(r, 1, nullptr).status());
+  EXPECT_THAT(GenerationScheduler::Create(Options(0)).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "num_blocks must be > 0"));
+}
+
+TEST(GenerationSchedulerTest, CancelEndsAtTheStepBoundaryAndFreesTheCache) {
+  Harness h(Options());
+  SequenceId a = h.Add({1, 2, 3, 4, 5}, 50);
+  SequenceId b = h.Add({9}, 6);
+  for (int i = 0; i < 3; ++i) h.Step();
+  EXPECT_GT(h.scheduler->GetStats().blocks_used, 0);
+  EXPECT_TRUE(h.scheduler->Cancel(a));
+  EXPECT_FALSE(h.scheduler->Cancel(a));
+  StepPlan plan = h.Step();
+  EXPECT_THAT(plan.release, ElementsAreArray({a}));
+  EXPECT_EQ(h.records[a].finish, FinishReason::kCancelled);
+  EXPECT_EQ(h.records[a].tokens.size(), 3u);
+  h.Drain();
+  EXPECT_THAT(h.records[b].tokens, ElementsAreArray(Reference({9}, 6, {})));
+  EXPECT_EQ(h.scheduler->GetStats().blocks_used, 0);
+  EXPECT_FALSE(h.scheduler->Cancel(12345));
+}
+
+TEST(GenerationSchedulerTest, AFailedStepRebuildsEveryCacheAndTheTokensStayRight) {
+  Harness h(Options());
+  SequenceId a = h.Add({3, 1, 4, 1, 5, 9, 2, 6}, 12);
+  SequenceId b = h.Add({2, 7}, 12);
+  for (int i = 0; i < 4; ++i) h.Step();
+  StepPlan lost = h.scheduler->NextStep();
+  h.workers.kv.clear();  // a worker died: every cache is gone
+  h.scheduler->FailStep(lost, absl::UnavailableError("worker 2 lost"));
+  StepPlan next = h.scheduler->NextStep();
+  EXPECT_EQ(next.release.size(), 2u);
+  for (const StepSpan& span : next.batches.at(0).spans) EXPECT_EQ(span.past_len, 0);
+  h.scheduler->CompleteStep(next, h.workers.Run(next));
+  h.Drain();
+  EXPECT_THAT(h.workers.errors, ::testing::IsEmpty());
+  EXPECT_THAT(h.records[a].tokens, ElementsAreArray(Reference({3, 1, 4, 1, 5, 9, 2, 6}, 12, {})));
+  EXPECT_THAT(h.records[b].tokens, ElementsAreArray(Reference({2, 7}, 12, {})));
+}
+
+TEST(GenerationSchedulerTest, RepeatedFailuresEndTheSequenceWithTheError) {
+  Harness h(Options());
+  SequenceId a = h.Add({1, 2}, 5);
+  for (int i = 0; i < 3; ++i) {
+    StepPlan plan = h.scheduler->NextStep();
+    h.scheduler->FailStep(plan, absl::InternalError("program failed"));
+  }
+  EXPECT_EQ(h.records[a].finish, FinishReason::kError);
+  EXPECT_THAT(h.records[a].last.status, StatusIs(absl::StatusCode::kInternal));
+  EXPECT_FALSE(h.scheduler->HasWork() && h.scheduler->GetStats().running > 0);
+}
+
+TEST(GenerationSchedulerTest, AStepMissingATokenFailsInsteadOfCorrupting) {
+  Harness h(Options());
+  SequenceId a = h.Add({1, 2}, 5);
+  StepPlan plan = h.scheduler->NextStep();
+  h.workers.Run(plan);
+  h.scheduler->CompleteStep(plan, {});  // the token went missing
+  h.workers.kv.clear();
+  h.Drain();
+  EXPECT_THAT(h.workers.errors, ::testing::IsEmpty());
+  EXPECT_THAT(h.records[a].tokens, ElementsAreArray(Reference({1, 2}, 5, {})));
+}
+
+TEST(GenerationSchedulerTest, EachVersionRunsAsItsOwnBatchAndIsHeldUntilItsLastSequence) {
+  Harness h(Options());
+  SequenceId old_seq = h.Add({1, 2, 3}, 3, /*version=*/1);
+  SequenceId new_seq = h.Add({4, 5}, 8, /*version=*/2);
+  EXPECT_THAT(h.scheduler->LiveVersions(), ElementsAreArray({1, 2}));
+  StepPlan plan = h.Step();
+  ASSERT_EQ(plan.batches.size(), 2u);
+  EXPECT_EQ(plan.batches[0].version, 1);
+  EXPECT_EQ(plan.batches[1].version, 2);
+  h.Step();
+  h.Step();
+  EXPECT_EQ(h.records[old_seq].last.version, 1);
+  EXPECT_THAT(h.scheduler->LiveVersions(), ElementsAreArray({2}));
+  h.Drain();
+  EXPECT_EQ(h.records[new_seq].last.version, 2);
+  EXPECT_TRUE(h.scheduler->LiveVersions().empty());
+}
+
+// Threads add and cancel while one loop runs steps (run under TSan).
+TEST(GenerationSchedulerTest, ConcurrentAddsAndCancelsEachFinishOnce) {
+  auto scheduler = GenerationScheduler::Create(Options(40)).value();
+  std::atomic<int> finished{0};
+  std::atomic<bool> stop{false};
+  std::thread loop([&] {
+    FakeWorkers workers;
+    while (!stop.load() || scheduler->HasWork()) {
+      StepPlan plan = scheduler->NextStep();
+      scheduler->CompleteStep(plan, workers.Run(plan));
+      if (plan.empty()) std::this_thread::yield();
+    }
+  });
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 4; ++c) {
+    clients.emplace_back([&, c] {
+      for (int i = 0; i < 25; ++i) {
+        SequenceRequest r;
+        r.prompt_ids = std::vector<int64_t>(1 + (i + c) % 9, c + 1);
+        r.stop.max_tokens = 1 + i % 7;
+        auto id = scheduler->Add(r, 1, [&](const SequenceEvent& e) {
+          if (e.finish != FinishReason::kNone) finished.fetch_add(1);
+        });
+        ASSERT_OK(id.status());
+        if (i % 5 == 0) scheduler->Cancel(*id);
+      }
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  stop.store(true);
+  loop.join();
+  EXPECT_EQ(finished.load(), 100);
+  EXPECT_EQ(scheduler->GetStats().blocks_used, 0);
+}
+
+class FakeExecutor : public StepExecutor {
+ public:
+  absl::StatusOr<std::vector<SampledToken>> RunStep(const StepPlan& plan) override {
+    ++steps;
+    if (fail_at_step == steps) {
+      workers.kv.clear();  // a worker died with every cache
+      return absl::UnavailableError("worker 1 lost");
+    }
+    return workers.Run(plan);
+  }
+  FakeWorkers workers;
+  int64_t steps = 0;
+  int64_t fail_at_step = -1;
+};
+
+// Eight streams from eight threads through the loop's thread; one step fails
+// on the way (a lost worker) and every stream still gets its exact tokens.
+TEST(GenerationLoopTest, StreamsFromManyThreadsAndSurvivesALostWorker) {
+  FakeExecutor executor;
+  executor.fail_at_step = 6;
+  std::vector<std::vector<int64_t>> got(8);
+  std::vector<FinishReason> finish(8);
+  {
+    GenerationLoop loop(GenerationScheduler::Create(Options(60)).value(), &executor);
+    std::vector<std::thread> clients;
+    for (int c = 0; c < 8; ++c) {
+      clients.emplace_back([&, c] {
+        absl::Notification done;
+        SequenceRequest r;
+        r.prompt_ids = std::vector<int64_t>(2 + c * 3, c);
+        r.stop.max_tokens = 12;
+        ASSERT_OK(loop.Add(r, 1, [&](const SequenceEvent& e) {
+          got[c].insert(got[c].end(), e.token_ids.begin(), e.token_ids.end());
+          if (e.finish != FinishReason::kNone) {
+            finish[c] = e.finish;
+            done.Notify();
+          }
+        }).status());
+        done.WaitForNotification();
+      });
+    }
+    for (std::thread& t : clients) t.join();
+    EXPECT_EQ(loop.Stats().blocks_used, 0);
+  }
+  EXPECT_GE(executor.steps, 6);
+  EXPECT_THAT(executor.workers.errors, ::testing::IsEmpty());
+  for (int c = 0; c < 8; ++c) {
+    EXPECT_EQ(finish[c], FinishReason::kLength);
+    EXPECT_THAT(got[c], ElementsAreArray(Reference(std::vector<int64_t>(2 + c * 3, c), 12, {})));
+  }
+}
+
+TEST(GenerationLoopTest, StoppingEndsEverySequenceOnce) {
+  FakeExecutor executor;
+  std::atomic<int> finished{0};
+  {
+    GenerationLoop loop(GenerationScheduler::Create(Options(60)).value(), &executor);
+    for (int c = 0; c < 5; ++c) {
+      SequenceRequest r;
+      r.prompt_ids = {c, c + 1};
+      r.stop.max_tokens = 200;
+      ASSERT_OK(loop.Add(r, 1, [&](const SequenceEvent& e) {
+        if (e.finish != FinishReason::kNone) finished.fetch_add(1);
+      }).status());
+    }
+  }
+  EXPECT_EQ(finished.load(), 5);
+}
+
+}  // namespace
+}  // namespace meshserve
