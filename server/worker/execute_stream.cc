@@ -1,12 +1,31 @@
 #include "server/worker/execute_stream.h"
 
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/time/clock.h"
+#include "common/program/program_proto.h"
 
 namespace meshserve {
 
-ExecuteStreamReactor::ExecuteStreamReactor(ShardWorker* worker, Recorder record)
+void ExecuteMessage(WorkerEngine* engine, ExecuteRequest* request, ExecuteResponse* response,
+                    std::function<void(absl::Status)> done) {
+  std::vector<SliceIr> inputs;
+  inputs.reserve(request->inputs_size());
+  for (TensorSlice& slice : *request->mutable_inputs()) inputs.push_back(SliceToIr(&slice));
+  engine->ExecuteAsync(
+      request->program_id(), request->request_id(), std::move(inputs),
+      absl::Milliseconds(request->deadline_ms()), request->param_version(),
+      static_cast<ParamCacheMode>(request->param_cache()),
+      [response, done = std::move(done)](absl::StatusOr<std::vector<SliceIr>> outputs) {
+        if (!outputs.ok()) return done(outputs.status());
+        for (SliceIr& out : *outputs) SliceFromIr(&out, response->add_outputs());
+        done(absl::OkStatus());
+      });
+}
+
+ExecuteStreamReactor::ExecuteStreamReactor(WorkerEngine* worker, Recorder record)
     : worker_(worker), record_(std::move(record)), reading_(std::make_unique<ExecuteRequest>()) {
   StartRead(reading_.get());
 }
@@ -33,16 +52,16 @@ void ExecuteStreamReactor::OnReadDone(bool ok) {
   StartRead(reading_.get());  // the next request may come while this one runs
   const absl::Time start = absl::Now();
   ExecuteResponse* response = reply->mutable_response();
-  worker_->ExecuteAsync(request.get(), response,
-                        [this, request, reply, start](absl::Status status) {
-                          record_(start, status);
-                          if (!status.ok()) {
-                            reply->clear_response();
-                            reply->set_code(static_cast<int>(status.code()));
-                            reply->set_message(std::string(status.message()));
-                          }
-                          Enqueue(reply);
-                        });
+  ExecuteMessage(worker_, request.get(), response,
+                 [this, request, reply, start](absl::Status status) {
+                   record_(start, status);
+                   if (!status.ok()) {
+                     reply->clear_response();
+                     reply->set_code(static_cast<int>(status.code()));
+                     reply->set_message(std::string(status.message()));
+                   }
+                   Enqueue(reply);
+                 });
 }
 
 void ExecuteStreamReactor::Enqueue(std::shared_ptr<ExecuteStreamReply> reply) {

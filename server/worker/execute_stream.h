@@ -3,7 +3,8 @@
 // request costs a message each way instead of a call (no stream set-up, no
 // headers or trailers per request).
 //
-// Each request read is handed to ShardWorker::ExecuteAsync at once and the
+// Each request read is handed to ExecuteMessage (below: WorkerEngine::
+// ExecuteAsync over the wire messages) at once and the
 // next read starts, so the requests of one stream run concurrently; each
 // reply (ExecuteStreamReply: the request's id, its status, its outputs) is
 // written when its request finishes, one write at a time, in finishing
@@ -28,16 +29,24 @@
 #include "common/rpc/write_queue.h"
 #include "grpcpp/support/server_callback.h"
 #include "proto/worker_service.pb.h"
-#include "server/worker/shard_worker.h"
+#include "server/worker/worker_engine.h"
 
 namespace meshserve {
+
+// Execute over the wire messages, for the Execute and ExecuteStream handlers:
+// moves the input bytes out of `*request` into the IR
+// (common/program/program_proto.h), runs WorkerEngine::ExecuteAsync (which
+// holds no thread while a receive waits), fills `*response` with the output
+// slices and calls `done` once; both messages must live until then.
+void ExecuteMessage(WorkerEngine* engine, ExecuteRequest* request, ExecuteResponse* response,
+                    std::function<void(absl::Status)> done);
 
 class ExecuteStreamReactor final
     : public grpc::ServerBidiReactor<ExecuteRequest, ExecuteStreamReply> {
  public:
   // `record(start, status)` counts each request (worker_service.cc's metrics).
   using Recorder = std::function<void(absl::Time start, const absl::Status& status)>;
-  ExecuteStreamReactor(ShardWorker* worker, Recorder record);
+  ExecuteStreamReactor(WorkerEngine* worker, Recorder record);
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -50,7 +59,7 @@ class ExecuteStreamReactor final
   // nothing of *this after it): reads ended, no request runs, no write is out.
   bool FinishNowLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  ShardWorker* const worker_;
+  WorkerEngine* const worker_;
   const Recorder record_;
   std::unique_ptr<ExecuteRequest> reading_;  // the message the read in progress fills
 

@@ -48,7 +48,7 @@
 #include "common/tensor/tensor.h"
 #include "server/worker/grpc_peer_transport.h"
 #include "server/worker/membership_client.h"
-#include "server/worker/shard_worker.h"
+#include "server/worker/worker_engine.h"
 #include "server/worker/worker_service.h"
 
 ABSL_FLAG(int, port, 0, "Port to serve WorkerService on (0 = pick a free port).");
@@ -95,11 +95,11 @@ std::string AdvertisedAddress(const std::string& host, int port) {
 // to a closed port, and the new holders have read their shards from here with
 // ReadParam), at most --drain_timeout_s, and not at all once the coordinator
 // stops answering (it is shutting down too).
-void DrainModels(const ShardWorker& worker, MembershipClient& membership) {
+void DrainModels(const WorkerEngine& worker, MembershipClient& membership) {
   const absl::Duration timeout =
       absl::Seconds(std::max(0, absl::GetFlag(FLAGS_drain_timeout_s)));
   const absl::Time give_up = absl::Now() + timeout;
-  while (!worker.engine().Status().models.empty()) {
+  while (!worker.Status().models.empty()) {
     if (absl::Now() >= give_up) {
       MS_LOG(WARNING) << "models still hosted after " << timeout << "; exiting";
       return;
@@ -162,8 +162,8 @@ absl::StatusOr<RpcSecurity> SecurityFromFlag() {
 }
 
 // --max_inflight_slice_bytes, validated (the message names the flag and value).
-absl::StatusOr<ShardWorker::Options> WorkerOptionsFromFlags() {
-  ShardWorker::Options options;
+absl::StatusOr<WorkerEngine::Options> WorkerOptionsFromFlags() {
+  WorkerEngine::Options options;
   const int64_t budget = absl::GetFlag(FLAGS_max_inflight_slice_bytes);
   options.rendezvous.max_inflight_slice_bytes = budget;
   if (absl::Status s = Rendezvous::ValidateOptions(options.rendezvous); !s.ok()) {
@@ -202,7 +202,7 @@ absl::Status PrefaultFromFlags() {
 
 // The engine runs programs that compute for long on `pool`
 // (WorkerEngine::Options::executor), the quick ones on gRPC's threads.
-void RunLongProgramsOn(ThreadPool* pool, ShardWorker::Options* options) {
+void RunLongProgramsOn(ThreadPool* pool, WorkerEngine::Options* options) {
   options->executor = [pool](std::function<void()> task) { pool->Schedule(std::move(task)); };
 }
 
@@ -226,7 +226,7 @@ int Run() {
     std::cerr << "meshserve-worker: " << security.status() << "\n";
     return 2;
   }
-  absl::StatusOr<ShardWorker::Options> worker_options = WorkerOptionsFromFlags();
+  absl::StatusOr<WorkerEngine::Options> worker_options = WorkerOptionsFromFlags();
   const absl::Status flags = worker_options.ok() ? PrefaultFromFlags() : worker_options.status();
   if (!flags.ok()) {
     std::cerr << "meshserve-worker: " << flags.message() << "\n";
@@ -237,7 +237,7 @@ int Run() {
   GrpcPeerTransport transport(transport_options);
   ThreadPool pool;  // before the worker, whose engine uses it
   RunLongProgramsOn(&pool, &*worker_options);
-  ShardWorker worker(*worker_options, &transport);
+  WorkerEngine worker(*worker_options, &transport);
   WorkerServiceImpl service(&worker, &pool);
   const std::string host = absl::GetFlag(FLAGS_host);
   absl::StatusOr<WorkerServer> server = StartWorkerServer(
@@ -258,7 +258,7 @@ int Run() {
   absl::Mutex print_mu;
   bool printed = false;
   auto announce = [&](int64_t id) {
-    worker.engine().set_worker_id(id);
+    worker.set_worker_id(id);
     absl::MutexLock lock(&print_mu);
     if (printed) return;
     printed = true;

@@ -2,16 +2,17 @@
 
 #include <algorithm>
 #include <string>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/base/elastic_executor.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/metrics/metric_registry.h"
+#include "common/program/program_proto.h"
 #include "common/rpc/bytes_field_wire.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
@@ -73,18 +74,18 @@ grpc::ServerUnaryReactor* RunOnPool(grpc::CallbackServerContext* context, Thread
 // -- to the rendezvous and counts its bytes. The first rejected chunk is
 // returned (the rest not delivered); with `isolate` it fails only its own
 // request here instead (a shared PeerStream) and the others are delivered.
-absl::Status DeliverMessage(ShardWorker* worker, const DataChunk& message, bool isolate) {
+absl::Status DeliverMessage(WorkerEngine* worker, const DataChunk& message, bool isolate) {
   int64_t bytes = 0;
   absl::Status first;
   auto deliver = [&](const DataChunk& chunk) {
-    absl::Status status = worker->PushChunk(chunk);
+    absl::Status status = DeliverDataChunk(worker, chunk);
     bytes += static_cast<int64_t>(chunk.data().size());
     if (status.ok()) return true;
     if (!isolate) {
       first = std::move(status);
       return false;
     }
-    worker->FailRequest(chunk.request_id(), std::move(status));
+    worker->Fail(chunk.request_id(), std::move(status));
     return true;
   };
   if (deliver(message)) {
@@ -99,7 +100,7 @@ absl::Status DeliverMessage(ShardWorker* worker, const DataChunk& message, bool 
 // Receives one PushData stream, chunk by chunk, straight into the rendezvous.
 class PushDataReactor final : public grpc::ServerReadReactor<DataChunk> {
  public:
-  PushDataReactor(ShardWorker* worker, PushAck* ack) : worker_(worker), ack_(ack) {
+  PushDataReactor(WorkerEngine* worker, PushAck* ack) : worker_(worker), ack_(ack) {
     StartRead(&chunk_);
   }
   void OnReadDone(bool ok) override {
@@ -119,7 +120,7 @@ class PushDataReactor final : public grpc::ServerReadReactor<DataChunk> {
   void OnDone() override { delete this; }
 
  private:
-  ShardWorker* const worker_;
+  WorkerEngine* const worker_;
   PushAck* const ack_;
   DataChunk chunk_;
   int64_t chunks_ = 0;
@@ -131,7 +132,7 @@ class PushDataReactor final : public grpc::ServerReadReactor<DataChunk> {
 // stream, shared by other requests, goes on.
 class PeerStreamReactor final : public grpc::ServerBidiReactor<DataChunk, PushAck> {
  public:
-  explicit PeerStreamReactor(ShardWorker* worker) : worker_(worker) { StartRead(&chunk_); }
+  explicit PeerStreamReactor(WorkerEngine* worker) : worker_(worker) { StartRead(&chunk_); }
   void OnReadDone(bool ok) override {
     if (!ok) {  // the sender ended the stream (or it broke)
       Finish(grpc::Status::OK);
@@ -143,7 +144,7 @@ class PeerStreamReactor final : public grpc::ServerBidiReactor<DataChunk, PushAc
   void OnDone() override { delete this; }
 
  private:
-  ShardWorker* const worker_;
+  WorkerEngine* const worker_;
   DataChunk chunk_;
 };
 
@@ -159,11 +160,13 @@ class ReadParamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
  public:
   static constexpr int64_t kChunkBytes = int64_t{1} << 20;
 
-  // The read (a copy when the box is part of a cell) runs on its own thread:
-  // a gRPC thread busy with it for long could not serve other calls, nor the
-  // handshakes of peers connecting to this worker.
-  ReadParamReactor(ShardWorker* worker, ReadParamRequest request) {
-    std::thread([this, worker, request = std::move(request)]() {
+  // The read (a copy when the box is part of a cell) runs on the shared
+  // ElasticExecutor: a gRPC thread busy with it for long could not serve
+  // other calls, nor the handshakes of peers connecting to this worker; and
+  // the worker's ThreadPool may be full of LoadModels that wait for peers'
+  // ReadParams (the elastic executor starts a thread rather than queue).
+  ReadParamReactor(WorkerEngine* worker, ReadParamIr request) {
+    ElasticExecutor::Shared().Schedule([this, worker, request = std::move(request)]() {
       absl::StatusOr<ParamBytes> read = worker->ReadParam(request);
       Metrics().calls.Increment({"ReadParam", read.ok() ? "ok" : "error"});
       if (!read.ok()) {
@@ -172,7 +175,7 @@ class ReadParamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
       }
       bytes_ = std::move(*read);
       WriteNext();
-    }).detach();
+    });
   }
   void OnWriteDone(bool ok) override {
     if (!ok) {
@@ -210,7 +213,7 @@ class ReadParamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
 // views into its received slices (bytes_field_wire.h).
 class StageParamsReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
-  StageParamsReactor(ShardWorker* worker, grpc::ByteBuffer* response)
+  StageParamsReactor(WorkerEngine* worker, grpc::ByteBuffer* response)
       : worker_(worker), response_(response), epoch_(worker->StagingEpoch()) {
     StartRead(&message_);
   }
@@ -254,10 +257,12 @@ class StageParamsReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer
     if (!header.ParseFromString(split_.other_fields)) {
       return InvalidArgument("StageParams chunk ", index, " is not a StageParamChunk");
     }
-    return worker_->StageChunk(&header, epoch_, split_.data);
+    StageChunkIr chunk = StageChunkToIr(&header);
+    chunk.data_views = split_.data;
+    return worker_->StageParams(chunk, epoch_);
   }
 
-  ShardWorker* const worker_;
+  WorkerEngine* const worker_;
   grpc::ByteBuffer* const response_;
   // Aborts after this one drop this stream's later chunks for that version.
   const int64_t epoch_;
@@ -272,6 +277,12 @@ class StageParamsReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer
 
 }  // namespace
 
+absl::Status DeliverDataChunk(WorkerEngine* engine, const DataChunk& chunk) {
+  return engine->DeliverChunk(chunk.request_id(), chunk.tag(), chunk.total_bytes(),
+                              chunk.offset(), chunk.data(), chunk.src_worker(),
+                              static_cast<int>(chunk.dtype()));
+}
+
 void WorkerServiceImpl::set_address(std::string address) {
   absl::MutexLock lock(&mu_);
   address_ = std::move(address);
@@ -280,8 +291,12 @@ void WorkerServiceImpl::set_address(std::string address) {
 grpc::ServerUnaryReactor* WorkerServiceImpl::LoadModel(grpc::CallbackServerContext* context,
                                                        const LoadModelRequest* request,
                                                        LoadModelResponse* response) {
-  return RunOnPool(context, pool_, "LoadModel", [this, request, response]() {
-    return worker_->LoadModel(*request, response);
+  return RunOnPool(context, pool_, "LoadModel", [this, request, response]() -> absl::Status {
+    MS_ASSIGN_OR_RETURN(LoadModelResultIr result, worker_->LoadModel(LoadModelToIr(*request)));
+    response->set_param_bytes(result.param_bytes);
+    response->set_bytes_fetched(result.bytes_fetched);
+    response->set_bytes_local(result.bytes_local);
+    return absl::OkStatus();
   });
 }
 
@@ -289,30 +304,36 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::UnloadModel(grpc::CallbackServerCon
                                                          const UnloadModelRequest* request,
                                                          UnloadModelResponse* response) {
   return RunOnPool(context, pool_, "UnloadModel",
-                   [this, request]() { return worker_->UnloadModel(*request); });
+                   [this, request]() {
+                     return worker_->UnloadModel(request->model(), request->generation(),
+                                                 request->version());
+                   });
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::InstallProgram(
     grpc::CallbackServerContext* context, const InstallProgramRequest* request,
     InstallProgramResponse* response) {
   return RunOnPool(context, pool_, "InstallProgram",
-                   [this, request]() { return worker_->InstallProgram(request->program()); });
+                   [this, request]() -> absl::Status {
+                     MS_ASSIGN_OR_RETURN(ProgramIr program, ProgramToIr(request->program()));
+                     return worker_->InstallProgram(std::move(program));
+                   });
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::Execute(grpc::CallbackServerContext* context,
                                                      const ExecuteRequest* request,
                                                      ExecuteResponse* response) {
   // On this thread: the core hands a long program to the pool itself, and a
-  // receive that waits returns the thread (ShardWorker::ExecuteAsync).
+  // receive that waits returns the thread (WorkerEngine::ExecuteAsync).
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   const absl::Time start = absl::Now();
   // The request message belongs to this call and is not otherwise used:
   // the core moves the input bytes out of it instead of copying them.
-  worker_->ExecuteAsync(const_cast<ExecuteRequest*>(request), response,
-                        [reactor, start](absl::Status status) {
-                          Record("Execute", start, status);
-                          reactor->Finish(ToGrpcStatus(status));
-                        });
+  ExecuteMessage(worker_, const_cast<ExecuteRequest*>(request), response,
+                 [reactor, start](absl::Status status) {
+                   Record("Execute", start, status);
+                   reactor->Finish(ToGrpcStatus(status));
+                 });
   return reactor;
 }
 
@@ -336,7 +357,8 @@ grpc::ServerBidiReactor<DataChunk, PushAck>* WorkerServiceImpl::PeerStream(
 grpc::ServerUnaryReactor* WorkerServiceImpl::Cancel(grpc::CallbackServerContext* context,
                                                     const CancelRequest* request,
                                                     CancelResponse* response) {
-  worker_->Cancel(*request);  // non-blocking: wakes the request's receives
+  // Non-blocking: wakes the request's receives.
+  worker_->Cancel(request->request_id(), request->reason());
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;
@@ -345,7 +367,7 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Cancel(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* WorkerServiceImpl::Status(grpc::CallbackServerContext* context,
                                                     const WorkerStatusRequest* request,
                                                     WorkerStatusResponse* response) {
-  worker_->GetStatus(response);
+  WorkerStatusToProto(worker_->Status(), response);
   {
     absl::MutexLock lock(&mu_);
     response->set_address(address_);
@@ -365,7 +387,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* WorkerServiceImpl::ReadParam(
         grpc::StatusCode::INVALID_ARGUMENT,
         absl::StrCat("ReadParam: unreadable request: ", s.error_message())));
   }
-  return new ReadParamReactor(worker_, std::move(parsed));
+  return new ReadParamReactor(worker_, ReadParamToIr(parsed));
 }
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* WorkerServiceImpl::StageParams(
@@ -378,12 +400,16 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::CommitParams(grpc::CallbackServerCo
                                                           CommitParamsResponse* response) {
   return RunOnPool(context, pool_, "CommitParams", [this, request, response]() {
     const absl::Time start = absl::Now();
-    absl::Status s = worker_->CommitParams(*request, response);
+    absl::StatusOr<CommitResultIr> result = worker_->CommitParams(CommitParamsToIr(*request));
+    if (result.ok()) {
+      response->set_param_bytes(result->param_bytes);
+      response->set_bytes_fetched(result->bytes_fetched);
+    }
     MS_LOG(INFO) << "CommitParams of model '" << request->model() << "' version "
                  << request->version() << " (" << request->fills_size() << " fills, "
                  << response->bytes_fetched() << " bytes fetched): "
                  << absl::ToDoubleSeconds(absl::Now() - start) << " s";
-    return s;
+    return result.status();
   });
 }
 
@@ -391,7 +417,10 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::AbortParams(grpc::CallbackServerCon
                                                          const AbortParamsRequest* request,
                                                          AbortParamsResponse* response) {
   return RunOnPool(context, pool_, "AbortParams",
-                   [this, request]() { return worker_->AbortParams(*request); });
+                   [this, request]() {
+                     return worker_->AbortParams(request->model(), request->generation(),
+                                                 request->version());
+                   });
 }
 
 absl::StatusOr<WorkerServer> StartWorkerServer(

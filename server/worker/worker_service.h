@@ -1,22 +1,27 @@
-// WorkerService (proto/worker_service.proto) over gRPC's callback API: thin
-// shims over ShardWorker. Each handler takes the request, runs the core on the
-// worker's ThreadPool (reactors never block: LoadModel reads checkpoints and
-// peers), converts the Status with ToGrpcStatus (common/rpc) and finishes.
-// Execute calls ShardWorker::ExecuteAsync on the reactor's thread: a quick
-// program runs there and on the threads that deliver its peers' slices (a
-// receive that waits holds no thread), a long one on the pool
-// (WorkerEngine::Options::executor).
+// WorkerService (proto/worker_service.proto) over gRPC's callback API, over
+// the worker's transport-free core, WorkerEngine (worker_engine.h; the step
+// semantics and error codes are in README.md, "Program semantics"). Each handler parses the request message into
+// the program IR (common/program/program_proto.h), calls the engine and
+// encodes its reply; blocking work runs on the worker's ThreadPool (reactors
+// never block: LoadModel reads checkpoints and peers), the Status goes out
+// through ToGrpcStatus (common/rpc).
+// Execute calls WorkerEngine::ExecuteAsync on the reactor's thread
+// (ExecuteMessage, execute_stream.h): a quick program runs there and on the
+// threads that deliver its peers' slices (a receive that waits holds no
+// thread), a long one on the pool (WorkerEngine::Options::executor).
 // PushData is a read reactor that hands each DataChunk to the rendezvous as it
 // arrives (one copy, in place) and acknowledges the count at the end; a bad
 // chunk ends the stream with the receiver's error. PeerStream, a long-lived
 // bidi stream from a peer's transport, delivers its messages the same way; a
 // bad chunk there cancels only its request (the stream serves others).
-// ReadParam takes the box's
-// bytes (a view of the held buffer, or a copy) on a thread of its own, not on
-// the pool (a pool busy with LoadModels waiting for peers' ReadParams must not
-// block them), and writes them in 1 MiB ParamChunks without copying them; StageParams stages each
-// chunk as it arrives, as PushData does; CommitParams (which reads fills from
-// peers) and AbortParams run on the pool.
+// ReadParam takes the box's bytes (a view of the held buffer, or a copy) on
+// the process's ElasticExecutor (common/base/elastic_executor.h), not on the
+// gRPC thread and not on the fixed pool: a pool busy with LoadModels waiting
+// for peers' ReadParams must not block them, and the elastic executor never
+// queues a task behind busy threads; it writes the bytes in 1 MiB ParamChunks
+// without copying them. StageParams stages each chunk as it arrives, as
+// PushData does; CommitParams (which reads fills from peers) and AbortParams
+// run on the pool.
 //
 // StartWorkerServer binds host:port (port 0 picks a free one) with message
 // size limits raised (ConfigureServerBuilder: 1 GiB), enables the
@@ -36,8 +41,8 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "proto/worker_service.grpc.pb.h"
-#include "server/worker/shard_worker.h"
 #include "common/base/thread_pool.h"
+#include "server/worker/worker_engine.h"
 
 namespace meshserve {
 
@@ -63,7 +68,7 @@ using WorkerServiceBase = WorkerService::WithCallbackMethod_LoadModel<
 class WorkerServiceImpl final : public WorkerServiceBase {
  public:
   // `worker` and `pool` are not owned and must outlive the service.
-  WorkerServiceImpl(ShardWorker* worker, ThreadPool* pool) : worker_(worker), pool_(pool) {}
+  WorkerServiceImpl(WorkerEngine* worker, ThreadPool* pool) : worker_(worker), pool_(pool) {}
 
   // The address reported by Status (what peers use).
   void set_address(std::string address);
@@ -104,11 +109,15 @@ class WorkerServiceImpl final : public WorkerServiceBase {
                                         AbortParamsResponse* response) override;
 
  private:
-  ShardWorker* const worker_;
+  WorkerEngine* const worker_;
   ThreadPool* const pool_;
   absl::Mutex mu_;
   std::string address_ ABSL_GUARDED_BY(mu_);
 };
+
+// One DataChunk of PushData or PeerStream (not its `more`) into the engine's
+// rendezvous (WorkerEngine::DeliverChunk). \error the rendezvous's.
+absl::Status DeliverDataChunk(WorkerEngine* engine, const DataChunk& chunk);
 
 struct WorkerServer {
   std::unique_ptr<grpc::Server> server;

@@ -33,7 +33,6 @@
 #include "common/sharding/box.h"
 #include "common/tensor/initializers.h"
 #include "server/worker/grpc_peer_transport.h"
-#include "server/worker/shard_worker.h"
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
 #include "tests/testing/status_matchers.h"
@@ -94,7 +93,7 @@ std::vector<float> Values(int64_t n, float scale) {
 
 struct Node {
   std::unique_ptr<GrpcPeerTransport> transport;
-  std::unique_ptr<ShardWorker> worker;
+  std::unique_ptr<WorkerEngine> worker;
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<WorkerServiceImpl> service;
   WorkerServer server;
@@ -110,10 +109,10 @@ class WorkerServiceTest : public ::testing::Test {
     for (int i = 0; i < 2; ++i) {
       Node& n = nodes_[i];
       n.transport = std::make_unique<GrpcPeerTransport>();
-      ShardWorker::Options options;
+      WorkerEngine::Options options;
       options.worker_id = i;
       options.default_deadline = absl::Seconds(20);
-      n.worker = std::make_unique<ShardWorker>(options, n.transport.get());
+      n.worker = std::make_unique<WorkerEngine>(options, n.transport.get());
       n.pool = std::make_unique<ThreadPool>();
       n.service = std::make_unique<WorkerServiceImpl>(n.worker.get(), n.pool.get());
       ASSERT_OK_AND_ASSIGN(n.server, StartWorkerServer(n.service.get(), "127.0.0.1", 0));
@@ -522,6 +521,18 @@ TEST_F(WorkerServiceTest, BadChunksAreRejectedWithInvalidArgument) {
   writer->WritesDone();
   EXPECT_THAT(FromGrpcStatus(writer->Finish()),
               StatusIs(absl::StatusCode::kInvalidArgument, "offset 2"));
+}
+
+// The typed IR cannot hold an unknown op or a step without a kind: the
+// InstallProgram handler rejects both where the message becomes IR.
+TEST_F(WorkerServiceTest, UnknownComputeOpAndStepWithoutKindAreRejectedAtInstall) {
+  Program conv = MatmulProgram(0);
+  conv.mutable_steps(0)->mutable_compute()->set_op("conv");
+  EXPECT_THAT(Install(0, conv),
+              StatusIs(absl::StatusCode::kInvalidArgument, "unknown compute op 'conv'"));
+  Program empty = MatmulProgram(0);
+  empty.add_steps();
+  EXPECT_THAT(Install(0, empty), StatusIs(absl::StatusCode::kInvalidArgument, "no kind"));
 }
 
 TEST_F(WorkerServiceTest, UnknownProgramAndStatus) {

@@ -1,7 +1,7 @@
 // libFuzzer target: the worker's data plane as a hostile peer drives it. The
-// input is a script of operations on one ShardWorker: DataChunk messages
-// (wire bytes, parsed, through ShardWorker::PushChunk, the PushData stream's
-// path), chunks built field by field over a few request ids and tags so that
+// input is a script of operations on one WorkerEngine: DataChunk messages
+// (wire bytes, parsed, through DeliverDataChunk, the PushData stream's path,
+// server/worker/grpc/worker_service.h), chunks built field by field over a few request ids and tags so that
 // they collide, whole slices, and the receiving side's StartRequest, Receive
 // (zero deadline), Cancel and FinishRequest.
 // Invariants: never crashes; bad chunks are kInvalidArgument (chunks for a
@@ -21,7 +21,8 @@
 #include "absl/time/time.h"
 #include "proto/worker_service.pb.h"
 #include "server/worker/rendezvous.h"
-#include "server/worker/shard_worker.h"
+#include "server/worker/worker_engine.h"
+#include "server/worker/worker_service.h"
 
 namespace {
 
@@ -29,8 +30,8 @@ namespace {
 // single chunk would make the worker allocate).
 constexpr int64_t kMaxSliceBytes = int64_t{1} << 20;
 
-meshserve::ShardWorker::Options WorkerOptions() {
-  meshserve::ShardWorker::Options options;
+meshserve::WorkerEngine::Options WorkerOptions() {
+  meshserve::WorkerEngine::Options options;
   options.worker_id = 0;
   options.rendezvous.max_slice_bytes = kMaxSliceBytes;
   options.rendezvous.max_remembered_requests = 8;
@@ -52,11 +53,11 @@ absl::Status CheckChunkStatus(const absl::Status& status) {
 
 // A well-behaved peer: one slice in order, split at fuzzed points, to a fresh
 // request; its receiver gets exactly those bytes.
-void InOrderSlice(FuzzedDataProvider& in, meshserve::ShardWorker& worker) {
+void InOrderSlice(FuzzedDataProvider& in, meshserve::WorkerEngine& worker) {
   static int64_t num_fresh = 0;
   const std::string request_id = absl::StrCat("fresh", num_fresh++);
   const std::string bytes = in.ConsumeRandomLengthString(128);
-  meshserve::Rendezvous& rendezvous = worker.engine().rendezvous();
+  meshserve::Rendezvous& rendezvous = worker.rendezvous();
   if (!rendezvous.StartRequest(request_id).ok()) __builtin_trap();
   size_t offset = 0;
   do {  // one chunk at least (an empty slice is one empty chunk)
@@ -69,7 +70,7 @@ void InOrderSlice(FuzzedDataProvider& in, meshserve::ShardWorker& worker) {
     chunk.set_offset(static_cast<int64_t>(offset));
     chunk.set_data(bytes.substr(offset, n));
     chunk.set_src_worker(1);
-    if (!worker.PushChunk(chunk).ok()) __builtin_trap();
+    if (!meshserve::DeliverDataChunk(&worker, chunk).ok()) __builtin_trap();
     offset += n;
   } while (offset < bytes.size());
   auto got = rendezvous.Receive(request_id, "t0", 1, absl::Now() + absl::Seconds(1));
@@ -77,15 +78,15 @@ void InOrderSlice(FuzzedDataProvider& in, meshserve::ShardWorker& worker) {
   rendezvous.FinishRequest(request_id);
 }
 
-void Step(FuzzedDataProvider& in, meshserve::ShardWorker& worker) {
-  meshserve::Rendezvous& rendezvous = worker.engine().rendezvous();
+void Step(FuzzedDataProvider& in, meshserve::WorkerEngine& worker) {
+  meshserve::Rendezvous& rendezvous = worker.rendezvous();
   switch (in.ConsumeIntegralInRange<int>(0, 8)) {
     case 0: {  // a DataChunk off the wire
       meshserve::DataChunk chunk;
       const std::string bytes = in.ConsumeRandomLengthString(256);
       if (!chunk.ParseFromString(bytes)) return;
       if (absl::StartsWith(chunk.request_id(), "fresh")) return;  // InOrderSlice's own
-      (void)CheckChunkStatus(worker.PushChunk(chunk));
+      (void)CheckChunkStatus(meshserve::DeliverDataChunk(&worker, chunk));
       return;
     }
     case 1:
@@ -100,7 +101,7 @@ void Step(FuzzedDataProvider& in, meshserve::ShardWorker& worker) {
       chunk.set_data(in.ConsumeRandomLengthString(64));
       chunk.set_src_worker(in.ConsumeIntegralInRange<int64_t>(-1, 3));
       chunk.set_dtype(static_cast<meshserve::DTypeProto>(in.ConsumeIntegralInRange<int>(0, 9)));
-      (void)CheckChunkStatus(worker.PushChunk(chunk));
+      (void)CheckChunkStatus(meshserve::DeliverDataChunk(&worker, chunk));
       return;
     }
     case 3:
@@ -116,7 +117,7 @@ void Step(FuzzedDataProvider& in, meshserve::ShardWorker& worker) {
       return;
     }
     case 6:
-      worker.engine().Cancel(RequestId(in), "fuzz");
+      worker.Cancel(RequestId(in), "fuzz");
       return;
     case 7:
       rendezvous.FinishRequest(RequestId(in));
@@ -137,8 +138,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
-  meshserve::ShardWorker worker(WorkerOptions(), /*transport=*/nullptr);
+  meshserve::WorkerEngine worker(WorkerOptions(), /*transport=*/nullptr);
   while (in.remaining_bytes() > 0) Step(in, worker);
-  (void)worker.engine().Status();
+  (void)worker.Status();
   return 0;
 }

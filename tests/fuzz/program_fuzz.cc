@@ -1,7 +1,8 @@
 // libFuzzer target: the programs a worker accepts from a peer (a hostile
 // coordinator). The input is a meshserve.Program's wire bytes: parsed,
-// converted (ProgramToIr, common/program/program_proto.h) and validated by
-// ShardWorker::InstallProgram (server/worker/program_validate.cc); a program
+// converted (ProgramToIr, common/program/program_proto.h, as the worker's
+// InstallProgram handler does) and validated by WorkerEngine::InstallProgram
+// (server/worker/program_validate.cc); a program
 // that installs, and whose boxes are small (BoxesSmall), is then executed for
 // one request on a worker that hosts both devices of a small model, with that
 // model's inputs and a short deadline (sends to this worker loop back through
@@ -13,13 +14,16 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "google/protobuf/stubs/logging.h"
 #include "absl/strings/str_cat.h"
 #include "proto/program.pb.h"
 #include "proto/worker_service.pb.h"
-#include "server/worker/shard_worker.h"
+#include "common/program/program_proto.h"
+#include "server/worker/worker_engine.h"
 #include "server/worker/testing/in_memory_transport.h"
 
 namespace {
@@ -35,10 +39,10 @@ constexpr char kModelJson[] = R"({
 
 struct Harness {
   meshserve::InMemoryTransport transport{/*chunk_bytes=*/24};
-  meshserve::ShardWorker worker{meshserve::ShardWorker::Options{}, &transport};
+  meshserve::WorkerEngine worker{meshserve::WorkerEngine::Options{}, &transport};
 
   Harness() {
-    transport.Register(0, &worker.engine());
+    transport.Register(0, &worker);
     meshserve::LoadModelRequest load;
     load.set_model("mm");
     load.set_generation(1);
@@ -50,8 +54,8 @@ struct Harness {
       load.add_devices(d);
       load.add_device_workers(0);
     }
-    meshserve::LoadModelResponse response;
-    if (!worker.LoadModel(load, &response).ok()) __builtin_trap();  // the harness's own model
+    // The harness's own model.
+    if (!worker.LoadModel(meshserve::LoadModelToIr(load)).ok()) __builtin_trap();
   }
 };
 
@@ -124,7 +128,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   meshserve::Program program;
   if (!program.ParseFromArray(data, static_cast<int>(size))) return 0;
   program.set_program_id("fuzz");  // one installed program, replaced each run
-  absl::Status installed = harness->worker.InstallProgram(program);
+  absl::StatusOr<meshserve::ProgramIr> ir = meshserve::ProgramToIr(program);
+  absl::Status installed =
+      ir.ok() ? harness->worker.InstallProgram(*std::move(ir)) : ir.status();
   if (!installed.ok()) {
     if (installed.code() != absl::StatusCode::kInvalidArgument &&
         installed.code() != absl::StatusCode::kOutOfRange) {  // a negative device
@@ -144,8 +150,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     request.set_param_cache(marked ? mode : meshserve::PARAM_CACHE_OFF);
     AddInput(0, &request);
     AddInput(1, &request);
-    meshserve::ExecuteResponse response;
-    (void)harness->worker.Execute(&request, &response);  // a hang is libFuzzer's -timeout
+    std::vector<meshserve::SliceIr> inputs;
+    for (meshserve::TensorSlice& slice : *request.mutable_inputs()) {
+      inputs.push_back(meshserve::SliceToIr(&slice));
+    }
+    // A hang is libFuzzer's -timeout.
+    (void)harness->worker.Execute(request.program_id(), request.request_id(), std::move(inputs),
+                                  absl::Milliseconds(request.deadline_ms()), 0,
+                                  static_cast<meshserve::ParamCacheMode>(request.param_cache()));
     if (!marked) break;
   }
   return 0;

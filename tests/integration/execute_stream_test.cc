@@ -22,7 +22,6 @@
 #include "proto/worker_service.grpc.pb.h"
 #include "server/coordinator/grpc/grpc_worker_client.h"
 #include "server/worker/grpc_peer_transport.h"
-#include "server/worker/shard_worker.h"
 #include "server/worker/worker_service.h"
 #include "tests/testing/status_matchers.h"
 
@@ -45,10 +44,10 @@ void SetBox(int64_t rows, int64_t cols, BoxProto* box) {
 class ExecuteStreamTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ShardWorker::Options options;
+    WorkerEngine::Options options;
     options.worker_id = 0;
     options.default_deadline = absl::Seconds(20);
-    worker_ = std::make_unique<ShardWorker>(options, &transport_);
+    worker_ = std::make_unique<WorkerEngine>(options, &transport_);
     service_ = std::make_unique<WorkerServiceImpl>(worker_.get(), &pool_);
     ASSERT_OK_AND_ASSIGN(server_, StartWorkerServer(service_.get(), "127.0.0.1", 0));
     address_ = absl::StrCat("127.0.0.1:", server_.port);
@@ -144,7 +143,7 @@ class ExecuteStreamTest : public ::testing::Test {
 
   GrpcPeerTransport transport_;
   ThreadPool pool_;
-  std::unique_ptr<ShardWorker> worker_;
+  std::unique_ptr<WorkerEngine> worker_;
   std::unique_ptr<WorkerServiceImpl> service_;
   WorkerServer server_;
   std::string address_;

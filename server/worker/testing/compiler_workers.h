@@ -1,12 +1,11 @@
 // Runs compiled programs (common/program/program_ir.h) on the worker's
 // in-process cluster (server/worker/testing/in_process_workers.h: real
-// ShardWorkers connected by an InMemoryTransport), for end-to-end tests of the
+// WorkerEngines connected by an InMemoryTransport), for end-to-end tests of the
 // compiler. The workers load the model themselves (params initialised from the
 // model's seed).
 //
-// The program IR only (no .pb.h in this header). `load.devices` is ignored
-// (each worker gets its devices of load.device_workers). Only a binary that
-// links ms_worker may call it.
+// The program IR only (no protobuf). `load.devices` is ignored (each worker
+// gets its devices of load.device_workers).
 //
 // Thread-safety: pure function.
 #ifndef MESHSERVE_SERVER_WORKER_TESTING_COMPILER_WORKERS_H_
