@@ -19,7 +19,8 @@ CASES="${MESHSERVE_PUBLIC_CASES:-${ROOT}/../shared/conformance/sharding-rules/pu
 JOBS="${JOBS:-$(nproc)}"
 SEEDS="${ROOT}/tests/fuzz/corpus"
 TARGETS=(partition_spec_fuzz sharding_text_fuzz rules_case_fuzz model_file_fuzz safetensors_fuzz
-         npy_fuzz infer_request_fuzz program_fuzz data_chunk_fuzz bytes_field_wire_fuzz)
+         npy_fuzz infer_request_fuzz program_fuzz data_chunk_fuzz bytes_field_wire_fuzz
+         openai_request_fuzz)
 
 MESHSERVE_ASAN_DIR="${BUILD}" "${ROOT}/scripts/sanitizer_tests.sh" configure asan || exit 1
 start=${SECONDS}
@@ -63,6 +64,7 @@ cp "${SEEDS}"/safetensors/* "${ROOT}"/tests/integration/models_bad/*.safetensors
    "${CORPUS}/safetensors/"
 cp "${SEEDS}"/npy/* "${CORPUS}/npy/"
 cp "${SEEDS}"/data_chunk/* "${CORPUS}/data_chunk/"
+cp "${SEEDS}"/openai_request/* "${CORPUS}/openai_request/"
 encode() {  # dir message proto
   for f in "${SEEDS}/$1"/*.txtpb; do
     protoc --proto_path="${ROOT}/proto" --encode="$2" "${ROOT}/proto/$3" <"${f}" \
