@@ -15,62 +15,18 @@
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/coordinator/generate/testing/fake_steps.h"
 #include "tests/testing/status_matchers.h"
 
 namespace meshserve {
 namespace {
 
+using ::meshserve::testing::FakeExecutor;
+using ::meshserve::testing::FakeWorkers;
+using ::meshserve::testing::kVocab;
+using ::meshserve::testing::Reference;
 using ::testing::ElementsAreArray;
 using ::meshserve::testing::StatusIs;
-
-constexpr int64_t kVocab = 50;
-
-int64_t NextToken(const std::vector<int64_t>& tokens) {
-  uint64_t h = 1469598103934665603ull;
-  for (int64_t t : tokens) h = (h ^ static_cast<uint64_t>(t + 1)) * 1099511628211ull;
-  return static_cast<int64_t>((h >> 17) % kVocab);
-}
-
-// The tokens a sequence generates alone.
-std::vector<int64_t> Reference(std::vector<int64_t> prompt, int64_t max_tokens,
-                               const std::vector<int64_t>& stops) {
-  std::vector<int64_t> out;
-  while (static_cast<int64_t>(out.size()) < max_tokens) {
-    const int64_t t = NextToken(prompt);
-    out.push_back(t);
-    prompt.push_back(t);
-    if (std::find(stops.begin(), stops.end(), t) != stops.end()) break;
-  }
-  return out;
-}
-
-struct FakeWorkers {
-  std::map<SequenceId, std::vector<int64_t>> kv;
-  std::vector<std::string> errors;
-  int64_t max_prefill_seen = 0;
-
-  std::vector<SampledToken> Run(const StepPlan& plan) {
-    for (SequenceId id : plan.release) kv.erase(id);
-    std::vector<SampledToken> out;
-    for (const StepBatch& batch : plan.batches) {
-      int64_t prefill = 0;
-      for (const StepSpan& span : batch.spans) {
-        std::vector<int64_t>& cache = kv[span.seq];
-        if (span.past_len != static_cast<int64_t>(cache.size())) {
-          errors.push_back(absl::StrCat("seq ", span.seq, " past_len ", span.past_len,
-                                        " but ", cache.size(), " cached"));
-        }
-        if (span.past_len == 0 || span.token_ids.size() > 1) {
-          prefill += static_cast<int64_t>(span.token_ids.size());
-        }
-        cache.insert(cache.end(), span.token_ids.begin(), span.token_ids.end());
-        if (span.sample) out.push_back({span.seq, NextToken(cache), -1.5f});
-      }
-      max_prefill_seen = std::max(max_prefill_seen, prefill);
-    }
-    return out;
-  }
-};
 
 struct Record {
   std::vector<int64_t> tokens;
@@ -373,21 +329,6 @@ TEST(GenerationSchedulerTest, ConcurrentAddsAndCancelsEachFinishOnce) {
   EXPECT_EQ(finished.load(), 100);
   EXPECT_EQ(scheduler->GetStats().blocks_used, 0);
 }
-
-class FakeExecutor : public StepExecutor {
- public:
-  absl::StatusOr<std::vector<SampledToken>> RunStep(const StepPlan& plan) override {
-    ++steps;
-    if (fail_at_step == steps) {
-      workers.kv.clear();  // a worker died with every cache
-      return absl::UnavailableError("worker 1 lost");
-    }
-    return workers.Run(plan);
-  }
-  FakeWorkers workers;
-  int64_t steps = 0;
-  int64_t fail_at_step = -1;
-};
 
 // Eight streams from eight threads through the loop's thread; one step fails
 // on the way (a lost worker) and every stream still gets its exact tokens.

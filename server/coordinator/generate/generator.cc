@@ -1,0 +1,118 @@
+// Generator (generator.h).
+#include "server/coordinator/generate/generator.h"
+
+#include <random>
+#include <utility>
+
+#include "common/base/status_macros.h"
+#include "common/base/status_util.h"
+
+namespace meshserve {
+namespace {
+
+// splitmix64: the seeds of requests that give none.
+uint64_t NextSeed(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+Generator::Generator(GenerationBackend* backend, GeneratorOptions options)
+    : backend_(backend), options_(options) {
+  std::random_device device;
+  seed_state_ = (static_cast<uint64_t>(device()) << 32) ^ device();
+}
+
+Generator::~Generator() {
+  // Loops stop (and end their sequences) before their executors go, outside
+  // the lock: a sink may call Cancel.
+  std::map<std::string, ModelLoop> loops;
+  {
+    absl::MutexLock lock(&mu_);
+    loops.swap(loops_);
+  }
+  for (auto& [name, model_loop] : loops) model_loop.loop.reset();
+}
+
+absl::StatusOr<GenerationLoop*> Generator::LoopFor(const std::string& name,
+                                                   const GenerationModel& model) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = loops_.find(name);
+    if (it != loops_.end()) return it->second.loop.get();
+  }
+  SchedulerOptions s;
+  s.block_tokens = model.block_tokens;
+  s.num_blocks = model.num_blocks;
+  s.context_length = model.context_length;
+  s.max_prefill_tokens_per_step = options_.max_prefill_tokens_per_step;
+  s.max_running = options_.max_running;
+  s.max_waiting = options_.max_waiting;
+  s.eos_token_ids = model.eos_token_ids;
+  MS_ASSIGN_OR_RETURN(std::unique_ptr<GenerationScheduler> scheduler,
+                      GenerationScheduler::Create(std::move(s)), "model '", name, "'");
+  MS_ASSIGN_OR_RETURN(std::unique_ptr<StepExecutor> executor, backend_->NewExecutor(name));
+  absl::MutexLock lock(&mu_);
+  ModelLoop& slot = loops_[name];
+  if (slot.loop == nullptr) {  // else another request made it meanwhile
+    slot.executor = std::move(executor);
+    slot.loop = std::make_unique<GenerationLoop>(std::move(scheduler), slot.executor.get());
+  }
+  return slot.loop.get();
+}
+
+absl::StatusOr<GenerationHandle> Generator::Start(GenerateRequest request, SequenceSink sink) {
+  MS_ASSIGN_OR_RETURN(GenerationModel model, backend_->Model(request.model));
+  if (request.prompt_text.has_value()) {
+    return InvalidArgument("model '", request.model,
+                           "' has no tokenizer here: send the prompt as token ids");
+  }
+  for (size_t i = 0; i < request.prompt_ids.size(); ++i) {
+    const int64_t id = request.prompt_ids[i];
+    if (id < 0 || id >= model.vocab_size) {
+      return InvalidArgument("prompt token ", i, " is ", id, ", outside the vocabulary [0, ",
+                             model.vocab_size, ") of model '", request.model, "'");
+    }
+  }
+  if (!request.has_seed) {
+    absl::MutexLock lock(&mu_);
+    request.sampling.seed = NextSeed(seed_state_);
+  }
+  MS_ASSIGN_OR_RETURN(GenerationLoop * loop, LoopFor(request.model, model));
+  GenerationHandle handle;
+  handle.model = request.model;
+  handle.version = model.version;
+  handle.prompt_tokens = static_cast<int64_t>(request.prompt_ids.size());
+  SequenceRequest seq;
+  seq.prompt_ids = std::move(request.prompt_ids);
+  seq.sampling = request.sampling;
+  seq.stop = std::move(request.stop);
+  MS_ASSIGN_OR_RETURN(handle.seq, loop->Add(std::move(seq), model.version, std::move(sink)),
+                      "model '", request.model, "'");
+  return handle;
+}
+
+void Generator::Cancel(const GenerationHandle& handle) {
+  absl::MutexLock lock(&mu_);
+  auto it = loops_.find(handle.model);
+  if (it != loops_.end()) it->second.loop->Cancel(handle.seq);
+}
+
+std::map<std::string, GenerationScheduler::Stats> Generator::Stats() const {
+  absl::MutexLock lock(&mu_);
+  std::map<std::string, GenerationScheduler::Stats> stats;
+  for (const auto& [name, model_loop] : loops_) stats[name] = model_loop.loop->Stats();
+  return stats;
+}
+
+std::set<int64_t> Generator::LiveVersions(const std::string& model) const {
+  absl::MutexLock lock(&mu_);
+  auto it = loops_.find(model);
+  if (it == loops_.end()) return {};
+  return it->second.loop->LiveVersions();
+}
+
+}  // namespace meshserve

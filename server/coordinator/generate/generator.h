@@ -1,0 +1,109 @@
+// The coordinator's generation service core: one GenerationLoop per model
+// that generates, created on the model's first sequence, and the checks a
+// request passes before it joins (the edges -- gRPC Generate, OpenAI HTTP,
+// the CLI -- decode into GenerateRequest and call Start).
+//
+// What the generator needs of the coordinator is the GenerationBackend: a
+// model's limits (vocabulary, context, eos ids, KV blocks), its current
+// weight version, and a StepExecutor that runs steps on the model's workers.
+// A sequence is pinned to the version current at Start.
+//
+// Thread-safety: thread-safe.
+#ifndef MESHSERVE_SERVER_COORDINATOR_GENERATE_GENERATOR_H_
+#define MESHSERVE_SERVER_COORDINATOR_GENERATE_GENERATOR_H_
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/coordinator/generate/generation_loop.h"
+
+namespace meshserve {
+
+// One generation request, as every edge decodes it.
+struct GenerateRequest {
+  std::string model;
+  std::optional<std::string> prompt_text;  // needs the model's tokenizer
+  std::vector<int64_t> prompt_ids;
+  SamplingParams sampling;
+  bool has_seed = false;  // else the generator draws one
+  StopParams stop;
+};
+
+// What a model offers generation.
+struct GenerationModel {
+  int64_t vocab_size = 0;
+  int64_t context_length = 0;
+  std::vector<int64_t> eos_token_ids;
+  int64_t block_tokens = 16;
+  int64_t num_blocks = 0;  // the smallest KV pool of the model's workers
+  int64_t version = 0;     // the weight version a sequence starting now runs on
+};
+
+class GenerationBackend {
+ public:
+  virtual ~GenerationBackend() = default;
+  // \error kNotFound for an unknown model; kFailedPrecondition for one that
+  //   cannot generate (no cached attention) or is not placed yet.
+  virtual absl::StatusOr<GenerationModel> Model(const std::string& name) = 0;
+  // The executor of the model's steps (lives as long as the model's loop).
+  virtual absl::StatusOr<std::unique_ptr<StepExecutor>> NewExecutor(const std::string& name) = 0;
+};
+
+struct GeneratorOptions {
+  int64_t max_prefill_tokens_per_step = 512;
+  int64_t max_running = 64;
+  int64_t max_waiting = 256;
+};
+
+// A started sequence (for Cancel).
+struct GenerationHandle {
+  std::string model;
+  SequenceId seq = 0;
+  int64_t version = 0;
+  int64_t prompt_tokens = 0;
+};
+
+class Generator {
+ public:
+  // `backend` must outlive the generator.
+  Generator(GenerationBackend* backend, GeneratorOptions options);
+  ~Generator();
+
+  // Checks `request` against its model and starts it; `sink` then gets the
+  // tokens (GenerationLoop). \error the backend's; kInvalidArgument naming
+  //   the value: text without token ids (tokenizers are not wired yet), an
+  //   id outside [0, vocab_size), the scheduler's refusals (empty prompt,
+  //   context, cache); kResourceExhausted when the model's queue is full.
+  absl::StatusOr<GenerationHandle> Start(GenerateRequest request, SequenceSink sink)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void Cancel(const GenerationHandle& handle) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Per model with a loop: its scheduler's stats.
+  std::map<std::string, GenerationScheduler::Stats> Stats() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Versions held by running or waiting sequences of `model`.
+  std::set<int64_t> LiveVersions(const std::string& model) const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  struct ModelLoop {
+    std::unique_ptr<StepExecutor> executor;
+    std::unique_ptr<GenerationLoop> loop;
+  };
+  absl::StatusOr<GenerationLoop*> LoopFor(const std::string& name, const GenerationModel& model)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  GenerationBackend* const backend_;
+  const GeneratorOptions options_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, ModelLoop> loops_ ABSL_GUARDED_BY(mu_);
+  uint64_t seed_state_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_SERVER_COORDINATOR_GENERATE_GENERATOR_H_

@@ -1,0 +1,92 @@
+// Fake workers for the generation tests: they keep each sequence's fed
+// tokens (the KV cache's stand-in) and "sample" a token that is a function of
+// the whole cached history, so a sequence's tokens equal Reference(...) only
+// if every step fed exactly the right tokens at the right positions.
+//
+// Thread-safety: FakeWorkers and FakeExecutor are used from one loop thread.
+#ifndef MESHSERVE_SERVER_COORDINATOR_GENERATE_TESTING_FAKE_STEPS_H_
+#define MESHSERVE_SERVER_COORDINATOR_GENERATE_TESTING_FAKE_STEPS_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/coordinator/generate/generation_loop.h"
+
+namespace meshserve {
+namespace testing {
+
+// The token the fake model samples after `tokens`.
+inline int64_t NextToken(const std::vector<int64_t>& tokens) {
+  uint64_t h = 1469598103934665603ull;
+  for (int64_t t : tokens) h = (h ^ static_cast<uint64_t>(t + 1)) * 1099511628211ull;
+  return static_cast<int64_t>((h >> 17) % 50);
+}
+inline constexpr int64_t kVocab = 50;
+
+// The tokens a sequence generates alone.
+inline std::vector<int64_t> Reference(std::vector<int64_t> prompt, int64_t max_tokens,
+                                      const std::vector<int64_t>& stops) {
+  std::vector<int64_t> out;
+  while (static_cast<int64_t>(out.size()) < max_tokens) {
+    const int64_t t = NextToken(prompt);
+    out.push_back(t);
+    prompt.push_back(t);
+    if (std::find(stops.begin(), stops.end(), t) != stops.end()) break;
+  }
+  return out;
+}
+
+struct FakeWorkers {
+  std::map<SequenceId, std::vector<int64_t>> kv;
+  std::vector<std::string> errors;
+  int64_t max_prefill_seen = 0;
+  std::map<SequenceId, uint64_t> seeds;  // the seed each sequence's spans carried
+
+  std::vector<SampledToken> Run(const StepPlan& plan) {
+    for (SequenceId id : plan.release) kv.erase(id);
+    std::vector<SampledToken> out;
+    for (const StepBatch& batch : plan.batches) {
+      int64_t prefill = 0;
+      for (const StepSpan& span : batch.spans) {
+        std::vector<int64_t>& cache = kv[span.seq];
+        seeds[span.seq] = span.sampling.seed;
+        if (span.past_len != static_cast<int64_t>(cache.size())) {
+          errors.push_back(absl::StrCat("seq ", span.seq, " past_len ", span.past_len, " but ",
+                                        cache.size(), " cached"));
+        }
+        if (span.past_len == 0 || span.token_ids.size() > 1) {
+          prefill += static_cast<int64_t>(span.token_ids.size());
+        }
+        cache.insert(cache.end(), span.token_ids.begin(), span.token_ids.end());
+        if (span.sample) out.push_back({span.seq, NextToken(cache), -1.5f});
+      }
+      max_prefill_seen = std::max(max_prefill_seen, prefill);
+    }
+    return out;
+  }
+};
+
+// Fails step number fail_at_step (losing every cache, as a dead worker does).
+class FakeExecutor : public StepExecutor {
+ public:
+  absl::StatusOr<std::vector<SampledToken>> RunStep(const StepPlan& plan) override {
+    ++steps;
+    if (fail_at_step == steps) {
+      workers.kv.clear();  // a worker died with every cache
+      return absl::UnavailableError("worker 1 lost");
+    }
+    return workers.Run(plan);
+  }
+  FakeWorkers workers;
+  int64_t steps = 0;
+  int64_t fail_at_step = -1;
+};
+
+}  // namespace testing
+}  // namespace meshserve
+
+#endif  // MESHSERVE_SERVER_COORDINATOR_GENERATE_TESTING_FAKE_STEPS_H_
