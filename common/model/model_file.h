@@ -58,8 +58,7 @@ struct InputDef {
 
 struct LayerDef {
   std::string name;
-  std::string op;  // the op's name as written (ModelOpName(kind))
-  ModelOp kind = ModelOp::kLinear;  // the op (model_op.h)
+  ModelOp kind = ModelOp::kLinear;  // the op (model_op.h); its name is ModelOpName(kind)
   std::vector<std::string> inputs;  // "input" or "inputs", in order
   std::string kernel, bias, scale, table;  // param names where the op has them
   std::string equation;                    // einsum

@@ -36,7 +36,7 @@ absl::Status GetParamRef(const Json& j, absl::string_view key, bool required,
 absl::Status ParseLayerOperands(const Json& j, LayerDef& l) {
   if (ModelOpArityOf(l.kind) == ModelOpArity::kUnary) {
     if (j.contains("inputs")) {
-      return InvalidArgument("op '", l.op, "' takes one 'input', not 'inputs'");
+      return InvalidArgument("op '", ModelOpName(l.kind), "' takes one 'input', not 'inputs'");
     }
     if (!j.contains("input")) return InvalidArgument("missing 'input'");
     MS_ASSIGN_OR_RETURN(std::string in, JsonString(j["input"], "input"));
@@ -44,12 +44,12 @@ absl::Status ParseLayerOperands(const Json& j, LayerDef& l) {
     return absl::OkStatus();
   }
   if (j.contains("input")) {
-    return InvalidArgument("op '", l.op, "' takes two 'inputs', not 'input'");
+    return InvalidArgument("op '", ModelOpName(l.kind), "' takes two 'inputs', not 'input'");
   }
   if (!j.contains("inputs")) return InvalidArgument("missing 'inputs'");
   const Json& ins = j["inputs"];
   if (!ins.is_array() || ins.size() != 2) {
-    return InvalidArgument("op '", l.op, "' needs 'inputs' with two names, got ", ShowJson(ins));
+    return InvalidArgument("op '", ModelOpName(l.kind), "' needs 'inputs' with two names, got ", ShowJson(ins));
   }
   for (const Json& n : ins) {
     MS_ASSIGN_OR_RETURN(std::string in, JsonString(n, "inputs"));
@@ -178,9 +178,9 @@ absl::StatusOr<LayerDef> ParseLayer(const Json& j, const ModelFile& m, const Nam
                                        "auto_axes"},
                                    "layer"));
   if (!j.contains("op")) return InvalidArgument("missing 'op'");
-  MS_ASSIGN_OR_RETURN(l.op, JsonString(j["op"], "op"));
-  std::optional<ModelOp> kind = ModelOpFromName(l.op);
-  if (!kind.has_value()) return InvalidArgument("unknown op '", l.op, "'");
+  MS_ASSIGN_OR_RETURN(std::string op, JsonString(j["op"], "op"));
+  std::optional<ModelOp> kind = ModelOpFromName(op);
+  if (!kind.has_value()) return InvalidArgument("unknown op '", op, "'");
   l.kind = *kind;
   MS_RETURN_IF_ERROR(ParseLayerOperands(j, l));
   for (const std::string& in : l.inputs) {

@@ -70,7 +70,7 @@ TEST(ModelFileTest, ParsesTheSeedSwiglu) {
   EXPECT_EQ(m.params[2].init, InitKind::kLecunNormal);
   EXPECT_THAT(m.params[2].shape, ElementsAre(8192, 2048));
   ASSERT_EQ(m.layers.size(), 5u);
-  EXPECT_EQ(m.layers[3].op, "mul");
+  EXPECT_EQ(m.layers[3].kind, ModelOp::kMul);
   EXPECT_THAT(m.layers[3].inputs, ElementsAre("act", "up"));
   EXPECT_EQ(m.layers[4].kernel, "down_proj.kernel");
   ASSERT_TRUE(m.layers[4].out_sharding.has_value());

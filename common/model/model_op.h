@@ -5,10 +5,12 @@
 //     arity: kUnary ("input": one name) or kBinary ("inputs": two names).
 //     flags: kTakesOutSharding when the op's own JAX function accepts
 //            out_sharding (the rule applies it); otherwise an out_sharding is
-//            applied by a reshard after the op.
+//            applied by a reshard after the op. kDotLike for the contractions
+//            (linear, einsum) the compiler lowers with its dot strategy.
 //
 // ModelOpFromName is the only place an op string is looked up; code that
-// branches on an op switches on ModelOp.
+// branches on an op switches on ModelOp (or asks a flag), and a message names
+// an op with ModelOpName.
 //
 // Thread-safety: constants and pure functions.
 #ifndef MESHSERVE_COMMON_MODEL_MODEL_OP_H_
@@ -24,24 +26,25 @@ enum class ModelOpArity { kUnary, kBinary };
 
 inline constexpr int kModelOpNoFlags = 0;
 inline constexpr int kTakesOutSharding = 1;
+inline constexpr int kDotLike = 2;
 
-#define MESHSERVE_MODEL_OP_LIST(V)                                   \
-  V(kLinear, "linear", kUnary, kTakesOutSharding)                   \
-  V(kEinsum, "einsum", kBinary, kTakesOutSharding)                  \
-  V(kEmbed, "embed", kUnary, kTakesOutSharding)                     \
-  V(kRmsNorm, "rms_norm", kUnary, kModelOpNoFlags)                  \
-  V(kLayerNorm, "layer_norm", kUnary, kModelOpNoFlags)              \
-  V(kRelu, "relu", kUnary, kModelOpNoFlags)                         \
-  V(kGelu, "gelu", kUnary, kModelOpNoFlags)                         \
-  V(kSilu, "silu", kUnary, kModelOpNoFlags)                         \
-  V(kTanh, "tanh", kUnary, kModelOpNoFlags)                         \
-  V(kAdd, "add", kBinary, kModelOpNoFlags)                          \
-  V(kMul, "mul", kBinary, kModelOpNoFlags)                          \
-  V(kSoftmax, "softmax", kUnary, kModelOpNoFlags)                   \
-  V(kReshape, "reshape", kUnary, kTakesOutSharding)                 \
-  V(kTranspose, "transpose", kUnary, kModelOpNoFlags)               \
-  V(kReshard, "reshard", kUnary, kTakesOutSharding)                 \
-  V(kPositions, "positions", kUnary, kModelOpNoFlags)               \
+#define MESHSERVE_MODEL_OP_LIST(V)                                    \
+  V(kLinear, "linear", kUnary, kTakesOutSharding | kDotLike)          \
+  V(kEinsum, "einsum", kBinary, kTakesOutSharding | kDotLike)         \
+  V(kEmbed, "embed", kUnary, kTakesOutSharding)                       \
+  V(kRmsNorm, "rms_norm", kUnary, kModelOpNoFlags)                    \
+  V(kLayerNorm, "layer_norm", kUnary, kModelOpNoFlags)                \
+  V(kRelu, "relu", kUnary, kModelOpNoFlags)                           \
+  V(kGelu, "gelu", kUnary, kModelOpNoFlags)                           \
+  V(kSilu, "silu", kUnary, kModelOpNoFlags)                           \
+  V(kTanh, "tanh", kUnary, kModelOpNoFlags)                           \
+  V(kAdd, "add", kBinary, kModelOpNoFlags)                            \
+  V(kMul, "mul", kBinary, kModelOpNoFlags)                            \
+  V(kSoftmax, "softmax", kUnary, kModelOpNoFlags)                     \
+  V(kReshape, "reshape", kUnary, kTakesOutSharding)                   \
+  V(kTranspose, "transpose", kUnary, kModelOpNoFlags)                 \
+  V(kReshard, "reshard", kUnary, kTakesOutSharding)                   \
+  V(kPositions, "positions", kUnary, kModelOpNoFlags)                 \
   V(kRope, "rope", kUnary, kModelOpNoFlags)
 
 enum class ModelOp {
@@ -73,17 +76,25 @@ inline ModelOpArity ModelOpArityOf(ModelOp op) {
   return ModelOpArity::kUnary;
 }
 
-// True when the op's rule takes out_sharding itself (see the file comment).
-inline bool ModelOpTakesOutSharding(ModelOp op) {
+// The op's flags column (kModelOpNoFlags, kTakesOutSharding, kDotLike).
+inline int ModelOpFlags(ModelOp op) {
   switch (op) {
 #define MESHSERVE_MODEL_OP_FLAGS(e, name, arity, flags) \
   case ModelOp::e:                                       \
-    return ((flags) & kTakesOutSharding) != 0;
+    return (flags);
     MESHSERVE_MODEL_OP_LIST(MESHSERVE_MODEL_OP_FLAGS)
 #undef MESHSERVE_MODEL_OP_FLAGS
   }
-  return false;
+  return kModelOpNoFlags;
 }
+
+// True when the op's rule takes out_sharding itself (see the file comment).
+inline bool ModelOpTakesOutSharding(ModelOp op) {
+  return (ModelOpFlags(op) & kTakesOutSharding) != 0;
+}
+
+// True for the contractions (linear, einsum): the compiler's dot strategy.
+inline bool ModelOpIsDot(ModelOp op) { return (ModelOpFlags(op) & kDotLike) != 0; }
 
 // nullopt for a name that is not a model op.
 inline std::optional<ModelOp> ModelOpFromName(absl::string_view name) {

@@ -30,5 +30,18 @@ TEST(ModelOpTest, ArityAndOutSharding) {
   EXPECT_FALSE(ModelOpTakesOutSharding(ModelOp::kSoftmax));
 }
 
+TEST(ModelOpTest, OnlyLinearAndEinsumAreDots) {
+  int dots = 0;
+#define MESHSERVE_MODEL_OP_COUNT_DOTS(e, name, arity, flags) \
+  if (ModelOpIsDot(ModelOp::e)) ++dots;
+  MESHSERVE_MODEL_OP_LIST(MESHSERVE_MODEL_OP_COUNT_DOTS)
+#undef MESHSERVE_MODEL_OP_COUNT_DOTS
+  EXPECT_EQ(dots, 2);
+  EXPECT_TRUE(ModelOpIsDot(ModelOp::kLinear));
+  EXPECT_TRUE(ModelOpIsDot(ModelOp::kEinsum));
+  EXPECT_FALSE(ModelOpIsDot(ModelOp::kEmbed));
+  EXPECT_TRUE(ModelOpTakesOutSharding(ModelOp::kEinsum));
+}
+
 }  // namespace
 }  // namespace meshserve

@@ -70,7 +70,7 @@ struct Operands {
 absl::StatusOr<ArrayType> ApplyRule(const LayerDef& layer, const TypedModel& tm,
                                     absl::Span<const ArrayType> args,
                                     const std::optional<PartitionSpec>& out) {
-  const std::string& name = layer.op;
+  const absl::string_view name = ModelOpName(layer.kind);
   auto param = [&](const std::string& param_name) -> std::optional<ArrayType> {
     if (param_name.empty()) return std::nullopt;
     return tm.TypeOf(param_name);
@@ -81,7 +81,7 @@ absl::StatusOr<ArrayType> ApplyRule(const LayerDef& layer, const TypedModel& tm,
     case ModelOp::kEinsum: {
       MS_ASSIGN_OR_RETURN(ArrayType y, EinsumRule(layer.equation, args[0], args[1], out));
       if (layer.bias.empty()) return y;
-      return AddBiasRule("einsum", y, tm.TypeOf(layer.bias));
+      return AddBiasRule(name, y, tm.TypeOf(layer.bias));
     }
     case ModelOp::kEmbed:
       return EmbedRule(args[0], args[1], out);
@@ -117,7 +117,7 @@ absl::StatusOr<ArrayType> ApplyRule(const LayerDef& layer, const TypedModel& tm,
     case ModelOp::kReshard:
       return ReshardRule(args[0], out);
   }
-  return InvalidArgument("unknown op '", name, "'");
+  return Internal("op ", static_cast<int>(layer.kind), " has no sharding rule");
 }
 
 absl::StatusOr<ArrayType> TypeLayer(const LayerDef& layer, const TypedModel& tm,

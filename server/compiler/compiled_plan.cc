@@ -7,7 +7,7 @@ namespace meshserve {
 std::string CompiledPlan::ToString() const {
   std::string out;
   for (const LayerPlanInfo& l : layers) {
-    absl::StrAppend(&out, l.layer, " = ", l.op, " -> ", l.type, "\n    strategy: ", l.strategy,
+    absl::StrAppend(&out, l.layer, " = ", l.OpName(), " -> ", l.type, "\n    strategy: ", l.strategy,
                     "\n");
     if (l.max_device_flops > 0) {
       absl::StrAppend(&out, "    max flops per device: ", l.max_device_flops, "\n");

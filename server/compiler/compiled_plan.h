@@ -14,10 +14,13 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "common/base/dtype.h"
+#include "common/model/model_op.h"
 #include "common/program/program_ir.h"
 #include "common/sharding/box.h"
 #include "common/sharding/partition_spec.h"
@@ -61,13 +64,16 @@ struct CollectiveInfo {
 };
 
 struct LayerPlanInfo {
-  std::string layer;
-  std::string op;
+  std::string layer;  // the layer's name, or "(outputs)" for the outputs' gather
+  std::optional<ModelOp> op;  // the layer's op; nullopt: the outputs' gather
   std::string type;      // the typed result, "float32[8@fsdp,16,64@model]"
   std::string strategy;  // e.g. "dot: fsdp->d(contract) model->f"
   std::vector<CollectiveInfo> collectives;  // network and local ones
   int64_t bytes_moved = 0;                  // sum over collectives
   int64_t max_device_flops = 0;             // GEMM work of the busiest device
+
+  // ModelOpName(*op), or "gather" for the outputs' entry.
+  absl::string_view OpName() const { return op.has_value() ? ModelOpName(*op) : "gather"; }
 };
 
 struct CompiledPlan {

@@ -21,8 +21,6 @@
 namespace meshserve {
 namespace {
 
-bool IsDot(const std::string& op) { return op == "linear" || op == "einsum"; }
-
 std::vector<std::string> OperandNames(const LayerDef& l) {
   std::vector<std::string> names = l.inputs;
   for (const std::string* p : {&l.kernel, &l.table, &l.scale, &l.bias, &l.where}) {
@@ -97,11 +95,11 @@ class Compiler {
     for (const std::string& n : ctx.operand_names) ctx.operands.push_back(values_.at(n));
     LayerPlanInfo info;
     info.layer = layer.name;
-    info.op = layer.op;
+    info.op = layer.kind;
     info.type = ctx.result.ToString();
     ctx.info = &info;
     MS_ASSIGN_OR_RETURN(Placed result,
-                        IsDot(layer.op) ? CompileDotLayer(ctx) : CompileLocalLayer(ctx));
+                        ModelOpIsDot(layer.kind) ? CompileDotLayer(ctx) : CompileLocalLayer(ctx));
     if (!(result.sharding == ctx.result.sharding)) {
       return Internal("strategy produced ", result.sharding.spec().ToString(), " for ",
                       ctx.result.ToString());
@@ -130,8 +128,7 @@ class Compiler {
 
   absl::Status GatherOutputs() {
     LayerPlanInfo info;
-    info.layer = "(outputs)";
-    info.op = "gather";
+    info.layer = "(outputs)";  // op: nullopt, the outputs' gather
     info.strategy = "one replica per box";
     for (const std::string& name : typed_.model.outputs) {
       const ArrayType* type = typed_.Find(name);

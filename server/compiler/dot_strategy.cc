@@ -163,7 +163,7 @@ absl::StatusOr<Problem> MakeProblem(const LayerContext& ctx) {
   Problem p;
   const Placed& lhs = ctx.operands[0];
   const Placed& rhs = ctx.operands[1];
-  if (ctx.layer->op == "linear") {
+  if (ctx.layer->kind == ModelOp::kLinear) {
     if (lhs.shape.empty() || lhs.shape.size() > 20 || rhs.shape.size() != 2) {
       return InvalidArgument("linear needs an input of rank >= 1 and a rank-2 kernel");
     }
@@ -209,7 +209,7 @@ absl::StatusOr<Placed> CompileDotLayer(const LayerContext& ctx) {
   const Placed& rhs = ctx.operands[1];
   const bool has_bias = !ctx.layer->bias.empty();
   if (has_bias && !ctx.result.spec().unreduced().empty()) {
-    return Unimplemented(ctx.layer->op, " with a bias and an unreduced result");
+    return Unimplemented(ModelOpName(ctx.layer->kind), " with a bias and an unreduced result");
   }
   MS_ASSIGN_OR_RETURN(Candidate c, ChooseLayout(p, ctx, lhs, rhs));
   ctx.info->strategy = absl::StrCat("dot ", p.labels.lhs, ",", p.labels.rhs, "->", p.labels.out,

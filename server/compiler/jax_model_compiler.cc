@@ -1,5 +1,6 @@
 #include "server/compiler/jax_model_compiler.h"
 
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -72,7 +73,7 @@ absl::StatusOr<DescribeResult> JaxModelCompiler::Describe(const ModelFile& model
       absl::StatusOr<std::string> vis = VisualizeSharding(type->shape, type->sharding);
       if (vis.ok()) v.visualization = *vis;
     }
-    if (const LayerDef* layer = model.FindLayer(name)) v.layer_op = layer->op;
+    if (const LayerDef* layer = model.FindLayer(name)) v.layer_op = std::string(ModelOpName(layer->kind));
     result.values.push_back(std::move(v));
   }
   CompileOptions options;

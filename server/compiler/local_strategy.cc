@@ -27,15 +27,9 @@ ComputeStepIr Op(ComputeOp op, std::vector<std::string> inputs) {
   return s;
 }
 
-// The compute op of a layer whose model op has the same name (add, relu, ...).
-absl::StatusOr<ComputeStepIr> SameNamedOp(const LayerContext& ctx) {
-  MS_ASSIGN_OR_RETURN(ComputeOp op, ParseComputeOp(ctx.layer->op), "layer op");
-  return Op(op, {});
-}
-
 absl::Status RequireReducedResult(const LayerContext& ctx) {
   if (!ctx.result.spec().unreduced().empty()) {
-    return Unimplemented("op '", ctx.layer->op, "' with an unreduced result ",
+    return Unimplemented("op '", ModelOpName(ctx.layer->kind), "' with an unreduced result ",
                          ctx.result.ToString());
   }
   return absl::OkStatus();
@@ -78,25 +72,25 @@ NamedSharding BroadcastLayout(const Mesh& mesh, const Placed& in, const NamedSha
   return ShardingOf(mesh, r, e, unreduced);
 }
 
-absl::StatusOr<Placed> Elementwise(const LayerContext& ctx) {
+// add or mul (`op`).
+absl::StatusOr<Placed> Elementwise(const LayerContext& ctx, ComputeOp op) {
   // add is linear: partial sums over the same unreduced axes add locally
   // (the result stays unreduced). Other ops need reduced operands.
   const std::vector<std::string>& unreduced = ctx.result.spec().unreduced();
-  if (ctx.layer->op != "add") MS_RETURN_IF_ERROR(RequireReducedResult(ctx));
+  if (op != ComputeOp::kAdd) MS_RETURN_IF_ERROR(RequireReducedResult(ctx));
   std::vector<std::pair<int, NamedSharding>> layouts;
   for (int k = 0; k < 2; ++k) {
     layouts.emplace_back(k, BroadcastLayout(ctx.emitter->mesh(), ctx.operands[k],
                                             ctx.result.sharding, ctx.result.shape, unreduced));
   }
-  MS_ASSIGN_OR_RETURN(ComputeStepIr step, SameNamedOp(ctx));
-  return ComputeThenPlace(ctx, ctx.result.sharding, layouts, std::move(step),
+  return ComputeThenPlace(ctx, ctx.result.sharding, layouts, Op(op, {}),
                           "elementwise in the result's layout");
 }
 
-absl::StatusOr<Placed> Unary(const LayerContext& ctx) {
+// relu, gelu, silu or tanh (`op`).
+absl::StatusOr<Placed> Unary(const LayerContext& ctx, ComputeOp op) {
   MS_RETURN_IF_ERROR(RequireReducedResult(ctx));
-  MS_ASSIGN_OR_RETURN(ComputeStepIr step, SameNamedOp(ctx));
-  return ComputeThenPlace(ctx, ctx.result.sharding, {{0, ctx.result.sharding}}, std::move(step),
+  return ComputeThenPlace(ctx, ctx.result.sharding, {{0, ctx.result.sharding}}, Op(op, {}),
                           "elementwise in the result's layout");
 }
 
@@ -107,14 +101,15 @@ NamedSharding WithDimGathered(const LayerContext& ctx, int axis) {
   return ShardingOf(ctx.emitter->mesh(), ctx.result.rank(), e);
 }
 
-absl::StatusOr<Placed> Norm(const LayerContext& ctx) {
+// rms_norm (x, scale) or layer_norm (x, scale, bias) (`op`).
+absl::StatusOr<Placed> Norm(const LayerContext& ctx, ComputeOp op) {
   MS_RETURN_IF_ERROR(RequireReducedResult(ctx));
   const int last = ctx.result.rank() - 1;
   NamedSharding compute = WithDimGathered(ctx, last);
   NamedSharding replicated1 = ShardingOf(ctx.emitter->mesh(), 1, {{}});
   std::vector<std::pair<int, NamedSharding>> layouts = {{0, compute}, {1, replicated1}};
-  if (ctx.layer->op == "layer_norm") layouts.emplace_back(2, replicated1);
-  MS_ASSIGN_OR_RETURN(ComputeStepIr step, SameNamedOp(ctx));
+  if (op == ComputeOp::kLayerNorm) layouts.emplace_back(2, replicated1);
+  ComputeStepIr step = Op(op, {});
   step.epsilon = static_cast<float>(ctx.layer->epsilon);
   return ComputeThenPlace(ctx, compute, layouts, step, "normalised dim gathered, local");
 }
@@ -279,23 +274,32 @@ absl::StatusOr<Placed> Embed(const LayerContext& ctx) {
 
 }  // namespace
 
+// No default: -Wswitch names a model op without a case.
 absl::StatusOr<Placed> CompileLocalLayer(const LayerContext& ctx) {
-  const std::string& op = ctx.layer->op;
-  if (op == "add" || op == "mul") return Elementwise(ctx);
-  if (op == "relu" || op == "gelu" || op == "silu" || op == "tanh") return Unary(ctx);
-  if (op == "rms_norm" || op == "layer_norm") return Norm(ctx);
-  if (op == "softmax") return Softmax(ctx);
-  if (op == "reshape") return Reshape(ctx);
-  if (op == "transpose") return Transpose(ctx);
-  if (op == "embed") return Embed(ctx);
-  if (op == "positions") return Positions(ctx);
-  if (op == "rope") return Rope(ctx);
-  if (op == "reshard") {
-    ctx.info->strategy = "reshard plan";
-    return ctx.emitter->Reshard(ctx.operands[0], ctx.result.sharding, ctx.result.dtype,
-                                ctx.layer->name, "result", ctx.info);
+  switch (ctx.layer->kind) {
+    case ModelOp::kAdd: return Elementwise(ctx, ComputeOp::kAdd);
+    case ModelOp::kMul: return Elementwise(ctx, ComputeOp::kMul);
+    case ModelOp::kRelu: return Unary(ctx, ComputeOp::kRelu);
+    case ModelOp::kGelu: return Unary(ctx, ComputeOp::kGelu);
+    case ModelOp::kSilu: return Unary(ctx, ComputeOp::kSilu);
+    case ModelOp::kTanh: return Unary(ctx, ComputeOp::kTanh);
+    case ModelOp::kRmsNorm: return Norm(ctx, ComputeOp::kRmsNorm);
+    case ModelOp::kLayerNorm: return Norm(ctx, ComputeOp::kLayerNorm);
+    case ModelOp::kSoftmax: return Softmax(ctx);
+    case ModelOp::kReshape: return Reshape(ctx);
+    case ModelOp::kTranspose: return Transpose(ctx);
+    case ModelOp::kEmbed: return Embed(ctx);
+    case ModelOp::kPositions: return Positions(ctx);
+    case ModelOp::kRope: return Rope(ctx);
+    case ModelOp::kReshard:
+      ctx.info->strategy = "reshard plan";
+      return ctx.emitter->Reshard(ctx.operands[0], ctx.result.sharding, ctx.result.dtype,
+                                  ctx.layer->name, "result", ctx.info);
+    case ModelOp::kLinear:
+    case ModelOp::kEinsum:
+      break;  // dot strategy (CompileDotLayer)
   }
-  return Unimplemented("op '", op, "' has no strategy");
+  return Unimplemented("op '", ModelOpName(ctx.layer->kind), "' has no local strategy");
 }
 
 }  // namespace meshserve

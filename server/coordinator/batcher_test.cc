@@ -344,7 +344,6 @@ TEST(BatchRowsTest, ConvertedInputsHaveTheirOwnBatchKey) {
   model->inputs.push_back({"ids", {-1, 3}, PartitionSpec(), DType::kInt32});
   LayerDef y;
   y.name = "y";
-  y.op = "relu";
   y.kind = ModelOp::kRelu;
   y.inputs = {"ids"};
   model->layers.push_back(y);

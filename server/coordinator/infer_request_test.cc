@@ -25,7 +25,6 @@ std::shared_ptr<const ModelFile> Model(const std::string& name, std::vector<int6
   for (const std::string& out : outputs) {
     LayerDef layer;
     layer.name = out;
-    layer.op = "relu";
     layer.kind = ModelOp::kRelu;
     layer.inputs = {"x"};
     model->layers.push_back(std::move(layer));
@@ -153,7 +152,6 @@ std::shared_ptr<const ModelFile> IdsModel(DType dtype) {
   model->params.push_back(table);
   LayerDef tok;
   tok.name = "tok";
-  tok.op = "embed";
   tok.kind = ModelOp::kEmbed;
   tok.inputs = {"ids"};
   tok.table = "wte";

@@ -29,7 +29,6 @@ std::shared_ptr<const ModelFile> FixedModel() {
   model->inputs.push_back({"x", {8, 6}, *spec, DType::kFloat32});
   LayerDef y;
   y.name = "y";
-  y.op = "relu";
   y.kind = ModelOp::kRelu;
   y.inputs = {"x"};
   model->layers.push_back(std::move(y));

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/base/status_macros.h"
 #include "common/model/typed_model.h"
@@ -203,50 +204,50 @@ inline absl::StatusOr<std::map<std::string, Tensor>> Reference(
   const DType f32 = DType::kFloat32;
   for (const LayerDef& l : m.layers) {
     const Tensor& x = v.at(l.inputs[0]);
-    absl::StatusOr<Tensor> r = absl::InternalError("op " + l.op);
-    if (l.op == "linear") {
-      r = Linear(x, v.at(l.kernel), l.bias.empty() ? nullptr : &v.at(l.bias), f32);
-    } else if (l.op == "einsum") {
-      r = ReferenceEinsum(l.equation, x, v.at(l.inputs[1]));
-      if (r.ok() && !l.bias.empty()) r = Add(*r, v.at(l.bias), f32);
-    } else if (l.op == "embed") {
-      BoxTensor table{Box::FromShape(v.at(l.table).shape()), v.at(l.table)};
-      r = Embed(x, table, f32);
-    } else if (l.op == "rms_norm") {
-      r = RmsNorm(x, v.at(l.scale), l.epsilon, f32);
-    } else if (l.op == "layer_norm") {
-      r = LayerNorm(x, v.at(l.scale), v.at(l.bias), l.epsilon, f32);
-    } else if (l.op == "silu") {
-      r = Silu(x, f32);
-    } else if (l.op == "relu") {
-      r = Relu(x, f32);
-    } else if (l.op == "gelu") {
-      r = Gelu(x, f32);
-    } else if (l.op == "tanh") {
-      r = Tanh(x, f32);
-    } else if (l.op == "add") {
-      r = Add(x, v.at(l.inputs[1]), f32);
-    } else if (l.op == "mul") {
-      r = Mul(x, v.at(l.inputs[1]), f32);
-    } else if (l.op == "softmax") {
-      SoftmaxOptions o;
-      o.scale = static_cast<float>(l.softmax_scale);
-      o.causal = l.causal;
-      r = MaskedSoftmax(x, l.axis, o, l.where.empty() ? nullptr : &v.at(l.where), f32);
-    } else if (l.op == "positions") {
-      r = ::meshserve::Positions(x.shape(), l.axis, 0);
-    } else if (l.op == "rope") {
-      r = Rope(x, l.seq_axis, 0, l.theta, f32);
-    } else if (l.op == "reshape") {
-      std::vector<int64_t> shape = l.shape;
-      for (size_t i = 0; i < shape.size(); ++i) {
-        if (shape[i] == 0) shape[i] = x.dim(static_cast<int>(i));
+    absl::StatusOr<Tensor> r =
+        absl::InternalError(absl::StrCat("op ", ModelOpName(l.kind), " has no reference"));
+    switch (l.kind) {
+      case ModelOp::kLinear:
+        r = Linear(x, v.at(l.kernel), l.bias.empty() ? nullptr : &v.at(l.bias), f32);
+        break;
+      case ModelOp::kEinsum:
+        r = ReferenceEinsum(l.equation, x, v.at(l.inputs[1]));
+        if (r.ok() && !l.bias.empty()) r = Add(*r, v.at(l.bias), f32);
+        break;
+      case ModelOp::kEmbed: {
+        BoxTensor table{Box::FromShape(v.at(l.table).shape()), v.at(l.table)};
+        r = Embed(x, table, f32);
+        break;
       }
-      r = Reshape(x, shape);
-    } else if (l.op == "transpose") {
-      r = Transpose(x, l.perm);
-    } else if (l.op == "reshard") {
-      r = x;
+      case ModelOp::kRmsNorm: r = RmsNorm(x, v.at(l.scale), l.epsilon, f32); break;
+      case ModelOp::kLayerNorm:
+        r = LayerNorm(x, v.at(l.scale), v.at(l.bias), l.epsilon, f32);
+        break;
+      case ModelOp::kSilu: r = Silu(x, f32); break;
+      case ModelOp::kRelu: r = Relu(x, f32); break;
+      case ModelOp::kGelu: r = Gelu(x, f32); break;
+      case ModelOp::kTanh: r = Tanh(x, f32); break;
+      case ModelOp::kAdd: r = Add(x, v.at(l.inputs[1]), f32); break;
+      case ModelOp::kMul: r = Mul(x, v.at(l.inputs[1]), f32); break;
+      case ModelOp::kSoftmax: {
+        SoftmaxOptions o;
+        o.scale = static_cast<float>(l.softmax_scale);
+        o.causal = l.causal;
+        r = MaskedSoftmax(x, l.axis, o, l.where.empty() ? nullptr : &v.at(l.where), f32);
+        break;
+      }
+      case ModelOp::kPositions: r = ::meshserve::Positions(x.shape(), l.axis, 0); break;
+      case ModelOp::kRope: r = Rope(x, l.seq_axis, 0, l.theta, f32); break;
+      case ModelOp::kReshape: {
+        std::vector<int64_t> shape = l.shape;
+        for (size_t i = 0; i < shape.size(); ++i) {
+          if (shape[i] == 0) shape[i] = x.dim(static_cast<int>(i));
+        }
+        r = Reshape(x, shape);
+        break;
+      }
+      case ModelOp::kTranspose: r = Transpose(x, l.perm); break;
+      case ModelOp::kReshard: r = x; break;
     }
     if (!r.ok()) return r.status();
     v[l.name] = *std::move(r);
