@@ -14,7 +14,7 @@ namespace meshserve {
 namespace {
 
 // The global index of out_box's first element along dim `axis` (< 0 counts
-// from the end): what positions, rope and the causal mask count from.
+// from the end): what positions and rope count from. `what` names the field.
 absl::StatusOr<int64_t> GlobalDimBegin(const Box& out_box, int64_t axis, absl::string_view what) {
   const int64_t rank = out_box.rank();
   if (axis < -rank || axis >= rank) {
@@ -76,7 +76,7 @@ absl::StatusOr<Tensor> RunKernel(const ComputeStepIr& step,
       return LayerNorm(in[0]->tensor, in[1]->tensor, in[2]->tensor, step.epsilon, out);
     case ComputeOp::kSoftmax:
     case ComputeOp::kSoftmaxWhere: {
-      const int64_t axis = step.perm.empty() ? -1 : step.perm[0];
+      const int64_t axis = step.softmax_axis;
       const Tensor* where = step.op == ComputeOp::kSoftmaxWhere ? &in[1]->tensor : nullptr;
       if (where == nullptr && !step.causal && (step.scale == 0 || step.scale == 1)) {
         return Softmax(in[0]->tensor, axis, out);
@@ -87,12 +87,14 @@ absl::StatusOr<Tensor> RunKernel(const ComputeStepIr& step,
       MS_RETURN_IF_ERROR(CheckEmbedIds(in[0]->tensor, step.vocab_size));
       return Embed(in[0]->tensor, *in[1], out);
     case ComputeOp::kPositions: {
-      MS_ASSIGN_OR_RETURN(int64_t offset, GlobalDimBegin(out_box, step.axis, "positions axis"));
-      return Positions(out_box.shape(), step.axis, offset);
+      MS_ASSIGN_OR_RETURN(int64_t offset,
+                          GlobalDimBegin(out_box, step.positions_axis, "positions_axis"));
+      return Positions(out_box.shape(), step.positions_axis, offset);
     }
     case ComputeOp::kRope: {
-      MS_ASSIGN_OR_RETURN(int64_t offset, GlobalDimBegin(out_box, step.axis, "rope axis"));
-      return Rope(in[0]->tensor, step.axis, offset, step.theta, out);
+      MS_ASSIGN_OR_RETURN(int64_t offset,
+                          GlobalDimBegin(out_box, step.rope_seq_axis, "rope_seq_axis"));
+      return Rope(in[0]->tensor, step.rope_seq_axis, offset, step.theta, out);
     }
     case ComputeOp::kTranspose: {
       MS_ASSIGN_OR_RETURN(Tensor t, Transpose(in[0]->tensor, step.perm));

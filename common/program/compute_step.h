@@ -13,15 +13,15 @@
 //   relu, gelu (tanh approximation), silu, tanh   input (x).
 //   rms_norm     inputs (x, scale); layer_norm inputs (x, scale, bias); over
 //                the last dim with `epsilon`.
-//   softmax      input (x); axis = perm[0] (default -1); x times `scale` (0:
+//   softmax      input (x); over `softmax_axis` (default -1); x times `scale` (0:
 //                1) first; `causal` masks global k > q over the last two dims
 //                (global index = out_box begin + local index).
 //   softmax_where  inputs (x, where): softmax as above with where's zeros
 //                masked (where broadcast to x's local box, numpy rules).
 //   positions    no input; int32 out_box whose element is its global index
-//                along `axis`.
+//                along `positions_axis`.
 //   rope         input (x); rotary embedding over the last dim with the
-//                global index along `axis` as the position, `theta`.
+//                global index along `rope_seq_axis` as the position, `theta`.
 //   reshape      input (x); the result has out_box's shape (same element count).
 //   transpose    input (x); out dim i = in dim perm[i].
 //   embed        inputs (ids, table); table is a box of [vocab, features]; ids

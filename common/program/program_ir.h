@@ -108,15 +108,18 @@ struct ComputeStepIr {
   BoxIr out_box;
   int out_dtype = kWireInvalid;  // kWireInvalid: the first input's dtype
   std::vector<int64_t> lhs_contracting, rhs_contracting, lhs_batch, rhs_batch;
-  std::vector<int64_t> perm;  // transpose: the permutation; softmax: axis in perm[0]
-  float epsilon = 0;
+  std::vector<int64_t> perm;  // transpose: out dim i = in dim perm[i]
+  float epsilon = 0;          // rms_norm, layer_norm
   bool partial = false;
   int64_t device = 0;
   float scale = 0;       // softmax, softmax_where: multiplies x first (0: 1)
   bool causal = false;   // softmax, softmax_where: mask k > q (last two dims)
   double theta = 0;      // rope
-  int64_t axis = 0;      // positions: the counted dim; rope: the sequence dim
   int64_t vocab_size = 0;  // embed: ids must lie in [0, vocab_size) (0: unchecked)
+  // Each attribute below has one op and one meaning; < 0 counts from the end.
+  int64_t positions_axis = 0;  // positions: the dim whose global index is the value
+  int64_t rope_seq_axis = 0;   // rope: the dim whose global index is the position
+  int64_t softmax_axis = -1;   // softmax, softmax_where: the normalised dim
 };
 
 struct SendStepIr {

@@ -68,8 +68,10 @@ absl::StatusOr<ComputeStepIr> ComputeToIr(const ComputeStep& c) {
   ir.scale = c.scale();
   ir.causal = c.causal();
   ir.theta = c.theta();
-  ir.axis = c.axis();
   ir.vocab_size = c.vocab_size();
+  ir.positions_axis = c.positions_axis();
+  ir.rope_seq_axis = c.rope_seq_axis();
+  ir.softmax_axis = c.has_softmax_axis() ? c.softmax_axis() : -1;
   return ir;
 }
 
@@ -90,8 +92,10 @@ void ComputeFromIr(const ComputeStepIr& ir, ComputeStep* c) {
   c->set_scale(ir.scale);
   c->set_causal(ir.causal);
   c->set_theta(ir.theta);
-  c->set_axis(ir.axis);
   c->set_vocab_size(ir.vocab_size);
+  c->set_positions_axis(ir.positions_axis);
+  c->set_rope_seq_axis(ir.rope_seq_axis);
+  if (ir.softmax_axis != -1) c->set_softmax_axis(ir.softmax_axis);  // absent: -1
 }
 
 SendStepIr SendToIr(const SendStep& s) {

@@ -34,8 +34,10 @@ ProgramIr EveryStepKind() {
   compute.scale = 0.125f;
   compute.causal = true;
   compute.theta = 500000.0;
-  compute.axis = 2;
   compute.vocab_size = 50257;
+  compute.positions_axis = 2;
+  compute.rope_seq_axis = -2;
+  compute.softmax_axis = 1;
   return ProgramOf(
       "prog", "m", 3, 1,
       {compute, Send(2, "t0/y", IrBox({{0, 2}, {0, 8}}), 0, 5, "prog/0"),
@@ -58,8 +60,12 @@ TEST(ProgramProtoTest, ProgramRoundTripsThroughProto) {
   EXPECT_EQ(proto.steps(0).compute().scale(), 0.125f);
   EXPECT_TRUE(proto.steps(0).compute().causal());
   EXPECT_EQ(proto.steps(0).compute().theta(), 500000.0);
-  EXPECT_EQ(proto.steps(0).compute().axis(), 2);
   EXPECT_EQ(proto.steps(0).compute().vocab_size(), 50257);
+  EXPECT_EQ(proto.steps(0).compute().positions_axis(), 2);
+  EXPECT_EQ(proto.steps(0).compute().rope_seq_axis(), -2);
+  EXPECT_TRUE(proto.steps(0).compute().has_softmax_axis());
+  EXPECT_EQ(proto.steps(0).compute().softmax_axis(), 1);
+  EXPECT_THAT(proto.steps(0).compute().perm(), ElementsAre(1, 0));
   EXPECT_EQ(proto.steps(2).recv().dtype(), FLOAT32);
   EXPECT_THAT(proto.steps(3).copy().dst_box().end(), ElementsAre(4, 8));
   ASSERT_OK_AND_ASSIGN(const ProgramIr back, ProgramToIr(proto));
@@ -75,6 +81,10 @@ TEST(ProgramProtoTest, ProgramRoundTripsThroughProto) {
   EXPECT_EQ(compute.op, ComputeOp::kDotGeneral);
   EXPECT_EQ(compute.out_box, std::get<ComputeStepIr>(ir.steps[0]).out_box);
   EXPECT_EQ(compute.out_dtype, kWireBFloat16);
+  EXPECT_THAT(compute.perm, ElementsAre(1, 0));
+  EXPECT_EQ(compute.positions_axis, 2);
+  EXPECT_EQ(compute.rope_seq_axis, -2);
+  EXPECT_EQ(compute.softmax_axis, 1);
   EXPECT_EQ(std::get<SendStepIr>(back.steps[1]).box, std::get<SendStepIr>(ir.steps[1]).box);
   const auto& recv = std::get<RecvStepIr>(back.steps[2]);
   EXPECT_EQ(recv.box, std::get<RecvStepIr>(ir.steps[2]).box);
@@ -85,6 +95,25 @@ TEST(ProgramProtoTest, ProgramRoundTripsThroughProto) {
   EXPECT_EQ(copy.dst, "t1/z");
   EXPECT_EQ(copy.dst_device, 3);
   EXPECT_EQ(std::get<OutputStepIr>(back.steps[5]).box, std::get<OutputStepIr>(ir.steps[5]).box);
+}
+
+// softmax_axis is -1 (the last dim) both when the wire leaves it out and when
+// the IR keeps the default; 0 is sent (the first dim), not dropped.
+TEST(ProgramProtoTest, SoftmaxAxisAbsentIsTheLastDim) {
+  Program proto;
+  ComputeStep* softmax = proto.add_steps()->mutable_compute();
+  softmax->set_op("softmax");
+  ASSERT_OK_AND_ASSIGN(ProgramIr ir, ProgramToIr(proto));
+  ComputeStepIr& step = std::get<ComputeStepIr>(ir.steps[0]);
+  EXPECT_EQ(step.softmax_axis, -1);
+  Program back;
+  ProgramFromIr(ir, &back);
+  EXPECT_FALSE(back.steps(0).compute().has_softmax_axis());
+  step.softmax_axis = 0;
+  ProgramFromIr(ir, &back);
+  EXPECT_TRUE(back.steps(0).compute().has_softmax_axis());
+  ASSERT_OK_AND_ASSIGN(ProgramIr again, ProgramToIr(back));
+  EXPECT_EQ(std::get<ComputeStepIr>(again.steps[0]).softmax_axis, 0);
 }
 
 // What the typed IR cannot hold is rejected at the proto edge, naming the step.

@@ -124,7 +124,7 @@ absl::StatusOr<Placed> Softmax(const LayerContext& ctx) {
   NamedSharding compute = WithDimGathered(ctx, axis);
   const bool where = !ctx.layer->where.empty();
   ComputeStepIr step = Op(where ? ComputeOp::kSoftmaxWhere : ComputeOp::kSoftmax, {});
-  step.perm = {axis};
+  step.softmax_axis = axis;
   step.scale = static_cast<float>(ctx.layer->softmax_scale);
   step.causal = ctx.layer->causal;
   std::vector<std::pair<int, NamedSharding>> layouts = {{0, compute}};
@@ -139,7 +139,7 @@ absl::StatusOr<Placed> Softmax(const LayerContext& ctx) {
 absl::StatusOr<Placed> Positions(const LayerContext& ctx) {
   const int rank = ctx.result.rank();
   ComputeStepIr step = Op(ComputeOp::kPositions, {});
-  step.axis = ctx.layer->axis < 0 ? ctx.layer->axis + rank : ctx.layer->axis;
+  step.positions_axis = ctx.layer->axis < 0 ? ctx.layer->axis + rank : ctx.layer->axis;
   return ComputeThenPlace(ctx, ctx.result.sharding, {}, step, "local iota (global offsets)");
 }
 
@@ -149,7 +149,8 @@ absl::StatusOr<Placed> Rope(const LayerContext& ctx) {
   MS_RETURN_IF_ERROR(RequireReducedResult(ctx));
   const int rank = ctx.result.rank();
   ComputeStepIr step = Op(ComputeOp::kRope, {});
-  step.axis = ctx.layer->seq_axis < 0 ? ctx.layer->seq_axis + rank : ctx.layer->seq_axis;
+  const int64_t seq_axis = ctx.layer->seq_axis;
+  step.rope_seq_axis = seq_axis < 0 ? seq_axis + rank : seq_axis;
   step.theta = ctx.layer->theta;
   return ComputeThenPlace(ctx, ctx.result.sharding, {{0, ctx.result.sharding}}, step,
                           "rotary, local (global positions)");
