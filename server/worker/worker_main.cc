@@ -46,10 +46,10 @@
 #include "common/rpc/grpc_credentials.h"
 #include "common/tensor/blas.h"
 #include "common/tensor/tensor.h"
-#include "server/worker/grpc_peer_transport.h"
-#include "server/worker/membership_client.h"
+#include "server/worker/grpc/grpc_peer_transport.h"
+#include "server/worker/grpc/membership_client.h"
+#include "server/worker/grpc/worker_service.h"
 #include "server/worker/worker_engine.h"
-#include "server/worker/worker_service.h"
 
 ABSL_FLAG(int, port, 0, "Port to serve WorkerService on (0 = pick a free port).");
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address to bind (0.0.0.0 in containers).");

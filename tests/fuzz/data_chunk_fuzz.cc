@@ -20,9 +20,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "proto/worker_service.pb.h"
+#include "server/worker/grpc/worker_service.h"
 #include "server/worker/rendezvous.h"
 #include "server/worker/worker_engine.h"
-#include "server/worker/worker_service.h"
 
 namespace {
 

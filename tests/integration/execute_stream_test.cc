@@ -1,6 +1,6 @@
 // WorkerService.ExecuteStream end to end in one process: GrpcWorkerClient's
 // small calls (ExecuteCall::small, server/coordinator/grpc/execute_link.h)
-// against a real worker server (server/worker/execute_stream.h) on loopback.
+// against a real worker server (server/worker/grpc/execute_stream.h) on loopback.
 // Many calls at once each get their own answer; a call's error stays its
 // own; a call that outlives its timeout fails alone with DEADLINE_EXCEEDED;
 // a stream that ends fails the calls waiting on it with UNAVAILABLE, and the
@@ -21,8 +21,8 @@
 #include "common/rpc/grpc_status.h"
 #include "proto/worker_service.grpc.pb.h"
 #include "server/coordinator/grpc/grpc_worker_client.h"
-#include "server/worker/grpc_peer_transport.h"
-#include "server/worker/worker_service.h"
+#include "server/worker/grpc/grpc_peer_transport.h"
+#include "server/worker/grpc/worker_service.h"
 #include "tests/testing/status_matchers.h"
 
 namespace meshserve {

@@ -1,4 +1,4 @@
-#include "server/worker/execute_stream.h"
+#include "server/worker/grpc/execute_stream.h"
 
 #include <string>
 #include <utility>

@@ -1,4 +1,4 @@
-#include "server/worker/worker_service.h"
+#include "server/worker/grpc/worker_service.h"
 
 #include <algorithm>
 #include <string>
@@ -20,7 +20,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"
 #include "grpcpp/security/server_credentials.h"
-#include "server/worker/execute_stream.h"
+#include "server/worker/grpc/execute_stream.h"
 
 namespace meshserve {
 namespace {

@@ -1,4 +1,4 @@
-#include "server/worker/grpc_peer_transport.h"
+#include "server/worker/grpc/grpc_peer_transport.h"
 
 #include <algorithm>
 #include <chrono>

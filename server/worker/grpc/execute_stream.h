@@ -16,8 +16,8 @@
 //
 // Thread-safety: gRPC's reactor rules; the completions of ExecuteAsync may
 // run on any thread, the queue of replies has its own mutex.
-#ifndef MESHSERVE_SERVER_WORKER_EXECUTE_STREAM_H_
-#define MESHSERVE_SERVER_WORKER_EXECUTE_STREAM_H_
+#ifndef MESHSERVE_SERVER_WORKER_GRPC_EXECUTE_STREAM_H_
+#define MESHSERVE_SERVER_WORKER_GRPC_EXECUTE_STREAM_H_
 
 #include <functional>
 #include <memory>
@@ -73,4 +73,4 @@ class ExecuteStreamReactor final
 
 }  // namespace meshserve
 
-#endif  // MESHSERVE_SERVER_WORKER_EXECUTE_STREAM_H_
+#endif  // MESHSERVE_SERVER_WORKER_GRPC_EXECUTE_STREAM_H_

@@ -11,8 +11,8 @@
 // while the coordinator moves its models away.
 //
 // Thread-safety: Start/Stop from one thread; worker_id() from any.
-#ifndef MESHSERVE_SERVER_WORKER_MEMBERSHIP_CLIENT_H_
-#define MESHSERVE_SERVER_WORKER_MEMBERSHIP_CLIENT_H_
+#ifndef MESHSERVE_SERVER_WORKER_GRPC_MEMBERSHIP_CLIENT_H_
+#define MESHSERVE_SERVER_WORKER_GRPC_MEMBERSHIP_CLIENT_H_
 
 #include <atomic>
 #include <cstdint>
@@ -75,4 +75,4 @@ class MembershipClient {
 
 }  // namespace meshserve
 
-#endif  // MESHSERVE_SERVER_WORKER_MEMBERSHIP_CLIENT_H_
+#endif  // MESHSERVE_SERVER_WORKER_GRPC_MEMBERSHIP_CLIENT_H_

@@ -1,6 +1,6 @@
 // WorkerService (proto/worker_service.proto) over gRPC's callback API, over
-// the worker's transport-free core, WorkerEngine (worker_engine.h; the step
-// semantics and error codes are in README.md, "Program semantics"). Each handler parses the request message into
+// the worker's transport-free core, WorkerEngine (server/worker/worker_engine.h;
+// the step semantics and error codes: server/worker/README.md). Each handler parses the request message into
 // the program IR (common/program/program_proto.h), calls the engine and
 // encodes its reply; blocking work runs on the worker's ThreadPool (reactors
 // never block: LoadModel reads checkpoints and peers), the Status goes out
@@ -30,8 +30,8 @@
 // server and the bound port.
 //
 // Thread-safety: thread-safe.
-#ifndef MESHSERVE_SERVER_WORKER_WORKER_SERVICE_H_
-#define MESHSERVE_SERVER_WORKER_WORKER_SERVICE_H_
+#ifndef MESHSERVE_SERVER_WORKER_GRPC_WORKER_SERVICE_H_
+#define MESHSERVE_SERVER_WORKER_GRPC_WORKER_SERVICE_H_
 
 #include <memory>
 #include <string>
@@ -134,4 +134,4 @@ absl::StatusOr<WorkerServer> StartWorkerServer(
 
 }  // namespace meshserve
 
-#endif  // MESHSERVE_SERVER_WORKER_WORKER_SERVICE_H_
+#endif  // MESHSERVE_SERVER_WORKER_GRPC_WORKER_SERVICE_H_

@@ -1,4 +1,4 @@
-#include "server/worker/membership_client.h"
+#include "server/worker/grpc/membership_client.h"
 
 #include <algorithm>
 #include <utility>

@@ -40,8 +40,8 @@
 // waits for them and the PushData streams in flight to end (acknowledged,
 // failed, or past their deadline); sends that start
 // while it runs fail at once with kCancelled.
-#ifndef MESHSERVE_SERVER_WORKER_GRPC_PEER_TRANSPORT_H_
-#define MESHSERVE_SERVER_WORKER_GRPC_PEER_TRANSPORT_H_
+#ifndef MESHSERVE_SERVER_WORKER_GRPC_GRPC_PEER_TRANSPORT_H_
+#define MESHSERVE_SERVER_WORKER_GRPC_GRPC_PEER_TRANSPORT_H_
 
 #include <cstdint>
 #include <map>
@@ -130,4 +130,4 @@ class GrpcPeerTransport : public PeerTransport {
 
 }  // namespace meshserve
 
-#endif  // MESHSERVE_SERVER_WORKER_GRPC_PEER_TRANSPORT_H_
+#endif  // MESHSERVE_SERVER_WORKER_GRPC_GRPC_PEER_TRANSPORT_H_

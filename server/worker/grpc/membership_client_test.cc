@@ -1,5 +1,5 @@
 // MembershipClient against a fake coordinator MembershipService on loopback.
-#include "server/worker/membership_client.h"
+#include "server/worker/grpc/membership_client.h"
 
 #include <memory>
 #include <string>

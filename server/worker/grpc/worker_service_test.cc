@@ -7,7 +7,7 @@
 // ReadParam of a >1 MiB cell in chunks, param versions on Execute).
 //
 // References are plain loops, and the checkpoint is written byte by byte.
-#include "server/worker/worker_service.h"
+#include "server/worker/grpc/worker_service.h"
 
 #include <algorithm>
 #include <cmath>
@@ -32,7 +32,7 @@
 #include "common/rpc/grpc_status.h"
 #include "common/sharding/box.h"
 #include "common/tensor/initializers.h"
-#include "server/worker/grpc_peer_transport.h"
+#include "server/worker/grpc/grpc_peer_transport.h"
 #include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
 #include "tests/testing/status_matchers.h"
