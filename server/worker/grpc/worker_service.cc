@@ -303,11 +303,9 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::LoadModel(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* WorkerServiceImpl::UnloadModel(grpc::CallbackServerContext* context,
                                                          const UnloadModelRequest* request,
                                                          UnloadModelResponse* response) {
-  return RunOnPool(context, pool_, "UnloadModel",
-                   [this, request]() {
-                     return worker_->UnloadModel(request->model(), request->generation(),
-                                                 request->version());
-                   });
+  return RunOnPool(context, pool_, "UnloadModel", [this, request]() {
+    return worker_->UnloadModel(request->model(), request->generation(), request->version());
+  });
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::InstallProgram(
@@ -416,11 +414,9 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::CommitParams(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* WorkerServiceImpl::AbortParams(grpc::CallbackServerContext* context,
                                                          const AbortParamsRequest* request,
                                                          AbortParamsResponse* response) {
-  return RunOnPool(context, pool_, "AbortParams",
-                   [this, request]() {
-                     return worker_->AbortParams(request->model(), request->generation(),
-                                                 request->version());
-                   });
+  return RunOnPool(context, pool_, "AbortParams", [this, request]() {
+    return worker_->AbortParams(request->model(), request->generation(), request->version());
+  });
 }
 
 absl::StatusOr<WorkerServer> StartWorkerServer(
