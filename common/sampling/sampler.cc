@@ -26,11 +26,35 @@ struct MergedCandidates {
   int64_t largest_truncated_count = 0;  // candidates sent by a truncated shard
 };
 
+// A summary from a peer: its candidates and winner lie in its real ids, the
+// candidates in RanksBefore order and no more than its valid ids.
+absl::Status CheckSummary(const ShardSummary& s, int64_t vocab_size) {
+  const int64_t real_end = std::min(s.end, vocab_size);
+  const auto outside = [&](int64_t id) { return id < s.begin || id >= real_end; };
+  if (static_cast<int64_t>(s.candidates.size()) > s.num_valid) {
+    return InvalidArgument("shard [", s.begin, ", ", s.end, ") sent ", s.candidates.size(),
+                           " candidates but has ", s.num_valid, " valid ids");
+  }
+  for (size_t j = 0; j < s.candidates.size(); ++j) {
+    const bool in_order = j == 0 || RanksBefore(s.candidates[j - 1], s.candidates[j]);
+    if (outside(s.candidates[j].id) || !in_order) {
+      return InvalidArgument("shard [", s.begin, ", ", s.end, ") candidate ", j, " (id ",
+                             s.candidates[j].id, ") is outside its ids or out of order");
+    }
+  }
+  if (s.gumbel_id >= 0 && outside(s.gumbel_id)) {
+    return InvalidArgument("shard [", s.begin, ", ", s.end, ") winner id ", s.gumbel_id,
+                           " is outside its ids");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckShards(absl::Span<const ShardSummary> shards, int64_t vocab_size,
                          const SamplingPlan& plan) {
   if (shards.empty()) return InvalidArgument("no shard summaries to merge");
   std::vector<std::pair<int64_t, int64_t>> ranges;
   for (const ShardSummary& s : shards) {
+    MS_RETURN_IF_ERROR(CheckSummary(s, vocab_size));
     ranges.emplace_back(s.begin, s.end);
     const bool has_valid = s.num_valid > 0;
     if (has_valid && s.candidates.empty()) {
@@ -86,9 +110,11 @@ MergeOutcome NeedMore(const MergedCandidates& merged, int64_t needed) {
 }
 
 // The number of leading merged candidates kept by top_k and top_p, or -1 when
-// the nucleus runs past the known prefix.
+// the nucleus runs past the known prefix (then *known_mass is that prefix's
+// probability). *log_normalizer: top_p's log Z.
 int64_t KeptCount(absl::Span<const ShardSummary> shards, const MergedCandidates& merged,
-                  const SamplingPlan& plan, double top_p) {
+                  const SamplingPlan& plan, double top_p, double* log_normalizer,
+                  double* known_mass) {
   const int64_t limit =
       plan.top_k > 0 ? std::min(plan.top_k, merged.total_valid) : merged.total_valid;
   if (!plan.top_p_on) return limit;
@@ -99,9 +125,13 @@ int64_t KeptCount(absl::Span<const ShardSummary> shards, const MergedCandidates&
     for (const ShardSummary& s : shards) z.Merge(s.scaled_exp_sum);
   }
   const double log_z = z.Log();
+  *log_normalizer = log_z;
   double cumulative = 0;
   for (int64_t j = 0; j < limit; ++j) {
-    if (j >= merged.known) return -1;
+    if (j >= merged.known) {
+      *known_mass = cumulative;
+      return -1;
+    }
     cumulative += std::exp(merged.list[j].logit * plan.inv_temperature - log_z);
     if (cumulative >= top_p) return j + 1;
   }
@@ -181,8 +211,17 @@ absl::StatusOr<MergeOutcome> MergeShardSummaries(absl::Span<const ShardSummary> 
   if (plan.full_vocabulary()) {
     token = BestShardWinner(shards);
   } else if (!plan.greedy) {
-    const int64_t kept = KeptCount(shards, merged, plan, params.top_p);
-    if (kept < 0) return NeedMore(merged, merged.known + 1);
+    double log_z = 0, known_mass = 0;
+    const int64_t kept = KeptCount(shards, merged, plan, params.top_p, &log_z, &known_mass);
+    if (kept < 0) {
+      // The known prefix holds known_mass < top_p: ask for 4 times the
+      // linear extrapolation to top_p (the mass per token falls with rank).
+      const double ratio = params.top_p / std::max(known_mass, 1e-3);
+      MergeOutcome outcome = NeedMore(
+          merged, static_cast<int64_t>(std::ceil(4 * ratio * merged.largest_truncated_count)));
+      outcome.retry_log_normalizer = log_z;
+      return outcome;
+    }
     token = GumbelAmong(merged.list, kept, plan, params.seed, position);
   }
   MergeOutcome outcome;
@@ -204,9 +243,15 @@ absl::StatusOr<SampleResult> SampleRow(absl::Span<const float> logits, int64_t v
     MS_ASSIGN_OR_RETURN(MergeOutcome outcome,
                         MergeShardSummaries({&summary, 1}, vocab_size, params, position));
     if (outcome.complete) return std::move(outcome.result);
-    // Terminates: every retry asks for more candidates than were sent, and a
-    // shard that sends all its valid ids is complete.
-    RefillCandidates(logits, vocab_size, outcome.retry_num_candidates, &summary);
+    // Terminates: every retry sends more candidates than before, and a shard
+    // that sends all its valid ids is complete.
+    const size_t sent = summary.candidates.size();
+    if (!std::isnan(outcome.retry_log_normalizer)) {
+      RefillNucleusCandidates(logits, vocab_size, params, outcome.retry_log_normalizer, &summary);
+    }
+    if (summary.candidates.size() == sent) {
+      RefillCandidates(logits, vocab_size, outcome.retry_num_candidates, &summary);
+    }
   }
 }
 

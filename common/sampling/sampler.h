@@ -33,21 +33,24 @@
 // the merge rebuilds the global order as far as every shard's candidates
 // reach. If the top_p nucleus runs past that, MergeShardSummaries returns
 // complete = false and retry_num_candidates: the caller asks the shards again
-// (SummarizeShard with num_candidates, or RefillCandidates) and merges again;
-// it never samples from an incomplete list.
+// (RefillNucleusCandidates with the returned normaliser, or SummarizeShard /
+// RefillCandidates with more candidates) and merges again; it never samples
+// from an incomplete list.
 //
 // Cost per 50257-wide row on one core of this machine (sampling_bench, -O2,
-// Gaussian logits sd 3; see README.md for the table): greedy ~0.05 ms,
-// T = 1 with no top_k/top_p ~0.7 ms (one Philox per id; logs only for ids the
-// bound cannot rule out), top_k = 50 ~0.1 ms, top_p = 0.9 ~0.9 ms (one exp per
-// id for the normaliser, bounded-heap selection of 256 candidates, no sort of
-// the row), num_logprobs >= 0 adds ~0.5 ms (one exp per id).
+// Gaussian logits sd 3; see README.md for the table): greedy 0.13 ms; T = 1
+// with no top_k/top_p 0.65 ms (one Philox call per two ids; the logs only for
+// ids the bound cannot rule out); top_k = 50 0.15 ms; top_p = 0.9 1.2-1.6 ms
+// (one exp per id for the normaliser, a bounded heap of 256 candidates, then
+// if the nucleus is wider a histogram bound, no sort of the row);
+// num_logprobs >= 0 adds ~0.7 ms (one exp per id).
 //
 // Thread-safety: pure functions over caller-owned spans.
 #ifndef MESHSERVE_COMMON_SAMPLING_SAMPLER_H_
 #define MESHSERVE_COMMON_SAMPLING_SAMPLER_H_
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -81,8 +84,12 @@ std::ostream& operator<<(std::ostream& os, const SampleResult& result);
 
 struct MergeOutcome {
   bool complete = false;
-  // When !complete: the num_candidates to summarise the shards with again.
+  // When !complete: the num_candidates to summarise the shards with again
+  // (SummarizeShard or RefillCandidates), and when the top_p nucleus ran past
+  // the candidates, the row's top_p normaliser for RefillNucleusCandidates
+  // (NaN otherwise), which usually completes in one retry.
   int64_t retry_num_candidates = 0;
+  double retry_log_normalizer = std::numeric_limits<double>::quiet_NaN();
   SampleResult result;  // when complete
 };
 

@@ -3,6 +3,7 @@
 // gives exactly the whole-row SampleResult; a merge whose shards sent too few
 // candidates for the top_p nucleus says so instead of sampling; bad shard sets
 // are rejected.
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -53,7 +54,28 @@ SamplingParams RandomParams(std::mt19937_64& rng, int64_t vocab) {
 struct ShardedOutcome {
   SampleResult result;
   int retries = 0;
+  int nucleus_refills_completed = 0;
 };
+
+// Summarises with the default count, refills every shard with
+// RefillNucleusCandidates and merges; true (and the result) when complete.
+bool RefillNucleusRound(const std::vector<float>& row, const std::vector<int64_t>& cuts,
+                        int64_t vocab, const SamplingParams& params, int64_t position,
+                        const MergeOutcome& incomplete, ShardedOutcome* out) {
+  std::vector<ShardSummary> shards;
+  for (size_t s = 0; s + 1 < cuts.size(); ++s) {
+    const absl::Span<const float> part(row.data() + cuts[s], cuts[s + 1] - cuts[s]);
+    ShardSummary summary = *SummarizeShard(part, cuts[s], vocab, params, position, 1);
+    RefillNucleusCandidates(part, vocab, params, incomplete.retry_log_normalizer, &summary);
+    shards.push_back(std::move(summary));
+  }
+  absl::StatusOr<MergeOutcome> merged = MergeShardSummaries(shards, vocab, params, position);
+  EXPECT_TRUE(merged.ok()) << merged.status();
+  if (!merged.ok() || !merged->complete) return false;
+  out->result = merged->result;
+  ++out->nucleus_refills_completed;
+  return true;
+}
 
 // The worker's loop: summarise every shard with `num_candidates`, merge, and
 // resummarise with more when the merge asks.
@@ -79,14 +101,18 @@ ShardedOutcome SampleSharded(const std::vector<float>& row, const std::vector<in
       return out;
     }
     EXPECT_GT(merged->retry_num_candidates, num_candidates);
-    num_candidates = merged->retry_num_candidates;
     ++out.retries;
+    if (!std::isnan(merged->retry_log_normalizer) && position % 2 == 1) {
+      // The one-step retry: each shard refills by the nucleus bound.
+      if (RefillNucleusRound(row, cuts, vocab, params, position, *merged, &out)) return out;
+    }
+    num_candidates = merged->retry_num_candidates;
   }
 }
 
 TEST(SamplingShardTest, MergedShardsEqualTheWholeRow) {
   std::mt19937_64 rng(11);
-  int total_retries = 0, compared = 0;
+  int total_retries = 0, compared = 0, nucleus_refills = 0;
   for (int trial = 0; trial < 600; ++trial) {
     const int64_t vocab = 1 + static_cast<int64_t>(rng() % 400);
     const int64_t width = vocab + static_cast<int64_t>(rng() % 9);  // padding
@@ -105,12 +131,14 @@ TEST(SamplingShardTest, MergedShardsEqualTheWholeRow) {
           SampleSharded(row, cuts, vocab, params, position, num_candidates);
       EXPECT_EQ(sharded.result, *whole) << "trial " << trial << " shards " << num_shards;
       total_retries += sharded.retries;
+      nucleus_refills += sharded.nucleus_refills_completed;
       ++compared;
     }
   }
-  printf("compared %d sharded samples, %d retries for more candidates\n", compared,
-         total_retries);
-  EXPECT_GT(total_retries, 100);  // the retry path ran
+  printf("compared %d sharded samples, %d retries for more candidates, %d completed by "
+         "RefillNucleusCandidates\n", compared, total_retries, nucleus_refills);
+  EXPECT_GT(total_retries, 100);  // the retry paths ran
+  EXPECT_GT(nucleus_refills, 20);
 }
 
 // A GPT-2-wide row split over 2 shards.
@@ -166,6 +194,19 @@ TEST(SamplingShardTest, RejectsShardsThatDoNotTileTheRow) {
   with_logprobs.num_logprobs = 3;
   EXPECT_THAT(MergeShardSummaries({a}, 5, with_logprobs, 0),
               StatusIs(absl::StatusCode::kInvalidArgument, "other sampling params"));
+  // A corrupt summary from a peer.
+  ShardSummary bad = a;
+  bad.candidates[0].id = 7;
+  EXPECT_THAT(MergeShardSummaries({bad}, 5, params, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, "candidate 0 (id 7) is outside"));
+  bad = a;
+  bad.gumbel_id = 5;
+  EXPECT_THAT(MergeShardSummaries({bad}, 5, params, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, "winner id 5"));
+  bad = a;
+  bad.num_valid = 0;
+  EXPECT_THAT(MergeShardSummaries({bad}, 5, params, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument, "has 0 valid ids"));
   EXPECT_THAT(SummarizeShard(row, -1, 10, params, 0),
               StatusIs(absl::StatusCode::kInvalidArgument, "shard begin -1"));
   EXPECT_THAT(SummarizeShard(row, 0, 10, params, 0, -4),

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -32,11 +33,29 @@ int64_t WantedCandidates(const SamplingPlan& plan, int64_t num_candidates) {
   return wanted;
 }
 
+// Large counts: all valid ids, nth_element at `count`, sort the front.
+std::vector<SampleCandidate> SelectManyCandidates(absl::Span<const float> logits, int64_t begin,
+                                                  int64_t count) {
+  std::vector<SampleCandidate> all;
+  all.reserve(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (!IsMasked(logits[i])) all.push_back({begin + static_cast<int64_t>(i), logits[i]});
+  }
+  if (count < static_cast<int64_t>(all.size())) {
+    std::nth_element(all.begin(), all.begin() + count, all.end(), RanksBefore);
+    all.resize(static_cast<size_t>(count));
+  }
+  std::sort(all.begin(), all.end(), RanksBefore);
+  return all;
+}
+
 // The `count` valid ids of logits[0, n) ranking first, in RanksBefore order.
 // A max-heap under RanksBefore keeps the worst kept candidate on top; ids come
 // in ascending order, so a later id displaces it only with a larger logit.
+// Above a few hundred, where the heap churns, nth_element is cheaper.
 std::vector<SampleCandidate> SelectCandidates(absl::Span<const float> logits, int64_t begin,
                                               int64_t count) {
+  if (count > 512) return SelectManyCandidates(logits, begin, count);
   std::vector<SampleCandidate> heap;
   heap.reserve(static_cast<size_t>(std::min<int64_t>(count, logits.size())));
   float worst = -std::numeric_limits<float>::infinity();
@@ -174,6 +193,47 @@ void RefillCandidates(absl::Span<const float> logits, int64_t vocab_size, int64_
       num_candidates, static_cast<int64_t>(summary->candidates.size()));
   summary->candidates =
       SelectCandidates(logits.subspan(0, static_cast<size_t>(num_real)), summary->begin, count);
+}
+
+void RefillNucleusCandidates(absl::Span<const float> logits, int64_t vocab_size,
+                             const SamplingParams& params, double log_z, ShardSummary* summary) {
+  if (summary->candidates.empty()) return;
+  constexpr int kBins = 2048;
+  constexpr double kBinsPerUnit = 32;
+  const int64_t num_real = std::clamp<int64_t>(vocab_size - summary->begin, 0, logits.size());
+  const absl::Span<const float> real = logits.subspan(0, static_cast<size_t>(num_real));
+  const double inv_t = PlanSampling(params, vocab_size).inv_temperature;
+  const double x_max = summary->candidates.front().logit * inv_t;
+  // bin = floor((x_max - x) * 32) >= 0; the same expression selects below.
+  auto depth = [&](float logit) { return (x_max - logit * inv_t) * kBinsPerUnit; };
+  std::vector<int64_t> counts(kBins, 0);
+  for (float logit : real) {
+    if (IsMasked(logit)) continue;
+    const double d = depth(logit);
+    if (d < kBins) ++counts[static_cast<int>(d)];
+  }
+  // An id in bin k has x > x_max - (k + 1) / 32; the slack covers rounding.
+  const double target = static_cast<double>(params.top_p) * (1 + 1e-6);
+  double mass = 0;
+  double limit = std::numeric_limits<double>::infinity();  // all valid ids
+  for (int k = 0; k < kBins; ++k) {
+    mass += static_cast<double>(counts[k]) * std::exp(x_max - (k + 1) / kBinsPerUnit - log_z);
+    if (mass >= target) {
+      limit = k + 1;
+      break;
+    }
+  }
+  std::vector<SampleCandidate> selected;
+  for (size_t i = 0; i < real.size(); ++i) {
+    if (!IsMasked(real[i]) && depth(real[i]) < limit) {
+      selected.push_back({summary->begin + static_cast<int64_t>(i), real[i]});
+    }
+  }
+  // The selection is closed under RanksBefore (depth falls as the logit
+  // grows), so when larger it holds the candidates sent before.
+  if (selected.size() <= summary->candidates.size()) return;
+  std::sort(selected.begin(), selected.end(), RanksBefore);
+  summary->candidates = std::move(selected);
 }
 
 bool ShardSummary::operator==(const ShardSummary& o) const {

@@ -106,6 +106,23 @@ absl::StatusOr<ShardSummary> SummarizeShard(absl::Span<const float> logits, int6
 void RefillCandidates(absl::Span<const float> logits, int64_t vocab_size,
                       int64_t num_candidates, ShardSummary* summary);
 
+// Re-selects `summary`'s candidates after a top_p merge came back incomplete,
+// given the row's top_p normaliser log_z (MergeOutcome::retry_log_normalizer):
+// every valid id of the shard that can be in the nucleus, found without a
+// sort. A histogram of x = logit / T (bins of 1/32 over the 64 below the
+// shard's max) gives a lower bound of each bin's probability; summed from the
+// top, they pass top_p at some bin, and no id below that bin can be in the
+// nucleus (the shard's own ids above it already hold top_p of the row). The
+// ids above, sorted, become the candidates (if more than the shard sent), so
+// the next merge is complete but for rounding at the very edge (then it asks
+// again). logits, vocab_size and params as given to SummarizeShard.
+// Use it when the shard holds most of the row's probability (SampleRow's one
+// shard): a shard holding less than top_p of it cannot rule out any of its
+// ids and sends them all; several shards do better with RefillCandidates and
+// MergeOutcome::retry_num_candidates.
+void RefillNucleusCandidates(absl::Span<const float> logits, int64_t vocab_size,
+                             const SamplingParams& params, double log_z, ShardSummary* summary);
+
 }  // namespace meshserve
 
 #endif  // MESHSERVE_COMMON_SAMPLING_SHARD_SUMMARY_H_
