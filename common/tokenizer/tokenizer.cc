@@ -52,8 +52,8 @@ absl::StatusOr<std::optional<int32_t>> TokenId(const Tokenizer& tok,
   return id;
 }
 
-// Special-token settings from tokenizer_config.json (`config` may be null),
-// over the defaults in `special`.
+// Special-token settings from tokenizer_config.json or special_tokens_map.json
+// (`config` may be null), over the defaults in `special`.
 absl::Status ApplyConfig(const Json& config, const Tokenizer& tok, SpecialTokenConfig* special) {
   if (config.is_null()) return absl::OkStatus();
   if (!config.is_object()) return InvalidArgument("the top level must be an object");
@@ -72,9 +72,16 @@ absl::Status ApplyConfig(const Json& config, const Tokenizer& tok, SpecialTokenC
     }
     special->add_bos = add_bos->get<bool>();
   }
-  if (special->add_bos && !special->bos_id.has_value()) {
-    return InvalidArgument("add_bos_token is true but there is no bos_token");
-  }
+  return absl::OkStatus();
+}
+
+// Reads `file` of `dir` when present and applies its special-token fields.
+absl::Status ApplyConfigFile(const std::string& dir, const char* file, const Tokenizer& tok,
+                             SpecialTokenConfig* special) {
+  const std::string path = dir + "/" + file;
+  if (!FileExists(path)) return absl::OkStatus();
+  MS_ASSIGN_OR_RETURN(Json config, ReadJsonFile(path));
+  MS_RETURN_IF_ERROR(ApplyConfig(config, tok, special), path);
   return absl::OkStatus();
 }
 
@@ -103,8 +110,7 @@ std::vector<AddedToken> GptSpecialTokens(const Json& vocab, const Json& config) 
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadGpt2Files(const std::string& dir,
-                                                         const Json& config,
-                                                         SpecialTokenConfig* special) {
+                                                         const Json& config) {
   const std::string vocab_path = dir + "/vocab.json";
   const std::string merges_path = dir + "/merges.txt";
   if (!FileExists(merges_path)) return NotFound(dir, " has vocab.json but no merges.txt");
@@ -112,9 +118,6 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadGpt2Files(const std::string& dir,
   std::vector<AddedToken> added = GptSpecialTokens(vocab, config);
   MS_ASSIGN_OR_RETURN(std::unique_ptr<ByteLevelBpe> bpe,
                       LoadVocabAndMerges(vocab_path, merges_path, added));
-  if (!added.empty() && added[0].content == "<|endoftext|>") {
-    special->bos_id = special->eos_id = added[0].id;
-  }
   return std::unique_ptr<Tokenizer>(std::move(bpe));
 }
 
@@ -153,7 +156,7 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& dir)
     }
     tok = std::move(loaded->bpe);
   } else if (FileExists(dir + "/vocab.json")) {
-    MS_ASSIGN_OR_RETURN(tok, LoadGpt2Files(dir, config, &special));
+    MS_ASSIGN_OR_RETURN(tok, LoadGpt2Files(dir, config));
   } else if (has_sentencepiece) {
     return Unimplemented("SentencePiece tokenizers are not supported yet (", dir,
                          "/tokenizer.model)");
@@ -161,7 +164,18 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& dir)
     return NotFound("no tokenizer in ", dir,
                     ": expected tokenizer.json, vocab.json + merges.txt or tokenizer.model");
   }
+  // GPT-2's convention (HF GPT2Tokenizer's defaults): a special <|endoftext|>
+  // is bos and eos unless a config file names others.
+  std::optional<int32_t> endoftext = tok->TokenToId("<|endoftext|>");
+  if (endoftext.has_value() && tok->IsSpecial(*endoftext)) {
+    special.eos_id = endoftext;
+    if (!special.bos_id.has_value()) special.bos_id = endoftext;
+  }
+  MS_RETURN_IF_ERROR(ApplyConfigFile(dir, "special_tokens_map.json", *tok, &special));
   MS_RETURN_IF_ERROR(ApplyConfig(config, *tok, &special), config_path);
+  if (special.add_bos && !special.bos_id.has_value()) {
+    return InvalidArgument(config_path, ": add_bos_token is true but there is no bos_token");
+  }
   tok->set_special_tokens(special);
   return tok;
 }

@@ -16,7 +16,9 @@
 //   tokenizer.json                 HF "fast" tokenizer: BPE model + ByteLevel
 //   vocab.json + merges.txt        GPT-2 files (byte-level BPE)
 //   tokenizer.model                SentencePiece: Unimplemented for now
-// plus tokenizer_config.json (optional: add_bos_token, bos_token, eos_token).
+// plus the optional special_tokens_map.json (bos_token, eos_token) and
+// tokenizer_config.json (add_bos_token, bos_token, eos_token; it wins). A
+// special <|endoftext|> is bos and eos unless those files name others (GPT-2).
 // Every unreadable or malformed file gives NotFound / InvalidArgument naming
 // the file and the problem; nothing in a file can crash the loader.
 //

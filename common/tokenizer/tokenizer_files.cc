@@ -309,5 +309,15 @@ absl::StatusOr<TokenizerJson> LoadTokenizerJson(const std::string& path) {
   return out;
 }
 
+absl::StatusOr<TokenizerJson> ParseTokenizerJsonText(absl::string_view text) {
+  Json root;
+  try {
+    root = Json::parse(text.begin(), text.end());
+  } catch (const Json::exception& e) {
+    return InvalidArgument("not valid JSON: ", e.what());
+  }
+  return ParseTokenizerJson(root);
+}
+
 }  // namespace tokenizer
 }  // namespace meshserve

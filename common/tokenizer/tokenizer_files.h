@@ -47,6 +47,8 @@ struct TokenizerJson {
   std::optional<std::string> template_bos;
 };
 absl::StatusOr<TokenizerJson> LoadTokenizerJson(const std::string& path);
+// The same from the file's text (errors without the path).
+absl::StatusOr<TokenizerJson> ParseTokenizerJsonText(absl::string_view text);
 
 }  // namespace tokenizer
 }  // namespace meshserve

@@ -8,6 +8,7 @@
 
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -33,7 +34,7 @@ std::string NewDir(const std::string& name) {
   const std::string dir = ::testing::TempDir() + "/tokenizer_loader_test_" + name;
   ::mkdir(dir.c_str(), 0755);
   for (const char* f : {"tokenizer.json", "vocab.json", "merges.txt", "tokenizer_config.json",
-                        "tokenizer.model"}) {
+                        "special_tokens_map.json", "tokenizer.model"}) {
     std::remove((dir + "/" + f).c_str());
   }
   return dir;
@@ -100,12 +101,47 @@ TEST(LoadTokenizerTest, Gpt2TokenizerJson) {
   ASSERT_OK_AND_ASSIGN(auto tok, LoadTokenizer(dir));
   EXPECT_EQ(tok->vocab_size(), 261);
   EXPECT_FALSE(tok->add_bos());
+  EXPECT_EQ(tok->eos_id(), 260);  // GPT-2's <|endoftext|>, as HF's defaults have it
+  EXPECT_EQ(tok->bos_id(), 260);
   // "<|endoftext|>" in text is the special token, as GPT2TokenizerFast does.
   ASSERT_OK_AND_ASSIGN(std::vector<int32_t> ids, tok->Encode("hi hill's<|endoftext|> hi"));
   EXPECT_THAT(ids, ElementsAre('h', 'i', 257, 258, 259, 260, 257));
   EXPECT_TRUE(tok->IsSpecial(260));
   EXPECT_THAT(tok->Decode(ids),
               ::meshserve::testing::IsOkAndHolds("hi hill's<|endoftext|> hi"));
+  // special_tokens_map.json names other tokens; tokenizer_config.json wins over it.
+  Write(dir, "special_tokens_map.json", R"({"bos_token": "ll", "eos_token": "'s"})");
+  ASSERT_OK_AND_ASSIGN(tok, LoadTokenizer(dir));
+  EXPECT_EQ(tok->bos_id(), 258);
+  EXPECT_EQ(tok->eos_id(), 259);
+  Write(dir, "tokenizer_config.json", R"({"eos_token": "<|endoftext|>"})");
+  ASSERT_OK_AND_ASSIGN(tok, LoadTokenizer(dir));
+  EXPECT_EQ(tok->bos_id(), 258);
+  EXPECT_EQ(tok->eos_id(), 260);
+}
+
+TEST(LoadTokenizerTest, ConcurrentEncodesAgree) {
+  const std::string dir = NewDir("threads");
+  Write(dir, "tokenizer.json", Llama3TokenizerJson().dump());
+  ASSERT_OK_AND_ASSIGN(auto tok, LoadTokenizer(dir));
+  std::vector<std::string> texts;
+  for (int i = 0; i < 50; ++i) texts.push_back(absl::StrCat(" hi ll ", i, " <|end_of_text|>x"));
+  std::vector<std::vector<int32_t>> expected;
+  for (const std::string& t : texts) expected.push_back(*tok->Encode(t));
+  std::vector<int> num_bad(4, 0);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k) {
+    threads.emplace_back([&, k] {
+      for (int round = 0; round < 20; ++round) {
+        for (size_t i = 0; i < texts.size(); ++i) {
+          auto ids = tok->Encode(texts[i]);
+          if (!ids.ok() || *ids != expected[i]) ++num_bad[k];
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_THAT(num_bad, ::testing::Each(0));
 }
 
 TEST(LoadTokenizerTest, Llama3TokenizerJsonAddsBos) {
