@@ -257,6 +257,57 @@ TEST(SamplerTest, TopKOneIsTheArgmaxAndTinyTopPIsTheMostLikely) {
   }
 }
 
+// The sampler's token against a brute-force reference written from the
+// definitions: sort, cut by top_k, cut by top_p (long double), then the
+// argmax of x + Gumbel over every kept id, with no pruning. Cases within 1e-9
+// of a top_p boundary are skipped (rounding may fall either way there).
+TEST(SamplerTest, TokenEqualsABruteForceGumbelMax) {
+  std::mt19937_64 rng(8);
+  int checked = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int vocab = 2 + static_cast<int>(rng() % 700);
+    const std::vector<float> row = RandomRow(rng, vocab, 0.5f + trial % 4);
+    const int32_t top_k = trial % 3 == 0 ? 0 : 1 + static_cast<int32_t>(rng() % 40);
+    const float top_p = trial % 2 ? 1.0f : 0.3f + (rng() % 7) * 0.1f;
+    const SamplingParams params = Params(0.2f + (trial % 5) * 0.5f, top_k, top_p, rng());
+    const int64_t position = static_cast<int64_t>(rng() % 1000000);
+    std::vector<int> order(vocab);
+    for (int i = 0; i < vocab; ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](int a, int b) {
+      return row[a] > row[b] || (row[a] == row[b] && a < b);
+    });
+    if (params.top_k > 0 && params.top_k < vocab) order.resize(params.top_k);
+    const long double t = params.temperature;
+    bool near_boundary = false;
+    if (params.top_p < 1) {
+      long double z = 0, cumulative = 0;
+      for (int id : order) z += std::exp(row[id] / t - row[order[0]] / t);
+      size_t n = 0;
+      while (n < order.size()) {
+        cumulative += std::exp(row[order[n]] / t - row[order[0]] / t) / z;
+        ++n;
+        near_boundary |= std::fabs(cumulative - params.top_p) < 1e-9L;
+        if (cumulative >= params.top_p) break;
+      }
+      order.resize(n);
+    }
+    if (near_boundary) continue;
+    int64_t best = -1;
+    double best_score = 0;
+    for (int id : order) {
+      const double score = row[id] * (1.0 / static_cast<double>(params.temperature)) +
+                           GumbelFromBits(TokenRandomBits(params.seed, position, id));
+      if (best < 0 || score > best_score || (score == best_score && id < best)) {
+        best = id;
+        best_score = score;
+      }
+    }
+    EXPECT_EQ(SampleRow(row, vocab, params, position)->token_id, best) << "trial " << trial;
+    ++checked;
+  }
+  EXPECT_GT(checked, 390);
+}
+
 TEST(SamplerTest, BatchEqualsRowByRow) {
   std::mt19937_64 rng(6);
   const int vocab = 300, stride = 320, rows = 6;
