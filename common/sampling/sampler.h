@@ -107,11 +107,6 @@ absl::StatusOr<MergeOutcome> MergeShardSummaries(absl::Span<const ShardSummary> 
 absl::StatusOr<SampleResult> SampleRow(absl::Span<const float> logits, int64_t vocab_size,
                                        const SamplingParams& params, int64_t position);
 
-// One row of a batch: its own params (and seed) and its token's position.
-struct RowSampling {
-  SamplingParams params;
-  int64_t position = 0;
-};
 // Samples rows.size() rows of `row_stride` logits each (logits.size() ==
 // rows.size() * row_stride, row_stride >= vocab_size). A bad row fails the
 // call, its index named.

@@ -154,6 +154,43 @@ TEST(SamplingShardTest, PaddedGpt2WidthRowMatches) {
   }
 }
 
+TEST(SamplingShardTest, BatchOfShardsEqualsRowByRow) {
+  std::mt19937_64 rng(13);
+  const int64_t vocab = 90, width = 96, rows = 4, shard_width = 48;
+  const std::vector<float> logits = RandomLogits(rng, width * rows, 0);
+  std::vector<RowSampling> sampling;
+  for (int r = 0; r < rows; ++r) sampling.push_back({RandomParams(rng, vocab), 10 + r});
+  std::vector<std::vector<ShardSummary>> per_shard;
+  for (int64_t begin : {int64_t{0}, shard_width}) {
+    std::vector<float> slice;  // this shard's columns of every row
+    for (int r = 0; r < rows; ++r) {
+      slice.insert(slice.end(), logits.begin() + r * width + begin,
+                   logits.begin() + r * width + begin + shard_width);
+    }
+    ASSERT_OK_AND_ASSIGN(std::vector<ShardSummary> summaries,
+                         SummarizeShardBatch(slice, shard_width, begin, vocab, sampling));
+    per_shard.push_back(std::move(summaries));
+  }
+  for (int r = 0; r < rows; ++r) {
+    const std::vector<ShardSummary> shards = {per_shard[0][r], per_shard[1][r]};
+    const std::vector<int64_t> cuts = {0, shard_width, width};
+    const std::vector<float> row(logits.begin() + r * width, logits.begin() + (r + 1) * width);
+    ASSERT_OK_AND_ASSIGN(MergeOutcome merged,
+                         MergeShardSummaries(shards, vocab, sampling[r].params, 10 + r));
+    const SampleResult expected = *SampleRow(row, vocab, sampling[r].params, 10 + r);
+    if (merged.complete) {
+      EXPECT_EQ(merged.result, expected) << r;
+    } else {
+      EXPECT_EQ(SampleSharded(row, cuts, vocab, sampling[r].params, 10 + r, 0).result, expected);
+    }
+  }
+  sampling[2].params.temperature = -1;
+  EXPECT_THAT(SummarizeShardBatch(std::vector<float>(48 * rows), shard_width, 0, vocab, sampling),
+              StatusIs(absl::StatusCode::kInvalidArgument, "row 2: temperature -1"));
+  EXPECT_THAT(SummarizeShardBatch(std::vector<float>(47), shard_width, 0, vocab, sampling),
+              StatusIs(absl::StatusCode::kInvalidArgument, "47 logits are not 4 rows of 48"));
+}
+
 TEST(SamplingShardTest, ReportsWhenTheNucleusPassesTheCandidates) {
   // Flat logits: a 0.9 nucleus needs ~90% of the ids; one candidate per shard
   // is not enough and the merge must say so.

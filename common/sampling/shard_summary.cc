@@ -186,6 +186,26 @@ absl::StatusOr<ShardSummary> SummarizeShard(absl::Span<const float> logits, int6
   return summary;
 }
 
+absl::StatusOr<std::vector<ShardSummary>> SummarizeShardBatch(
+    absl::Span<const float> logits, int64_t row_stride, int64_t begin, int64_t vocab_size,
+    absl::Span<const RowSampling> rows) {
+  if (row_stride < 0 ||
+      static_cast<int64_t>(logits.size()) != static_cast<int64_t>(rows.size()) * row_stride) {
+    return InvalidArgument(logits.size(), " logits are not ", rows.size(), " rows of ",
+                           row_stride);
+  }
+  std::vector<ShardSummary> summaries;
+  summaries.reserve(rows.size());
+  for (size_t r = 0; r < rows.size(); ++r) {
+    MS_ASSIGN_OR_RETURN(ShardSummary summary,
+                        SummarizeShard(logits.subspan(r * row_stride, row_stride), begin,
+                                       vocab_size, rows[r].params, rows[r].position),
+                        "row ", r);
+    summaries.push_back(std::move(summary));
+  }
+  return summaries;
+}
+
 void RefillCandidates(absl::Span<const float> logits, int64_t vocab_size, int64_t num_candidates,
                       ShardSummary* summary) {
   const int64_t num_real = std::clamp<int64_t>(vocab_size - summary->begin, 0, logits.size());

@@ -100,6 +100,19 @@ absl::StatusOr<ShardSummary> SummarizeShard(absl::Span<const float> logits, int6
                                             int64_t vocab_size, const SamplingParams& params,
                                             int64_t position, int64_t num_candidates = 0);
 
+// One row of a batch: its own params (and seed) and its token's position.
+struct RowSampling {
+  SamplingParams params;
+  int64_t position = 0;
+};
+
+// SummarizeShard for every row of a batch: logits holds rows.size() rows of
+// `row_stride` entries, each the shard's ids [begin, begin + row_stride).
+// A bad row fails the call, its index named.
+absl::StatusOr<std::vector<ShardSummary>> SummarizeShardBatch(
+    absl::Span<const float> logits, int64_t row_stride, int64_t begin, int64_t vocab_size,
+    absl::Span<const RowSampling> rows);
+
 // Re-selects `summary`'s candidates (the rest is unchanged) with at least
 // num_candidates of them: the retry a merge asks for, without rescanning the
 // sums. `logits`, begin and vocab_size as given to SummarizeShard.
