@@ -12,6 +12,7 @@
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/sampling/philox.h"
+#include "common/sampling/row_batch.h"
 
 namespace meshserve {
 namespace {
@@ -261,20 +262,10 @@ absl::StatusOr<std::vector<SampleResult>> SampleBatch(absl::Span<const float> lo
   if (row_stride < vocab_size) {
     return InvalidArgument("row_stride ", row_stride, " is below vocab_size ", vocab_size);
   }
-  if (static_cast<int64_t>(logits.size()) != static_cast<int64_t>(rows.size()) * row_stride) {
-    return InvalidArgument(logits.size(), " logits are not ", rows.size(), " rows of ",
-                           row_stride);
-  }
-  std::vector<SampleResult> results;
-  results.reserve(rows.size());
-  for (size_t r = 0; r < rows.size(); ++r) {
-    MS_ASSIGN_OR_RETURN(SampleResult result,
-                        SampleRow(logits.subspan(r * row_stride, row_stride), vocab_size,
-                                  rows[r].params, rows[r].position),
-                        "row ", r);
-    results.push_back(std::move(result));
-  }
-  return results;
+  return MapRows<SampleResult>(
+      logits, row_stride, rows, [&](absl::Span<const float> row, const RowSampling& sampling) {
+        return SampleRow(row, vocab_size, sampling.params, sampling.position);
+      });
 }
 
 std::string SampleResult::ToString() const {

@@ -16,6 +16,7 @@
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/sampling/philox.h"
+#include "common/sampling/row_batch.h"
 
 namespace meshserve {
 namespace {
@@ -189,21 +190,10 @@ absl::StatusOr<ShardSummary> SummarizeShard(absl::Span<const float> logits, int6
 absl::StatusOr<std::vector<ShardSummary>> SummarizeShardBatch(
     absl::Span<const float> logits, int64_t row_stride, int64_t begin, int64_t vocab_size,
     absl::Span<const RowSampling> rows) {
-  if (row_stride < 0 ||
-      static_cast<int64_t>(logits.size()) != static_cast<int64_t>(rows.size()) * row_stride) {
-    return InvalidArgument(logits.size(), " logits are not ", rows.size(), " rows of ",
-                           row_stride);
-  }
-  std::vector<ShardSummary> summaries;
-  summaries.reserve(rows.size());
-  for (size_t r = 0; r < rows.size(); ++r) {
-    MS_ASSIGN_OR_RETURN(ShardSummary summary,
-                        SummarizeShard(logits.subspan(r * row_stride, row_stride), begin,
-                                       vocab_size, rows[r].params, rows[r].position),
-                        "row ", r);
-    summaries.push_back(std::move(summary));
-  }
-  return summaries;
+  return MapRows<ShardSummary>(
+      logits, row_stride, rows, [&](absl::Span<const float> row, const RowSampling& sampling) {
+        return SummarizeShard(row, begin, vocab_size, sampling.params, sampling.position);
+      });
 }
 
 void RefillCandidates(absl::Span<const float> logits, int64_t vocab_size, int64_t num_candidates,
