@@ -14,6 +14,7 @@
 #include "common/base/shape_string.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/kvcache/attention_rows.h"
 
 namespace meshserve {
 namespace {
@@ -94,31 +95,6 @@ absl::Status CheckSpansTile(absl::Span<const KvSpan> spans, int64_t n) {
   return absl::OkStatus();
 }
 
-inline float Dot(const float* a, const float* b, int64_t n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
-  }
-  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
-// row[0, valid) <- softmax(row[0, valid)) (max subtracted); row[valid, n) <- 0.
-void SoftmaxPrefix(float* row, int64_t valid, int64_t n) {
-  float mx = row[0];
-  for (int64_t j = 1; j < valid; ++j) mx = std::max(mx, row[j]);
-  float sum = 0.0f;
-  for (int64_t j = 0; j < valid; ++j) {
-    row[j] = std::exp(row[j] - mx);
-    sum += row[j];
-  }
-  const float inv = 1.0f / sum;
-  for (int64_t j = 0; j < valid; ++j) row[j] *= inv;
-  std::fill(row + valid, row + n, 0.0f);
-}
-
 // Writes the item's k_new / v_new rows into its blocks.
 void AppendRows(const Item& it) {
   const KvSpan& span = it.entry->span;
@@ -145,25 +121,18 @@ void AttendOneToken(const Item& it, int64_t t, int64_t pos, std::vector<float>* 
   for (int64_t b = 0; b < num_blocks; ++b) {
     const float* keys = it.pool->KeyData(it.entry->blocks[b], it.layer) + it.kv_head * bt * d;
     const int64_t rows = std::min(bt, len - b * bt);
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t g = 0; g < g_count; ++g) {
-        scores[g * len + b * bt + r] = it.scale * Dot(q0 + g * d, keys + r * d, d);
-      }
+    for (int64_t g = 0; g < g_count; ++g) {  // the block stays in L1 for the G heads
+      kv_internal::ScoreRows(q0 + g * d, keys, rows, d, it.scale, scores + g * len + b * bt);
     }
   }
-  for (int64_t g = 0; g < g_count; ++g) SoftmaxPrefix(scores + g * len, len, len);
+  for (int64_t g = 0; g < g_count; ++g) SoftmaxRowPrefix(scores + g * len, len, len);
   std::fill(o0, o0 + g_count * d, 0.0f);
   for (int64_t b = 0; b < num_blocks; ++b) {
     const float* values =
         it.pool->ValueData(it.entry->blocks[b], it.layer) + it.kv_head * bt * d;
     const int64_t rows = std::min(bt, len - b * bt);
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* v = values + r * d;
-      for (int64_t g = 0; g < g_count; ++g) {
-        const float w = scores[g * len + b * bt + r];
-        float* o = o0 + g * d;
-        for (int64_t i = 0; i < d; ++i) o[i] += w * v[i];
-      }
+    for (int64_t g = 0; g < g_count; ++g) {
+      kv_internal::AccumulateRows(scores + g * len + b * bt, values, rows, d, o0 + g * d);
     }
   }
 }
@@ -202,7 +171,7 @@ void AttendPrefill(const Item& it, std::vector<float>* scratch) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, cols, d, it.scale,
                   it.q + (row0 * hq + head) * d, hq * d, keys, d, 0.0f, scores, cols);
       for (int64_t r = 0; r < m; ++r) {
-        SoftmaxPrefix(scores + r * cols, span.past_len + i0 + r + 1, cols);
+        SoftmaxRowPrefix(scores + r * cols, span.past_len + i0 + r + 1, cols);
       }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, d, cols, 1.0f, scores, cols,
                   values, d, 0.0f, it.out + (row0 * hq + head) * d, hq * d);

@@ -27,7 +27,8 @@
 //   - Spans of fewer than kCachedAttentionBlasMinTokens tokens (decode): a
 //     loop over the sequence's blocks in place, no copy of the cache; each
 //     cached key and value row is read once for the G query heads of its kv
-//     head. Bytes read per token at position p, per layer:
+//     head (attention_rows.h: AVX-512 / AVX2 row kernels). Bytes read per
+//     token at position p, per layer:
 //       2 (k, v) * (p + 1) * Hkv * D * 4
 //     (e.g. GPT-2 small, 6 kv heads, D 64, p = 127: 393 KB a layer, 4.7 MB a
 //     token for 12 layers), plus 2 * Hkv * D * 4 written.
