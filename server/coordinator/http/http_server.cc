@@ -5,7 +5,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/base/status_util.h"
 #include "common/rpc/grpc_credentials.h"
+#include "server/coordinator/http/openai_response.h"
 #include "server/coordinator/http/status_json.h"
 #include "server/coordinator/http/status_page.h"
 
@@ -25,18 +27,51 @@ bool IsOpenPath(const std::string& path) {
   return path == "/v2/health/live" || path == "/v2/health/ready" || path == "/metrics";
 }
 
+// The guards' refusals: OpenAI's error shape on its routes, KServe's elsewhere.
+// `http_status` 0: the status code's.
+void SendError(const std::string& path, const absl::Status& status, httplib::Response& res,
+               int http_status = 0) {
+  if (path == "/v1/completions" || path == "/v1/models") {
+    const OpenAiError error = http_status == 0 ? EncodeOpenAiError(status)
+                                               : EncodeOpenAiError(status, http_status);
+    res.status = error.http_status;
+    res.set_content(error.body, kJson);
+    return;
+  }
+  HttpReply reply = ErrorReply(status);
+  if (http_status != 0) reply.status = http_status;
+  Send(reply, res);
+}
+
+OpenAiRouteOptions OpenAiOptions(Coordinator* coordinator,
+                                 const CoordinatorHttpOptions& options) {
+  OpenAiRouteOptions out;
+  out.generator = options.generator;
+  out.detokenize = options.detokenize;
+  out.model_names = [coordinator] {
+    std::vector<std::string> names;
+    for (const ModelStatus& m : coordinator->ModelStatuses()) names.push_back(m.name);
+    return names;
+  };
+  return out;
+}
+
 }  // namespace
 
 CoordinatorHttpServer::CoordinatorHttpServer(Coordinator* coordinator,
                                              CoordinatorHttpOptions options)
     : coordinator_(coordinator),
       options_(std::move(options)),
-      rest_(coordinator, options_.limits) {}
+      rest_(coordinator, options_.limits),
+      openai_(OpenAiOptions(coordinator, options_)) {}
 
 absl::StatusOr<std::unique_ptr<CoordinatorHttpServer>> CoordinatorHttpServer::Start(
     Coordinator* coordinator, const std::string& host, int port,
     CoordinatorHttpOptions options) {
   if (absl::Status valid = ValidateRequestLimits(options.limits); !valid.ok()) return valid;
+  if (options.num_threads < 1) {
+    return InvalidArgument("http num_threads must be >= 1, got ", options.num_threads);
+  }
   std::unique_ptr<CoordinatorHttpServer> server(
       new CoordinatorHttpServer(coordinator, std::move(options)));
   CoordinatorHttpServer* const self = server.get();
@@ -44,6 +79,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorHttpServer>> CoordinatorHttpServer::St
                       HttpEndpoint::Create(&coordinator->metrics().registry,
                                            server->options_.https,
                                            [self] { self->RefreshWorkerGauges(); }));
+  const size_t num_threads = static_cast<size_t>(server->options_.num_threads);
+  server->endpoint_->server().new_task_queue = [num_threads] {
+    return new httplib::ThreadPool(num_threads);
+  };
   server->AddGuards();
   server->AddRoutes();
   absl::Status started = server->endpoint_->Start(host, port);
@@ -72,16 +111,16 @@ void CoordinatorHttpServer::AddRoutes() {
                                       coordinator_->metrics()),
                     kJson);
   });
+  openai_.Register(s);
   // Unrouted paths and methods; the handlers' own errors already have a body.
   s.set_error_handler(httplib::Server::HandlerWithResponse([this](Req req, Res res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     if (res.status == 413) {  // cpp-httplib refused the body (payload_max_length)
-      Send({413, ErrorReply(absl::ResourceExhaustedError(absl::StrCat(
-                                "request body of ", req.get_header_value("Content-Length"),
-                                " bytes exceeds --max_request_bytes=",
-                                options_.limits.max_request_bytes)))
-                     .body},
-           res);
+      SendError(req.path,
+                absl::ResourceExhaustedError(absl::StrCat(
+                    "request body of ", req.get_header_value("Content-Length"),
+                    " bytes exceeds --max_request_bytes=", options_.limits.max_request_bytes)),
+                res, 413);
       return httplib::Server::HandlerResponse::Handled;
     }
     Send(ErrorReply(absl::NotFoundError(absl::StrCat("no route for ", req.method, " ",
@@ -102,7 +141,7 @@ void CoordinatorHttpServer::AddGuards() {
         req.has_header("Authorization") ? std::optional<absl::string_view>(value) : std::nullopt,
         options_.auth_token);
     if (auth.ok()) return httplib::Server::HandlerResponse::Unhandled;
-    Send(ErrorReply(auth), res);
+    SendError(req.path, auth, res);
     res.set_header("WWW-Authenticate", "Bearer");
     return httplib::Server::HandlerResponse::Handled;
   });

@@ -332,4 +332,19 @@ absl::Status ValidateForModel(const CompletionRequest& request, const ModelLimit
   return absl::OkStatus();
 }
 
+GenerateRequest ToGenerateRequest(const CompletionRequest& request, int32_t choice) {
+  GenerateRequest out;
+  out.model = request.model;
+  if (request.has_text_prompt()) {
+    out.prompt_text = request.prompt_text();
+  } else {
+    out.prompt_ids = request.prompt_ids();
+  }
+  out.sampling = request.sampling;
+  out.has_seed = request.has_seed;
+  if (request.has_seed) out.sampling.seed = request.sampling.seed + static_cast<uint64_t>(choice);
+  out.stop = request.stop;
+  return out;
+}
+
 }  // namespace meshserve

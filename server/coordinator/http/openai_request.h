@@ -42,6 +42,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/sampling/sampling_params.h"
+#include "server/coordinator/generate/generator.h"
 
 namespace meshserve {
 
@@ -95,6 +96,14 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body)
 //    context of 1024".
 absl::Status ValidateForModel(const CompletionRequest& request, const ModelLimits& limits,
                               int64_t prompt_len);
+
+// The GenerateRequest of choice `choice` (0 <= choice < request.n): the model,
+// the prompt (a text prompt goes as prompt_text, for the generator's
+// tokenizer), sampling and stop ids. With a seed, choice i runs with
+// seed + i (mod 2^64), so the n samples differ and each is reproducible;
+// without one the generator draws a seed per sequence. The stop strings are
+// not part of it (they need the text).
+GenerateRequest ToGenerateRequest(const CompletionRequest& request, int32_t choice);
 
 }  // namespace meshserve
 

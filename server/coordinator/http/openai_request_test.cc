@@ -344,5 +344,34 @@ TEST(ValidateForModelTest, RefusesATextThatTokenizesToNothing) {
               StatusIs(absl::StatusCode::kInvalidArgument, "prompt is empty after tokenization"));
 }
 
+TEST(ToGenerateRequestTest, CarriesPromptSamplingAndStopWithSeedPlusChoice) {
+  const CompletionRequest r = Parsed(R"({"model": "lm", "prompt": [5, 6], "max_tokens": 7,
+      "temperature": 0.5, "top_k": 3, "top_p": 0.9, "seed": 18446744073709551615,
+      "stop_token_ids": [9], "ignore_eos": true, "logprobs": 2, "n": 3})");
+  for (int32_t i = 0; i < 3; ++i) {
+    const GenerateRequest g = ToGenerateRequest(r, i);
+    EXPECT_EQ(g.model, "lm");
+    EXPECT_FALSE(g.prompt_text.has_value());
+    EXPECT_THAT(g.prompt_ids, ElementsAre(5, 6));
+    EXPECT_EQ(g.sampling.temperature, 0.5f);
+    EXPECT_EQ(g.sampling.top_k, 3);
+    EXPECT_EQ(g.sampling.top_p, 0.9f);
+    EXPECT_EQ(g.sampling.num_logprobs, 2);
+    EXPECT_TRUE(g.has_seed);
+    // 2^64 - 1 + i wraps: choices 1 and 2 run with seeds 0 and 1.
+    EXPECT_EQ(g.sampling.seed, i == 0 ? 18446744073709551615ull : uint64_t(i - 1));
+    EXPECT_EQ(g.stop.max_tokens, 7);
+    EXPECT_THAT(g.stop.stop_token_ids, ElementsAre(9));
+    EXPECT_TRUE(g.stop.ignore_eos);
+  }
+}
+
+TEST(ToGenerateRequestTest, TextPromptAndNoSeed) {
+  const GenerateRequest g = ToGenerateRequest(Parsed(Body("")), 1);
+  ASSERT_TRUE(g.prompt_text.has_value());
+  EXPECT_THAT(g.prompt_ids, IsEmpty());
+  EXPECT_FALSE(g.has_seed);  // the generator draws one per sequence
+}
+
 }  // namespace
 }  // namespace meshserve

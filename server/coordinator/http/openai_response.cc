@@ -84,6 +84,15 @@ std::string ParamOf(absl::string_view message) {
       "stop_token_ids", "stop", "ignore_eos", "stream_options", "stream", "logprobs",
       "n", "return_token_ids", "echo", "best_of", "presence_penalty",
       "frequency_penalty", "suffix", "logit_bias"};
+  // A refusal annotated with the model ("model 'gpt2': prompt (9 tokens) +
+  // ..."): the field is the one after it, if any.
+  constexpr absl::string_view kModelPrefix = "model '";
+  if (message.substr(0, kModelPrefix.size()) == kModelPrefix) {
+    const size_t end = message.find('\'', kModelPrefix.size());  // the name's closing quote
+    if (end != absl::string_view::npos && message.substr(end, 3) == "': ") {
+      return ParamOf(message.substr(end + 3));
+    }
+  }
   constexpr absl::string_view kMissing = "missing field '";
   if (message.substr(0, kMissing.size()) == kMissing) {
     const size_t end = message.find('\'', kMissing.size());
@@ -174,13 +183,18 @@ absl::string_view OpenAiErrorType(int http_status) {
     case 429: return "RateLimitError";
     case 503: return "ServiceUnavailableError";
     case 504: return "GatewayTimeoutError";
-    default: return "InternalServerError";
+    case 409: return "ConflictError";
+    case 422: return "UnprocessableEntityError";
+    default: return http_status < 500 ? "APIError" : "InternalServerError";
   }
 }
 
 OpenAiError EncodeOpenAiError(const absl::Status& status) {
-  const int http = status.ok() ? 500 : OpenAiHttpStatusFor(status.code());
-  return OpenAiError{http, Dump(ErrorJson(status, http))};
+  return EncodeOpenAiError(status, status.ok() ? 500 : OpenAiHttpStatusFor(status.code()));
+}
+
+OpenAiError EncodeOpenAiError(const absl::Status& status, int http_status) {
+  return OpenAiError{http_status, Dump(ErrorJson(status, http_status))};
 }
 
 std::string EncodeErrorEvent(const absl::Status& status) {

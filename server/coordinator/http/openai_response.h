@@ -35,7 +35,8 @@
 //   504 GatewayTimeoutError    kDeadlineExceeded
 //   500 InternalServerError    anything else
 // "param" is the request field the message starts with (message "top_p must
-// be in (0, 1], got 2" -> "top_p"), else null.
+// be in (0, 1], got 2" -> "top_p"; after a "model 'NAME': " prefix, the field
+// that follows it), else null.
 //
 // Thread-safety: pure functions; the structs are plain values.
 #ifndef MESHSERVE_SERVER_COORDINATOR_HTTP_OPENAI_RESPONSE_H_
@@ -110,6 +111,9 @@ int OpenAiHttpStatusFor(absl::StatusCode code);
 absl::string_view OpenAiErrorType(int http_status);
 // `status` must not be OK (an OK status is reported as a 500 internal error).
 OpenAiError EncodeOpenAiError(const absl::Status& status);
+// The same with the HTTP status given (the transport's 413 for a body over
+// its limit); a 4xx not listed above has "type" "APIError" (the SDKs' base).
+OpenAiError EncodeOpenAiError(const absl::Status& status, int http_status);
 // In a stream that already sent 200: the error as one SSE event
 // ("data: {"error": ...}\n\n"), as vLLM's streams end on a failure.
 std::string EncodeErrorEvent(const absl::Status& status);

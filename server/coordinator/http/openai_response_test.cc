@@ -198,11 +198,26 @@ TEST(EncodeOpenAiErrorTest, ParamIsTheFieldTheMessageNames) {
                         Case{"n must be in [1, 16], got 0", "n"},
                         Case{"missing field 'model'", "model"},
                         Case{"model 'x' is not served", "model"},  // NotFound names it
+                        // The generator's refusals carry the model first.
+                        Case{"model 'x': prompt (2 tokens) + max_tokens (63) = 65 exceeds",
+                             "prompt"},
+                        Case{"model 'x': the generation queue is full", nullptr},
+                        Case{"model 'x' has no tokenizer here: send ids", "model"},
                         Case{"nothing to see", nullptr},
                         Case{"temperatures are high", nullptr}}) {
     const Json j = Json::parse(EncodeOpenAiError(absl::InvalidArgumentError(c.message)).body);
     EXPECT_EQ(j.at("error").at("param"), c.param) << c.message;
   }
+}
+
+TEST(EncodeOpenAiErrorTest, GivenHttpStatusIsTheCodeAndPicksTheType) {
+  const OpenAiError e = EncodeOpenAiError(absl::ResourceExhaustedError("body too big"), 413);
+  EXPECT_EQ(e.http_status, 413);
+  const Json j = Json::parse(e.body);
+  EXPECT_EQ(j.at("error").at("code"), 413);
+  EXPECT_EQ(j.at("error").at("type"), "APIError");
+  EXPECT_EQ(OpenAiErrorType(409), "ConflictError");
+  EXPECT_EQ(OpenAiErrorType(502), "InternalServerError");
 }
 
 TEST(EncodeOpenAiErrorTest, OkStatusIsAnInternalError) {

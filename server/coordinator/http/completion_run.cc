@@ -1,0 +1,110 @@
+// CompletionRun and ChoiceTracker (completion_run.h).
+#include "server/coordinator/http/completion_run.h"
+
+#include <algorithm>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace meshserve {
+
+SequenceSink CompletionRun::SinkFor(int32_t choice) {
+  return [run = shared_from_this(), choice](const SequenceEvent& e) { run->Push(choice, e); };
+}
+
+void CompletionRun::Push(int32_t choice, const SequenceEvent& event) {
+  absl::MutexLock lock(&mu_);
+  pending_.push_back(Event{choice, event});
+}
+
+std::vector<CompletionRun::Event> CompletionRun::Take(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto has_events = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !pending_.empty(); };
+  mu_.AwaitWithTimeout(absl::Condition(&has_events), timeout);
+  std::vector<Event> out;
+  out.swap(pending_);
+  return out;
+}
+
+ChoiceTracker::ChoiceTracker(std::string model, int32_t num_choices, int32_t num_logprobs,
+                             Detokenizer detokenize)
+    : model_(std::move(model)),
+      num_logprobs_(num_logprobs),
+      detokenize_(std::move(detokenize)),
+      choices_(static_cast<size_t>(num_choices)) {}
+
+CompletionChoice ChoiceTracker::Apply(const CompletionRun::Event& e) {
+  Choice& c = choices_.at(static_cast<size_t>(e.choice));
+  const SequenceEvent& ev = e.event;
+  CompletionChoice delta;
+  delta.index = e.choice;
+  delta.token_ids = ev.token_ids;
+  if (detokenize_ != nullptr && !ev.token_ids.empty()) {
+    delta.text = detokenize_(model_, ev.token_ids);
+  }
+  if (num_logprobs_ >= 0) {
+    CompletionLogprobs lp;
+    int64_t offset = c.text_length;
+    for (size_t i = 0; i < ev.token_ids.size(); ++i) {
+      const int64_t id = ev.token_ids[i];
+      std::string token = detokenize_ != nullptr ? detokenize_(model_, {id}) : absl::StrCat(id);
+      lp.text_offset.push_back(offset);
+      if (detokenize_ != nullptr) offset += static_cast<int64_t>(token.size());
+      lp.tokens.push_back(std::move(token));
+      // A sequence asked for logprobs gets one per token; a missing one (not
+      // expected) is written as -inf's stand-in rather than shifting the rest.
+      lp.token_logprobs.push_back(i < ev.logprobs.size() ? ev.logprobs[i]
+                                                         : -std::numeric_limits<float>::infinity());
+      lp.top_logprobs.emplace_back();  // not carried by SequenceEvent yet
+    }
+    delta.logprobs = std::move(lp);
+  }
+  c.text_length += static_cast<int64_t>(delta.text.size());
+  c.completion_tokens += static_cast<int64_t>(ev.token_ids.size());
+  if (ev.finish != FinishReason::kNone && !c.finished) {
+    c.finished = true;
+    ++num_finished_;
+    prompt_tokens_ = std::max(prompt_tokens_, ev.prompt_tokens);
+    if (ev.finish == FinishReason::kStop || ev.finish == FinishReason::kLength) {
+      delta.finish_reason = FinishReasonName(ev.finish);
+    } else if (error_.ok()) {
+      error_ = ev.finish == FinishReason::kError && !ev.status.ok()
+                   ? ev.status
+                   : absl::UnavailableError(absl::StrCat(
+                         "choice ", e.choice, " of the completion ended before its last token (",
+                         FinishReasonName(ev.finish),
+                         "): the server is stopping or the model was unloaded"));
+    }
+  }
+  return delta;
+}
+
+CompletionUsage ChoiceTracker::usage() const {
+  CompletionUsage u;
+  u.prompt_tokens = prompt_tokens_;
+  for (const Choice& c : choices_) u.completion_tokens += c.completion_tokens;
+  return u;
+}
+
+void AppendChoiceDelta(const CompletionChoice& delta, CompletionChoice* whole) {
+  whole->index = delta.index;
+  whole->text += delta.text;
+  whole->token_ids.insert(whole->token_ids.end(), delta.token_ids.begin(),
+                          delta.token_ids.end());
+  if (delta.logprobs.has_value()) {
+    if (!whole->logprobs.has_value()) whole->logprobs.emplace();
+    CompletionLogprobs& to = *whole->logprobs;
+    const CompletionLogprobs& from = *delta.logprobs;
+    to.tokens.insert(to.tokens.end(), from.tokens.begin(), from.tokens.end());
+    to.token_logprobs.insert(to.token_logprobs.end(), from.token_logprobs.begin(),
+                             from.token_logprobs.end());
+    to.top_logprobs.insert(to.top_logprobs.end(), from.top_logprobs.begin(),
+                           from.top_logprobs.end());
+    to.text_offset.insert(to.text_offset.end(), from.text_offset.begin(),
+                          from.text_offset.end());
+  }
+  if (!delta.finish_reason.empty()) whole->finish_reason = delta.finish_reason;
+}
+
+}  // namespace meshserve

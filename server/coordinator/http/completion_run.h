@@ -1,0 +1,100 @@
+// One POST /v1/completions request in flight: the n sequences' events,
+// gathered from the generation loop's thread (the sinks) for the HTTP thread
+// that answers, and their conversion into OpenAI's choices.
+//
+//   loop thread:  sink(choice i) -> CompletionRun::Push   (never blocks)
+//   HTTP thread:  CompletionRun::Take -> ChoiceTracker::Apply -> a chunk (stream)
+//                 or appended to the whole choice (AppendChoiceDelta)
+//
+// A SequenceEvent becomes one choice delta: its new token_ids, their text
+// (the detokenizer's, "" without one), logprobs when asked (OpenAI's lists:
+// `tokens` the tokens' texts, or each id's decimal string without a
+// detokenizer; `token_logprobs` the event's; `top_logprobs` one empty entry
+// per token, as SequenceEvent does not carry the top N yet; `text_offset`
+// each token's offset in the choice's text) and, on the last event,
+// finish_reason "stop" / "length". A last event that is neither (kError, or
+// kCancelled by the server) is the choice's error (ChoiceTracker::error).
+//
+// Thread-safety: CompletionRun is thread-safe; ChoiceTracker and the free
+// functions are used by one thread (the answering one).
+#ifndef MESHSERVE_SERVER_COORDINATOR_HTTP_COMPLETION_RUN_H_
+#define MESHSERVE_SERVER_COORDINATOR_HTTP_COMPLETION_RUN_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/coordinator/generate/scheduler.h"
+#include "server/coordinator/http/openai_response.h"
+
+namespace meshserve {
+
+// The text of `ids` in `model`'s vocabulary (its tokenizer's decode). Null
+// while no tokenizer is wired: completions then have "text": "".
+using Detokenizer =
+    std::function<std::string(const std::string& model, const std::vector<int64_t>& ids)>;
+
+class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
+ public:
+  struct Event {
+    int32_t choice = 0;
+    SequenceEvent event;
+  };
+
+  // The sink of sequence `choice`; it keeps the run alive while the
+  // generation loop holds it.
+  SequenceSink SinkFor(int32_t choice);
+  // The events that arrived since the last Take, in arrival order; waits up
+  // to `timeout` for the first one (empty when none came).
+  std::vector<Event> Take(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  void Push(int32_t choice, const SequenceEvent& event) ABSL_LOCKS_EXCLUDED(mu_);
+
+  absl::Mutex mu_;
+  std::vector<Event> pending_ ABSL_GUARDED_BY(mu_);
+};
+
+// The choices' state on the answering thread.
+class ChoiceTracker {
+ public:
+  // `num_logprobs` is the request's logprobs (-1: none asked).
+  ChoiceTracker(std::string model, int32_t num_choices, int32_t num_logprobs,
+                Detokenizer detokenize);
+
+  // Applies `e` to its choice and returns the choice's delta.
+  CompletionChoice Apply(const CompletionRun::Event& e);
+  bool all_finished() const { return num_finished_ == static_cast<int32_t>(choices_.size()); }
+  // The first choice that ended without a result (kError, kCancelled), else OK.
+  const absl::Status& error() const { return error_; }
+  // Over all choices (the prompt counted once, as OpenAI's usage does).
+  CompletionUsage usage() const;
+
+ private:
+  struct Choice {
+    int64_t text_length = 0;  // bytes of text so far (text_offset)
+    int64_t completion_tokens = 0;
+    bool finished = false;
+  };
+
+  const std::string model_;
+  const int32_t num_logprobs_;
+  const Detokenizer detokenize_;
+  std::vector<Choice> choices_;
+  int32_t num_finished_ = 0;
+  int64_t prompt_tokens_ = 0;
+  absl::Status error_;
+};
+
+// Appends a delta (Apply's) to a whole choice: text, ids, logprobs, finish.
+void AppendChoiceDelta(const CompletionChoice& delta, CompletionChoice* whole);
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_SERVER_COORDINATOR_HTTP_COMPLETION_RUN_H_
