@@ -21,6 +21,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "grpcpp/client_context.h"
@@ -45,6 +47,8 @@ using ::meshserve::testing::IsOkAndHolds;
 using ::meshserve::testing::StatusIs;
 
 constexpr int64_t kM = 4, kK = 8, kN = 6;
+// Threads of each worker's ThreadPool (few, so that a test can fill it).
+constexpr int kPoolThreads = 4;
 
 // Writes a one-tensor float32 safetensors file by hand (8-byte LE header
 // length, JSON header, raw bytes).
@@ -113,7 +117,7 @@ class WorkerServiceTest : public ::testing::Test {
       options.worker_id = i;
       options.default_deadline = absl::Seconds(20);
       n.worker = std::make_unique<WorkerEngine>(options, n.transport.get());
-      n.pool = std::make_unique<ThreadPool>();
+      n.pool = std::make_unique<ThreadPool>(kPoolThreads);
       n.service = std::make_unique<WorkerServiceImpl>(n.worker.get(), n.pool.get());
       ASSERT_OK_AND_ASSIGN(n.server, StartWorkerServer(n.service.get(), "127.0.0.1", 0));
       n.address = absl::StrCat("127.0.0.1:", n.server.port);
@@ -623,6 +627,7 @@ absl::StatusOr<std::vector<float>> ReadRows(WorkerService::Stub* stub, const std
   request.set_param(param);
   SetBoxOf({{r0, r1}, {0, cols}}, request.mutable_box());
   grpc::ClientContext context;
+  SetDeadline(&context, absl::Seconds(30));  // a read that never comes fails, not hangs
   std::unique_ptr<grpc::ClientReader<ParamChunk>> reader = stub->ReadParam(&context, request);
   std::string bytes;
   ParamChunk chunk;
@@ -661,6 +666,28 @@ TEST_F(WorkerServiceTest, ReadParamRefusesARequestThatDoesNotParse) {
   ASSERT_OK_AND_ASSIGN(std::vector<float> rows,
                        ReadRows(nodes_[0].stub.get(), "mm", 1, 1, "w", 0, 4, kN));
   EXPECT_EQ(rows.size(), static_cast<size_t>(4 * kN));
+}
+
+// ReadParam reads on the ElasticExecutor, not on the worker's pool: a pool
+// whose every thread waits (e.g. LoadModels waiting for peers' ReadParams)
+// does not hold it up.
+TEST_F(WorkerServiceTest, ReadParamIsServedWhileThePoolIsBusy) {
+  absl::Notification release;
+  absl::BlockingCounter busy(kPoolThreads);
+  for (int i = 0; i < kPoolThreads; ++i) {
+    nodes_[0].pool->Schedule([&] {
+      busy.DecrementCount();
+      release.WaitForNotification();
+    });
+  }
+  busy.Wait();
+  // Worker 0 holds rows [0, kK / 2) of w (sharded over x on its rows).
+  absl::StatusOr<std::vector<float>> rows =
+      ReadRows(nodes_[0].stub.get(), "mm", 1, 1, "w", 0, kK / 2, kN);
+  release.Notify();
+  ASSERT_OK(rows.status());
+  ASSERT_EQ(rows->size(), static_cast<size_t>(kK / 2 * kN));
+  for (size_t i = 0; i < rows->size(); ++i) EXPECT_EQ((*rows)[i], w_[i]) << "element " << i;
 }
 
 TEST_F(WorkerServiceTest, StageParamsRefusesAChunkThatDoesNotParse) {
