@@ -40,31 +40,17 @@ CompletionChoice ChoiceTracker::Apply(const CompletionRun::Event& e) {
   CompletionChoice delta;
   delta.index = e.choice;
   delta.token_ids = ev.token_ids;
+  if (num_logprobs_ >= 0) delta.logprobs = Logprobs(ev, c.num_bytes);
   if (detokenize_ != nullptr && !ev.token_ids.empty()) {
-    delta.text = detokenize_(model_, ev.token_ids);
+    const std::string bytes = detokenize_(model_, ev.token_ids);
+    c.num_bytes += static_cast<int64_t>(bytes.size());
+    delta.text = c.utf8.Push(bytes);
   }
-  if (num_logprobs_ >= 0) {
-    CompletionLogprobs lp;
-    int64_t offset = c.text_length;
-    for (size_t i = 0; i < ev.token_ids.size(); ++i) {
-      const int64_t id = ev.token_ids[i];
-      std::string token = detokenize_ != nullptr ? detokenize_(model_, {id}) : absl::StrCat(id);
-      lp.text_offset.push_back(offset);
-      if (detokenize_ != nullptr) offset += static_cast<int64_t>(token.size());
-      lp.tokens.push_back(std::move(token));
-      // A sequence asked for logprobs gets one per token; a missing one (not
-      // expected) is written as -inf's stand-in rather than shifting the rest.
-      lp.token_logprobs.push_back(i < ev.logprobs.size() ? ev.logprobs[i]
-                                                         : -std::numeric_limits<float>::infinity());
-      lp.top_logprobs.emplace_back();  // not carried by SequenceEvent yet
-    }
-    delta.logprobs = std::move(lp);
-  }
-  c.text_length += static_cast<int64_t>(delta.text.size());
   c.completion_tokens += static_cast<int64_t>(ev.token_ids.size());
   if (ev.finish != FinishReason::kNone && !c.finished) {
     c.finished = true;
     ++num_finished_;
+    delta.text += c.utf8.Finish();
     prompt_tokens_ = std::max(prompt_tokens_, ev.prompt_tokens);
     if (ev.finish == FinishReason::kStop || ev.finish == FinishReason::kLength) {
       delta.finish_reason = FinishReasonName(ev.finish);
@@ -78,6 +64,27 @@ CompletionChoice ChoiceTracker::Apply(const CompletionRun::Event& e) {
     }
   }
   return delta;
+}
+
+CompletionLogprobs ChoiceTracker::Logprobs(const SequenceEvent& ev, int64_t offset) const {
+  CompletionLogprobs lp;
+  for (size_t i = 0; i < ev.token_ids.size(); ++i) {
+    const int64_t id = ev.token_ids[i];
+    lp.text_offset.push_back(offset);
+    if (detokenize_ != nullptr) {
+      const std::string bytes = detokenize_(model_, {id});
+      offset += static_cast<int64_t>(bytes.size());
+      lp.tokens.push_back(tokenizer::DecodeUtf8Lossy(bytes));
+    } else {
+      lp.tokens.push_back(absl::StrCat(id));
+    }
+    // A sequence asked for logprobs gets one per token; a missing one (not
+    // expected) is written as -inf's stand-in rather than shifting the rest.
+    lp.token_logprobs.push_back(i < ev.logprobs.size() ? ev.logprobs[i]
+                                                       : -std::numeric_limits<float>::infinity());
+    lp.top_logprobs.emplace_back();  // not carried by SequenceEvent yet
+  }
+  return lp;
 }
 
 CompletionUsage ChoiceTracker::usage() const {

@@ -6,13 +6,19 @@
 //   HTTP thread:  CompletionRun::Take -> ChoiceTracker::Apply -> a chunk (stream)
 //                 or appended to the whole choice (AppendChoiceDelta)
 //
-// A SequenceEvent becomes one choice delta: its new token_ids, their text
-// (the detokenizer's, "" without one), logprobs when asked (OpenAI's lists:
-// `tokens` the tokens' texts, or each id's decimal string without a
-// detokenizer; `token_logprobs` the event's; `top_logprobs` one empty entry
-// per token, as SequenceEvent does not carry the top N yet; `text_offset`
-// each token's offset in the choice's text) and, on the last event,
-// finish_reason "stop" / "length". A last event that is neither (kError, or
+// A SequenceEvent becomes one choice delta: its new token_ids, their text,
+// logprobs when asked, and on the last event finish_reason "stop" / "length".
+// Text: the detokenizer gives the ids' bytes (Tokenizer::Decode's); a
+// Utf8StreamDecoder per choice turns them into text as Python's
+// bytes.decode("utf-8", errors="replace") does, holding back a character
+// whose bytes have not all come (so a chunk never splits a character) and
+// flushing it, as U+FFFD if still incomplete, on the choice's last event.
+// Without a detokenizer the text is "". Logprobs, OpenAI's lists: `tokens`
+// each token's own bytes decoded (each id's decimal string without a
+// detokenizer), `token_logprobs` the event's, `top_logprobs` one empty entry
+// per token (SequenceEvent does not carry the top N yet), `text_offset` the
+// byte offset of each token's bytes in the choice's bytes (0s without a
+// detokenizer). A last event that is neither (kError, or
 // kCancelled by the server) is the choice's error (ChoiceTracker::error).
 //
 // Thread-safety: CompletionRun is thread-safe; ChoiceTracker and the free
@@ -30,13 +36,16 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/tokenizer/utf8.h"
 #include "server/coordinator/generate/scheduler.h"
 #include "server/coordinator/http/openai_response.h"
 
 namespace meshserve {
 
-// The text of `ids` in `model`'s vocabulary (its tokenizer's decode). Null
-// while no tokenizer is wired: completions then have "text": "".
+// The bytes of `ids`' tokens in `model`'s vocabulary, concatenated
+// (Tokenizer::Decode of common/tokenizer; not yet UTF-8-decoded: a token may
+// hold part of a character). Null while no tokenizer is wired: completions
+// then have "text": "".
 using Detokenizer =
     std::function<std::string(const std::string& model, const std::vector<int64_t>& ids)>;
 
@@ -78,10 +87,14 @@ class ChoiceTracker {
 
  private:
   struct Choice {
-    int64_t text_length = 0;  // bytes of text so far (text_offset)
+    tokenizer::Utf8StreamDecoder utf8;
+    int64_t num_bytes = 0;  // token bytes so far (text_offset)
     int64_t completion_tokens = 0;
     bool finished = false;
   };
+
+  // The logprobs of `ev`'s tokens, the first at byte `offset` of the choice.
+  CompletionLogprobs Logprobs(const SequenceEvent& ev, int64_t offset) const;
 
   const std::string model_;
   const int32_t num_logprobs_;

@@ -98,6 +98,26 @@ TEST(ChoiceTrackerTest, WithADetokenizerTextAndOffsetsFollowTheTokens) {
   EXPECT_EQ(t.usage().completion_tokens, 4);
 }
 
+// Token bytes that split characters: 20 is E2 82, 21 is AC (E2 82 AC is the
+// euro sign), 22 is a lone lead byte F0.
+std::string SplitBytes(const std::string& model, const std::vector<int64_t>& ids) {
+  std::string out;
+  for (int64_t id : ids) out += id == 20 ? "\xE2\x82" : id == 21 ? "\xAC" : "\xF0";
+  return out;
+}
+
+TEST(ChoiceTrackerTest, AChunkNeverSplitsACharacterAndTheEndFlushesAsReplacement) {
+  ChoiceTracker t("lm", 1, /*num_logprobs=*/0, SplitBytes);
+  CompletionChoice d = t.Apply({0, Tokens({20}, {-1})});
+  EXPECT_EQ(d.text, "");  // held back: the euro sign is not complete yet
+  EXPECT_THAT(d.logprobs->tokens, ElementsAre("\xEF\xBF\xBD"));  // alone: U+FFFD
+  d = t.Apply({0, Tokens({21, 22}, {-1, -1})});
+  EXPECT_EQ(d.text, "\xE2\x82\xAC");  // the euro sign; F0 held back
+  EXPECT_THAT(d.logprobs->text_offset, ElementsAre(2, 3));
+  d = t.Apply({0, Last({}, FinishReason::kLength, 1)});
+  EXPECT_EQ(d.text, "\xEF\xBF\xBD");  // the incomplete F0, flushed as U+FFFD
+}
+
 TEST(ChoiceTrackerTest, NoLogprobsUnlessAsked) {
   ChoiceTracker t("lm", 1, -1, nullptr);
   EXPECT_FALSE(t.Apply({0, Tokens({1}, {-1})}).logprobs.has_value());

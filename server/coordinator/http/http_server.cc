@@ -3,6 +3,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
@@ -31,7 +32,7 @@ bool IsOpenPath(const std::string& path) {
 // `http_status` 0: the status code's.
 void SendError(const std::string& path, const absl::Status& status, httplib::Response& res,
                int http_status = 0) {
-  if (path == "/v1/completions" || path == "/v1/models") {
+  if (absl::StartsWith(path, "/v1/") && path != "/v1/status") {  // OpenAI's API
     const OpenAiError error = http_status == 0 ? EncodeOpenAiError(status)
                                                : EncodeOpenAiError(status, http_status);
     res.status = error.http_status;
@@ -123,9 +124,9 @@ void CoordinatorHttpServer::AddRoutes() {
                 res, 413);
       return httplib::Server::HandlerResponse::Handled;
     }
-    Send(ErrorReply(absl::NotFoundError(absl::StrCat("no route for ", req.method, " ",
-                                                      req.path))),
-         res);
+    SendError(req.path,
+              absl::NotFoundError(absl::StrCat("no route for ", req.method, " ", req.path)),
+              res);
     return httplib::Server::HandlerResponse::Handled;
   }));
 }

@@ -9,8 +9,8 @@
 //   POST /v2/models/NAME[/versions/V]/infer
 //   GET  /metrics   /   /v1/status
 //   POST /v1/completions   GET /v1/models      (options.generator; null: 503)
-// Anything else: 404 {"error": "..."}. The refusals of /v1/completions and
-// /v1/models (401, 413 included) have OpenAI's error shape.
+// Anything else: 404 {"error": "..."}. Refusals on /v1/ paths but /v1/status
+// (401, 413 and unrouted ones included) have OpenAI's error shape.
 //
 // Options: with an auth token every path but /v2/health/live, /v2/health/ready
 // and /metrics needs "Authorization: Bearer <token>" (401 {"error": ...}

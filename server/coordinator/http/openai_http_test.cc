@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
+#include "common/tokenizer/utf8.h"
 #include "server/coordinator/http/testing/openai_test_server.h"
 #include "tests/testing/status_matchers.h"
 
@@ -242,6 +243,35 @@ TEST_F(OpenAiHttpTest, LogprobsAreTheSampledOnesWithIdsAsTokens) {
   }
 }
 
+// A stand-in tokenizer whose tokens split characters: an even id is the
+// lead byte C3, an odd one the continuation byte A9 (C3 A9 is "é").
+std::string HalfBytes(const std::string&, const std::vector<int64_t>& ids) {
+  std::string out;
+  for (int64_t id : ids) out += id % 2 == 0 ? "\xC3" : "\xA9";
+  return out;
+}
+
+TEST_F(OpenAiHttpTest, WithADetokenizerStreamedTextIsTheWholeTextAndTheBytesDecoded) {
+  OpenAiTestServerOptions options;
+  options.detokenize = HalfBytes;
+  Start(options);
+  const std::string request = R"({"model": "lm", "prompt": [7, 7], "max_tokens": 20)";
+  const Answer whole = Post(port_, "/v1/completions", request + "}");
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  const std::string text = Json::parse(whole.body).at("choices")[0].at("text");
+  EXPECT_EQ(text, tokenizer::DecodeUtf8Lossy(HalfBytes("lm", Reference({7, 7}, 20, {}))));
+  const Answer streamed = Post(port_, "/v1/completions", request + R"(, "stream": true})");
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  const std::vector<std::string> data = SseData(streamed.body);
+  std::string joined;
+  for (size_t i = 0; i + 1 < data.size(); ++i) {
+    const std::string chunk = Json::parse(data[i]).at("choices")[0].at("text");
+    EXPECT_OK(tokenizer::ValidateUtf8(chunk));
+    joined += chunk;
+  }
+  EXPECT_EQ(joined, text);  // no chunk split a character, none was replaced twice
+}
+
 TEST_F(OpenAiHttpTest, EveryBadFieldIs400InOpenAisShapeAndTheServerGoesOn) {
   struct Case {
     const char* body;
@@ -286,6 +316,11 @@ TEST_F(OpenAiHttpTest, EveryBadFieldIs400InOpenAisShapeAndTheServerGoesOn) {
 TEST_F(OpenAiHttpTest, UnknownModelIs404) {
   ExpectOpenAiError(Post(port_, "/v1/completions", R"({"model": "nope", "prompt": [1]})"), 404,
                     "NotFoundError", "model 'nope' is not served", "model");
+}
+
+TEST_F(OpenAiHttpTest, UnservedV1RouteIs404InOpenAisShape) {
+  ExpectOpenAiError(Post(port_, "/v1/chat/completions", R"({"model": "lm"})"), 404,
+                    "NotFoundError", "no route for POST /v1/chat/completions", nullptr);
 }
 
 TEST_F(OpenAiHttpTest, ModelsListsTheCoordinatorsModels) {

@@ -163,7 +163,8 @@ std::string EncodeDoneEvent() { return "data: [DONE]\n\n"; }
 int OpenAiHttpStatusFor(absl::StatusCode code) {
   switch (code) {
     case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kOutOfRange: return 400;
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kFailedPrecondition: return 400;  // e.g. a model that cannot generate
     case absl::StatusCode::kUnauthenticated: return 401;
     case absl::StatusCode::kPermissionDenied: return 403;
     case absl::StatusCode::kNotFound: return 404;

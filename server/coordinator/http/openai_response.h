@@ -26,7 +26,8 @@
 // Errors: vLLM's shape, {"error": {"message", "type", "param", "code"}} with
 // "code" the HTTP status (an integer) and "type" the OpenAI SDKs' exception
 // class for that status (OpenAiHttpStatusFor / OpenAiErrorType):
-//   400 BadRequestError        kInvalidArgument, kOutOfRange
+//   400 BadRequestError        kInvalidArgument, kOutOfRange, kFailedPrecondition
+//                              (the generator's "model 'm' cannot generate")
 //   401 AuthenticationError    kUnauthenticated
 //   403 PermissionDeniedError  kPermissionDenied
 //   404 NotFoundError          kNotFound

@@ -171,7 +171,7 @@ TEST(EncodeOpenAiErrorTest, StatusCodeMapping) {
                         Case{absl::StatusCode::kUnavailable, 503, "ServiceUnavailableError"},
                         Case{absl::StatusCode::kDeadlineExceeded, 504, "GatewayTimeoutError"},
                         Case{absl::StatusCode::kInternal, 500, "InternalServerError"},
-                        Case{absl::StatusCode::kFailedPrecondition, 500, "InternalServerError"},
+                        Case{absl::StatusCode::kFailedPrecondition, 400, "BadRequestError"},
                         Case{absl::StatusCode::kUnknown, 500, "InternalServerError"}}) {
     const OpenAiError e = EncodeOpenAiError(absl::Status(c.code, "boom"));
     EXPECT_EQ(e.http_status, c.http) << absl::StatusCodeToString(c.code);

@@ -53,6 +53,7 @@ absl::StatusOr<std::unique_ptr<OpenAiTestServer>> OpenAiTestServer::Start(
   s->backend_ = std::make_unique<FakeGenerationBackend>(options.backend);
   CoordinatorHttpOptions http;
   http.auth_token = options.auth_token;
+  http.detokenize = options.detokenize;
   if (options.with_generator) {
     s->generator_ = std::make_unique<Generator>(s->backend_.get(), options.generator);
     http.generator = s->generator_.get();

@@ -28,6 +28,7 @@ struct OpenAiTestServerOptions {
   std::string scratch_dir = "/tmp";  // the model directory is made under it
   bool with_generator = true;
   std::string auth_token;  // non-empty: CoordinatorHttpOptions::auth_token
+  Detokenizer detokenize;  // CoordinatorHttpOptions::detokenize
   FakeGenerationBackend::Options backend;
   GeneratorOptions generator;
 };
