@@ -204,6 +204,11 @@ absl::Status CachedAttentionInto(KvCache& cache, int64_t layer, const Tensor& q,
     return InvalidArgument("CachedAttention: out ", out == nullptr ? "null" : out->ToString(),
                            " must be float32 of q's shape ", ShapeToString(q.shape()));
   }
+  for (const Tensor* in : {&q, &k_new, &v_new}) {
+    if (in->NumBytes() > 0 && in->raw_data() == out->raw_data()) {
+      return InvalidArgument("CachedAttention: out must not share its buffer with an input");
+    }
+  }
   if (!(options.scale >= 0.0f) || !std::isfinite(options.scale)) {
     return InvalidArgument("CachedAttention: scale ", options.scale, " must be finite and > 0");
   }

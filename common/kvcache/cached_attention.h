@@ -80,7 +80,8 @@ absl::StatusOr<Tensor> CachedAttention(KvCache& cache, int64_t layer, const Tens
                                        absl::Span<const KvSpan> spans,
                                        const CachedAttentionOptions& options = {});
 
-// Same, writing into *out, which must already be float32 [N, Hq, D].
+// Same, writing into *out, which must already be float32 [N, Hq, D] and not
+// be one of the inputs (kInvalidArgument otherwise).
 absl::Status CachedAttentionInto(KvCache& cache, int64_t layer, const Tensor& q,
                                  const Tensor& k_new, const Tensor& v_new,
                                  absl::Span<const KvSpan> spans,

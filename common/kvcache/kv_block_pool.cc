@@ -1,6 +1,7 @@
 // KvBlockPool (see kv_block_pool.h).
 #include "common/kvcache/kv_block_pool.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <utility>
 
@@ -50,17 +51,14 @@ absl::StatusOr<std::unique_ptr<KvBlockPool>> KvBlockPool::Create(
     return InvalidArgument("KvBlockPool: capacity_bytes ", options.capacity_bytes,
                            " must be >= 0");
   }
-  const int64_t num_blocks = options.capacity_bytes / bytes_per_block;
+  const int64_t num_blocks =
+      std::min(options.capacity_bytes / bytes_per_block, KvBlockPool::kMaxBlocks);
   if (num_blocks == 0) {
     return ResourceExhausted("KvBlockPool: capacity_bytes ", options.capacity_bytes,
                              " holds no block of ", bytes_per_block, " bytes (", options.block_tokens,
                              " tokens x ", options.num_layers, " layers x ",
                              options.num_kv_heads, " kv heads x head_dim ", options.head_dim,
                              " x k,v x 4 bytes)");
-  }
-  if (num_blocks > INT32_MAX) {
-    return InvalidArgument("KvBlockPool: capacity_bytes ", options.capacity_bytes, " gives ",
-                           num_blocks, " blocks, more than ", INT32_MAX);
   }
   return std::unique_ptr<KvBlockPool>(new KvBlockPool(options, bytes_per_block, num_blocks));
 }
@@ -132,7 +130,8 @@ float* KvBlockPool::ValueData(int32_t block, int64_t layer) const {
 }
 
 int64_t KvBlockPool::BlocksForTokens(int64_t num_tokens) const {
-  return CeilOfRatio(num_tokens, options_.block_tokens);
+  // Not CeilOfRatio: num_tokens + block_tokens - 1 may overflow.
+  return num_tokens / options_.block_tokens + (num_tokens % options_.block_tokens != 0 ? 1 : 0);
 }
 
 int64_t KvBlockPool::NumFreeBlocks() const {

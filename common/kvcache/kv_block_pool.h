@@ -7,8 +7,10 @@
 // Memory math (float32, 4 bytes an element):
 //   bytes_per_block = 2 (k and v) * num_layers * block_tokens * num_kv_heads
 //                     * head_dim * 4
-//   num_blocks      = capacity_bytes / bytes_per_block   (rounded down)
+//   num_blocks      = min(capacity_bytes / bytes_per_block, kMaxBlocks)
 //   CapacityBytes() = num_blocks * bytes_per_block       (<= capacity_bytes)
+// kMaxBlocks = 2^20 (16M token positions at 16 a block) bounds the block
+// table of a tiny model given a large budget; CapacityBytes() is the real size.
 // e.g. GPT-2 small on 2 workers (12 layers, 6 kv heads each, head_dim 64,
 // 16-token blocks): 589,824 bytes a block, 36,864 bytes a token position.
 //
@@ -65,6 +67,8 @@ struct KvBlockPoolOptions {
 
 class KvBlockPool {
  public:
+  static constexpr int64_t kMaxBlocks = int64_t{1} << 20;
+
   // \error kInvalidArgument for a non-positive block_tokens, num_layers,
   //   num_kv_heads or head_dim, a negative capacity_bytes, a dtype other than
   //   float32, or a block size that overflows int64 (each naming the value);
@@ -95,7 +99,8 @@ class KvBlockPool {
   int64_t block_tokens() const { return options_.block_tokens; }
   int64_t bytes_per_block() const { return bytes_per_block_; }
   int64_t num_blocks() const { return num_blocks_; }
-  // Blocks needed to hold `num_tokens` positions: ceil(num_tokens / block_tokens).
+  // Blocks needed to hold `num_tokens` >= 0 positions: ceil(num_tokens /
+  // block_tokens), without overflow for any int64.
   int64_t BlocksForTokens(int64_t num_tokens) const;
 
   // Metrics: num_blocks * bytes_per_block; blocks in use * bytes_per_block;

@@ -41,6 +41,12 @@ TEST(KvBlockPoolTest, MemoryMath) {
   ASSERT_OK_AND_ASSIGN(auto big, KvBlockPool::Create(gpt2));
   EXPECT_EQ(big->num_blocks(), (int64_t{1} << 30) / 589824);
   EXPECT_EQ(big->BytesAllocated(), 0);  // memory comes with the first use of a block
+  EXPECT_EQ(big->BlocksForTokens(INT64_MAX), INT64_MAX / 16 + 1);
+  // A tiny block and a huge budget: the block count is clamped.
+  ASSERT_OK_AND_ASSIGN(auto tiny, KvBlockPool::Create({16, 1, 1, 1, DType::kFloat32,
+                                                       int64_t{1} << 40}));
+  EXPECT_EQ(tiny->num_blocks(), KvBlockPool::kMaxBlocks);
+  EXPECT_EQ(tiny->CapacityBytes(), KvBlockPool::kMaxBlocks * 128);
 }
 
 TEST(KvBlockPoolTest, CreateRejectsBadOptions) {
@@ -115,6 +121,9 @@ TEST(KvCacheTest, ReserveGrowsByWholeBlocksAllOrNothing) {
   EXPECT_THAT(cache->Info(9), StatusIs(absl::StatusCode::kNotFound, "unknown sequence 9"));
   EXPECT_THAT(cache->SequenceIds(), ElementsAre(7, 8));
   EXPECT_THAT(cache->Reserve(7, -1), StatusIs(absl::StatusCode::kInvalidArgument, "-1"));
+  EXPECT_THAT(cache->Reserve(7, INT64_MAX), StatusIs(absl::StatusCode::kResourceExhausted,
+                                                     "2305843009213693952 needed"));
+  EXPECT_EQ(cache->Info(7)->num_blocks, 2);
   // Free returns the blocks at once.
   ASSERT_THAT(cache->Free(8), IsOk());
   EXPECT_EQ(cache->NumFreeBlocks(), 3);
@@ -252,6 +261,9 @@ TEST(CachedAttentionTest, BadShapesAreErrors) {
   EXPECT_THAT(CachedAttentionInto(*cache, 0, Tensor::Zeros(DType::kFloat32, {2, 2, 4}), kv, kv,
                                   {&span, 1}, {}, &wrong_out),
               StatusIs(kInvalid, "out f32[2, 2, 3]"));
+  Tensor q = Tensor::Zeros(DType::kFloat32, {2, 2, 4});
+  EXPECT_THAT(CachedAttentionInto(*cache, 0, q, kv, kv, {&span, 1}, {}, &q),
+              StatusIs(kInvalid, "must not share its buffer"));
   EXPECT_THAT(cache->Info(1)->layer_lengths, ElementsAre(0, 0));
 }
 
