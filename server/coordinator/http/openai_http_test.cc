@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -177,6 +178,38 @@ TEST_F(OpenAiHttpTest, StreamWithoutIncludeUsageEndsWithDone) {
     const Json j = Json::parse(data[i]);
     EXPECT_EQ(j.at("choices").size(), 1u) << data[i];  // no usage chunk
     EXPECT_FALSE(j.at("choices")[0].contains("token_ids"));  // not asked
+  }
+}
+
+// The streamed ids of choice 0 of an SSE body.
+std::vector<int64_t> StreamedIds(const std::string& body) {
+  std::vector<int64_t> ids;
+  for (const std::string& d : SseData(body)) {
+    if (d == "[DONE]") break;
+    const Json c = Json::parse(d).at("choices")[0];
+    const std::vector<int64_t> more = Ids(c.at("token_ids"));
+    ids.insert(ids.end(), more.begin(), more.end());
+  }
+  return ids;
+}
+
+TEST_F(OpenAiHttpTest, ConcurrentStreamsEachGetTheirOwnReference) {
+  constexpr int kStreams = 8;
+  std::vector<Answer> answers(kStreams);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kStreams; ++i) {
+    clients.emplace_back([&, i] {
+      answers[i] = Post(port_, "/v1/completions",
+                        absl::StrCat(R"({"model": "lm", "prompt": [)", i, ", ", i + 1,
+                                     R"(], "max_tokens": 20, "stream": true,
+                                        "return_token_ids": true})"));
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  for (int i = 0; i < kStreams; ++i) {
+    ASSERT_EQ(answers[i].status, 200) << answers[i].body;
+    EXPECT_THAT(StreamedIds(answers[i].body), ElementsAreArray(Reference({i, i + 1}, 20, {})))
+        << "stream " << i;
   }
 }
 
