@@ -1,8 +1,9 @@
+// The MS_LOG / MS_CHECK shim of logging.h: one stderr line per message.
 #include "common/base/logging.h"
 
 #include <atomic>
 #include <cstdio>
-#include <cstdlib>
+#include <cstdlib>  // std::abort
 #include <cstring>
 
 #include "absl/time/clock.h"
@@ -13,16 +14,8 @@ namespace meshserve {
 namespace logging_internal {
 namespace {
 
-Severity InitialSeverity() {
-  const char* env = std::getenv("MESHSERVE_LOG_LEVEL");
-  if (env == nullptr) return Severity::kInfo;
-  if (std::strcmp(env, "warning") == 0) return Severity::kWarning;
-  if (std::strcmp(env, "error") == 0) return Severity::kError;
-  return Severity::kInfo;
-}
-
 std::atomic<int>& MinSeverity() {
-  static std::atomic<int> min{static_cast<int>(InitialSeverity())};
+  static std::atomic<int> min{static_cast<int>(Severity::kInfo)};
   return min;
 }
 
@@ -31,6 +24,7 @@ std::atomic<int>& MinSeverity() {
 void SetMinLogSeverity(Severity severity) {
   MinSeverity().store(static_cast<int>(severity));
 }
+
 
 bool ShouldLog(Severity severity) {
   return static_cast<int>(severity) >= MinSeverity().load();
@@ -54,4 +48,13 @@ LogMessage::~LogMessage() {
 }
 
 }  // namespace logging_internal
+
+void SetMinLogSeverityByName(const char* name) {
+  using logging_internal::Severity;
+  Severity severity = Severity::kInfo;
+  if (name != nullptr && std::strcmp(name, "warning") == 0) severity = Severity::kWarning;
+  if (name != nullptr && std::strcmp(name, "error") == 0) severity = Severity::kError;
+  logging_internal::SetMinLogSeverity(severity);
+}
+
 }  // namespace meshserve

@@ -6,6 +6,8 @@
 //   MS_CHECK(cond) << "extra context";
 //   MS_DCHECK(cond);
 //   MS_LOG(INFO) << "worker " << id << " ready";   // INFO, WARNING, ERROR
+//
+// Thread-safety: thread-safe (one write per message; the level is atomic).
 #ifndef MESHSERVE_COMMON_BASE_LOGGING_H_
 #define MESHSERVE_COMMON_BASE_LOGGING_H_
 
@@ -39,12 +41,16 @@ struct Voidify {
   void operator&(std::ostream&) {}
 };
 
-// Sets the minimum severity printed (default kInfo); MESHSERVE_LOG_LEVEL=warning
-// in the environment raises it.
+// Sets the minimum severity printed (default kInfo). The binaries' mains set
+// it from MESHSERVE_LOG_LEVEL with SetMinLogSeverityByName.
 void SetMinLogSeverity(Severity severity);
 bool ShouldLog(Severity severity);
 
 }  // namespace logging_internal
+
+// The minimum severity printed by name, as MESHSERVE_LOG_LEVEL writes it:
+// "warning" or "error"; null or anything else prints everything (info).
+void SetMinLogSeverityByName(const char* name);
 }  // namespace meshserve
 
 #define MS_LOG_SEVERITY_INFO ::meshserve::logging_internal::Severity::kInfo

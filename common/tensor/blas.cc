@@ -1,10 +1,14 @@
+// The OpenBLAS core choice, re-exec and self-test of blas.h.
+//
+// Thread-safety: see blas.h (the Ensure* calls setenv, so main calls them
+// before threads start).
 #include "common/tensor/blas.h"
 
 #include <cblas.h>
 #include <unistd.h>
 
 #include <cmath>
-#include <cstdlib>
+#include <cstdlib>  // setenv, unsetenv
 #include <cstring>
 #include <vector>
 
@@ -24,23 +28,17 @@ constexpr char kTriedEnv[] = "MESHSERVE_BLAS_TRIED";
 constexpr char kCoreTypeEnv[] = "OPENBLAS_CORETYPE";
 constexpr char kDefault[] = "default";
 
-std::string Env(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr ? "" : v;
-}
-
 bool SameCore(absl::string_view a, absl::string_view b) { return absl::EqualsIgnoreCase(a, b); }
 
-// Applies `core` to the environment (kDefault unsets OPENBLAS_CORETYPE) and
-// re-execs. Returns only if execv fails.
-void ApplyAndReexec(const std::string& core, char** argv) {
+// Applies `core` to the environment (kDefault unsets OPENBLAS_CORETYPE),
+// appends it to `tried` there, and re-execs. Returns only if execv fails.
+void ApplyAndReexec(const std::string& core, const std::string& tried, char** argv) {
   if (core == kDefault) {
     ::unsetenv(kCoreTypeEnv);
   } else {
     ::setenv(kCoreTypeEnv, core.c_str(), 1);
   }
   ::setenv(kChosenEnv, core.c_str(), 1);
-  const std::string tried = Env(kTriedEnv);
   ::setenv(kTriedEnv, (tried.empty() ? core : absl::StrCat(tried, ",", core)).c_str(), 1);
   ::execv("/proc/self/exe", argv);
   MS_LOG(WARNING) << "BLAS: execv(/proc/self/exe) failed (" << std::strerror(errno)
@@ -86,16 +84,28 @@ double SgemmError(int m, int n, int k, bool trans_a, bool trans_b, float alpha, 
 
 }  // namespace
 
-std::vector<std::string> BlasCoreCandidates() {
+BlasOptions BlasOptionsFromEnvironment(absl::FunctionRef<const char*(const char*)> lookup) {
+  auto value = [&lookup](const char* name) {
+    const char* v = lookup(name);
+    return std::string(v == nullptr ? "" : v);
+  };
+  BlasOptions options;
+  options.preferred_core = value(kUserEnv);
+  if (lookup(kChosenEnv) != nullptr) options.chosen = value(kChosenEnv);
+  options.tried = value(kTriedEnv);
+  options.openblas_core_type = value(kCoreTypeEnv);
+  return options;
+}
+
+std::vector<std::string> BlasCoreCandidates(absl::string_view preferred_core) {
   std::vector<std::string> out;
-  auto add = [&out](const std::string& core) {
+  auto add = [&out](absl::string_view core) {
     for (const std::string& c : out) {
       if (SameCore(c, core)) return;
     }
-    out.push_back(core);
+    out.emplace_back(core);
   };
-  const std::string user = Env(kUserEnv);
-  if (!user.empty()) add(user);
+  if (!preferred_core.empty()) add(preferred_core);
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
@@ -106,9 +116,9 @@ std::vector<std::string> BlasCoreCandidates() {
   return out;
 }
 
-std::string NextBlasCoreCandidate(const std::string& current) {
-  const std::vector<std::string> candidates = BlasCoreCandidates();
-  const std::vector<std::string> tried = absl::StrSplit(Env(kTriedEnv), ',', absl::SkipEmpty());
+std::string NextBlasCoreCandidate(const std::string& current, const BlasOptions& options) {
+  const std::vector<std::string> candidates = BlasCoreCandidates(options.preferred_core);
+  const std::vector<std::string> tried = absl::StrSplit(options.tried, ',', absl::SkipEmpty());
   bool after_current = current.empty();
   for (const std::string& c : candidates) {
     if (after_current) {
@@ -121,38 +131,37 @@ std::string NextBlasCoreCandidate(const std::string& current) {
   return "";
 }
 
-void EnsureBlasCoreTypeOrReexec(int argc, char** argv) {
-  (void)argc;
-  if (std::getenv(kChosenEnv) != nullptr) return;
-  const std::vector<std::string> candidates = BlasCoreCandidates();
+void EnsureBlasCoreTypeOrReexec(char** argv, BlasOptions* options) {
+  if (options->chosen.has_value()) return;
+  const std::vector<std::string> candidates = BlasCoreCandidates(options->preferred_core);
   const std::string choice = candidates.front();
-  const std::string current = Env(kCoreTypeEnv);
+  const std::string& current = options->openblas_core_type;
   // Nothing to change: the library already loaded with this choice.
   if (choice == kDefault || SameCore(choice, current)) {
-    ::setenv(kChosenEnv, choice == kDefault && !current.empty() ? current.c_str() : choice.c_str(),
-             1);
-    ::setenv(kTriedEnv, Env(kChosenEnv).c_str(), 1);
+    options->chosen = choice == kDefault && !current.empty() ? current : choice;
+    options->tried = *options->chosen;
+    ::setenv(kChosenEnv, options->chosen->c_str(), 1);
+    ::setenv(kTriedEnv, options->tried.c_str(), 1);
     return;
   }
   MS_LOG(INFO) << "BLAS: selecting OpenBLAS core " << choice << " (was "
                << (current.empty() ? "unset" : current) << "); re-executing";
-  ApplyAndReexec(choice, argv);
+  ApplyAndReexec(choice, options->tried, argv);
 }
 
-absl::Status EnsureWorkingBlasOrReexec(int argc, char** argv) {
-  (void)argc;
+absl::Status EnsureWorkingBlasOrReexec(char** argv, const BlasOptions& options) {
   absl::Status status = BlasSelfTest();
   if (status.ok()) return status;
-  std::string current = Env(kChosenEnv);
-  if (current.empty()) current = Env(kCoreTypeEnv);
+  std::string current = options.chosen.value_or("");
+  if (current.empty()) current = options.openblas_core_type;
   if (current.empty()) current = kDefault;
-  const std::string next = NextBlasCoreCandidate(current);
+  const std::string next = NextBlasCoreCandidate(current, options);
   if (next.empty()) {
     return AnnotateStatus(status, "BLAS self-test failed and no OpenBLAS core is left to try (",
-                          Env(kTriedEnv), ")");
+                          options.tried, ")");
   }
   MS_LOG(ERROR) << "BLAS: " << status.message() << "; retrying with core " << next;
-  ApplyAndReexec(next, argv);
+  ApplyAndReexec(next, options.tried, argv);
   return AnnotateStatus(status, "BLAS self-test failed and the re-exec failed");
 }
 

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -38,37 +40,52 @@ TEST(BlasTest, ThreadsCanBeSet) {
 }
 
 TEST(BlasTest, CandidatesFollowCpuidAndEndWithDefault) {
-  ::unsetenv("MESHSERVE_BLAS_CORETYPE");
-  std::vector<std::string> c = BlasCoreCandidates();
+  std::vector<std::string> c = BlasCoreCandidates("");
   ASSERT_FALSE(c.empty());
   EXPECT_EQ(c.back(), "default");
   __builtin_cpu_init();
   const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   EXPECT_EQ(c.front() == "SkylakeX", avx512);
-  ::setenv("MESHSERVE_BLAS_CORETYPE", "Zen", 1);
-  c = BlasCoreCandidates();
+  c = BlasCoreCandidates("Zen");
   EXPECT_EQ(c.front(), "Zen");
-  ::unsetenv("MESHSERVE_BLAS_CORETYPE");
+  EXPECT_EQ(BlasCoreCandidates("skylakex").size(), BlasCoreCandidates("").size() + !avx512)
+      << "a preferred core the CPU list has already is not listed twice";
 }
 
 TEST(BlasTest, NextCandidateSkipsTried) {
-  ::unsetenv("MESHSERVE_BLAS_CORETYPE");
-  const std::vector<std::string> c = BlasCoreCandidates();
-  const char* saved = std::getenv("MESHSERVE_BLAS_TRIED");
-  const std::string saved_tried = saved ? saved : "";
-  ::unsetenv("MESHSERVE_BLAS_TRIED");
-  for (size_t i = 0; i + 1 < c.size(); ++i) EXPECT_EQ(NextBlasCoreCandidate(c[i]), c[i + 1]);
-  EXPECT_EQ(NextBlasCoreCandidate("default"), "");
+  const std::vector<std::string> c = BlasCoreCandidates("");
+  BlasOptions options;
+  for (size_t i = 0; i + 1 < c.size(); ++i) {
+    EXPECT_EQ(NextBlasCoreCandidate(c[i], options), c[i + 1]);
+  }
+  EXPECT_EQ(NextBlasCoreCandidate("default", options), "");
   if (c.size() >= 3) {
-    ::setenv("MESHSERVE_BLAS_TRIED", absl::StrCat(c[0], ",", c[1]).c_str(), 1);
-    EXPECT_EQ(NextBlasCoreCandidate(c[0]), c[2]);
+    options.tried = absl::StrCat(c[0], ",", c[1]);
+    EXPECT_EQ(NextBlasCoreCandidate(c[0], options), c[2]);
   }
-  if (saved) {
-    ::setenv("MESHSERVE_BLAS_TRIED", saved_tried.c_str(), 1);
-  } else {
-    ::unsetenv("MESHSERVE_BLAS_TRIED");
-  }
+}
+
+TEST(BlasTest, OptionsComeFromTheLookup) {
+  const std::map<std::string, std::string> env = {{"MESHSERVE_BLAS_CORETYPE", "Zen"},
+                                                  {"MESHSERVE_BLAS_TRIED", "Zen,Haswell"},
+                                                  {"OPENBLAS_CORETYPE", "Haswell"}};
+  auto lookup = [&env](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  BlasOptions options = BlasOptionsFromEnvironment(lookup);
+  EXPECT_EQ(options.preferred_core, "Zen");
+  EXPECT_FALSE(options.chosen.has_value());
+  EXPECT_EQ(options.tried, "Zen,Haswell");
+  EXPECT_EQ(options.openblas_core_type, "Haswell");
+  // Set but empty is still "chosen".
+  options = BlasOptionsFromEnvironment(
+      [](const char* name) -> const char* {
+        return std::string(name) == "MESHSERVE_BLAS_CHOSEN" ? "" : nullptr;
+      });
+  EXPECT_EQ(options.chosen, std::optional<std::string>(""));
+  EXPECT_EQ(options.preferred_core, "");
 }
 
 // Runs in a child process (see ReexecSelectsTheCore): calls
@@ -81,7 +98,8 @@ TEST(BlasReexecChild, Report) {
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  EnsureBlasCoreTypeOrReexec(static_cast<int>(args.size()), argv.data());
+  BlasOptions options = BlasOptionsFromEnvironment(std::getenv);
+  EnsureBlasCoreTypeOrReexec(argv.data(), &options);
   std::ofstream f(out);
   const char* chosen = std::getenv("MESHSERVE_BLAS_CHOSEN");
   const char* core = std::getenv("OPENBLAS_CORETYPE");
@@ -119,8 +137,7 @@ std::vector<std::string> RunChild(const std::string& user_core) {
 }
 
 TEST(BlasTest, ReexecSelectsTheCore) {
-  ::unsetenv("MESHSERVE_BLAS_CORETYPE");
-  const std::string want = BlasCoreCandidates().front();
+  const std::string want = BlasCoreCandidates("").front();
   if (want == "default") GTEST_SKIP() << "CPU has neither AVX-512 nor AVX2";
   std::vector<std::string> lines = RunChild("");
   ASSERT_EQ(lines.size(), 4u);

@@ -6,7 +6,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstdlib>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -207,12 +207,28 @@ SmallMIsa CappedSmallMIsa(absl::string_view cap) {
   return isa;
 }
 
-SmallMIsa DefaultSmallMIsa() {
-  static const SmallMIsa chosen = [] {
-    const char* env = std::getenv("MESHSERVE_GEMM_ISA");
-    return CappedSmallMIsa(env == nullptr ? "" : env);
-  }();
+namespace {
+// The ISA DefaultSmallMIsa returns, as an int (-1: not chosen yet).
+std::atomic<int>& ChosenIsa() {
+  static std::atomic<int> chosen{-1};
   return chosen;
+}
+}  // namespace
+
+void SetSmallMIsaCap(absl::string_view cap) {
+  ChosenIsa().store(static_cast<int>(CappedSmallMIsa(cap)), std::memory_order_relaxed);
+}
+
+SmallMIsa DefaultSmallMIsa() {
+  int isa = ChosenIsa().load(std::memory_order_relaxed);
+  if (isa < 0) {
+    isa = static_cast<int>(CappedSmallMIsa(""));
+    int expected = -1;  // a concurrent SetSmallMIsaCap wins
+    if (!ChosenIsa().compare_exchange_strong(expected, isa, std::memory_order_relaxed)) {
+      isa = expected;
+    }
+  }
+  return static_cast<SmallMIsa>(isa);
 }
 
 void WidenBFloat16(const uint16_t* src, int64_t n, float* dst, SmallMIsa isa) {

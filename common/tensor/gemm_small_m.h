@@ -37,15 +37,17 @@
 //
 // Kernels (SmallMIsa), chosen at run time: kAvx512 (avx512f), kAvx2
 // (avx2 + fma) and kPortable (plain C++, any CPU). DefaultSmallMIsa() is the
-// best one this CPU supports; the environment variable
-// MESHSERVE_GEMM_ISA=portable|avx2|avx512 caps it (an unsupported choice falls
-// back to the best supported one below it), so the fallback can be forced.
+// best one this CPU supports; SetSmallMIsaCap("portable"|"avx2"|"avx512")
+// caps it (an unsupported choice falls back to the best supported one below
+// it), so the fallback can be forced: the binaries' mains pass
+// MESHSERVE_GEMM_ISA to it.
 //
 // Threads: the N columns are split over `threads` workers (the calling thread
 // plus a process-wide pool) when the product is large enough to pay for the
 // hand-off (>= 2^20 multiply-adds per thread).
 //
-// Thread-safety: thread-safe (pure apart from the shared pool, which is).
+// Thread-safety: thread-safe (pure apart from the shared pool, which is, and
+// the ISA cap, an atomic).
 #ifndef MESHSERVE_COMMON_TENSOR_GEMM_SMALL_M_H_
 #define MESHSERVE_COMMON_TENSOR_GEMM_SMALL_M_H_
 
@@ -64,8 +66,11 @@ bool SmallMIsaSupported(SmallMIsa isa);
 // The best supported ISA at or below `cap` ("portable", "avx2", "avx512",
 // case-insensitive; anything else means no cap).
 SmallMIsa CappedSmallMIsa(absl::string_view cap);
-// CappedSmallMIsa(MESHSERVE_GEMM_ISA), read once.
+// The ISA DotGeneral uses: CappedSmallMIsa of the last SetSmallMIsaCap, or
+// the best supported one when it was never called.
 SmallMIsa DefaultSmallMIsa();
+// Caps DefaultSmallMIsa from now on (CappedSmallMIsa(cap); "" lifts the cap).
+void SetSmallMIsaCap(absl::string_view cap);
 
 // The largest M for which DotGeneral picks this kernel with `isa`, by
 // weight dtype (measured crossovers, docs/kernels.md; the kernel itself is

@@ -89,6 +89,18 @@ TEST(GemmSmallMTest, CapForcesTheFallback) {
   EXPECT_TRUE(SmallMIsaSupported(CappedSmallMIsa("")));
 }
 
+TEST(GemmSmallMTest, SetSmallMIsaCapCapsTheDefault) {
+  const SmallMIsa best = CappedSmallMIsa("");
+  SetSmallMIsaCap("portable");
+  EXPECT_EQ(DefaultSmallMIsa(), SmallMIsa::kPortable);
+  SetSmallMIsaCap("AVX2");
+  EXPECT_EQ(DefaultSmallMIsa(), CappedSmallMIsa("avx2"));
+  SetSmallMIsaCap("no such isa");  // no cap
+  EXPECT_EQ(DefaultSmallMIsa(), best);
+  SetSmallMIsaCap("");
+  EXPECT_EQ(DefaultSmallMIsa(), best);
+}
+
 TEST(GemmSmallMTest, WidenBFloat16IsExactOnEveryIsa) {
   std::vector<uint16_t> src(37);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint16_t>(0x3F80 + 977 * i);

@@ -4,8 +4,10 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "common/tensor/gemm_small_m.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
@@ -205,6 +207,28 @@ TEST(DotGeneralTest, EveryShapeClassMatchesNaive) {
       ExpectDotMatches(xt, Random(wt, {51, 37}, &rng), {0}, {1}, {}, {});
     }
   }
+}
+
+TEST(DotGeneralTest, EveryIsaCapGivesTheSameResults) {
+  // SetSmallMIsaCap (MESHSERVE_GEMM_ISA in the binaries) forces each small-M
+  // and widening kernel copy this CPU can run through DotGeneral.
+  std::mt19937 rng(11);
+  for (const char* cap : {"portable", "avx2", "avx512"}) {
+    SetSmallMIsaCap(cap);
+    const SmallMIsa isa = DefaultSmallMIsa();
+    EXPECT_EQ(isa, CappedSmallMIsa(cap));
+    if (std::string(SmallMIsaName(isa)) != cap) continue;  // not on this CPU
+    for (int64_t m : {2, 8, 16, 64, 129}) {
+      for (DType wt : {DType::kFloat32, DType::kBFloat16}) {
+        SCOPED_TRACE(::testing::Message() << cap << " M=" << m << " " << DTypeName(wt));
+        const Tensor x = Random(DType::kFloat32, {m, 37}, &rng);
+        ExpectDotMatches(x, Random(wt, {37, 51}, &rng), {1}, {0}, {}, {});
+        ExpectDotMatches(x, Random(wt, {51, 37}, &rng), {1}, {1}, {}, {});
+      }
+    }
+  }
+  SetSmallMIsaCap("");
+  EXPECT_EQ(DefaultSmallMIsa(), CappedSmallMIsa(""));
 }
 
 TEST(DotGeneralTest, BatchedSmallMAndPermutedWeights) {

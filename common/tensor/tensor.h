@@ -18,6 +18,9 @@
 // Value semantics: copying a Tensor copies its bytes (use std::move to hand a
 // buffer over; moved-from tensors are empty rank-0 float32 with no buffer).
 //
+// Memory: buffers come from AllocateTensorBuffer (buffer_pool.h), which
+// recycles big ones in a process-wide pool that the binaries configure.
+//
 // Thread-safety: a Tensor is a plain value; concurrent const access is safe.
 #ifndef MESHSERVE_COMMON_TENSOR_TENSOR_H_
 #define MESHSERVE_COMMON_TENSOR_TENSOR_H_
@@ -36,11 +39,9 @@
 #include "common/base/logging.h"
 #include "common/base/shape_string.h"  // ShapeToString, for this header's users
 #include "common/sharding/box.h"
+#include "common/tensor/buffer_pool.h"  // kTensorAlignment, TensorBuffer
 
 namespace meshserve {
-
-// Alignment of every Tensor buffer (one cache line; AVX-512 friendly).
-inline constexpr size_t kTensorAlignment = 64;
 
 // Product of `shape`. \error kInvalidArgument for a negative dim or overflow.
 absl::StatusOr<int64_t> NumElementsOfShape(absl::Span<const int64_t> shape);
@@ -129,41 +130,24 @@ class Tensor {
   }
 
  private:
-  struct FreeDeleter {
-    void operator()(char* p) const;
-  };
-  // A buffer of num_bytes_ (rounded up to the alignment), zero-filled when
-  // `zero` (callers that overwrite every byte pass false). Returns false when
-  // the allocation fails.
-  bool TryAllocate(bool zero);
-  // TryAllocate or throw std::bad_alloc (for unchecked, internal sizes).
-  void Allocate(bool zero = true);
-
+  // A buffer for num_bytes_ (buffer_pool.h), zero-filled when `zero`, else
+  // with only its padding zeroed (callers that overwrite every byte).
+  absl::Status Allocate(bool zero);
+  // Allocate for unchecked, internal sizes: throws std::bad_alloc on failure,
+  // as `new` does (the copy constructor and Zeros cannot return a Status).
+  void AllocateOrThrow(bool zero);
 
   DType dtype_ = DType::kFloat32;
   std::vector<int64_t> shape_;
   int64_t num_elements_ = 1;
   int64_t num_bytes_ = 0;
-  std::unique_ptr<char, FreeDeleter> buffer_;
+  TensorBuffer buffer_;
 };
 
 // Converts every element to `to` (float types via float32, except float64 ->
 // int64/float64 kept exact; float -> int rounds toward zero as static_cast;
 // float -> bfloat16/float16 rounds to nearest even). Same dtype: a copy.
 absl::StatusOr<Tensor> ConvertDType(const Tensor& x, DType to);
-
-// The buffer pool (tensor.cc): buffers of 4 MiB and more are recycled in a
-// process-wide pool that keeps at most MESHSERVE_TENSOR_POOL_MIB (default
-// 2048) MiB free. The cap in bytes, or kInvalidArgument naming a value that
-// is not a whole number of MiB.
-absl::StatusOr<int64_t> TensorPoolCapBytes();
-
-// Maps `bytes` (rounded up to 2 MiB) of buffer memory, touches every page and
-// leaves it free in the pool, so that the first big tensors a process makes
-// do not pay the first touch of fresh memory (a worker that joins a cluster
-// calls it before it registers). kInvalidArgument if `bytes` is negative or
-// above the pool's cap; kResourceExhausted if the memory cannot be mapped.
-absl::Status PrefaultTensorPool(int64_t bytes);
 
 // A tensor holding the sub-box `box` of a global array (see file comment).
 struct BoxTensor {

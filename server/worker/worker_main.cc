@@ -16,6 +16,13 @@
 // models away (at most --drain_timeout_s, 60 s by default: the new holders read
 // the params from this worker with ReadParam meanwhile; at once when the
 // coordinator is gone), then exits.
+//
+// Memory: the tensor buffer pool keeps at most --tensor_pool_mib MiB free for
+// reuse (default: MESHSERVE_TENSOR_POOL_MIB, else 2048), malloc is tuned for
+// it, and --prefault_mib MiB of it are touched before registering
+// (common/tensor/buffer_pool.h). Other environment: MESHSERVE_LOG_LEVEL,
+// MESHSERVE_GEMM_ISA (caps the small-M kernel, gemm_small_m.h) and the BLAS
+// core choice's variables (blas.h).
 #include <signal.h>
 #include <unistd.h>
 
@@ -45,7 +52,8 @@
 #include "common/metrics/http_endpoint.h"
 #include "common/rpc/grpc_credentials.h"
 #include "common/tensor/blas.h"
-#include "common/tensor/tensor.h"
+#include "common/tensor/buffer_pool.h"
+#include "common/tensor/gemm_small_m.h"
 #include "server/worker/grpc/grpc_peer_transport.h"
 #include "server/worker/grpc/membership_client.h"
 #include "server/worker/grpc/worker_service.h"
@@ -68,9 +76,12 @@ ABSL_FLAG(int64_t, max_inflight_slice_bytes,
           meshserve::Rendezvous::Options().max_inflight_slice_bytes,
           "Bytes of peers' slices this worker holds at once for the requests in flight; a "
           "slice that does not fit fails its request with RESOURCE_EXHAUSTED.");
+ABSL_FLAG(std::string, tensor_pool_mib, "",
+          "MiB of freed tensor memory kept for reuse (empty: MESHSERVE_TENSOR_POOL_MIB from "
+          "the environment, else 2048).");
 ABSL_FLAG(int64_t, prefault_mib, 0,
           "MiB of tensor memory to map and touch before registering, kept in the tensor pool "
-          "(at most MESHSERVE_TENSOR_POOL_MIB): a worker joining a running cluster then takes "
+          "(at most --tensor_pool_mib): a worker joining a running cluster then takes "
           "its shards without paying the first touch of fresh memory (0 = off).");
 ABSL_FLAG(std::string, tls_dir, "",
           "Directory with ca.pem, member.pem and member.key (scripts/make-dev-certs.sh): "
@@ -190,14 +201,22 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> StartMetrics(const std::string& ho
   return http;
 }
 
-// Checks MESHSERVE_TENSOR_POOL_MIB and touches --prefault_mib of pool memory.
-absl::Status PrefaultFromFlags() {
-  MS_RETURN_IF_ERROR(TensorPoolCapBytes().status());
+// Configures the tensor pool from --tensor_pool_mib (or MESHSERVE_TENSOR_POOL_MIB)
+// with malloc tuned, and touches --prefault_mib of pool memory.
+absl::Status SetUpMemory() {
+  constexpr char kPoolEnv[] = "MESHSERVE_TENSOR_POOL_MIB";
+  const std::string flag = absl::GetFlag(FLAGS_tensor_pool_mib);
+  BufferPoolOptions pool;
+  MS_ASSIGN_OR_RETURN(pool.cap_bytes,
+                      flag.empty() ? ParseBufferPoolMib(std::getenv(kPoolEnv), kPoolEnv)
+                                   : ParseBufferPoolMib(flag.c_str(), "--tensor_pool_mib"));
+  pool.tune_malloc = true;
+  MS_RETURN_IF_ERROR(ConfigureBufferPool(pool));
   const int64_t mib = absl::GetFlag(FLAGS_prefault_mib);
   if (mib < 0 || mib > (int64_t{1} << 30)) {
     return InvalidArgument("--prefault_mib=", mib, " must be between 0 and 2^30");
   }
-  return AnnotateStatus(PrefaultTensorPool(mib << 20), "--prefault_mib=", mib);
+  return AnnotateStatus(PrefaultBufferPool(mib << 20), "--prefault_mib=", mib);
 }
 
 // The engine runs programs that compute for long on `pool`
@@ -227,7 +246,7 @@ int Run() {
     return 2;
   }
   absl::StatusOr<WorkerEngine::Options> worker_options = WorkerOptionsFromFlags();
-  const absl::Status flags = worker_options.ok() ? PrefaultFromFlags() : worker_options.status();
+  const absl::Status flags = worker_options.ok() ? SetUpMemory() : worker_options.status();
   if (!flags.ok()) {
     std::cerr << "meshserve-worker: " << flags.message() << "\n";
     return 2;
@@ -291,6 +310,7 @@ int Run() {
 }  // namespace meshserve
 
 int main(int argc, char** argv) {
+  meshserve::SetMinLogSeverityByName(std::getenv("MESHSERVE_LOG_LEVEL"));
   meshserve::ParseFlags(
       argc, argv,
       "meshserve-worker: one shard worker process; it hosts the devices the coordinator\n"
@@ -299,8 +319,11 @@ int main(int argc, char** argv) {
   // Abseil's lock-order graph (on in Debian's build) costs every nested lock
   // a graph update on the request path; the unit tests keep it on.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  meshserve::EnsureBlasCoreTypeOrReexec(argc, argv);
-  if (absl::Status s = meshserve::EnsureWorkingBlasOrReexec(argc, argv); !s.ok()) {
+  const char* gemm_isa = std::getenv("MESHSERVE_GEMM_ISA");
+  meshserve::SetSmallMIsaCap(gemm_isa == nullptr ? "" : gemm_isa);
+  meshserve::BlasOptions blas = meshserve::BlasOptionsFromEnvironment(std::getenv);
+  meshserve::EnsureBlasCoreTypeOrReexec(argv, &blas);
+  if (absl::Status s = meshserve::EnsureWorkingBlasOrReexec(argv, blas); !s.ok()) {
     std::cerr << "meshserve-worker: no working BLAS kernel: " << s << "\n";
     return 1;
   }

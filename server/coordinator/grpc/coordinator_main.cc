@@ -18,6 +18,10 @@
 // a member certificate for MembershipService, and dials workers with mutual
 // TLS. --auth_token_file F requires F's token from clients (gRPC and HTTP).
 // --max_request_bytes and --max_tensor_elements bound what a client sends.
+//
+// Environment: MESHSERVE_LOG_LEVEL=warning|error raises the log level;
+// MESHSERVE_TENSOR_POOL_MIB caps the free tensor memory kept for reuse
+// (default 2048; a bad value exits 2 naming it).
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -33,6 +37,7 @@
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/rpc/grpc_credentials.h"
+#include "common/tensor/buffer_pool.h"
 #include "server/compiler/jax_model_compiler.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/grpc/coordinator_server.h"
@@ -85,6 +90,17 @@ ABSL_FLAG(int, http_port, 0,
           "(HTTPS with --tls_dir's member.pem; 0: off)");
 
 namespace {
+
+constexpr char kPoolEnv[] = "MESHSERVE_TENSOR_POOL_MIB";
+
+// The tensor buffer pool's cap from MESHSERVE_TENSOR_POOL_MIB (default 2048
+// MiB) and malloc tuned for it (common/tensor/buffer_pool.h).
+absl::Status ConfigureMemory() {
+  meshserve::BufferPoolOptions pool;
+  MS_ASSIGN_OR_RETURN(pool.cap_bytes, meshserve::ParseBufferPoolMib(std::getenv(kPoolEnv), kPoolEnv));
+  pool.tune_malloc = true;
+  return meshserve::ConfigureBufferPool(pool);
+}
 
 std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop = true; }
@@ -206,6 +222,7 @@ void Stop(meshserve::CoordinatorServer* server,
 }  // namespace
 
 int main(int argc, char** argv) {
+  meshserve::SetMinLogSeverityByName(std::getenv("MESHSERVE_LOG_LEVEL"));
   meshserve::ParseFlags(
       argc, argv,
       "meshserve-coordinator: serves the models of --model_dir to clients (KServe v2 gRPC)\n"
@@ -214,6 +231,10 @@ int main(int argc, char** argv) {
   // Abseil's lock-order graph (on in Debian's build) costs every nested lock
   // a graph update on the request path; the unit tests keep it on.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  if (absl::Status s = ConfigureMemory(); !s.ok()) {
+    std::cerr << "meshserve-coordinator: " << s.message() << "\n";
+    return 2;
+  }
   absl::StatusOr<meshserve::CoordinatorOptions> options = OptionsFromFlags();
   if (!options.ok()) {
     std::cerr << "meshserve-coordinator: " << options.status().message() << "\n";
