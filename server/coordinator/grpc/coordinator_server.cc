@@ -12,6 +12,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "server/coordinator/grpc/generate_service.h"
 
 namespace meshserve {
 
@@ -20,7 +21,9 @@ CoordinatorServer::CoordinatorServer(Coordinator* coordinator, CoordinatorServer
       options_(std::move(options)),
       inference_(coordinator, &gate_, &options_.edge),
       cluster_(coordinator, &gate_, &options_.edge),
-      membership_(coordinator, &gate_, &options_.edge) {}
+      membership_(coordinator, &gate_, &options_.edge),
+      generate_(std::make_unique<GenerateServiceImpl>(options_.generator, &gate_,
+                                                      &options_.edge)) {}
 
 CoordinatorServer::~CoordinatorServer() { Shutdown(); }
 
@@ -43,6 +46,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.RegisterService(&s->inference_);
   builder.RegisterService(&s->cluster_);
   builder.RegisterService(&s->membership_);
+  builder.RegisterService(s->generate_.get());
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
     return Unavailable("cannot listen on ", address);

@@ -1,5 +1,7 @@
 // The coordinator's gRPC server: inference.GRPCInferenceService,
-// meshserve.ClusterService, meshserve.MembershipService and the standard
+// meshserve.ClusterService, meshserve.MembershipService,
+// meshserve.GenerateService (generate_service.h; FAILED_PRECONDITION without
+// options.generator) and the standard
 // grpc.health.v1 service ("" is SERVING while the process runs;
 // "inference.GRPCInferenceService" is SERVING once IsReady()), with 1 GiB
 // message limits, except that a received message may have at most
@@ -26,10 +28,16 @@
 
 namespace meshserve {
 
+class Generator;
+class GenerateServiceImpl;  // generate_service.h (kept out of this header: generate_call.h)
+
 struct CoordinatorServerOptions {
   // RpcSecurity::ClientPortServerCredentials with --tls_dir; null: insecure.
   std::shared_ptr<grpc::ServerCredentials> credentials;
   EdgeOptions edge;
+  // Serves meshserve.GenerateService over it; must outlive the server. Null:
+  // Generate answers FAILED_PRECONDITION "generation is not enabled".
+  Generator* generator = nullptr;
 };
 
 class CoordinatorServer {
@@ -63,6 +71,7 @@ class CoordinatorServer {
   InferenceService inference_;
   ClusterServiceImpl cluster_;
   MembershipServiceImpl membership_;
+  std::unique_ptr<GenerateServiceImpl> generate_;
   std::unique_ptr<grpc::Server> server_;
 };
 

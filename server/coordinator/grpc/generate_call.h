@@ -1,0 +1,47 @@
+// A decoded Generate call and the one function that starts it on the
+// Generator: the seam between the gRPC Generate edge and the generation core.
+//
+// Why a seam: proto/generate.proto's message meshserve.GenerateRequest and
+// the core's struct meshserve::GenerateRequest (generate/generator.h) share a
+// C++ name, so no translation unit can include both generate.pb.h and
+// generator.h. GenerateCall carries the core request's fields; generate_call.cc
+// (which includes generator.h, never a .pb.h) turns it into the core request.
+// The edge's files include this header and the .pb.h, never generator.h.
+//
+// Thread-safety: StartGeneration is thread-safe (the Generator is); the
+// canceller it returns may be called from any thread, more than once.
+#ifndef MESHSERVE_SERVER_COORDINATOR_GRPC_GENERATE_CALL_H_
+#define MESHSERVE_SERVER_COORDINATOR_GRPC_GENERATE_CALL_H_
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/sampling/sampling_params.h"
+#include "server/coordinator/generate/scheduler.h"
+
+namespace meshserve {
+
+class Generator;
+
+// The core GenerateRequest's fields (generator.h), as the edge decodes them.
+struct GenerateCall {
+  std::string model;
+  std::optional<std::string> prompt_text;
+  std::vector<int64_t> prompt_ids;
+  SamplingParams sampling;
+  bool has_seed = false;
+  StopParams stop;
+};
+
+// Generator::Start(call, sink); returns the function that cancels the started
+// sequence (Generator::Cancel on its handle). \error Generator::Start's.
+absl::StatusOr<std::function<void()>> StartGeneration(Generator& generator, GenerateCall call,
+                                                      SequenceSink sink);
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_SERVER_COORDINATOR_GRPC_GENERATE_CALL_H_

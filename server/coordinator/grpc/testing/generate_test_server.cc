@@ -1,0 +1,36 @@
+// generate_test_server: meshserve.GenerateService over the fake generation
+// backend (fake_generation.h: model "lm", vocabulary 50, version 7), for the
+// tests of the CLI and the Python client (tests/integration/
+// test_generate_clients.py). Listens on 127.0.0.1:0, prints "port N" on
+// stdout, and serves until its stdin closes.
+//
+// Thread-safety: single-threaded main; the server's threads serve the calls.
+#include <cstdio>
+#include <memory>
+
+#include "common/rpc/call_gate.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
+#include "server/coordinator/grpc/generate_service.h"
+#include "server/coordinator/grpc/testing/fake_generation.h"
+
+int main() {
+  meshserve::testing::FakeGeneration generation;
+  meshserve::CallGate gate("generate_test_server");
+  meshserve::GenerateServiceImpl service(generation.generator(), &gate);
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    std::fprintf(stderr, "generate_test_server: cannot listen on 127.0.0.1:0\n");
+    return 1;
+  }
+  std::printf("port %d\n", port);
+  std::fflush(stdout);
+  while (std::getchar() != EOF) {
+  }
+  server->Shutdown();
+  return 0;
+}
