@@ -122,6 +122,8 @@ absl::StatusOr<std::string> LmModelFileText(const std::string& name, const LmCon
   root["params"] = std::move(b.params());
   root["layers"] = std::move(b.layers());
   root["outputs"] = {"logits"};
+  root["generation"] = {{"context_length", config.context_length},
+                        {"eos_token_ids", config.eos_token_ids}};
   if (unused_tensors != nullptr) *unused_tensors = b.UnusedTensors();
   return root.dump(1) + "\n";
 }

@@ -147,6 +147,22 @@ absl::Status ReadLlama(const ConfigReader& r, LmConfig& c) {
   return absl::OkStatus();
 }
 
+// eos_token_id: an id, a list of ids, or null / absent (none).
+absl::StatusOr<std::vector<int64_t>> EosTokenIds(const ConfigReader& r) {
+  const Json* eos = FindJsonField(r.root(), "eos_token_id");
+  if (eos == nullptr || eos->is_null()) return std::vector<int64_t>{};
+  std::vector<int64_t> ids;
+  if (eos->is_number_integer()) {
+    ids.push_back(eos->get<int64_t>());
+  } else {
+    MS_ASSIGN_OR_RETURN(ids, JsonIntList(*eos, "eos_token_id"), r.path());
+  }
+  for (int64_t id : ids) {
+    if (id < 0) return InvalidArgument(r.path(), ": eos_token_id ", ShowJson(*eos), " has ", id);
+  }
+  return ids;
+}
+
 }  // namespace
 
 std::string LmConfig::ToString() const {
@@ -180,6 +196,12 @@ absl::StatusOr<LmConfig> ParseHfConfig(absl::string_view json_text, absl::string
     return r.Unsupported("architectures[0]", Json(c.architecture),
                          "GPT2LMHeadModel, LlamaForCausalLM");
   }
+  if (c.arch == LmArch::kGpt2) {
+    c.context_length = c.max_positions;
+  } else {
+    MS_ASSIGN_OR_RETURN(c.context_length, r.PositiveInt("max_position_embeddings", 2048));
+  }
+  MS_ASSIGN_OR_RETURN(c.eos_token_ids, EosTokenIds(r));
   return c;
 }
 

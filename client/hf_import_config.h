@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -57,6 +58,10 @@ struct LmConfig {
   bool mlp_bias = false;        // Llama gate/up/down biases
   bool tie_word_embeddings = true;
   double initializer_range = 0.02;
+  // Generation: the positions a sequence may use (GPT-2's n_positions,
+  // Llama's max_position_embeddings) and the eos ids (eos_token_id).
+  int64_t context_length = 0;
+  std::vector<int64_t> eos_token_ids;
 
   // "GPT2LMHeadModel: 12 layers, d=768, 12 heads (64 each), mlp 3072, vocab 50257"
   std::string ToString() const;

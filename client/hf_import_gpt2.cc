@@ -85,15 +85,13 @@ absl::StatusOr<std::string> Gpt2Block(LmModelBuilder& b, int64_t i, const std::s
   const double proj_stddev = c.initializer_range / std::sqrt(2.0 * c.num_layers);
   MS_RETURN_IF_ERROR(LayerNorm(b, p + "ln_1", x));
   MS_RETURN_IF_ERROR(QkvFromCAttn(b, p, p + "ln_1"));
-  b.Layer(p + "attn.scores", "einsum",
-          {{"equation", "bqhd,bkhd->bhqk"}, {"inputs", {p + "attn.q_heads", p + "attn.k_heads"}}});
   double scale = c.scale_attn_weights ? 1.0 / std::sqrt(static_cast<double>(c.head_dim)) : 1.0;
   if (c.scale_attn_by_inverse_layer_idx) scale /= static_cast<double>(i + 1);
-  Json softmax = {{"input", p + "attn.scores"}, {"axis", -1}, {"causal", true}};
-  if (scale != 1.0) softmax["scale"] = scale;
-  b.Layer(p + "attn.probs", "softmax", std::move(softmax));
-  b.Layer(p + "attn.context", "einsum",
-          {{"equation", "bhqk,bkhd->bqhd"}, {"inputs", {p + "attn.probs", p + "attn.v_heads"}}});
+  // jax.nn.dot_product_attention(q, k, v, is_causal=True, scale=scale): the
+  // workers keep its keys and values per sequence when generating.
+  b.Layer(p + "attn.context", "attention",
+          {{"inputs", {p + "attn.q_heads", p + "attn.k_heads", p + "attn.v_heads"}},
+           {"scale", scale}});
   b.Layer(p + "attn.context_flat", "reshape",
           {{"input", p + "attn.context"}, {"shape", {0, 0, c.hidden}}});
   MS_RETURN_IF_ERROR(Conv1D(b, p + "attn.out", p + "attn.context_flat", p + "attn.c_proj",

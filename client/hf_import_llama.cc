@@ -10,10 +10,10 @@
 // to embed_tokens). [out, in] weights are used as they are, through
 // einsum "bsi,oi->bso".
 //
-// Attention with grouped-query heads: q -> [b, s, KV, G, hd] (query head
-// h = kv * G + g, as HF's repeat_kv), k, v -> [b, s, KV, hd]; RoPE on q and k
-// (rotate_half, rope_theta); scores "bqngd,bknd->bngqk"; causal softmax
-// scaled by 1/sqrt(hd); context "bngqk,bknd->bqngd" -> [b, s, H*hd].
+// Attention with grouped-query heads: q -> [b, s, H, hd], k, v -> [b, s, KV,
+// hd]; RoPE on q and k (rotate_half, rope_theta); causal attention scaled by
+// 1/sqrt(hd) with query head h reading kv head h / (H / KV), as HF's
+// repeat_kv (the `attention` op) -> [b, s, H*hd].
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -58,29 +58,22 @@ absl::Status RmsNorm(LmModelBuilder& b, const std::string& layer, const std::str
 absl::Status Attention(LmModelBuilder& b, const std::string& p, const std::string& input) {
   const LmConfig& c = b.config();
   const int64_t d = c.hidden, hd = c.head_dim, kv = c.num_kv_heads;
-  const int64_t groups = c.num_heads / kv;
   const bool sharded = b.plan().attn, bias = c.attention_bias;
   const std::string a = p + "self_attn.";
   MS_RETURN_IF_ERROR(HfLinear(b, a + "q", input, a + "q_proj", d, c.num_heads * hd, true,
                               sharded, bias));
   MS_RETURN_IF_ERROR(HfLinear(b, a + "k", input, a + "k_proj", d, kv * hd, true, sharded, bias));
   MS_RETURN_IF_ERROR(HfLinear(b, a + "v", input, a + "v_proj", d, kv * hd, true, sharded, bias));
-  b.Layer(a + "q_heads", "reshape", {{"input", a + "q"}, {"shape", {0, 0, kv, groups, hd}}});
+  b.Layer(a + "q_heads", "reshape", {{"input", a + "q"}, {"shape", {0, 0, c.num_heads, hd}}});
   b.Layer(a + "k_heads", "reshape", {{"input", a + "k"}, {"shape", {0, 0, kv, hd}}});
   b.Layer(a + "v_heads", "reshape", {{"input", a + "v"}, {"shape", {0, 0, kv, hd}}});
   for (const char* t : {"q", "k"}) {
     b.Layer(absl::StrCat(a, t, "_rope"), "rope",
             {{"input", absl::StrCat(a, t, "_heads")}, {"theta", c.rope_theta}, {"seq_axis", 1}});
   }
-  b.Layer(a + "scores", "einsum",
-          {{"equation", "bqngd,bknd->bngqk"}, {"inputs", {a + "q_rope", a + "k_rope"}}});
-  b.Layer(a + "probs", "softmax",
-          {{"input", a + "scores"},
-           {"axis", -1},
-           {"causal", true},
+  b.Layer(a + "context", "attention",
+          {{"inputs", {a + "q_rope", a + "k_rope", a + "v_heads"}},
            {"scale", 1.0 / std::sqrt(static_cast<double>(hd))}});
-  b.Layer(a + "context", "einsum",
-          {{"equation", "bngqk,bknd->bqngd"}, {"inputs", {a + "probs", a + "v_heads"}}});
   b.Layer(a + "context_flat", "reshape",
           {{"input", a + "context"}, {"shape", {0, 0, c.num_heads * hd}}});
   return HfLinear(b, a + "out", a + "context_flat", a + "o_proj", c.num_heads * hd, d, false,

@@ -300,9 +300,30 @@ absl::Status ParseCheckpoint(const Json& root, ModelFile& m) {
   return absl::OkStatus();
 }
 
+// "generation": {"context_length": N >= 1, "eos_token_ids": [ids >= 0]}.
+absl::Status ParseGeneration(const Json& root, ModelFile& m) {
+  if (!root.contains("generation")) return absl::OkStatus();
+  const Json& g = root["generation"];
+  if (!g.is_object()) return InvalidArgument("generation must be an object, got ", ShowJson(g));
+  MS_RETURN_IF_ERROR(CheckJsonKeys(g, {"context_length", "eos_token_ids"}, "generation"));
+  if (g.contains("context_length")) {
+    MS_ASSIGN_OR_RETURN(m.context_length, JsonInt(g["context_length"], "context_length"));
+    if (m.context_length < 1) {
+      return InvalidArgument("generation context_length ", m.context_length, " must be >= 1");
+    }
+  }
+  if (g.contains("eos_token_ids")) {
+    MS_ASSIGN_OR_RETURN(m.eos_token_ids, JsonIntList(g["eos_token_ids"], "eos_token_ids"));
+    for (int64_t id : m.eos_token_ids) {
+      if (id < 0) return InvalidArgument("generation eos_token_ids has ", id, " (must be >= 0)");
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseBody(const Json& root, ModelFile& m) {
   MS_RETURN_IF_ERROR(CheckJsonKeys(root, {"name", "mesh", "dtype", "seed", "checkpoint", "inputs",
-                                      "params", "layers", "outputs", "batching"},
+                                      "params", "layers", "outputs", "batching", "generation"},
                                "top level"));
   MS_RETURN_IF_ERROR(ParseMeshField(root, m));
   if (root.contains("dtype")) {
@@ -325,6 +346,7 @@ absl::Status ParseBody(const Json& root, ModelFile& m) {
   }
   MS_RETURN_IF_ERROR(model_file_internal::ParseLayers(root, m));
   MS_RETURN_IF_ERROR(ParseOutputs(root, m));
+  MS_RETURN_IF_ERROR(ParseGeneration(root, m));
   return ParseBatchingConfig(root, &m.batching);
 }
 

@@ -67,6 +67,9 @@ struct LayerDef {
   std::vector<int64_t> shape;              // reshape (one -1; 0 copies the input's dim)
   double epsilon = 1e-6;                   // rms_norm, layer_norm
   double softmax_scale = 1.0;              // softmax "scale": multiplies the input first
+  double attention_scale = 0;              // attention "scale" (0: 1 / sqrt(head_dim))
+  int64_t rows = 0;                        // select_rows: the rows kept (>= 1)
+  int64_t vocab_size = 0;                  // sample: the real vocabulary (<= the last dim)
   bool causal = false;                     // softmax: mask k > q over the last two dims
   std::string where;                       // softmax: an input or layer, nonzero keeps
   double theta = 10000.0;                  // rope
@@ -92,6 +95,11 @@ struct ModelFile {
   std::vector<std::string> outputs;
   std::string json_text;  // the file as read (sent verbatim to workers)
   std::optional<BatchingConfig> batching;  // batching_config.h; none: unbatched
+  // "generation": {"context_length": N, "eos_token_ids": [..]} (the
+  // checkpoint's config.json / generation_config.json, written by the
+  // importer). 0 / empty when absent.
+  int64_t context_length = 0;
+  std::vector<int64_t> eos_token_ids;
 
   const ParamDef* FindParam(absl::string_view name) const;
   const InputDef* FindInput(absl::string_view name) const;

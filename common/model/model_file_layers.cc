@@ -43,18 +43,47 @@ absl::Status ParseLayerOperands(const Json& j, LayerDef& l) {
     l.inputs.push_back(std::move(in));
     return absl::OkStatus();
   }
+  const size_t n = ModelOpArityOf(l.kind) == ModelOpArity::kBinary ? 2 : 3;
+  const char* count = n == 2 ? "two" : "three";
   if (j.contains("input")) {
-    return InvalidArgument("op '", ModelOpName(l.kind), "' takes two 'inputs', not 'input'");
+    return InvalidArgument("op '", ModelOpName(l.kind), "' takes ", count, " 'inputs', not 'input'");
   }
   if (!j.contains("inputs")) return InvalidArgument("missing 'inputs'");
   const Json& ins = j["inputs"];
-  if (!ins.is_array() || ins.size() != 2) {
-    return InvalidArgument("op '", ModelOpName(l.kind), "' needs 'inputs' with two names, got ", ShowJson(ins));
+  if (!ins.is_array() || ins.size() != n) {
+    return InvalidArgument("op '", ModelOpName(l.kind), "' needs 'inputs' with ", count,
+                           " names, got ", ShowJson(ins));
   }
-  for (const Json& n : ins) {
-    MS_ASSIGN_OR_RETURN(std::string in, JsonString(n, "inputs"));
+  for (const Json& name : ins) {
+    MS_ASSIGN_OR_RETURN(std::string in, JsonString(name, "inputs"));
     l.inputs.push_back(std::move(in));
   }
+  return absl::OkStatus();
+}
+
+// attention: "scale" (> 0; absent: 1 / sqrt(head_dim)) and "causal" (only
+// true: the op is jax.nn.dot_product_attention(..., is_causal=True)).
+absl::Status ParseAttentionFields(const Json& j, LayerDef& l) {
+  if (j.contains("scale")) {
+    MS_ASSIGN_OR_RETURN(l.attention_scale, JsonNumber(j["scale"], "attention scale"));
+    if (!std::isfinite(l.attention_scale) || !(l.attention_scale > 0)) {
+      return InvalidArgument("attention scale ", ShowJson(j["scale"]),
+                             " must be a finite number > 0");
+    }
+  }
+  l.causal = true;
+  if (j.contains("causal")) {
+    MS_ASSIGN_OR_RETURN(bool causal, JsonBool(j["causal"], "causal"));
+    if (!causal) return InvalidArgument("attention: only causal attention is supported");
+  }
+  return absl::OkStatus();
+}
+
+// select_rows "rows" and sample "vocab_size": integers >= 1.
+absl::Status ParsePositiveField(const Json& j, const char* key, int64_t& out) {
+  if (!j.contains(key)) return InvalidArgument("missing '", key, "'");
+  MS_ASSIGN_OR_RETURN(out, JsonInt(j[key], key));
+  if (out < 1) return InvalidArgument(key, " ", out, " must be >= 1");
   return absl::OkStatus();
 }
 
@@ -146,7 +175,9 @@ absl::Status ParseLayerFields(const Json& j, const ModelFile& m, const Names& de
   const bool is_norm = op == ModelOp::kRmsNorm || op == ModelOp::kLayerNorm;
   MS_RETURN_IF_ERROR(GetParamRef(j, "kernel", op == ModelOp::kLinear, m, l.kernel));
   MS_RETURN_IF_ERROR(GetParamRef(j, "bias", op == ModelOp::kLayerNorm, m, l.bias));
-  if (op != ModelOp::kSoftmax) MS_RETURN_IF_ERROR(GetParamRef(j, "scale", is_norm, m, l.scale));
+  if (op != ModelOp::kSoftmax && op != ModelOp::kAttention) {
+    MS_RETURN_IF_ERROR(GetParamRef(j, "scale", is_norm, m, l.scale));
+  }
   MS_RETURN_IF_ERROR(GetParamRef(j, "table", op == ModelOp::kEmbed, m, l.table));
   switch (op) {
     case ModelOp::kEinsum: return ParseEinsumEquationField(j, l);
@@ -159,6 +190,9 @@ absl::Status ParseLayerFields(const Json& j, const ModelFile& m, const Names& de
     case ModelOp::kRope: return ParseRopeFields(j, l);
     case ModelOp::kReshape: return ParseReshapeShape(j, l);
     case ModelOp::kTranspose: return ParsePerm(j, l);
+    case ModelOp::kAttention: return ParseAttentionFields(j, l);
+    case ModelOp::kSelectRows: return ParsePositiveField(j, "rows", l.rows);
+    case ModelOp::kSample: return ParsePositiveField(j, "vocab_size", l.vocab_size);
     default: break;
   }
   if (is_norm && j.contains("epsilon")) {
@@ -175,7 +209,7 @@ absl::StatusOr<LayerDef> ParseLayer(const Json& j, const ModelFile& m, const Nam
   MS_RETURN_IF_ERROR(CheckJsonKeys(j, {"name", "op", "input", "inputs", "kernel", "bias", "scale",
                                        "table", "equation", "axis", "perm", "shape", "epsilon",
                                        "causal", "where", "theta", "seq_axis", "out_sharding",
-                                       "auto_axes"},
+                                       "auto_axes", "rows", "vocab_size"},
                                    "layer"));
   if (!j.contains("op")) return InvalidArgument("missing 'op'");
   MS_ASSIGN_OR_RETURN(std::string op, JsonString(j["op"], "op"));

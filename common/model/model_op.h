@@ -2,7 +2,8 @@
 // style): the enum, the name written in the file, and the arity.
 //
 //   MESHSERVE_MODEL_OP_LIST(V)  V(enum, "name", arity, flags)
-//     arity: kUnary ("input": one name) or kBinary ("inputs": two names).
+//     arity: kUnary ("input": one name), kBinary ("inputs": two names) or
+//            kTernary ("inputs": three names).
 //     flags: kTakesOutSharding when the op's own JAX function accepts
 //            out_sharding (the rule applies it); otherwise an out_sharding is
 //            applied by a reshard after the op. kDotLike for the contractions
@@ -22,7 +23,7 @@
 
 namespace meshserve {
 
-enum class ModelOpArity { kUnary, kBinary };
+enum class ModelOpArity { kUnary, kBinary, kTernary };
 
 inline constexpr int kModelOpNoFlags = 0;
 inline constexpr int kTakesOutSharding = 1;
@@ -45,7 +46,10 @@ inline constexpr int kDotLike = 2;
   V(kTranspose, "transpose", kUnary, kModelOpNoFlags)                 \
   V(kReshard, "reshard", kUnary, kTakesOutSharding)                   \
   V(kPositions, "positions", kUnary, kModelOpNoFlags)                 \
-  V(kRope, "rope", kUnary, kModelOpNoFlags)
+  V(kRope, "rope", kUnary, kModelOpNoFlags)                           \
+  V(kAttention, "attention", kTernary, kModelOpNoFlags)               \
+  V(kSelectRows, "select_rows", kUnary, kModelOpNoFlags)              \
+  V(kSample, "sample", kUnary, kModelOpNoFlags)
 
 enum class ModelOp {
 #define MESHSERVE_MODEL_OP_ENUM(e, name, arity, flags) e,

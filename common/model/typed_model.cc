@@ -116,6 +116,12 @@ absl::StatusOr<ArrayType> ApplyRule(const LayerDef& layer, const TypedModel& tm,
       return TransposeRule(args[0], layer.perm);
     case ModelOp::kReshard:
       return ReshardRule(args[0], out);
+    case ModelOp::kAttention:
+      return AttentionRule(args[0], args[1], args[2]);
+    case ModelOp::kSelectRows:
+      return SelectRowsRule(args[0], layer.rows);
+    case ModelOp::kSample:
+      return SampleRule(args[0], layer.vocab_size);
   }
   return Internal("op ", static_cast<int>(layer.kind), " has no sharding rule");
 }

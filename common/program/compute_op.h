@@ -41,7 +41,10 @@ namespace meshserve {
   V(kZeros, "zeros", 0)                 \
   V(kPositions, "positions", 0)         \
   V(kRope, "rope", 1)                   \
-  V(kSoftmaxWhere, "softmax_where", 2)
+  V(kSoftmaxWhere, "softmax_where", 2)  \
+  V(kAttention, "attention", 3)         \
+  V(kSelectRows, "select_rows", 1)      \
+  V(kSample, "sample", 1)
 
 enum class ComputeOp {
 #define MS_COMPUTE_OP_ENUM(enumerator, name, arity) enumerator,

@@ -1,11 +1,13 @@
 #include "common/program/compute_step.h"
 
+#include <cmath>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/program/decode_kernels.h"
 #include "common/program/ir_conv.h"
 #include "common/tensor/copy_box.h"
 #include "common/tensor/kernels.h"
@@ -57,9 +59,37 @@ absl::Status CheckEmbedIds(const Tensor& ids, int64_t vocab_size) {
 // Runs the kernel of step.op on local tensors (as many as its arity); the
 // result's dtype is `out`. No default: -Wswitch names an op of the table
 // without a kernel.
+// attention, in or outside a generation step.
+absl::StatusOr<Tensor> RunAttention(const ComputeStepIr& step,
+                                    absl::Span<const BoxTensor* const> in, DType out,
+                                    const DecodeState* decode) {
+  const Tensor& q = in[0]->tensor;
+  const Tensor& k = in[1]->tensor;
+  if (q.rank() != 4 || k.rank() != 4) {
+    return InvalidArgument("attention: q ", q.ToString(), " and k ", k.ToString(),
+                           " must be rank 4");
+  }
+  const float scale = step.attention_scale > 0
+                          ? step.attention_scale
+                          : 1.0f / std::sqrt(static_cast<float>(q.dim(3)));
+  Tensor result;
+  if (decode == nullptr) {
+    MS_ASSIGN_OR_RETURN(result, CausalAttention(q, k, in[2]->tensor, scale));
+  } else {
+    MS_ASSIGN_OR_RETURN(KvCache * cache,
+                        decode->cache(step.device, step.num_cache_layers, k.dim(2), k.dim(3)));
+    MS_ASSIGN_OR_RETURN(result, CachedStepAttention(*cache, step.cache_layer, q, k,
+                                                    in[2]->tensor, *decode->layout, scale));
+  }
+  if (result.dtype() == out) return result;
+  return ConvertDType(result, out);
+}
+
 absl::StatusOr<Tensor> RunKernel(const ComputeStepIr& step,
                                  absl::Span<const BoxTensor* const> in,
-                                 const Box& out_box, DType out) {
+                                 const Box& out_box, DType out, const DecodeState* decode) {
+  const PositionTable table =
+      decode != nullptr ? PositionTable(decode->positions) : PositionTable();
   switch (step.op) {
     case ComputeOp::kDotGeneral:
       return DotGeneral(in[0]->tensor, in[1]->tensor, step.lhs_contracting,
@@ -89,12 +119,12 @@ absl::StatusOr<Tensor> RunKernel(const ComputeStepIr& step,
     case ComputeOp::kPositions: {
       MS_ASSIGN_OR_RETURN(int64_t offset,
                           GlobalDimBegin(out_box, step.positions_axis, "positions_axis"));
-      return Positions(out_box.shape(), step.positions_axis, offset);
+      return Positions(out_box.shape(), step.positions_axis, offset, table);
     }
     case ComputeOp::kRope: {
       MS_ASSIGN_OR_RETURN(int64_t offset,
                           GlobalDimBegin(out_box, step.rope_seq_axis, "rope_seq_axis"));
-      return Rope(in[0]->tensor, step.rope_seq_axis, offset, step.theta, out);
+      return Rope(in[0]->tensor, step.rope_seq_axis, offset, step.theta, out, table);
     }
     case ComputeOp::kTranspose: {
       MS_ASSIGN_OR_RETURN(Tensor t, Transpose(in[0]->tensor, step.perm));
@@ -113,6 +143,16 @@ absl::StatusOr<Tensor> RunKernel(const ComputeStepIr& step,
       return ConvertDType(t, out);
     }
     case ComputeOp::kZeros: return Tensor::Create(out, out_box.shape());
+    case ComputeOp::kAttention: return RunAttention(step, in, out, decode);
+    case ComputeOp::kSelectRows: {
+      MS_ASSIGN_OR_RETURN(Tensor rows, SelectRows(in[0]->tensor, out_box.shape()[1],
+                                                  decode != nullptr ? decode->layout : nullptr));
+      if (rows.dtype() == out) return rows;
+      return ConvertDType(rows, out);
+    }
+    case ComputeOp::kSample:
+      return SampleRows(in[0]->tensor, step.vocab_size,
+                        decode != nullptr ? decode->layout : nullptr);
   }
   return InvalidArgument("compute op ", static_cast<int>(step.op), " has no kernel");
 }
@@ -120,7 +160,8 @@ absl::StatusOr<Tensor> RunKernel(const ComputeStepIr& step,
 }  // namespace
 
 absl::StatusOr<BoxTensor> RunComputeStep(const ComputeStepIr& step,
-                                         absl::Span<const BoxTensor* const> inputs) {
+                                         absl::Span<const BoxTensor* const> inputs,
+                                         const DecodeState* decode) {
   const std::string where = absl::StrCat("compute '", ComputeOpName(step.op), "' -> '",
                                          step.output, "'");
   const int arity = ComputeOpArity(step.op);
@@ -136,7 +177,10 @@ absl::StatusOr<BoxTensor> RunComputeStep(const ComputeStepIr& step,
   } else if (!inputs.empty()) {
     out = inputs[0]->tensor.dtype();
   }
-  MS_ASSIGN_OR_RETURN(Tensor result, RunKernel(step, inputs, out_box, out), where);
+  if (decode != nullptr && decode->layout == nullptr) {
+    return InvalidArgument(where, ": a generation step without its layout");
+  }
+  MS_ASSIGN_OR_RETURN(Tensor result, RunKernel(step, inputs, out_box, out, decode), where);
   if (result.shape() != out_box.shape()) {
     return InvalidArgument(where, ": result shape ", ShapeToString(result.shape()),
                            " does not match out_box ", out_box.ToString(), " (shape ",

@@ -30,6 +30,17 @@
 //   copy         input (x); the elements of out_box (which must lie inside x's
 //                box), converted to the output dtype.
 //   zeros        no input; a zero-filled out_box.
+//   attention    inputs (q, k, v): causal grouped-query attention scaled by
+//                attention_scale (decode_kernels.h CausalAttention); in a
+//                generation step, over the device's KV cache (layer
+//                cache_layer of num_cache_layers; CachedStepAttention).
+//   select_rows  input (x [B, T, D]): out_box's R rows (the step's sampled
+//                rows; outside one, the last R).
+//   sample       input (logits [B, R, V]): float32 [B, R, 42] records of the
+//                sampled tokens (decode_kernels.h SampleRows), with
+//                vocab_size the real vocabulary.
+// In a generation step (`decode` set), positions and rope read the step's
+// positions along their axis (the token slots) instead of the global index.
 // The output dtype is out_dtype; DTYPE_INVALID means the first input's dtype
 // (float32 for zeros). `partial` results are float32 whatever out_dtype says.
 // The result must have out_box's shape (reshape: the same element count).
@@ -43,15 +54,33 @@
 #ifndef MESHSERVE_COMMON_PROGRAM_COMPUTE_STEP_H_
 #define MESHSERVE_COMMON_PROGRAM_COMPUTE_STEP_H_
 
+#include <functional>
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/kvcache/kv_cache.h"
+#include "common/program/decode_step.h"
 #include "common/program/program_ir.h"
 #include "common/tensor/tensor.h"
 
 namespace meshserve {
 
+// What the steps of a generation step read besides their inputs.
+struct DecodeState {
+  const DecodeLayout* layout = nullptr;
+  std::vector<int64_t> positions;  // SlotPositions(*layout)
+  // The KV cache of `device` for a model with num_layers attention layers of
+  // kv_heads heads of head_dim here (made by the first attention step).
+  std::function<absl::StatusOr<KvCache*>(int64_t device, int64_t num_layers, int64_t kv_heads,
+                                         int64_t head_dim)>
+      cache;
+};
+
+// `decode` is null outside a generation step.
 absl::StatusOr<BoxTensor> RunComputeStep(const ComputeStepIr& step,
-                                         absl::Span<const BoxTensor* const> inputs);
+                                         absl::Span<const BoxTensor* const> inputs,
+                                         const DecodeState* decode = nullptr);
 
 }  // namespace meshserve
 

@@ -120,6 +120,9 @@ struct ComputeStepIr {
   int64_t positions_axis = 0;  // positions: the dim whose global index is the value
   int64_t rope_seq_axis = 0;   // rope: the dim whose global index is the position
   int64_t softmax_axis = -1;   // softmax, softmax_where: the normalised dim
+  float attention_scale = 0;   // attention: multiplies the scores (> 0)
+  int64_t cache_layer = 0;       // attention: its layer of the KV cache
+  int64_t num_cache_layers = 0;  // attention: the model's attention layers
 };
 
 struct SendStepIr {

@@ -72,6 +72,9 @@ absl::StatusOr<ComputeStepIr> ComputeToIr(const ComputeStep& c) {
   ir.positions_axis = c.positions_axis();
   ir.rope_seq_axis = c.rope_seq_axis();
   ir.softmax_axis = c.has_softmax_axis() ? c.softmax_axis() : -1;
+  ir.attention_scale = c.attention_scale();
+  ir.cache_layer = c.cache_layer();
+  ir.num_cache_layers = c.num_cache_layers();
   return ir;
 }
 
@@ -96,6 +99,9 @@ void ComputeFromIr(const ComputeStepIr& ir, ComputeStep* c) {
   c->set_positions_axis(ir.positions_axis);
   c->set_rope_seq_axis(ir.rope_seq_axis);
   if (ir.softmax_axis != -1) c->set_softmax_axis(ir.softmax_axis);  // absent: -1
+  c->set_attention_scale(ir.attention_scale);
+  c->set_cache_layer(ir.cache_layer);
+  c->set_num_cache_layers(ir.num_cache_layers);
 }
 
 SendStepIr SendToIr(const SendStep& s) {

@@ -47,23 +47,34 @@ absl::StatusOr<Tensor> BroadcastMask(const Tensor& x, const Tensor& where) {
   return Add(Tensor::Zeros(DType::kFloat32, x.shape()), w, DType::kFloat32);
 }
 
+// An index range [offset, offset + n) must lie inside a non-empty table.
+absl::Status CheckTable(const char* op, PositionTable table, int64_t offset, int64_t n) {
+  if (table.empty() || (offset >= 0 && offset + n <= static_cast<int64_t>(table.size()))) {
+    return absl::OkStatus();
+  }
+  return InvalidArgument(op, ": indices [", offset, ", ", offset + n, ") are past the ",
+                         table.size(), " positions of the step");
+}
+
 }  // namespace
 
 absl::StatusOr<Tensor> Positions(absl::Span<const int64_t> shape, int64_t axis,
-                                 int64_t axis_offset) {
+                                 int64_t axis_offset, PositionTable table) {
   MS_ASSIGN_OR_RETURN(axis, CanonicalAxis("Positions", "axis", axis, shape));
   MS_ASSIGN_OR_RETURN(Tensor out, Tensor::Create(DType::kInt32, shape));
   const int64_t n = shape[axis];
+  MS_RETURN_IF_ERROR(CheckTable("Positions", table, axis_offset, n));
   const int64_t inner = Product(shape, axis + 1, shape.size());
   int32_t* po = out.data<int32_t>();
   for (int64_t i = 0; i < out.NumElements(); ++i) {
-    po[i] = static_cast<int32_t>(axis_offset + (i / inner) % n);
+    const int64_t g = axis_offset + (i / inner) % n;
+    po[i] = static_cast<int32_t>(table.empty() ? g : table[g]);
   }
   return out;
 }
 
 absl::StatusOr<Tensor> Rope(const Tensor& x, int64_t seq_axis, int64_t seq_offset, double theta,
-                            DType out_dtype) {
+                            DType out_dtype, PositionTable table) {
   MS_RETURN_IF_ERROR(CheckFloat("Rope", "input", x.dtype()));
   MS_RETURN_IF_ERROR(CheckFloat("Rope", "out_dtype", out_dtype));
   const int64_t rank = x.rank();
@@ -84,6 +95,7 @@ absl::StatusOr<Tensor> Rope(const Tensor& x, int64_t seq_axis, int64_t seq_offse
     inv_freq[i] = static_cast<float>(std::pow(theta, -2.0 * i / d));
   }
   const int64_t n = x.dim(seq_axis);
+  MS_RETURN_IF_ERROR(CheckTable("Rope", table, seq_offset, n));
   const int64_t inner = Product(x.shape(), seq_axis + 1, rank);  // includes d
   std::optional<Tensor> xs;
   const float* px = AsFloat32(x, &xs).data<float>();
@@ -91,7 +103,8 @@ absl::StatusOr<Tensor> Rope(const Tensor& x, int64_t seq_axis, int64_t seq_offse
   float* po = out.data<float>();
   const int64_t rows = x.NumElements() / d;
   for (int64_t r = 0; r < rows; ++r) {
-    const float pos = static_cast<float>(seq_offset + (r * d / inner) % n);
+    const int64_t g = seq_offset + (r * d / inner) % n;
+    const float pos = static_cast<float>(table.empty() ? g : table[g]);
     const float* in = px + r * d;
     float* dst = po + r * d;
     for (int64_t i = 0; i < half; ++i) {

@@ -112,19 +112,26 @@ absl::StatusOr<Tensor> Embed(const Tensor& ids, const BoxTensor& table, DType ou
 // tensor's first element along a dim (a shard's box begin), so a shard computes
 // the same numbers as the whole array.
 //
+// A generation step's positions (common/program/decode_step.h): the
+// position of global index g along the sequence dim is table[g] instead of g.
+// Empty: g.
+using PositionTable = absl::Span<const int64_t>;
+
 // Positions: int32 `shape` whose element is axis_offset + its index along
-//   `axis` (lax.broadcasted_iota). \error kInvalidArgument: axis out of range.
+//   `axis` (lax.broadcasted_iota), or table[that] with a table.
+// \error kInvalidArgument: axis out of range, an index past the table.
 absl::StatusOr<Tensor> Positions(absl::Span<const int64_t> shape, int64_t axis,
-                                 int64_t axis_offset);
+                                 int64_t axis_offset, PositionTable table = {});
 
 // Rope (Llama / HF rotate_half) over the last dim d (even) with position
 // pos = seq_offset + the index along seq_axis: for i < d/2, a = pos *
 // theta^(-2i/d), out[i] = x[i] cos a - x[i + d/2] sin a,
 // out[i + d/2] = x[i + d/2] cos a + x[i] sin a.
+// With a table, pos = table[seq_offset + the index].
 // \error kInvalidArgument: rank < 2, odd last dim, seq_axis out of range or
-//   the last dim, theta <= 0.
+//   the last dim, theta <= 0, an index past the table.
 absl::StatusOr<Tensor> Rope(const Tensor& x, int64_t seq_axis, int64_t seq_offset, double theta,
-                            DType out_dtype);
+                            DType out_dtype, PositionTable table = {});
 
 struct SoftmaxOptions {
   float scale = 1.0f;    // multiplies x first (in float32)

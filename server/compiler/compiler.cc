@@ -65,6 +65,7 @@ class Compiler {
       values_[p.name] = PlacedOf(ParamBuffer(p.name), typed_.TypeOf(p.name));
     }
     std::map<std::string, size_t> last = LastUses(m);
+    for (const LayerDef& l : m.layers) num_cache_layers_ += l.kind == ModelOp::kAttention;
     for (size_t i = 0; i < m.layers.size(); ++i) {
       const LayerDef& layer = m.layers[i];
       MS_RETURN_IF_ERROR(CompileLayer(layer), "layer '", layer.name, "'");
@@ -93,6 +94,10 @@ class Compiler {
     ctx.result = typed_.TypeOf(layer.name);
     ctx.operand_names = OperandNames(layer);
     for (const std::string& n : ctx.operand_names) ctx.operands.push_back(values_.at(n));
+    if (layer.kind == ModelOp::kAttention) {
+      ctx.cache_layer = next_cache_layer_++;
+      ctx.num_cache_layers = num_cache_layers_;
+    }
     LayerPlanInfo info;
     info.layer = layer.name;
     info.op = layer.kind;
@@ -157,6 +162,8 @@ class Compiler {
   ProgramEmitter em_;
   std::map<std::string, Placed> values_;
   CompiledPlan out_;
+  int64_t num_cache_layers_ = 0;  // the model's attention layers
+  int64_t next_cache_layer_ = 0;
 };
 
 }  // namespace

@@ -110,6 +110,10 @@ TEST_P(CompilerNumbersTest, TransformerBlockWithRequestOutSharding) {
             GetParam());
 }
 
+TEST_P(CompilerNumbersTest, GroupedQueryAttention) {
+  CheckCase({"attn", AttentionBlock(), {{"x", {2, 5, 32}}}, {}}, GetParam());
+}
+
 TEST_P(CompilerNumbersTest, EmbedNormsTransposeReshardEinsum) {
   CheckCase({"misc", MiscOps(), {{"ids", {4, 4}}}, {}}, GetParam());
 }

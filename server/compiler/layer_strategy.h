@@ -48,6 +48,10 @@ struct LayerContext {
   std::vector<Placed> operands;
   std::vector<std::string> operand_names;
   LayerPlanInfo* info = nullptr;
+  // attention: its index among the model's attention layers, and their
+  // number (the layers of the workers' KV cache).
+  int64_t cache_layer = 0;
+  int64_t num_cache_layers = 0;
 };
 
 // The result value laid out as ctx.result's sharding.

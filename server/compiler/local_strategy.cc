@@ -273,6 +273,40 @@ absl::StatusOr<Placed> Embed(const LayerContext& ctx) {
                     ctx.info);
 }
 
+// attention: local on the typed layouts (the rule admits only layouts where
+// each device holds whole kv-head groups of its batch rows, every position).
+absl::StatusOr<Placed> Attention(const LayerContext& ctx) {
+  MS_RETURN_IF_ERROR(RequireReducedResult(ctx));
+  ComputeStepIr step = Op(ComputeOp::kAttention, {});
+  step.attention_scale = static_cast<float>(ctx.layer->attention_scale);
+  step.cache_layer = ctx.cache_layer;
+  step.num_cache_layers = ctx.num_cache_layers;
+  std::vector<std::pair<int, NamedSharding>> layouts;
+  for (int i = 0; i < 3; ++i) layouts.emplace_back(i, Reduced(ctx.operands[i].sharding));
+  return ComputeThenPlace(ctx, ctx.result.sharding, layouts, step,
+                          "local per head group (KV cache in generation)");
+}
+
+// select_rows: local (the row dim is unsharded by the rule).
+absl::StatusOr<Placed> SelectRows(const LayerContext& ctx) {
+  MS_RETURN_IF_ERROR(RequireReducedResult(ctx));
+  return ComputeThenPlace(ctx, ctx.result.sharding, {{0, Reduced(ctx.operands[0].sharding)}},
+                          Op(ComputeOp::kSelectRows, {}), "local row gather");
+}
+
+// sample: the vocabulary gathered, then every device samples its rows (the
+// same records wherever a row is replicated: the draws are counter-based).
+absl::StatusOr<Placed> Sample(const LayerContext& ctx) {
+  const Placed& logits = ctx.operands[0];
+  Entries e = EntriesOf(Reduced(logits.sharding), 3);
+  e[2].clear();
+  NamedSharding gathered = ShardingOf(ctx.emitter->mesh(), 3, e);
+  ComputeStepIr step = Op(ComputeOp::kSample, {});
+  step.vocab_size = ctx.layer->vocab_size;
+  return ComputeThenPlace(ctx, ctx.result.sharding, {{0, gathered}}, step,
+                          "vocabulary gathered, sampled per row");
+}
+
 }  // namespace
 
 // No default: -Wswitch names a model op without a case.
@@ -292,6 +326,9 @@ absl::StatusOr<Placed> CompileLocalLayer(const LayerContext& ctx) {
     case ModelOp::kEmbed: return Embed(ctx);
     case ModelOp::kPositions: return Positions(ctx);
     case ModelOp::kRope: return Rope(ctx);
+    case ModelOp::kAttention: return Attention(ctx);
+    case ModelOp::kSelectRows: return SelectRows(ctx);
+    case ModelOp::kSample: return Sample(ctx);
     case ModelOp::kReshard:
       ctx.info->strategy = "reshard plan";
       return ctx.emitter->Reshard(ctx.operands[0], ctx.result.sharding, ctx.result.dtype,

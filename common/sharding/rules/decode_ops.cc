@@ -1,5 +1,5 @@
-// AttentionRule (attention.h).
-#include "common/sharding/rules/attention.h"
+// The decode ops' rules (decode_ops.h).
+#include "common/sharding/rules/decode_ops.h"
 
 #include <string>
 #include <vector>
@@ -84,6 +84,50 @@ absl::StatusOr<ArrayType> AttentionRule(const ArrayType& query, const ArrayType&
                            ") must divide into the heads' ", parts, " shards, got ", ops);
   }
   return rules::FinishResult("attention", operands, query.dtype, query.shape, mesh, q);
+}
+
+absl::StatusOr<ArrayType> SelectRowsRule(const ArrayType& input, int64_t rows) {
+  if (input.rank() != 3) {
+    return InvalidArgument("select_rows: input must be rank 3 ([batch, seq, features]), got ",
+                           input.ToString(true));
+  }
+  if (rows < 1 || rows > input.shape[1]) {
+    return InvalidArgument("select_rows: rows ", rows, " must be in [1, ", input.shape[1],
+                           "] for ", input.ToString(true));
+  }
+  const std::vector<const ArrayType*> operands = {&input};
+  MS_ASSIGN_OR_RETURN(Mesh mesh, rules::CommonMesh("select_rows", operands));
+  std::vector<int64_t> shape = {input.shape[0], rows, input.shape[2]};
+  if (!rules::RulesActive(mesh)) return rules::UnshardedResult(input.dtype, shape, mesh, operands);
+  rules::Entries e = rules::ExplicitEntries(input);
+  if (!e[1].empty() || !input.spec().unreduced().empty()) {
+    return InvalidArgument("select_rows: the row dim must be unsharded and the input reduced, got ",
+                           input.ToString(true));
+  }
+  return rules::FinishResult("select_rows", operands, input.dtype, shape, mesh, e);
+}
+
+absl::StatusOr<ArrayType> SampleRule(const ArrayType& logits, int64_t vocab_size) {
+  if (logits.rank() != 3 || rules::IsIntegerDType(logits.dtype) || logits.dtype == DType::kBool) {
+    return InvalidArgument("sample: logits must be a float array [batch, rows, vocab], got ",
+                           logits.ToString(true));
+  }
+  if (vocab_size < 1 || vocab_size > logits.shape[2] || logits.shape[2] >= (int64_t{1} << 24)) {
+    return InvalidArgument("sample: vocab_size ", vocab_size, " must be in [1, ",
+                           logits.shape[2], "] (and below 2^24) for ", logits.ToString(true));
+  }
+  const std::vector<const ArrayType*> operands = {&logits};
+  MS_ASSIGN_OR_RETURN(Mesh mesh, rules::CommonMesh("sample", operands));
+  std::vector<int64_t> shape = {logits.shape[0], logits.shape[1], kSampleRecordWidth};
+  if (!rules::RulesActive(mesh)) {
+    return rules::UnshardedResult(DType::kFloat32, shape, mesh, operands);
+  }
+  rules::Entries e = rules::ExplicitEntries(logits);
+  if (!logits.spec().unreduced().empty()) {
+    return InvalidArgument("sample: the logits must be reduced, got ", logits.ToString(true));
+  }
+  e[2].clear();
+  return rules::FinishResult("sample", operands, DType::kFloat32, shape, mesh, e);
 }
 
 }  // namespace meshserve

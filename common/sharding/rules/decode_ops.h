@@ -1,4 +1,7 @@
-// jax.nn.dot_product_attention(query, key, value, is_causal=True, scale=s)
+// The rules of the ops a generation step runs (common/program/decode_step.h):
+// attention (whose keys and values the workers cache), select_rows and sample.
+//
+// attention = jax.nn.dot_product_attention(query, key, value, is_causal=True, scale=s)
 // (jax/_src/nn/functions.py): query [B, T, N, H], key and value [B, S, K, H],
 // N = K * G (grouped-query attention: query head n reads kv head n / G, the
 // reshape of query to [B, T, K, G, H] that JAX's xla implementation does).
@@ -16,9 +19,18 @@
 // This is the layout meshserve's KV cache uses: each worker keeps the keys
 // and values of the heads it holds (common/kvcache).
 //
+// select_rows(x [B, T, D], rows=R) -> [B, R, D]: jnp.take(x, idx, axis=1)
+//   with R indices (a generation step's sampled rows; outside one, the last R
+//   rows). The row dim must be unsharded; the result keeps x's other entries.
+// sample(logits [B, R, V], vocab_size) -> float32 [B, R, kSampleRecordWidth]:
+//   per row the sampled token and its log-probability, then up to
+//   kMaxLogprobs (id, logprob) pairs (common/sampling/sampler.h); ids are
+//   exact in float32 below 2^24. The vocabulary dim is gathered before
+//   sampling (any sharding is accepted); the result keeps B's and R's entries.
+//
 // Thread-safety: pure function.
-#ifndef MESHSERVE_COMMON_SHARDING_RULES_ATTENTION_H_
-#define MESHSERVE_COMMON_SHARDING_RULES_ATTENTION_H_
+#ifndef MESHSERVE_COMMON_SHARDING_RULES_DECODE_OPS_H_
+#define MESHSERVE_COMMON_SHARDING_RULES_DECODE_OPS_H_
 
 #include "absl/status/statusor.h"
 #include "common/sharding/named_sharding.h"
@@ -31,6 +43,16 @@ namespace meshserve {
 absl::StatusOr<ArrayType> AttentionRule(const ArrayType& query, const ArrayType& key,
                                         const ArrayType& value);
 
+// \error kInvalidArgument: rank other than 3, rows < 1 or > T, a sharded row dim.
+absl::StatusOr<ArrayType> SelectRowsRule(const ArrayType& input, int64_t rows);
+
+// 2 + 2 * 20: token, logprob, then 20 (id, logprob) pairs.
+inline constexpr int64_t kSampleRecordWidth = 42;
+
+// \error kInvalidArgument: rank other than 3, a non-float dtype, vocab_size
+//   outside [1, V], V >= 2^24.
+absl::StatusOr<ArrayType> SampleRule(const ArrayType& logits, int64_t vocab_size);
+
 }  // namespace meshserve
 
-#endif  // MESHSERVE_COMMON_SHARDING_RULES_ATTENTION_H_
+#endif  // MESHSERVE_COMMON_SHARDING_RULES_DECODE_OPS_H_

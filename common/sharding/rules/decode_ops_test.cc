@@ -1,4 +1,4 @@
-#include "common/sharding/rules/attention.h"
+#include "common/sharding/rules/decode_ops.h"
 
 #include "common/sharding/rules/rules_testing.h"
 
@@ -48,6 +48,25 @@ TEST(AttentionRuleTest, RefusesBadShapes) {
   EXPECT_THAT(AttentionRule(Arr(mesh, {4, 6, 8}, "P()"), q, q), StatusIs(kInvalid, "rank 4"));
   EXPECT_THAT(AttentionRule(Arr(mesh, {2, 4, 6, 8}, "P()", DType::kInt32), q, q),
               StatusIs(kInvalid, "float operands"));
+}
+
+TEST(SelectRowsRuleTest, KeepsTheOtherEntries) {
+  Mesh mesh = MeshOrDie("mesh[data=2,model=2]");
+  EXPECT_THAT(SelectRowsRule(Arr(mesh, {2, 16, 8}, "P('data', None, 'model')"), 4),
+              HasType("float32[2@data,4,8@model]"));
+  EXPECT_THAT(SelectRowsRule(Arr(mesh, {2, 16, 8}, "P(None, 'data', None)"), 4),
+              StatusIs(kInvalid, "row dim must be unsharded"));
+  EXPECT_THAT(SelectRowsRule(Arr(mesh, {2, 16, 8}, "P()"), 17), StatusIs(kInvalid, "rows 17"));
+  EXPECT_THAT(SelectRowsRule(Arr(mesh, {16, 8}, "P()"), 1), StatusIs(kInvalid, "rank 3"));
+}
+
+TEST(SampleRuleTest, GathersTheVocabulary) {
+  Mesh mesh = MeshOrDie("mesh[data=2,model=2]");
+  EXPECT_THAT(SampleRule(Arr(mesh, {2, 4, 10}, "P('data', None, 'model')"), 9),
+              HasType("float32[2@data,4,42]"));
+  EXPECT_THAT(SampleRule(Arr(mesh, {2, 4, 10}, "P()"), 11), StatusIs(kInvalid, "vocab_size 11"));
+  EXPECT_THAT(SampleRule(Arr(mesh, {2, 4, 10}, "P()", DType::kInt32), 5),
+              StatusIs(kInvalid, "float array"));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #define MESHSERVE_COMMON_SHARDING_RULES_SHARDING_RULES_H_
 
 #include "common/sharding/rules/concat_slice.h"
+#include "common/sharding/rules/decode_ops.h"
 #include "common/sharding/rules/conv.h"
 #include "common/sharding/rules/dot_general.h"
 #include "common/sharding/rules/einsum.h"

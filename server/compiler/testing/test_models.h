@@ -99,6 +99,30 @@ inline std::string TransformerBlock() {
     'outputs': ['out']})");
 }
 
+// Grouped-query attention as one `attention` op (8 query heads of 4 over 4
+// kv heads, GPT-2/Llama as the importer writes them), heads sharded over
+// model, batch over data. D=32.
+inline std::string AttentionBlock() {
+  return Json(R"({'name': 'attn', 'mesh': {'data': 2, 'model': 4},
+    'inputs': {'x': {'shape': [-1, 5, 32], 'sharding': ['data']}},
+    'params': {
+      'wq': {'shape': [32, 32], 'sharding': [null, 'model']},
+      'wk': {'shape': [32, 16], 'sharding': [null, 'model']},
+      'wv': {'shape': [32, 16], 'sharding': [null, 'model']},
+      'wo': {'shape': [32, 32], 'sharding': ['model', null]}},
+    'layers': [
+      {'name': 'q', 'op': 'linear', 'input': 'x', 'kernel': 'wq'},
+      {'name': 'k', 'op': 'linear', 'input': 'x', 'kernel': 'wk'},
+      {'name': 'v', 'op': 'linear', 'input': 'x', 'kernel': 'wv'},
+      {'name': 'qh', 'op': 'reshape', 'input': 'q', 'shape': [0, 0, 8, 4]},
+      {'name': 'kh', 'op': 'reshape', 'input': 'k', 'shape': [0, 0, 4, 4]},
+      {'name': 'vh', 'op': 'reshape', 'input': 'v', 'shape': [0, 0, 4, 4]},
+      {'name': 'o', 'op': 'attention', 'inputs': ['qh', 'kh', 'vh'], 'scale': 0.4},
+      {'name': 'o2', 'op': 'reshape', 'input': 'o', 'shape': [0, 0, 32]},
+      {'name': 'y', 'op': 'linear', 'input': 'o2', 'kernel': 'wo', 'out_sharding': ['data']}],
+    'outputs': ['y']})");
+}
+
 // The remaining ops: embed with a vocabulary-sharded table (partial sums),
 // layer_norm, gelu, transpose, reshard, tanh, an einsum with a one-sided
 // sharded contraction, relu.
@@ -195,6 +219,44 @@ inline absl::StatusOr<Tensor> ReferenceEinsum(const std::string& eq, const Tenso
   return Transpose(r, Positions(dot, l.out));
 }
 
+// jax.nn.dot_product_attention(q, k, v, is_causal=True, scale) by its
+// definition, in double: q [B, T, N, H], k and v [B, S, K, H], query head n
+// reading kv head n / (N / K), query t seeing keys j <= t + S - T.
+inline absl::StatusOr<Tensor> NaiveAttention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                             double scale) {
+  const int64_t B = q.dim(0), T = q.dim(1), N = q.dim(2), H = q.dim(3);
+  const int64_t S = k.dim(1), K = k.dim(2), G = N / K;
+  if (scale <= 0) scale = 1.0 / std::sqrt(static_cast<double>(H));
+  Tensor out = Tensor::Zeros(DType::kFloat32, q.shape());
+  const float* pq = q.data<float>();
+  const float* pk = k.data<float>();
+  const float* pv = v.data<float>();
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t last = t + S - T;
+        std::vector<double> w(last + 1);
+        double mx = -1e300, sum = 0;
+        for (int64_t j = 0; j <= last; ++j) {
+          double d = 0;
+          for (int64_t h = 0; h < H; ++h) {
+            d += double(pq[((b * T + t) * N + n) * H + h]) * pk[((b * S + j) * K + n / G) * H + h];
+          }
+          w[j] = d * scale;
+          mx = std::max(mx, w[j]);
+        }
+        for (double& x : w) sum += (x = std::exp(x - mx));
+        for (int64_t h = 0; h < H; ++h) {
+          double acc = 0;
+          for (int64_t j = 0; j <= last; ++j) acc += w[j] / sum * pv[((b * S + j) * K + n / G) * H + h];
+          out.data<float>()[((b * T + t) * N + n) * H + h] = static_cast<float>(acc);
+        }
+      }
+    }
+  }
+  return out;
+}
+
 // Evaluates the model on full tensors, layer by layer, with the kernels.
 inline absl::StatusOr<std::map<std::string, Tensor>> Reference(
     const ModelFile& m, const std::map<std::string, Tensor>& inputs,
@@ -238,6 +300,12 @@ inline absl::StatusOr<std::map<std::string, Tensor>> Reference(
       }
       case ModelOp::kPositions: r = ::meshserve::Positions(x.shape(), l.axis, 0); break;
       case ModelOp::kRope: r = Rope(x, l.seq_axis, 0, l.theta, f32); break;
+      case ModelOp::kAttention:
+        r = NaiveAttention(x, v.at(l.inputs[1]), v.at(l.inputs[2]), l.attention_scale);
+        break;
+      case ModelOp::kSelectRows:
+      case ModelOp::kSample:
+        break;  // generation ops: no reference here
       case ModelOp::kReshape: {
         std::vector<int64_t> shape = l.shape;
         for (size_t i = 0; i < shape.size(); ++i) {

@@ -1,0 +1,54 @@
+// The decode variant of a language model: the model file a generation step
+// runs (common/program/decode_step.h), made from the served model file.
+//
+//   input_ids [1, T]  (T token slots: the step's tokens packed in one row;
+//                      the batch axis is unused, so the input and every
+//                      out_sharding lose their batch-axis entry on dim 0)
+//   ... the model's layers; attention layers read and extend the workers'
+//       KV cache, positions and rope take the step's positions ...
+//   decode.rows  = select_rows(<the head's input>, rows=R)   [1, R, D]
+//   <head>       = the LM head, now over decode.rows         [1, R, V]
+//   decode.sample = sample(<head>, vocab_size=V)             [1, R, 42]
+// The one output is decode.sample (sampled token, logprob, top logprobs per
+// row). Params are the model's (same names), so the variant's programs run on
+// the model's placement and param versions.
+//
+// A model can generate when it has one integer input of rank 2, one output
+// made by an LM head (an einsum "bsd,vd->bsv" over a table param, or a
+// linear), and its attention as `attention` layers (no causal softmax left:
+// an einsum-built attention cannot read a cache).
+//
+// Thread-safety: pure functions.
+#ifndef MESHSERVE_SERVER_COMPILER_DECODE_MODEL_H_
+#define MESHSERVE_SERVER_COMPILER_DECODE_MODEL_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/model/model_file.h"
+
+namespace meshserve {
+
+inline constexpr char kDecodeOutput[] = "decode.sample";
+
+// What generation needs to know of an LM.
+struct LmShape {
+  std::string input;          // the token ids input
+  int64_t vocab_size = 0;     // the head's output dim
+  int64_t num_attention_layers = 0;
+  int64_t context_length = 0;  // the position table's rows (0: not bounded by one)
+};
+
+// \error kFailedPrecondition naming the model and what it lacks (see the
+//   file comment).
+absl::StatusOr<LmShape> InspectLm(const ModelFile& model);
+
+// \error InspectLm's; kInvalidArgument for token_slots < 1 or rows outside
+//   [1, token_slots].
+absl::StatusOr<ModelFile> DecodeVariant(const ModelFile& model, int64_t token_slots,
+                                        int64_t rows);
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_SERVER_COMPILER_DECODE_MODEL_H_
