@@ -236,6 +236,25 @@ TEST_F(OpenAiHttpTest, TwoChoicesWithSeedsSeedAndSeedPlusOne) {
   EXPECT_THAT(seeds, ElementsAreArray({42u, 43u}));
 }
 
+TEST_F(OpenAiHttpTest, ChoicesSplitByAPushAreStartedAgainOnOneVersion) {
+  OpenAiTestServerOptions options;
+  options.backend.push_at_model_call = 2;  // choice 1's Start sees version 8, choice 0's 7
+  Start(options);
+  const Answer a = Post(port_, "/v1/completions",
+                        R"({"model": "lm", "prompt": [3, 1], "max_tokens": 4, "n": 2,
+                            "return_token_ids": true})");
+  ASSERT_EQ(a.status, 200) << a.body;
+  const Json j = Json::parse(a.body);
+  EXPECT_EQ(j.at("system_fingerprint"), "v8");
+  ASSERT_EQ(j.at("choices").size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_THAT(Ids(j.at("choices")[i].at("token_ids")),
+                ElementsAreArray(Reference({3, 1}, 4, {})));
+    EXPECT_EQ(j.at("choices")[i].at("finish_reason"), "length");
+  }
+  EXPECT_EQ(j.at("usage").at("completion_tokens"), 8);  // the cancelled ones do not count
+}
+
 TEST_F(OpenAiHttpTest, TwoChoicesStreamedEachToTheReference) {
   const Answer a = Post(port_, "/v1/completions",
                         R"({"model": "lm", "prompt": [6], "max_tokens": 6, "n": 2,

@@ -1,6 +1,7 @@
 // OpenAiRoutes (openai_routes.h).
 #include "server/coordinator/http/openai_routes.h"
 
+#include <algorithm>
 #include <random>
 #include <utility>
 
@@ -15,6 +16,8 @@ namespace {
 constexpr char kJson[] = "application/json";
 constexpr char kEventStream[] = "text/event-stream";
 constexpr char kKeepAlive[] = ": keep-alive\n\n";
+// StartOnOneVersion's bound: pushes are seconds apart, Starts microseconds.
+constexpr int kMaxStartAttempts = 3;
 
 void SendError(const absl::Status& status, httplib::Response& res) {
   const OpenAiError error = EncodeOpenAiError(status);
@@ -118,6 +121,27 @@ absl::StatusOr<std::vector<GenerationHandle>> OpenAiRoutes::StartChoices(
   return handles;
 }
 
+absl::StatusOr<std::vector<GenerationHandle>> OpenAiRoutes::StartOnOneVersion(
+    const CompletionRequest& request, std::shared_ptr<CompletionRun>* run) {
+  for (int attempt = 1;; ++attempt) {
+    *run = std::make_shared<CompletionRun>();  // a fresh one: the cancelled events stay out
+    absl::StatusOr<std::vector<GenerationHandle>> handles = StartChoices(request, *run);
+    if (!handles.ok()) return handles;
+    const int64_t version = handles->front().version;
+    const bool one_version = std::all_of(handles->begin(), handles->end(),
+                                         [&](const GenerationHandle& h) {
+                                           return h.version == version;
+                                         });
+    if (one_version) return handles;
+    CancelAll(*handles);
+    if (attempt == kMaxStartAttempts) {
+      return absl::UnavailableError(absl::StrCat(
+          "the weights of model '", request.model, "' changed while its ", request.n,
+          " choices started, ", kMaxStartAttempts, " times: retry"));
+    }
+  }
+}
+
 CompletionMeta OpenAiRoutes::MetaFor(const CompletionRequest& request,
                                      const GenerationHandle& first) {
   CompletionMeta meta;
@@ -141,8 +165,8 @@ void OpenAiRoutes::Completions(const httplib::Request& req, httplib::Response& r
                         "\"]: send stop_token_ids"),
         res);
   }
-  auto run = std::make_shared<CompletionRun>();
-  absl::StatusOr<std::vector<GenerationHandle>> handles = StartChoices(*request, run);
+  std::shared_ptr<CompletionRun> run;
+  absl::StatusOr<std::vector<GenerationHandle>> handles = StartOnOneVersion(*request, &run);
   if (!handles.ok()) return SendError(handles.status(), res);
   const CompletionMeta meta = MetaFor(*request, handles->front());
   if (request->stream) return AnswerStream(*request, meta, run, *std::move(handles), res);

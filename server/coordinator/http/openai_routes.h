@@ -26,6 +26,8 @@
 // unknown model, 404; a text prompt while no tokenizer is wired, an id
 // outside the vocabulary, prompt + max_tokens past the context, 400; a full
 // queue, 429). When choice i > 0 is refused, the started ones are cancelled.
+// The n choices run on one weight version (system_fingerprint names it): when
+// a push commits between their Starts, they are cancelled and started again.
 // A choice that ends without a result (the loop's kError, or kCancelled by
 // the server) fails the request: a whole completion answers that error, a
 // stream sends it as one error event (EncodeErrorEvent) before [DONE]; the
@@ -81,6 +83,12 @@ class OpenAiRoutes {
   // started are cancelled. \error Generator::Start's.
   absl::StatusOr<std::vector<GenerationHandle>> StartChoices(
       const CompletionRequest& request, const std::shared_ptr<CompletionRun>& run);
+  // StartChoices until every choice runs on one weight version (a push that
+  // commits between two Starts splits them: they are cancelled and started
+  // again, at most kMaxStartAttempts times). \error StartChoices';
+  //   kUnavailable when the versions kept changing.
+  absl::StatusOr<std::vector<GenerationHandle>> StartOnOneVersion(
+      const CompletionRequest& request, std::shared_ptr<CompletionRun>* run);
   CompletionMeta MetaFor(const CompletionRequest& request, const GenerationHandle& first);
   void AnswerWhole(const CompletionRequest& request, const CompletionMeta& meta,
                    const std::shared_ptr<CompletionRun>& run,

@@ -35,8 +35,12 @@ class FakeGenerationBackend : public GenerationBackend {
     int64_t context_length = 64;
     int64_t version = 7;
     absl::Duration step_delay = absl::ZeroDuration();
+    // > 0: the version goes up by one at this call of Model() (1-based), as
+    // a push committing between two Starts.
+    int64_t push_at_model_call = 0;
   };
-  explicit FakeGenerationBackend(Options options) : options_(options) {}
+  explicit FakeGenerationBackend(Options options)
+      : options_(options), version_(options.version) {}
 
   absl::StatusOr<GenerationModel> Model(const std::string& name) override {
     if (name != "lm") return absl::NotFoundError("model '" + name + "' is not served");
@@ -45,7 +49,9 @@ class FakeGenerationBackend : public GenerationBackend {
     m.context_length = options_.context_length;
     m.block_tokens = 16;
     m.num_blocks = (options_.context_length / 16 + 1) * 64;
-    m.version = options_.version;
+    absl::MutexLock lock(&mu_);
+    if (++model_calls_ == options_.push_at_model_call) ++version_;
+    m.version = version_;
     return m;
   }
   absl::StatusOr<std::unique_ptr<StepExecutor>> NewExecutor(const std::string&) override {
@@ -124,6 +130,8 @@ class FakeGenerationBackend : public GenerationBackend {
 
   const Options options_;
   absl::Mutex mu_;
+  int64_t model_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t version_ ABSL_GUARDED_BY(mu_);
   bool held_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<SequenceId> seen_ ABSL_GUARDED_BY(mu_);
   std::map<SequenceId, uint64_t> seeds_ ABSL_GUARDED_BY(mu_);
