@@ -41,6 +41,7 @@ std::string Coordinator::NextRequestId(const std::string& client_id) {
 
 absl::StatusOr<InferResponse> Coordinator::Infer(const InferRequest& request) {
   absl::StatusOr<std::shared_ptr<const ModelFile>> model = ServableModel(request.model);
+  if (model.ok() && request.variant != nullptr) model = request.variant;
   // Unknown names count under model="": a series per typo would grow unbounded.
   InferRecorder recorder(&metrics_, absl::IsNotFound(model.status()) ? "" : request.model,
                          request.id);
@@ -58,12 +59,15 @@ absl::StatusOr<InferResponse> Coordinator::InferOne(const InferRequest& request,
                                                     std::shared_ptr<const ModelFile> model,
                                                     bool may_batch, InferRecorder* recorder) {
   MS_ASSIGN_OR_RETURN(ValidatedRequest v, ValidateInferRequest(std::move(model), request));
+  if (request.variant != nullptr) absl::StrAppend(&v.cache_key_suffix, "|", request.variant_key);
   // The budget counts from arrival; retries and every worker get what is left.
   const absl::Duration budget =
       request.timeout > absl::ZeroDuration() ? request.timeout : options_.execute_timeout;
   const absl::Time deadline = absl::Now() + budget;
   bool admitted = false;
-  MS_ASSIGN_OR_RETURN(Batcher * batcher, AdmitRequest(request.model, may_batch, &admitted));
+  MS_ASSIGN_OR_RETURN(Batcher * batcher,
+                      AdmitRequest(request.model, may_batch && request.decode == nullptr,
+                                   &admitted));
   if (batcher != nullptr) return batcher->Infer(request, v, budget);
   absl::Cleanup release = [this, admitted, &request] {
     if (admitted) ReleaseInflight(request.model);
@@ -103,7 +107,8 @@ absl::StatusOr<InferResponse> Coordinator::RunAttempts(const ValidatedRequest& v
                                                        InferRecorder* recorder,
                                                        std::optional<AttemptResult> first) {
   absl::Status last;
-  for (int attempt = 0; attempt < 2; ++attempt) {
+  const int attempts = request.decode != nullptr ? 1 : 2;  // a step is not idempotent
+  for (int attempt = 0; attempt < attempts; ++attempt) {
     AttemptResult now;
     if (attempt == 0 && first.has_value()) {
       now = *std::move(first);
@@ -119,7 +124,8 @@ absl::StatusOr<InferResponse> Coordinator::RunAttempts(const ValidatedRequest& v
                                          &now.failed_worker, recorder)
                                : plan.status();
     }
-    if (now.response.ok() || !absl::IsUnavailable(now.response.status()) || attempt == 1) {
+    if (now.response.ok() || !absl::IsUnavailable(now.response.status()) ||
+        attempt == attempts - 1) {
       return std::move(now.response);
     }
     last = now.response.status();
@@ -301,12 +307,14 @@ absl::StatusOr<Coordinator::PendingRun> Coordinator::StartRun(
   MS_ASSIGN_OR_RETURN(auto calls,
                       BuildCalls(plan, v.inputs, run.request_id,
                                  absl::ToInt64Milliseconds(TimeLeft(deadline))));
-  run.param_cache = param_cache_.ModeFor(plan, placement.version, refill);
+  const int64_t version = request.param_version > 0 ? request.param_version : placement.version;
+  run.param_cache = param_cache_.ModeFor(plan, version, refill);
   // A call is small by its bytes in and out (ExecuteCall::small).
   std::map<int64_t, int64_t> bytes_out = OutputBytesByWorker(plan);
   for (auto& [worker, call] : calls) {
-    call.param_version = placement.version;
+    call.param_version = version;
     call.param_cache = run.param_cache;
+    call.decode = request.decode;
     const int64_t bytes_in = SliceBytes(call.inputs);
     run.bytes_in += bytes_in;
     call.small = options_.small_call_bytes > 0 &&
@@ -356,7 +364,8 @@ absl::StatusOr<InferResponse> Coordinator::FinishRun(PendingRun run, const Valid
                                                      InferRecorder* recorder) {
   absl::StatusOr<std::map<int64_t, ExecuteResult>> by_worker =
       CollectCalls(placement, run, deadline, failed_worker);
-  if (param_cache_.Ran(plan, placement.version, run.param_cache, by_worker.status())) {
+  const int64_t version = request.param_version > 0 ? request.param_version : placement.version;
+  if (param_cache_.Ran(plan, version, run.param_cache, by_worker.status())) {
     return RunOnce(v, request, placement, plan, deadline, failed_worker, recorder, true);
   }
   MS_RETURN_IF_ERROR(by_worker.status());

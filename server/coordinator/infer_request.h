@@ -29,6 +29,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/program/decode_step.h"
 #include "common/base/dtype.h"
 #include "common/model/model_file.h"
 #include "server/compiler/model_compiler.h"
@@ -51,6 +52,16 @@ struct InferRequest {
   std::vector<std::string> requested_outputs;  // empty: all
   std::map<std::string, std::string> out_shardings;  // output -> JAX spec text
   absl::Duration timeout = absl::ZeroDuration();     // <= 0: options default
+  // A generation step (server/coordinator/generate): runs once (never
+  // batched or retried: it extends the workers' KV caches) on param version
+  // `param_version` (0: the placement's).
+  std::shared_ptr<const DecodeStepIr> decode;
+  int64_t param_version = 0;
+  // The model file to run instead of the model's own (its decode variant,
+  // server/compiler/decode_model.h: same params, other layers), and the key
+  // that tells its programs apart in the program cache.
+  std::shared_ptr<const ModelFile> variant;
+  std::string variant_key;
 };
 
 // One output tensor, assembled; type_str is its JAX type (float32[8@data,6]).

@@ -28,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/program/decode_step.h"
 #include "common/program/program_ir.h"
 
 namespace meshserve {
@@ -43,6 +44,9 @@ struct ExecuteCall {
   // calls (GrpcWorkerClient: WorkerService.ExecuteStream) rather than a call
   // of its own.
   bool small = false;
+  // A generation step (common/program/decode_step.h): the same for every
+  // worker of the step; null otherwise.
+  std::shared_ptr<const DecodeStepIr> decode;
 };
 
 struct ExecuteResult {

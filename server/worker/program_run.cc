@@ -199,7 +199,7 @@ absl::Status RequestRun::Run(const ComputeStepIr& step) {
     return InvalidArgument("buffer '", step.output, "' is a resident parameter (read-only)");
   }
   const absl::Time start = absl::Now();
-  MS_ASSIGN_OR_RETURN(BoxTensor result, RunComputeStep(step, inputs));
+  MS_ASSIGN_OR_RETURN(BoxTensor result, RunComputeStep(step, inputs, context_.decode.get()));
   const absl::Duration took = absl::Now() - start;
   compute_ += took;
   ComputeSeconds().Increment({std::string(ComputeOpName(step.op))},

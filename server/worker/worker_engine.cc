@@ -53,7 +53,9 @@ WorkerEngine::WorkerEngine(Options options, PeerTransport* transport)
       transport_(transport),
       worker_id_(options.worker_id),
       rendezvous_(options.rendezvous),
-      store_(std::make_unique<ParamStore>()) {}
+      store_(std::make_unique<ParamStore>()),
+      kv_(options.kv_cache_bytes > 0 ? std::make_unique<KvCacheStore>(options.kv_cache_bytes)
+                                     : nullptr) {}
 
 WorkerEngine::~WorkerEngine() {
   // Runs waiting on a peer end now (their done callbacks run here).
@@ -103,6 +105,7 @@ absl::StatusOr<LoadModelResultIr> WorkerEngine::LoadModel(const LoadModelIr& req
 absl::Status WorkerEngine::UnloadModel(absl::string_view model, int64_t generation,
                                        int64_t version) {
   int64_t removed = store_->Drop(model, generation, version);
+  if (kv_ != nullptr && version == 0) kv_->Drop(std::string(model), generation);
   std::vector<int64_t> gone_generations;
   absl::ReleasableMutexLock lock(&mu_);
   for (auto it = models_.begin(); it != models_.end();) {
@@ -299,122 +302,6 @@ absl::Status WorkerEngine::AbortParams(absl::string_view model, int64_t generati
     if (it->second.empty()) models_.erase(it);
   }
   return absl::OkStatus();
-}
-
-absl::Status WorkerEngine::InstallProgram(ProgramIr program) {
-  MS_ASSIGN_OR_RETURN(std::shared_ptr<InstalledProgram> installed,
-                      PrepareProgram(std::move(program)));
-  absl::MutexLock lock(&mu_);
-  std::shared_ptr<const InstalledProgram>& slot = programs_[installed->ir.program_id];
-  if (slot != nullptr) {  // what the install it replaces kept goes with it
-    auto m = models_.find(ModelKey(slot->ir.model, slot->ir.generation));
-    if (m != models_.end()) {
-      for (const auto& [version, model] : m->second) model->kept_params.Drop(slot->cache_key);
-    }
-  }
-  slot = std::move(installed);
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<SliceIr>> WorkerEngine::Execute(absl::string_view program_id,
-                                                           absl::string_view request_id,
-                                                           std::vector<SliceIr> inputs,
-                                                           absl::Duration timeout,
-                                                           int64_t param_version,
-                                                           ParamCacheMode param_cache) {
-  absl::Notification finished;
-  absl::StatusOr<std::vector<SliceIr>> result;
-  ExecuteAsync(program_id, std::string(request_id), std::move(inputs), timeout, param_version,
-               param_cache, [&](absl::StatusOr<std::vector<SliceIr>> out) {
-                 result = std::move(out);
-                 finished.Notify();
-               });
-  finished.WaitForNotification();
-  return result;
-}
-
-void WorkerEngine::ExecuteAsync(absl::string_view program_id, std::string request_id,
-                                std::vector<SliceIr> inputs, absl::Duration timeout,
-                                int64_t param_version, RunDone done) {
-  ExecuteAsync(program_id, std::move(request_id), std::move(inputs), timeout, param_version,
-               ParamCacheMode::kOff, std::move(done));
-}
-
-void WorkerEngine::ExecuteAsync(absl::string_view program_id, std::string request_id,
-                                std::vector<SliceIr> inputs, absl::Duration timeout,
-                                int64_t param_version, ParamCacheMode param_cache,
-                                RunDone done) {
-  if (request_id.empty()) return done(InvalidArgument("request_id is empty"));
-  const absl::Time deadline =
-      absl::Now() + (timeout > absl::ZeroDuration() ? timeout : options_.default_deadline);
-  std::shared_ptr<const InstalledProgram> program;
-  std::shared_ptr<const LoadedModel> model;
-  {
-    absl::MutexLock lock(&mu_);
-    auto p = programs_.find(program_id);
-    if (p == programs_.end()) {
-      return done(NotFound("unknown program '", program_id, "' (", programs_.size(),
-                           " installed)"));
-    }
-    program = p->second;
-    const ProgramIr& ir = program->ir;
-    if (FindLocked(ir.model, ir.generation, 0) == nullptr) {
-      return done(FailedPrecondition("program '", program_id, "': model '", ir.model,
-                                     "' generation ", ir.generation,
-                                     " is not loaded on this worker"));
-    }
-    model = FindLocked(ir.model, ir.generation, param_version);
-    if (model == nullptr) {
-      return done(NotFound("program '", program_id, "': model '", ir.model, "' generation ",
-                           ir.generation, " version ", param_version,
-                           " is not resident on this worker"));
-    }
-  }
-  // A program without param-only steps runs whole in any mode.
-  if (!program->param_only.any()) param_cache = ParamCacheMode::kOff;
-  std::shared_ptr<const KeptBuffers> kept;
-  if (param_cache == ParamCacheMode::kUse) {
-    kept = model->kept_params.Find(program->cache_key);
-    if (kept == nullptr) {
-      return done(FailedPrecondition(
-          "program '", program_id, "': nothing kept for ", model->Name(),
-          " (param_cache USE before a FILL of this version on worker ", worker_id(), ")"));
-    }
-  }
-  if (absl::Status started = rendezvous_.StartRequest(request_id); !started.ok()) {
-    return done(std::move(started));
-  }
-  // Quick programs (measured by their last run) stay on this thread and on
-  // the delivering threads; the others go to the executor.
-  const int64_t last_ns = program->last_compute_ns.load();
-  const bool quick =
-      last_ns >= 0 && absl::Nanoseconds(last_ns) < kInlineComputeLimit;
-  RunContext context{&rendezvous_, transport_, worker_id(), &timer_,
-                     quick ? nullptr : options_.executor, param_cache, std::move(kept)};
-  auto finish = [this, id = request_id, program_id = std::string(program_id),
-                 done = std::move(done)](absl::StatusOr<std::vector<SliceIr>> outputs) {
-    rendezvous_.FinishRequest(id);
-    {
-      absl::MutexLock lock(&mu_);
-      ++requests_served_;
-    }
-    if (!outputs.ok()) {
-      outputs = AnnotateStatus(outputs.status(), "worker ", worker_id(), " program '",
-                               program_id, "' request '", id, "'");
-    }
-    done(std::move(outputs));
-  };
-  auto start = [program = std::move(program), model = std::move(model),
-                id = std::move(request_id), inputs = std::move(inputs), deadline,
-                context = std::move(context), finish = std::move(finish)]() mutable {
-    RunProgramAsync(std::move(program), std::move(model), std::move(id), std::move(inputs),
-                    deadline, std::move(context), std::move(finish));
-  };
-  if (quick || options_.executor == nullptr) {
-    start();
-  } else {
-    options_.executor(std::move(start));
-  }
 }
 
 WorkerStatusIr WorkerEngine::Status() const {

@@ -59,6 +59,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/program/decode_step.h"
 #include "common/program/program_ir.h"
 #include "common/base/deadline_timer.h"
 #include "server/worker/peer_transport.h"
@@ -70,6 +71,7 @@ namespace meshserve {
 // tensor types, which stay out of this header: its users see only the IR).
 struct InstalledProgram;
 struct LoadedModel;
+class KvCacheStore;
 class ParamStore;
 
 class WorkerEngine {
@@ -88,6 +90,8 @@ class WorkerEngine {
     // Null: on the calling thread. Quick programs always run on the thread
     // that starts them or delivers the slice they wait for.
     std::function<void(std::function<void()>)> executor;
+    // KV cache bytes per model for generation steps (kv_store.h); 0: none.
+    int64_t kv_cache_bytes = 0;
   };
 
   // `transport` (not owned, may be null when no program sends to another
@@ -142,10 +146,13 @@ class WorkerEngine {
   // request). A program without param-only steps runs whole in any mode.
   // \error kFailedPrecondition for kUse when no kFill run of this program kept
   //   its buffers for this version here (e.g. the version was loaded again).
+  // With `decode`, the run is a generation step (common/program/decode_step.h)
+  // over this worker's KV caches (kv_store.h; PrepareDecode's errors).
   void ExecuteAsync(absl::string_view program_id, std::string request_id,
                     std::vector<SliceIr> inputs, absl::Duration timeout, int64_t param_version,
                     ParamCacheMode param_cache,
-                    std::function<void(absl::StatusOr<std::vector<SliceIr>>)> done);
+                    std::function<void(absl::StatusOr<std::vector<SliceIr>>)> done,
+                    std::shared_ptr<const DecodeStepIr> decode = nullptr);
 
   // The bytes of request.box of a held param of resident (model, generation,
   // version) (version 0: the newest), else of that version's staging here.
@@ -238,6 +245,7 @@ class WorkerEngine {
       ABSL_GUARDED_BY(stage_mu_);
   // Lock order: mu_, then the store's.
   std::unique_ptr<ParamStore> store_;
+  std::unique_ptr<KvCacheStore> kv_;  // null without --kv_cache_bytes
   absl::flat_hash_map<std::string, std::shared_ptr<const InstalledProgram>> programs_
       ABSL_GUARDED_BY(mu_);
   int64_t requests_served_ ABSL_GUARDED_BY(mu_) = 0;

@@ -14,10 +14,12 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/program/compute_step.h"
 #include "common/program/program_ir.h"
 #include "common/sharding/mesh.h"
 #include "common/tensor/tensor.h"
 #include "common/base/deadline_timer.h"
+#include "server/worker/kv_store.h"
 #include "server/worker/param_cache.h"
 #include "server/worker/peer_transport.h"
 #include "server/worker/rendezvous.h"
@@ -147,7 +149,19 @@ struct RunContext {
   // kUse runs skip the program's param-only steps and read `kept` instead.
   ParamCacheMode param_cache = ParamCacheMode::kOff;
   std::shared_ptr<const KeptBuffers> kept;  // kUse only
+  // A generation step's layout and KV caches (compute_step.h); null otherwise.
+  std::shared_ptr<const DecodeState> decode;
 };
+
+// A generation step's run state (decode_run.cc): frees step.release's caches
+// of (model, generation), lays the step over the program's buckets (token
+// slots from its [1, T] input, rows from its select_rows step) and gives the
+// run the hosted devices' KV caches of `store`.
+// \error kInvalidArgument: not a generation program, DecodeLayout::Create's;
+//   kFailedPrecondition without a store.
+absl::StatusOr<std::shared_ptr<const DecodeState>> PrepareDecode(
+    const ProgramIr& program, const LoadedModel& model, const std::vector<SliceIr>& inputs,
+    DecodeStepIr step, KvCacheStore* store);
 
 // An installed program and what its runs measured.
 struct InstalledProgram {

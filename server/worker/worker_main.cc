@@ -76,6 +76,9 @@ ABSL_FLAG(int64_t, max_inflight_slice_bytes,
           meshserve::Rendezvous::Options().max_inflight_slice_bytes,
           "Bytes of peers' slices this worker holds at once for the requests in flight; a "
           "slice that does not fit fails its request with RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int64_t, kv_cache_bytes, int64_t{1} << 30,
+          "KV cache bytes per model for generation (split over the model's devices here); "
+          "0: no generation on this worker");
 ABSL_FLAG(std::string, tensor_pool_mib, "",
           "MiB of freed tensor memory kept for reuse (empty: MESHSERVE_TENSOR_POOL_MIB from "
           "the environment, else 2048).");
@@ -180,6 +183,11 @@ absl::StatusOr<WorkerEngine::Options> WorkerOptionsFromFlags() {
   if (absl::Status s = Rendezvous::ValidateOptions(options.rendezvous); !s.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max_inflight_slice_bytes=", budget, ": ", s.message()));
+  }
+  options.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes);
+  if (options.kv_cache_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv_cache_bytes=", options.kv_cache_bytes, " must be >= 0"));
   }
   return options;
 }

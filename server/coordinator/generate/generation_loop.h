@@ -32,8 +32,9 @@ namespace meshserve {
 class StepExecutor {
  public:
   virtual ~StepExecutor() = default;
-  // Frees plan.release's caches, runs each batch as one program and returns
-  // one token per span with `sample`. An error fails the whole step.
+  // Frees plan.release's caches (now, or with the next batch it runs: a plan
+  // may hold releases only), runs each batch as one program and returns one
+  // token per span with `sample`. An error fails the whole step.
   virtual absl::StatusOr<std::vector<SampledToken>> RunStep(const StepPlan& plan) = 0;
 };
 

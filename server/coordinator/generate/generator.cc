@@ -26,12 +26,15 @@ Generator::Generator(GenerationBackend* backend, GeneratorOptions options)
   seed_state_ = (static_cast<uint64_t>(device()) << 32) ^ device();
 }
 
-Generator::~Generator() {
+Generator::~Generator() { Shutdown(); }
+
+void Generator::Shutdown() {
   // Loops stop (and end their sequences) before their executors go, outside
   // the lock: a sink may call Cancel.
   std::map<std::string, ModelLoop> loops;
   {
     absl::MutexLock lock(&mu_);
+    shut_down_ = true;
     loops.swap(loops_);
   }
   for (auto& [name, model_loop] : loops) model_loop.loop.reset();
@@ -41,6 +44,7 @@ absl::StatusOr<GenerationLoop*> Generator::LoopFor(const std::string& name,
                                                    const GenerationModel& model) {
   {
     absl::MutexLock lock(&mu_);
+    if (shut_down_) return Unavailable("the coordinator is stopping");
     auto it = loops_.find(name);
     if (it != loops_.end()) return it->second.loop.get();
   }
@@ -56,6 +60,7 @@ absl::StatusOr<GenerationLoop*> Generator::LoopFor(const std::string& name,
                       GenerationScheduler::Create(std::move(s)), "model '", name, "'");
   MS_ASSIGN_OR_RETURN(std::unique_ptr<StepExecutor> executor, backend_->NewExecutor(name));
   absl::MutexLock lock(&mu_);
+  if (shut_down_) return Unavailable("the coordinator is stopping");
   ModelLoop& slot = loops_[name];
   if (slot.loop == nullptr) {  // else another request made it meanwhile
     slot.executor = std::move(executor);
@@ -81,7 +86,7 @@ absl::StatusOr<GenerationHandle> Generator::Start(GenerateRequest request, Seque
     absl::MutexLock lock(&mu_);
     request.sampling.seed = NextSeed(seed_state_);
   }
-  MS_ASSIGN_OR_RETURN(GenerationLoop * loop, LoopFor(request.model, model));
+  MS_RETURN_IF_ERROR(LoopFor(request.model, model).status());
   GenerationHandle handle;
   handle.model = request.model;
   handle.version = model.version;
@@ -90,7 +95,13 @@ absl::StatusOr<GenerationHandle> Generator::Start(GenerateRequest request, Seque
   seq.prompt_ids = std::move(request.prompt_ids);
   seq.sampling = request.sampling;
   seq.stop = std::move(request.stop);
-  MS_ASSIGN_OR_RETURN(handle.seq, loop->Add(std::move(seq), model.version, std::move(sink)),
+  // Under the lock: Shutdown may not destroy the loop meanwhile (Add calls
+  // back into nothing here).
+  absl::MutexLock lock(&mu_);
+  auto it = loops_.find(request.model);
+  if (shut_down_ || it == loops_.end()) return Unavailable("the coordinator is stopping");
+  MS_ASSIGN_OR_RETURN(handle.seq,
+                      it->second.loop->Add(std::move(seq), model.version, std::move(sink)),
                       "model '", request.model, "'");
   return handle;
 }

@@ -83,6 +83,9 @@ class Generator {
   absl::StatusOr<GenerationHandle> Start(GenerateRequest request, SequenceSink sink)
       ABSL_LOCKS_EXCLUDED(mu_);
   void Cancel(const GenerationHandle& handle) ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends every sequence (kCancelled) and stops the loops; Start then answers
+  // kUnavailable. Called before the coordinator goes (the loops call it).
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Per model with a loop: its scheduler's stats.
   std::map<std::string, GenerationScheduler::Stats> Stats() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -101,6 +104,7 @@ class Generator {
   const GeneratorOptions options_;
   mutable absl::Mutex mu_;
   std::map<std::string, ModelLoop> loops_ ABSL_GUARDED_BY(mu_);
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t seed_state_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -110,7 +110,8 @@ struct StepPlan {
   // cancelled, preempted or reset since the last step).
   std::vector<SequenceId> release;
   std::vector<StepBatch> batches;
-  bool empty() const { return batches.empty(); }
+  // Nothing to run and nothing to free.
+  bool empty() const { return batches.empty() && release.empty(); }
 };
 
 // One sampled token, for a span with `sample`.

@@ -40,6 +40,8 @@
 #include "common/tensor/buffer_pool.h"
 #include "server/compiler/jax_model_compiler.h"
 #include "server/coordinator/coordinator.h"
+#include "server/coordinator/generate/coordinator_backend.h"
+#include "server/coordinator/generate/generator.h"
 #include "server/coordinator/grpc/coordinator_server.h"
 #include "server/coordinator/grpc/grpc_worker_client.h"
 #include "server/coordinator/http/http_server.h"
@@ -85,6 +87,16 @@ ABSL_FLAG(int64_t, small_call_bytes, meshserve::CoordinatorOptions().small_call_
           "a worker's part of a request whose input and output slices are at most this many "
           "bytes goes over one long-lived stream to that worker (a message each way) instead "
           "of a call of its own; 0: every part is a call");
+ABSL_FLAG(int64_t, kv_cache_bytes, meshserve::CoordinatorBackendOptions().kv_cache_bytes,
+          "KV cache bytes per worker and model that generation counts with (no more than the "
+          "workers' own --kv_cache_bytes; meshserve local passes one value to both)");
+ABSL_FLAG(int64_t, max_prefill_tokens_per_step,
+          meshserve::GeneratorOptions().max_prefill_tokens_per_step,
+          "prompt tokens a generation step prefills at most (long prompts go in chunks)");
+ABSL_FLAG(int64_t, max_running_sequences, meshserve::GeneratorOptions().max_running,
+          "sequences of one model decoded in one step at most");
+ABSL_FLAG(int64_t, max_waiting_sequences, meshserve::GeneratorOptions().max_waiting,
+          "sequences waiting for a slot per model; more are refused (RESOURCE_EXHAUSTED)");
 ABSL_FLAG(int, http_port, 0,
           "HTTP port for KServe v2 REST, Prometheus /metrics and the status page at / "
           "(HTTPS with --tls_dir's member.pem; 0: off)");
@@ -207,6 +219,27 @@ absl::StatusOr<meshserve::CoordinatorOptions> OptionsFromFlags() {
 // with the server up: its clients see the connection close (UNAVAILABLE) and
 // retry against the next coordinator. The workers keep their state; nothing
 // here needs flushing but the two streams.
+// Token generation over the coordinator (server/coordinator/generate), from
+// the flags.
+meshserve::CoordinatorBackendOptions BackendFromFlags() {
+  meshserve::CoordinatorBackendOptions options;
+  options.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes);
+  return options;
+}
+meshserve::GeneratorOptions GeneratorFromFlags() {
+  meshserve::GeneratorOptions options;
+  options.max_prefill_tokens_per_step = absl::GetFlag(FLAGS_max_prefill_tokens_per_step);
+  options.max_running = absl::GetFlag(FLAGS_max_running_sequences);
+  options.max_waiting = absl::GetFlag(FLAGS_max_waiting_sequences);
+  return options;
+}
+struct Generation {
+  explicit Generation(meshserve::Coordinator* coordinator)
+      : backend(coordinator, BackendFromFlags()), generator(&backend, GeneratorFromFlags()) {}
+  meshserve::CoordinatorGenerationBackend backend;
+  meshserve::Generator generator;
+};
+
 void Stop(meshserve::CoordinatorServer* server,
           std::unique_ptr<meshserve::Coordinator>* coordinator) {
   if (server->Drain(absl::Seconds(2))) {
@@ -225,11 +258,10 @@ int main(int argc, char** argv) {
   meshserve::SetMinLogSeverityByName(std::getenv("MESHSERVE_LOG_LEVEL"));
   meshserve::ParseFlags(
       argc, argv,
-      "meshserve-coordinator: serves the models of --model_dir to clients (KServe v2 gRPC)\n"
-      "and places them on the workers that register with it.\n\n"
+      "meshserve-coordinator: serves the models of --model_dir to clients (KServe v2 gRPC,\n"
+      "generation) and places them on the workers that register with it.\n\n"
       "  meshserve-coordinator --port 8500 --model_dir examples/models --min_workers 2");
-  // Abseil's lock-order graph (on in Debian's build) costs every nested lock
-  // a graph update on the request path; the unit tests keep it on.
+  // Abseil's lock-order graph costs every nested lock a graph update.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   if (absl::Status s = ConfigureMemory(); !s.ok()) {
     std::cerr << "meshserve-coordinator: " << s.message() << "\n";
@@ -253,6 +285,8 @@ int main(int argc, char** argv) {
     std::cerr << "meshserve-coordinator: " << coordinator.status() << "\n";
     return 1;
   }
+  Generation generation(coordinator->get());
+  edge->server.generator = edge->http.generator = &generation.generator;
   absl::StatusOr<std::unique_ptr<meshserve::CoordinatorServer>> server =
       meshserve::CoordinatorServer::Start(coordinator->get(), absl::GetFlag(FLAGS_host),
                                           absl::GetFlag(FLAGS_port), edge->server);
@@ -296,6 +330,7 @@ int main(int argc, char** argv) {
   }
   std::cout << "meshserve-coordinator stopping" << std::endl;
   if (*http != nullptr) (*http)->Stop();
+  generation.generator.Shutdown();  // its loops call the coordinator: they end first
   Stop(server->get(), &*coordinator);
   return 0;
 }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/program/decode_step_proto.h"
 #include "common/program/program_proto.h"
 #include "common/base/status_util.h"
 #include "common/rpc/bytes_field_wire.h"
@@ -33,6 +34,7 @@ void FillExecuteRequest(ExecuteCall call, ExecuteRequest* request) {
   request->set_deadline_ms(call.deadline_ms);
   request->set_param_version(call.param_version);
   request->set_param_cache(static_cast<ParamCache>(call.param_cache));
+  if (call.decode != nullptr) DecodeStepToProto(*call.decode, request->mutable_decode());
   for (SliceIr& s : call.inputs) SliceFromIr(&s, request->add_inputs());  // moves bytes
 }
 

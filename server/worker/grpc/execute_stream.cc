@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/program/decode_step_proto.h"
 #include "common/program/program_proto.h"
 
 namespace meshserve {
@@ -22,7 +23,10 @@ void ExecuteMessage(WorkerEngine* engine, ExecuteRequest* request, ExecuteRespon
         if (!outputs.ok()) return done(outputs.status());
         for (SliceIr& out : *outputs) SliceFromIr(&out, response->add_outputs());
         done(absl::OkStatus());
-      });
+      },
+      request->has_decode()
+          ? std::make_shared<const DecodeStepIr>(DecodeStepFromProto(request->decode()))
+          : nullptr);
 }
 
 ExecuteStreamReactor::ExecuteStreamReactor(WorkerEngine* worker, Recorder record)

@@ -1,0 +1,183 @@
+// CoordinatorGenerationBackend and its step executor (coordinator_backend.h).
+#include "server/coordinator/generate/coordinator_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "common/base/status_util.h"
+#include "common/model/typed_model.h"
+#include "common/sharding/rules/decode_ops.h"
+#include "common/sharding/rules/rule_util.h"
+#include "server/compiler/decode_model.h"
+
+namespace meshserve {
+namespace {
+
+// The bytes of one KV block on one device of `placement`: typed on its mesh,
+// each attention layer's keys hold kv_heads / (their head shards) heads.
+absl::StatusOr<int64_t> BlockBytes(const ModelFile& model, const Placement& placement,
+                                   int64_t block_tokens) {
+  MS_ASSIGN_OR_RETURN(ModelFile variant, DecodeVariant(model, 1, 1));
+  MS_ASSIGN_OR_RETURN(LmShape lm, InspectLm(model));
+  MS_ASSIGN_OR_RETURN(TypedModel typed,
+                      TypeModel(variant, placement.mesh, {{lm.input, {1, 1}}}));
+  int64_t per_token = 0;
+  for (const LayerDef& l : variant.layers) {
+    if (l.kind != ModelOp::kAttention) continue;
+    const ArrayType& k = typed.types.at(l.inputs[1]);
+    const int64_t shards = rules::EntrySize(typed.mesh, k.spec().entry(2));
+    per_token += 2 * (k.shape[2] / std::max<int64_t>(shards, 1)) * k.shape[3] * 4;
+  }
+  return per_token * block_tokens;
+}
+
+class CoordinatorStepExecutor : public StepExecutor {
+ public:
+  CoordinatorStepExecutor(Coordinator* coordinator, std::string model,
+                          std::shared_ptr<const ModelFile> file, LmShape lm,
+                          int64_t max_token_slots)
+      : coordinator_(coordinator), model_(std::move(model)), file_(std::move(file)),
+        lm_(std::move(lm)), max_token_slots_(max_token_slots) {}
+
+  absl::StatusOr<std::vector<SampledToken>> RunStep(const StepPlan& plan) override {
+    pending_release_.insert(pending_release_.end(), plan.release.begin(), plan.release.end());
+    std::vector<SampledToken> tokens;
+    for (const StepBatch& batch : plan.batches) {
+      MS_RETURN_IF_ERROR(RunBatch(plan.step, batch, &tokens));
+    }
+    return tokens;
+  }
+
+ private:
+  absl::StatusOr<std::shared_ptr<const ModelFile>> Variant(int64_t slots, int64_t rows) {
+    auto it = variants_.find({slots, rows});
+    if (it != variants_.end()) return it->second;
+    MS_ASSIGN_OR_RETURN(ModelFile variant, DecodeVariant(*file_, slots, rows));
+    auto shared = std::make_shared<const ModelFile>(std::move(variant));
+    variants_.emplace(std::make_pair(slots, rows), shared);
+    return shared;
+  }
+
+  absl::Status RunBatch(int64_t step, const StepBatch& batch,
+                        std::vector<SampledToken>* tokens) {
+    auto decode = std::make_shared<DecodeStepIr>();
+    decode->step = step;
+    decode->release.swap(pending_release_);
+    std::vector<int64_t> ids;
+    std::vector<SequenceId> sampled;
+    for (const StepSpan& span : batch.spans) {
+      decode->spans.push_back({span.seq, span.past_len,
+                               static_cast<int64_t>(span.token_ids.size()), span.sample,
+                               span.sampling});
+      ids.insert(ids.end(), span.token_ids.begin(), span.token_ids.end());
+      if (span.sample) sampled.push_back(span.seq);
+    }
+    const int64_t slots = BucketOf(static_cast<int64_t>(ids.size()));
+    const int64_t rows = std::min(slots, BucketOf(std::max<int64_t>(sampled.size(), 1)));
+    if (slots > max_token_slots_) {
+      return Internal("step ", step, " packs ", ids.size(), " tokens, past the largest bucket ",
+                      max_token_slots_);
+    }
+    MS_ASSIGN_OR_RETURN(std::shared_ptr<const ModelFile> variant, Variant(slots, rows));
+    InferRequest request;
+    request.model = model_;
+    request.id = absl::StrCat("gen", step);
+    request.variant = variant;
+    request.variant_key = absl::StrCat("decode:", slots, "x", rows);
+    request.decode = decode;
+    request.param_version = batch.version;
+    InferInput input;
+    input.name = lm_.input;
+    input.dtype = file_->inputs[0].dtype;
+    input.shape = {1, slots};
+    ids.resize(slots, 0);
+    if (input.dtype == DType::kInt32) {
+      std::vector<int32_t> narrow(ids.begin(), ids.end());
+      input.data.assign(reinterpret_cast<const char*>(narrow.data()), narrow.size() * 4);
+    } else {
+      input.data.assign(reinterpret_cast<const char*>(ids.data()), ids.size() * 8);
+    }
+    request.inputs.push_back(std::move(input));
+    MS_ASSIGN_OR_RETURN(InferResponse response, coordinator_->Infer(request));
+    if (response.outputs.size() != 1 ||
+        response.outputs[0].data.size() !=
+            static_cast<size_t>(rows * kSampleRecordWidth * sizeof(float))) {
+      return Internal("step ", step, ": the decode program answered ", response.outputs.size(),
+                      " outputs");
+    }
+    const float* rec = reinterpret_cast<const float*>(response.outputs[0].data.data());
+    for (size_t r = 0; r < sampled.size(); ++r) {
+      const float* row = rec + r * kSampleRecordWidth;
+      if (row[0] < 0) return Internal("step ", step, ": row ", r, " was not sampled");
+      tokens->push_back({sampled[r], static_cast<int64_t>(row[0]), row[1]});
+    }
+    return absl::OkStatus();
+  }
+
+  Coordinator* const coordinator_;
+  const std::string model_;
+  const std::shared_ptr<const ModelFile> file_;
+  const LmShape lm_;
+  const int64_t max_token_slots_;
+  std::vector<int64_t> pending_release_;  // sent with the next batch
+  std::map<std::pair<int64_t, int64_t>, std::shared_ptr<const ModelFile>> variants_;
+};
+
+}  // namespace
+
+int64_t BucketOf(int64_t n) {
+  int64_t b = 1;
+  while (b < n) b *= 2;
+  return b;
+}
+
+absl::StatusOr<GenerationModel> CoordinatorGenerationBackend::Model(const std::string& name) {
+  MS_ASSIGN_OR_RETURN(ModelStatus status, coordinator_->GetModelStatus(name));
+  if (status.model == nullptr) {
+    return FailedPrecondition("model '", name, "' did not load: ", status.error.message());
+  }
+  MS_ASSIGN_OR_RETURN(LmShape lm, InspectLm(*status.model));
+  if (status.placement == nullptr || !status.ready) {
+    return Unavailable("model '", name, "' is not placed yet (", status.state, ")");
+  }
+  if (lm.context_length <= 0) {
+    return FailedPrecondition("model '", name,
+                              "' does not say its context length (the model file's "
+                              "generation.context_length)");
+  }
+  MS_ASSIGN_OR_RETURN(int64_t block_bytes,
+                      BlockBytes(*status.model, *status.placement, options_.block_tokens));
+  int64_t devices_per_worker = 1;
+  for (const auto& [worker, devices] : status.placement->devices_by_worker) {
+    devices_per_worker = std::max<int64_t>(devices_per_worker, devices.size());
+  }
+  GenerationModel m;
+  m.vocab_size = lm.vocab_size;
+  m.context_length = lm.context_length;
+  m.eos_token_ids = status.model->eos_token_ids;
+  m.block_tokens = options_.block_tokens;
+  m.num_blocks = options_.kv_cache_bytes / devices_per_worker / std::max<int64_t>(block_bytes, 1);
+  m.version = status.version;
+  if (m.num_blocks < 1) {
+    return FailedPrecondition("model '", name, "': a KV block takes ", block_bytes,
+                              " bytes per device, more than --kv_cache_bytes ",
+                              options_.kv_cache_bytes, " over ", devices_per_worker, " devices");
+  }
+  return m;
+}
+
+absl::StatusOr<std::unique_ptr<StepExecutor>> CoordinatorGenerationBackend::NewExecutor(
+    const std::string& name) {
+  MS_ASSIGN_OR_RETURN(ModelStatus status, coordinator_->GetModelStatus(name));
+  if (status.model == nullptr) return FailedPrecondition("model '", name, "' did not load");
+  MS_ASSIGN_OR_RETURN(LmShape lm, InspectLm(*status.model));
+  return std::unique_ptr<StepExecutor>(new CoordinatorStepExecutor(
+      coordinator_, name, status.model, std::move(lm), options_.max_token_slots));
+}
+
+}  // namespace meshserve

@@ -1,0 +1,59 @@
+// The coordinator as a GenerationBackend (generator.h): a model's limits come
+// from its model file (InspectLm) and placement, and a step runs as one
+// request per weight version through Coordinator::Infer on the model's decode
+// variant (server/compiler/decode_model.h), with the step's DecodeStepIr
+// riding along to every worker.
+//
+// Buckets. A step's tokens are packed into input_ids [1, T] with T the next
+// power of two >= the step's tokens, and its sampled rows into R = the next
+// power of two >= their count (R <= T): at most log2(T_max) * log2(R_max)
+// decode programs per model and placement, each compiled once.
+//
+// KV blocks. The scheduler counts blocks as the workers' pools do: a block
+// holds block_tokens positions of every attention layer for the kv heads of
+// one device; a worker splits kv_cache_bytes over the devices it hosts; the
+// scheduler takes the smallest pool of the placement. kv_cache_bytes must not
+// exceed the workers' own (--kv_cache_bytes of both, as `meshserve local`
+// passes it): a worker that has less refuses the step (RESOURCE_EXHAUSTED)
+// and the scheduler rebuilds and retries, then fails the sequences.
+//
+// Thread-safety: the backend is thread-safe; an executor is used by its
+// model's loop thread only.
+#ifndef MESHSERVE_SERVER_COORDINATOR_GENERATE_COORDINATOR_BACKEND_H_
+#define MESHSERVE_SERVER_COORDINATOR_GENERATE_COORDINATOR_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "server/coordinator/coordinator.h"
+#include "server/coordinator/generate/generator.h"
+
+namespace meshserve {
+
+struct CoordinatorBackendOptions {
+  int64_t kv_cache_bytes = int64_t{1} << 30;  // per worker and model
+  int64_t block_tokens = 16;
+  int64_t max_token_slots = 1024;  // the largest T bucket
+};
+
+class CoordinatorGenerationBackend : public GenerationBackend {
+ public:
+  // `coordinator` must outlive the backend.
+  CoordinatorGenerationBackend(Coordinator* coordinator, CoordinatorBackendOptions options)
+      : coordinator_(coordinator), options_(options) {}
+
+  absl::StatusOr<GenerationModel> Model(const std::string& name) override;
+  absl::StatusOr<std::unique_ptr<StepExecutor>> NewExecutor(const std::string& name) override;
+
+ private:
+  Coordinator* const coordinator_;
+  const CoordinatorBackendOptions options_;
+};
+
+// The smallest power of two >= n (n >= 1).
+int64_t BucketOf(int64_t n);
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_SERVER_COORDINATOR_GENERATE_COORDINATOR_BACKEND_H_
