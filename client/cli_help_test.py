@@ -15,6 +15,8 @@ COMMANDS = {
     "import": ["--hf_dir", "--out_dir", "--name", "--mesh"],
     "push": ["--target", "--model", "--checkpoint", "--tls_dir", "--auth_token_file"],
     "pull": ["--target", "--model", "--output", "--params"],
+    "generate": ["--target", "--model", "--prompt", "--prompt_ids", "--max_tokens",
+                 "--temperature", "--top_k", "--top_p", "--seed", "--ids"],
 }
 
 

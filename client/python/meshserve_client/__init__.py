@@ -4,13 +4,16 @@
     with MeshserveClient("localhost:8500") as c:
         print(c.ready(), c.status())
         y = c.infer("linear", {"x": x}, out_sharding={"y": "P(None, 'data')"})["y"]
+        ids = [t for ch in c.generate("lm", prompt_ids=[1, 2]) for t in ch.token_ids]
 
 The gRPC stubs (meshserve_client.proto) are generated from proto/*.proto at
 build time into build/python/ (client/python/CMakeLists.txt); put that
 directory on PYTHONPATH. See client/python/README.md.
 """
-from .client import InferResult, MeshserveClient, MeshserveError
+from .client import (GenerateChunk, GenerateStream, GenerateUsage, InferResult, MeshserveClient,
+                     MeshserveError)
 from .tensors import from_bfloat16_bits, to_bfloat16_bits
 
-__all__ = ["InferResult", "MeshserveClient", "MeshserveError",
+__all__ = ["GenerateChunk", "GenerateStream", "GenerateUsage", "InferResult", "MeshserveClient",
+           "MeshserveError",
            "from_bfloat16_bits", "to_bfloat16_bits"]

@@ -1,10 +1,12 @@
-"""MeshserveClient: the Open Inference Protocol (KServe v2) and meshserve's
-ClusterService over gRPC, with NumPy arrays in and out.
+"""MeshserveClient: the Open Inference Protocol (KServe v2), meshserve's
+ClusterService and GenerateService over gRPC, with NumPy arrays in and out.
 
     from meshserve_client import MeshserveClient
     c = MeshserveClient("localhost:8500")
     y = c.infer("linear", {"x": x})["y"]
     y = c.infer("linear", {"x": x}, out_sharding={"y": "P(None, 'data')"})["y"]
+    for chunk in c.generate("lm", prompt_ids=[1, 2, 3], max_tokens=8):
+        print(chunk.token_ids, chunk.text, chunk.finish_reason)
 
 Every RPC error is raised as MeshserveError, which carries the gRPC status
 code and the server's message. Thread-safety: one client may be shared by
@@ -19,6 +21,8 @@ import grpc
 from . import tensors
 from .proto import cluster_service_pb2
 from .proto import cluster_service_pb2_grpc
+from .proto import generate_pb2
+from .proto import generate_pb2_grpc
 from .proto import inference_pb2
 from .proto import inference_pb2_grpc
 
@@ -48,6 +52,64 @@ class InferResult:
         self.types = types
 
 
+class GenerateUsage:
+    """Token counts of a completion: prompt, completion and their total."""
+
+    def __init__(self, prompt_tokens, completion_tokens, total_tokens):
+        self.prompt_tokens = prompt_tokens
+        self.completion_tokens = completion_tokens
+        self.total_tokens = total_tokens
+
+    def __repr__(self):
+        return "GenerateUsage(prompt_tokens=%d, completion_tokens=%d, total_tokens=%d)" % (
+            self.prompt_tokens, self.completion_tokens, self.total_tokens)
+
+
+class GenerateChunk:
+    """One streamed piece of a completion: `token_ids` (list of int), `text`
+    ("" while the model has no tokenizer), `logprobs` (parallel to token_ids
+    when asked for), `version` (the weight version the sequence runs on).
+    The last chunk also has `finish_reason` ("stop" or "length") and `usage`
+    (GenerateUsage); on the others they are None."""
+
+    def __init__(self, message):
+        self.token_ids = list(message.token_ids)
+        self.text = message.text
+        self.logprobs = list(message.logprobs)
+        self.version = message.version
+        self.finish_reason = message.finish_reason or None
+        self.usage = None
+        if self.finish_reason is not None:
+            u = message.usage
+            self.usage = GenerateUsage(u.prompt_tokens, u.completion_tokens, u.total_tokens)
+
+    def __repr__(self):
+        return "GenerateChunk(token_ids=%r, text=%r, finish_reason=%r, usage=%r, version=%d)" % (
+            self.token_ids, self.text, self.finish_reason, self.usage, self.version)
+
+
+class GenerateStream:
+    """The chunks of one Generate call, as they arrive (an iterator). A failed
+    call raises MeshserveError from the iteration; cancel() ends the call (and
+    the sequence on the server)."""
+
+    def __init__(self, call, target):
+        self._call = call
+        self._target = target
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        try:
+            return GenerateChunk(next(self._call))
+        except grpc.RpcError as e:
+            raise MeshserveError(e.code(), e.details(), "Generate", self._target) from None
+
+    def cancel(self):
+        self._call.cancel()
+
+
 class MeshserveClient:
     """A channel to a meshserve coordinator ("host:port")."""
 
@@ -59,6 +121,7 @@ class MeshserveClient:
         self._channel = grpc.insecure_channel(target, options=options)
         self._inference = inference_pb2_grpc.GRPCInferenceServiceStub(self._channel)
         self._cluster = cluster_service_pb2_grpc.ClusterServiceStub(self._channel)
+        self._generate = generate_pb2_grpc.GenerateServiceStub(self._channel)
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._metadata = {}  # model -> ModelMetadataResponse
@@ -160,6 +223,36 @@ class MeshserveClient:
         placements, models with their state and mesh)."""
         return self._call("Status", self._cluster.Status,
                           cluster_service_pb2.ClusterStatusRequest(), timeout_s)
+
+
+    # ---- generation ----
+
+    def generate(self, model, prompt=None, prompt_ids=None, max_tokens=16, temperature=1.0,
+                 top_k=0, top_p=1.0, seed=None, stop_token_ids=None, ignore_eos=False,
+                 logprobs=None, timeout_s=None):
+        """GenerateService.Generate: one completion of `prompt` (text, needs
+        the model's tokenizer) or `prompt_ids` (token ids), streamed. Returns
+        a GenerateStream: an iterator of GenerateChunk, the last one with
+        finish_reason, usage and version. temperature 0 is greedy; top_k 0 or
+        -1 and top_p 1 are off; seed None lets the server draw one; logprobs
+        N (0..20) returns the sampled tokens' log-probabilities. The server
+        refuses bad values (MeshserveError INVALID_ARGUMENT naming the field;
+        NOT_FOUND for an unknown model; RESOURCE_EXHAUSTED when full).
+        timeout_s None: no deadline."""
+        request = generate_pb2.GenerateRequest(
+            model=model, max_tokens=int(max_tokens), temperature=float(temperature),
+            top_k=int(top_k), top_p=float(top_p), ignore_eos=bool(ignore_eos))
+        if prompt is not None:
+            request.prompt = prompt
+        if prompt_ids is not None:
+            request.prompt_ids.extend(int(i) for i in prompt_ids)
+        if seed is not None:
+            request.seed = int(seed)
+        if stop_token_ids:
+            request.stop_token_ids.extend(int(i) for i in stop_token_ids)
+        if logprobs is not None:
+            request.logprobs = int(logprobs)
+        return GenerateStream(self._generate.Generate(request, timeout=timeout_s), self.target)
 
 
 def _decode_response(response):

@@ -4,8 +4,11 @@
 // test_generate_clients.py). Listens on 127.0.0.1:0, prints "port N" on
 // stdout, and serves until its stdin closes.
 //
+//   generate_test_server [STEP_DELAY_MS]   each step sleeps this long (default 0)
+//
 // Thread-safety: single-threaded main; the server's threads serve the calls.
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 #include "common/rpc/call_gate.h"
@@ -14,8 +17,10 @@
 #include "server/coordinator/grpc/generate_service.h"
 #include "server/coordinator/grpc/testing/fake_generation.h"
 
-int main() {
-  meshserve::testing::FakeGeneration generation;
+int main(int argc, char** argv) {
+  meshserve::testing::FakeGenerationOptions options;
+  if (argc > 1) options.step_delay = absl::Milliseconds(std::atoi(argv[1]));
+  meshserve::testing::FakeGeneration generation(options);
   meshserve::CallGate gate("generate_test_server");
   meshserve::GenerateServiceImpl service(generation.generator(), &gate);
   int port = 0;
