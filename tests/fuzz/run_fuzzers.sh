@@ -20,7 +20,7 @@ JOBS="${JOBS:-$(nproc)}"
 SEEDS="${ROOT}/tests/fuzz/corpus"
 TARGETS=(partition_spec_fuzz sharding_text_fuzz rules_case_fuzz model_file_fuzz safetensors_fuzz
          npy_fuzz infer_request_fuzz program_fuzz data_chunk_fuzz bytes_field_wire_fuzz
-         openai_request_fuzz)
+         openai_request_fuzz generate_request_fuzz tokenizer_fuzz)
 
 MESHSERVE_ASAN_DIR="${BUILD}" "${ROOT}/scripts/sanitizer_tests.sh" configure asan || exit 1
 start=${SECONDS}
@@ -72,6 +72,7 @@ encode() {  # dir message proto
   done
 }
 encode infer_request inference.ModelInferRequest inference.proto
+encode generate_request meshserve.GenerateRequest generate.proto
 encode bytes_field_wire meshserve.ParamChunk worker_service.proto
 encode program meshserve.Program program.proto
 
