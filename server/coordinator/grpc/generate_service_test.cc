@@ -299,6 +299,19 @@ TEST(GenerateServiceTest, DISABLED_CancellingTheLastSequenceFreesItsCache) {
       << generation.released() << " released, " << generation.cached_sequences() << " cached";
 }
 
+TEST(GenerateServiceTest, ASequenceThatFailsEndsTheCallWithItsStatus) {
+  FakeGenerationOptions options;
+  options.fail_steps = true;  // every step: UNAVAILABLE "worker 1 lost"
+  FakeGeneration generation(options);
+  Served served(generation.generator());
+  Streamed s = Generate(served.stub(), Ids({1, 2}, 4));
+  EXPECT_EQ(s.status.error_code(), grpc::StatusCode::UNAVAILABLE) << s.status.error_message();
+  EXPECT_THAT(s.status.error_message(), HasSubstr("worker 1 lost"));
+  EXPECT_TRUE(s.chunks.empty());
+  // The sequence is gone (ended after the scheduler's max_step_failures).
+  EXPECT_TRUE(Eventually([&] { return generation.live() == 0; }));
+}
+
 TEST(GenerateServiceTest, WithoutAGeneratorEveryCallIsFailedPrecondition) {
   Served served(nullptr);
   Streamed s = Generate(served.stub(), Ids({1}, 3));

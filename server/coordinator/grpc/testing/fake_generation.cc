@@ -25,8 +25,10 @@ struct Counters {
 
 class CountingExecutor : public StepExecutor {
  public:
-  CountingExecutor(Counters* counters, absl::Duration delay)
-      : counters_(counters), delay_(delay) {}
+  CountingExecutor(Counters* counters, absl::Duration delay, bool fail)
+      : counters_(counters), delay_(delay) {
+    if (fail) fake_.fail_at_step = 0;  // set again before every step below
+  }
   absl::StatusOr<std::vector<SampledToken>> RunStep(const StepPlan& plan) override {
     {
       absl::MutexLock lock(&counters_->mu);
@@ -36,6 +38,7 @@ class CountingExecutor : public StepExecutor {
       counters_->waiting = false;
     }
     if (delay_ > absl::ZeroDuration()) absl::SleepFor(delay_);
+    if (fake_.fail_at_step >= 0) fake_.fail_at_step = fake_.steps + 1;  // this one fails
     absl::StatusOr<std::vector<SampledToken>> out = fake_.RunStep(plan);
     absl::MutexLock lock(&counters_->mu);
     ++counters_->steps;
@@ -66,7 +69,7 @@ class Backend : public GenerationBackend {
   }
   absl::StatusOr<std::unique_ptr<StepExecutor>> NewExecutor(const std::string&) override {
     return std::unique_ptr<StepExecutor>(
-        std::make_unique<CountingExecutor>(counters_, options_.step_delay));
+        std::make_unique<CountingExecutor>(counters_, options_.step_delay, options_.fail_steps));
   }
 
  private:

@@ -28,6 +28,7 @@ struct FakeGenerationOptions {
   int64_t max_waiting = 256;
   int64_t version = 7;
   absl::Duration step_delay = absl::ZeroDuration();  // each step sleeps this long
+  bool fail_steps = false;  // every step fails UNAVAILABLE "worker 1 lost"
 };
 
 class FakeGeneration {
