@@ -1,14 +1,12 @@
 // `meshserve local`: a whole cluster on this machine, on loopback.
 //
-//   meshserve local --workers N --model_dir DIR [--port P] [--host H]
-//       [--log_dir D] [--ready_timeout_s S] [--http_port P] [--then "COMMAND"] [--verbose]
-//       [--tls_dir DIR] [--auth_token_file F] [--max_request_bytes N] [--max_tensor_elements N]
-//       [--replicas N]
+//   meshserve local --workers N --model_dir DIR [flags: kLocalUsage]
 //
 // --tls_dir goes to every process (mutual TLS inside the cluster) and our own
-// client presents DIR/client.pem; --auth_token_file and the limits go to the
-// coordinator (and the token to our client), as does --replicas (copies of
-// every param box kept on a second worker; 0: none).
+// client presents DIR/client.pem; --auth_token_file, the limits, --replicas
+// and the generation flags go to the coordinator (and the token to our
+// client); --kv_cache_bytes (default: a quarter of the host's memory over the
+// workers) to the workers and the coordinator.
 // Starts `meshserve-coordinator --host H --port P --model_dir DIR
 // --min_workers N` and N `meshserve-worker --port 0 --coordinator H:P`
 // processes (both binaries from the directory of the running `meshserve`),
@@ -33,6 +31,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
@@ -250,7 +249,8 @@ constexpr char kLocalUsage[] =
     "local --workers N --model_dir DIR [--port P] [--host 127.0.0.1] [--log_dir D] "
     "[--ready_timeout_s S] [--http_port P] [--then \"COMMAND\"] [--verbose] [--tls_dir DIR] "
     "[--auth_token_file F] [--max_request_bytes N] [--max_tensor_elements N] "
-    "[--max_inflight_per_model N] [--replicas N] [--param_cache_bytes N]";
+    "[--max_inflight_per_model N] [--replicas N] [--param_cache_bytes N] [--kv_cache_bytes N] "
+    "[--max_prefill_tokens_per_step N] [--max_running_sequences N] [--max_waiting_sequences N]";
 
 struct LocalOptions {
   int64_t workers = 1;
@@ -268,6 +268,13 @@ struct LocalOptions {
   std::vector<std::string> worker_flags;
   InferenceClient::Options client;
 };
+
+// A quarter of the host's memory, split over the workers it runs (the
+// coordinator and the tensor pools keep the rest).
+int64_t DefaultKvCacheBytes(int64_t workers) {
+  const int64_t host = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  return std::max<int64_t>(host / 4 / std::max<int64_t>(workers, 1), int64_t{64} << 20);
+}
 
 // The flags, checked (usage errors).
 absl::StatusOr<LocalOptions> LocalOptionsFromFlags(const CliArgs& args) {
@@ -290,12 +297,17 @@ absl::StatusOr<LocalOptions> LocalOptionsFromFlags(const CliArgs& args) {
   MS_RETURN_IF_ERROR(args.GetInt("replicas", 1, 0, 16).status());
   for (const char* flag :
        {"tls_dir", "auth_token_file", "max_request_bytes", "max_tensor_elements",
-        "max_inflight_per_model", "replicas", "param_cache_bytes"}) {
+        "max_inflight_per_model", "replicas", "param_cache_bytes", "max_prefill_tokens_per_step",
+        "max_running_sequences", "max_waiting_sequences"}) {
     if (!args.Has(flag)) continue;
     o.coordinator_flags.push_back(absl::StrCat("--", flag));
     o.coordinator_flags.push_back(args.Get(flag));
   }
   if (args.Has("tls_dir")) o.worker_flags = {"--tls_dir", args.Get("tls_dir")};
+  MS_ASSIGN_OR_RETURN(const int64_t kv, args.GetInt("kv_cache_bytes",
+                                                    DefaultKvCacheBytes(o.workers), 0, 1ll << 50));
+  for (auto* f : {&o.coordinator_flags, &o.worker_flags})
+    f->push_back(absl::StrCat("--kv_cache_bytes=", kv));
   MS_ASSIGN_OR_RETURN(o.client, ClientOptionsFromArgs(args));
   return o;
 }
@@ -424,22 +436,12 @@ int RunLocal(const CliArgs& args) {
 MS_REGISTER_COMMAND(FlagCommand{
     "local",
     kLocalUsage,
-    {{"workers", FlagDef::kValue, true},
-     {"model_dir", FlagDef::kValue, true},
-     {"port"},
-     {"host"},
-     {"log_dir"},
-     {"ready_timeout_s"},
-     {"http_port"},
-     {"then"},
-     {"verbose", FlagDef::kBool},
-     {"tls_dir"},
-     {"auth_token_file"},
-     {"max_request_bytes"},
-     {"max_tensor_elements"},
-     {"max_inflight_per_model"},
-     {"replicas"},
-     {"param_cache_bytes"}},
+    {{"workers", FlagDef::kValue, true}, {"model_dir", FlagDef::kValue, true}, {"port"},
+     {"host"}, {"log_dir"}, {"ready_timeout_s"}, {"http_port"}, {"then"},
+     {"verbose", FlagDef::kBool}, {"tls_dir"}, {"auth_token_file"}, {"max_request_bytes"},
+     {"max_tensor_elements"}, {"max_inflight_per_model"}, {"replicas"}, {"param_cache_bytes"},
+     {"kv_cache_bytes"}, {"max_prefill_tokens_per_step"}, {"max_running_sequences"},
+     {"max_waiting_sequences"}},
     RunLocal,
     /*rejects_positional=*/true});
 

@@ -161,6 +161,11 @@ class ParamOnlyGraph {
   // The rules that need no other step's mark (param_only.h (1)-(3)).
   bool Eligible(const PoStep& s) const {
     if (std::holds_alternative<OutputStepIr>(*s.step)) return false;
+    // positions read a generation step's positions (decode_step.h): never kept.
+    if (const auto* c = std::get_if<ComputeStepIr>(s.step); c != nullptr &&
+        c->op == ComputeOp::kPositions) {
+      return false;
+    }
     bool paired = std::holds_alternative<SendStepIr>(*s.step) ||
                   std::holds_alternative<RecvStepIr>(*s.step);
     if (paired && s.partner < 0) return false;

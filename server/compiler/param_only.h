@@ -29,8 +29,10 @@
 // programs in one global topological order: the value a step reads is made by
 // earlier steps, all marked, which by induction read params only.
 //
-// Compute steps with no inputs ("positions", "zeros") depend on nothing the
-// request sends (out_box is fixed per program) and are marked like params.
+// Compute steps with no inputs ("zeros") depend on nothing the request sends
+// (out_box is fixed per program) and are marked like params; "positions" are
+// never marked: in a generation step they are the step's positions
+// (common/program/decode_step.h), not a function of out_box.
 // M never holds frees alone: a marked free's buffer has a writer, all marked.
 //
 // *Kept* buffers of a worker: its param-only buffers read by a step not in M.

@@ -341,16 +341,23 @@ TEST(ParamOnlyTest, OnlyPairedSendsAndRecvsAreMarked) {
   EXPECT_EQ(plan.kept_param_bytes, 8 * 4);  // t/a on worker 1
 }
 
-// positions depends on out_box alone, fixed per program.
-TEST(ParamOnlyTest, ComputesWithoutInputsAreMarked) {
+// zeros depends on out_box alone, fixed per program; positions are a
+// generation step's own (decode_step.h) and never kept.
+TEST(ParamOnlyTest, ComputesWithoutInputsAreMarkedButNotPositions) {
   const BoxIr box = IrBox({{0, 4}});
   CompiledPlan plan =
-      PlanOf({{0, {Compute(0, ComputeOp::kPositions, {}, "t/pos", box, kWireInt32),
-                   Compute(0, ComputeOp::kAdd, {"in/x", "t/pos"}, "t/y", box, kF32),
-                   Output(0, "t/y", box, "y"), Free(0, "t/pos")}}});
+      PlanOf({{0, {Compute(0, ComputeOp::kZeros, {}, "t/z", box, kWireInt32),
+                   Compute(0, ComputeOp::kAdd, {"in/x", "t/z"}, "t/y", box, kF32),
+                   Output(0, "t/y", box, "y"), Free(0, "t/z")}}});
   MarkParamOnlySteps(&plan);
   EXPECT_EQ(Marks(plan), (MarkMap{{0, {0, 3}}})) << Describe(plan);
   EXPECT_EQ(plan.kept_param_bytes, 4 * 4);  // int32
+  CompiledPlan positions =
+      PlanOf({{0, {Compute(0, ComputeOp::kPositions, {}, "t/pos", box, kWireInt32),
+                   Compute(0, ComputeOp::kAdd, {"in/x", "t/pos"}, "t/y", box, kF32),
+                   Output(0, "t/y", box, "y"), Free(0, "t/pos")}}});
+  MarkParamOnlySteps(&positions);
+  EXPECT_EQ(Marks(positions), (MarkMap{{0, {}}})) << Describe(positions);
 }
 
 // Box and dtype of the step that makes each kept buffer; unset dtypes

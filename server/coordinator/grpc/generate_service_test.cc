@@ -280,11 +280,9 @@ TEST(GenerateServiceTest, AClientCancelEndsTheSequence) {
   EXPECT_THAT(ok.ids, ElementsAreArray(Reference({5}, 3, {})));
 }
 
-// The last running sequence cancelled: its cache must be freed too. Disabled:
-// GenerationLoop::Run (generate/generation_loop.cc) skips a plan without
-// batches (`if (plan.empty()) continue;`), and with it the plan's `release`,
-// so the workers never hear of it. Enable once the loop runs release-only plans.
-TEST(GenerateServiceTest, DISABLED_CancellingTheLastSequenceFreesItsCache) {
+// The last running sequence cancelled: its cache is freed too (the loop runs a
+// plan that only releases).
+TEST(GenerateServiceTest, CancellingTheLastSequenceFreesItsCache) {
   FakeGeneration generation(Slow());
   Served served(generation.generator());
   grpc::ClientContext context;
