@@ -34,6 +34,7 @@ TSAN_TESTS=(
   in_process_workers_test param_state_test param_cache_test
   compiled_programs_engine_test gemm_small_m_test metric_registry_test
   generate_scheduler_test generator_test
+  kv_cache_concurrency_test kv_cache_test cached_attention_test tokenizer_test completion_run_test
 )
 
 # allocator_may_return_null: a too-large allocation returns null, as malloc does, so
