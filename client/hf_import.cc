@@ -97,6 +97,45 @@ absl::StatusOr<std::string> ParamBytes(const ModelFile& model, const Mesh& mesh)
                          elements, total / 1e6, fullest / 1e6);
 }
 
+// The tokenizer files a checkpoint may ship; the ones present are copied to
+// NAME.tokenizer/ (a folder: the model repository reads only the *.json files
+// directly in it as models).
+constexpr const char* kTokenizerFiles[] = {
+    "tokenizer.json",          "vocab.json",        "merges.txt",
+    "tokenizer_config.json",   "special_tokens_map.json", "tokenizer.model",
+    "generation_config.json"};
+
+// Copies the tokenizer files of `hf_dir` into `dir` (made when one exists);
+// returns how many were copied.
+absl::StatusOr<int> CopyTokenizerFiles(const fs::path& hf_dir, const fs::path& dir) {
+  int copied = 0;
+  for (const char* file : kTokenizerFiles) {
+    std::error_code ec;
+    if (!fs::is_regular_file(hf_dir / file, ec)) continue;
+    fs::create_directories(dir, ec);
+    if (ec) return Unavailable("cannot create '", dir.string(), "': ", ec.message());
+    fs::copy_file(hf_dir / file, dir / file, fs::copy_options::overwrite_existing, ec);
+    if (ec) {
+      return Unavailable("cannot copy '", (hf_dir / file).string(), "' to '", dir.string(),
+                         "': ", ec.message());
+    }
+    ++copied;
+  }
+  return copied;
+}
+
+// generation_config.json's eos_token_id, when present, replaces config.json's.
+absl::Status ApplyGenerationConfig(const fs::path& hf_dir, LmConfig& config) {
+  const fs::path path = hf_dir / "generation_config.json";
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return absl::OkStatus();
+  MS_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path.string()));
+  MS_ASSIGN_OR_RETURN(std::optional<std::vector<int64_t>> eos,
+                      ParseGenerationConfigEos(text, path.string()));
+  if (eos.has_value()) config.eos_token_ids = *std::move(eos);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> LmModelFileText(const std::string& name, const LmConfig& config,
@@ -135,6 +174,7 @@ absl::StatusOr<ImportResult> ImportHfModel(const ImportOptions& options) {
   const std::string config_path = (hf_dir / "config.json").string();
   MS_ASSIGN_OR_RETURN(std::string config_text, ReadTextFile(config_path));
   MS_ASSIGN_OR_RETURN(result.config, ParseHfConfig(config_text, config_path));
+  MS_RETURN_IF_ERROR(ApplyGenerationConfig(hf_dir, result.config));
   result.plan = PlanShardings(result.config, options.mesh);
   std::optional<HfCheckpoint> checkpoint;
   std::error_code ec;
@@ -156,6 +196,8 @@ absl::StatusOr<ImportResult> ImportHfModel(const ImportOptions& options) {
   for (const ParamDef& p : model.params) result.num_params += NumElements(p.shape);
   result.model_path = (out_dir / (result.name + ".json")).string();
   MS_RETURN_IF_ERROR(WriteFile(result.model_path, text));
+  MS_RETURN_IF_ERROR(
+      CopyTokenizerFiles(hf_dir, out_dir / (result.name + ".tokenizer")).status());
   return result;
 }
 

@@ -1,5 +1,7 @@
 #include "client/hf_import_config.h"
 
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -203,6 +205,20 @@ absl::StatusOr<LmConfig> ParseHfConfig(absl::string_view json_text, absl::string
   }
   MS_ASSIGN_OR_RETURN(c.eos_token_ids, EosTokenIds(r));
   return c;
+}
+
+absl::StatusOr<std::optional<std::vector<int64_t>>> ParseGenerationConfigEos(
+    absl::string_view json_text, absl::string_view path) {
+  absl::StatusOr<Json> root = ParseJsonText(json_text);
+  if (!root.ok()) return InvalidArgument(path, ": broken JSON: ", root.status().message());
+  if (!root->is_object()) {
+    return InvalidArgument(path, ": must be a JSON object, got ", ShowJson(*root));
+  }
+  const Json* eos = FindJsonField(*root, "eos_token_id");
+  if (eos == nullptr || eos->is_null()) return std::optional<std::vector<int64_t>>();
+  ConfigReader r(*root, path);
+  MS_ASSIGN_OR_RETURN(std::vector<int64_t> ids, EosTokenIds(r));
+  return std::optional<std::vector<int64_t>>(std::move(ids));
 }
 
 }  // namespace client

@@ -28,6 +28,7 @@
 #define MESHSERVE_CLIENT_HF_IMPORT_CONFIG_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,12 @@ struct LmConfig {
 
 // Parses the text of config.json; `path` names the file in errors.
 absl::StatusOr<LmConfig> ParseHfConfig(absl::string_view json_text, absl::string_view path);
+
+// The eos ids of a generation_config.json (its eos_token_id: an id or a list);
+// nullopt when the field is absent or null (config.json's then stand).
+// \error kInvalidArgument naming `path` for broken JSON or a bad eos_token_id.
+absl::StatusOr<std::optional<std::vector<int64_t>>> ParseGenerationConfigEos(
+    absl::string_view json_text, absl::string_view path);
 
 }  // namespace client
 }  // namespace meshserve

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <utility>
 #include <vector>
@@ -136,6 +137,28 @@ int64_t BucketOf(int64_t n) {
   return b;
 }
 
+CoordinatorGenerationBackend::LoadedTokenizer CoordinatorGenerationBackend::TokenizerFor(
+    const std::string& model_file) {
+  const std::filesystem::path file(model_file);
+  const std::string dir =
+      (file.parent_path() / (file.stem().string() + ".tokenizer")).string();
+  absl::MutexLock lock(&mu_);
+  auto it = tokenizers_.find(dir);
+  if (it != tokenizers_.end()) return it->second;
+  std::error_code ec;
+  if (model_file.empty() || !std::filesystem::is_directory(dir, ec)) return {};
+  // Loaded under the lock: once per folder, however many requests ask.
+  LoadedTokenizer loaded;
+  absl::StatusOr<std::unique_ptr<tokenizer::Tokenizer>> tok = tokenizer::LoadTokenizer(dir);
+  if (tok.ok()) {
+    loaded.tokenizer = std::shared_ptr<const tokenizer::Tokenizer>(*std::move(tok));
+  } else {
+    loaded.error = tok.status();
+  }
+  tokenizers_.emplace(dir, loaded);
+  return loaded;
+}
+
 absl::StatusOr<GenerationModel> CoordinatorGenerationBackend::Model(const std::string& name) {
   MS_ASSIGN_OR_RETURN(ModelStatus status, coordinator_->GetModelStatus(name));
   if (status.model == nullptr) {
@@ -163,6 +186,9 @@ absl::StatusOr<GenerationModel> CoordinatorGenerationBackend::Model(const std::s
   m.block_tokens = options_.block_tokens;
   m.num_blocks = options_.kv_cache_bytes / devices_per_worker / std::max<int64_t>(block_bytes, 1);
   m.version = status.version;
+  LoadedTokenizer tok = TokenizerFor(status.file);
+  m.tokenizer = std::move(tok.tokenizer);
+  m.tokenizer_error = std::move(tok.error);
   if (m.num_blocks < 1) {
     return FailedPrecondition("model '", name, "': a KV block takes ", block_bytes,
                               " bytes per device, more than --kv_cache_bytes ",

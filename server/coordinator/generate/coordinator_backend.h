@@ -17,14 +17,23 @@
 // passes it): a worker that has less refuses the step (RESOURCE_EXHAUSTED)
 // and the scheduler rebuilds and retries, then fails the sequences.
 //
+// Tokenizer. A model file NAME.json with a folder NAME.tokenizer/ beside it
+// (as `meshserve import` writes) has that tokenizer (LoadTokenizer), loaded
+// once per folder and cached, a load error included (text prompts are then
+// refused with it). Without the folder the model takes token ids only.
+//
 // Thread-safety: the backend is thread-safe; an executor is used by its
 // model's loop thread only.
 #ifndef MESHSERVE_SERVER_COORDINATOR_GENERATE_COORDINATOR_BACKEND_H_
 #define MESHSERVE_SERVER_COORDINATOR_GENERATE_COORDINATOR_BACKEND_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/generate/generator.h"
@@ -47,8 +56,17 @@ class CoordinatorGenerationBackend : public GenerationBackend {
   absl::StatusOr<std::unique_ptr<StepExecutor>> NewExecutor(const std::string& name) override;
 
  private:
+  struct LoadedTokenizer {
+    std::shared_ptr<const tokenizer::Tokenizer> tokenizer;
+    absl::Status error;
+  };
+  // The tokenizer beside model file `model_file` (NAME.tokenizer/), cached.
+  LoadedTokenizer TokenizerFor(const std::string& model_file) ABSL_LOCKS_EXCLUDED(mu_);
+
   Coordinator* const coordinator_;
   const CoordinatorBackendOptions options_;
+  absl::Mutex mu_;
+  std::map<std::string, LoadedTokenizer> tokenizers_ ABSL_GUARDED_BY(mu_);  // by folder
 };
 
 // The smallest power of two >= n (n >= 1).

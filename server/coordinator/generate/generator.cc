@@ -1,6 +1,7 @@
 // Generator (generator.h).
 #include "server/coordinator/generate/generator.h"
 
+#include <cstdint>
 #include <random>
 #include <utility>
 
@@ -18,7 +19,41 @@ uint64_t NextSeed(uint64_t& state) {
   return z ^ (z >> 31);
 }
 
+// The prompt's ids: the request's, or its text encoded by the model's tokenizer.
+absl::StatusOr<std::vector<int64_t>> PromptIds(GenerateRequest& request,
+                                               const GenerationModel& model) {
+  if (!request.prompt_text.has_value()) return std::move(request.prompt_ids);
+  if (model.tokenizer == nullptr) {
+    if (!model.tokenizer_error.ok()) {
+      return InvalidArgument("model '", request.model,
+                             "' cannot take a text prompt: its tokenizer did not load: ",
+                             model.tokenizer_error.message());
+    }
+    return InvalidArgument("model '", request.model,
+                           "' has no tokenizer here: send the prompt as token ids");
+  }
+  MS_ASSIGN_OR_RETURN(std::vector<int32_t> ids, model.tokenizer->Encode(*request.prompt_text),
+                      "the prompt of model '", request.model, "'");
+  if (ids.empty()) {
+    return InvalidArgument("the prompt text \"", *request.prompt_text,
+                           "\" encodes to no tokens for model '", request.model, "'");
+  }
+  return std::vector<int64_t>(ids.begin(), ids.end());
+}
+
 }  // namespace
+
+std::string TokenTextDecoder::Next(const std::vector<int64_t>& ids, bool last) {
+  if (tokenizer_ == nullptr) return "";
+  std::string text;
+  for (int64_t id : ids) {
+    if (id < 0 || id > INT32_MAX) continue;
+    absl::StatusOr<std::string> bytes = tokenizer_->Decode({static_cast<int32_t>(id)});
+    if (bytes.ok()) text += utf8_.Push(*bytes);
+  }
+  if (last) text += utf8_.Finish();
+  return text;
+}
 
 Generator::Generator(GenerationBackend* backend, GeneratorOptions options)
     : backend_(backend), options_(options) {
@@ -70,11 +105,14 @@ absl::StatusOr<GenerationLoop*> Generator::LoopFor(const std::string& name,
 }
 
 absl::StatusOr<GenerationHandle> Generator::Start(GenerateRequest request, SequenceSink sink) {
+  return StartWith(std::move(request),
+                   [&sink](const GenerationHandle&) { return std::move(sink); });
+}
+
+absl::StatusOr<GenerationHandle> Generator::StartWith(GenerateRequest request,
+                                                      const SinkFactory& make_sink) {
   MS_ASSIGN_OR_RETURN(GenerationModel model, backend_->Model(request.model));
-  if (request.prompt_text.has_value()) {
-    return InvalidArgument("model '", request.model,
-                           "' has no tokenizer here: send the prompt as token ids");
-  }
+  MS_ASSIGN_OR_RETURN(request.prompt_ids, PromptIds(request, model));
   for (size_t i = 0; i < request.prompt_ids.size(); ++i) {
     const int64_t id = request.prompt_ids[i];
     if (id < 0 || id >= model.vocab_size) {
@@ -91,6 +129,8 @@ absl::StatusOr<GenerationHandle> Generator::Start(GenerateRequest request, Seque
   handle.model = request.model;
   handle.version = model.version;
   handle.prompt_tokens = static_cast<int64_t>(request.prompt_ids.size());
+  handle.tokenizer = model.tokenizer;
+  SequenceSink sink = make_sink(handle);
   SequenceRequest seq;
   seq.prompt_ids = std::move(request.prompt_ids);
   seq.sampling = request.sampling;

@@ -12,6 +12,7 @@
 #ifndef MESHSERVE_SERVER_COORDINATOR_GENERATE_GENERATOR_H_
 #define MESHSERVE_SERVER_COORDINATOR_GENERATE_GENERATOR_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -21,6 +22,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/tokenizer/tokenizer.h"
+#include "common/tokenizer/utf8.h"
 #include "server/coordinator/generate/generation_loop.h"
 
 namespace meshserve {
@@ -43,6 +46,10 @@ struct GenerationModel {
   int64_t block_tokens = 16;
   int64_t num_blocks = 0;  // the smallest KV pool of the model's workers
   int64_t version = 0;     // the weight version a sequence starting now runs on
+  // The model's tokenizer (null without one); when its folder failed to load,
+  // null and `tokenizer_error` holds the loader's error.
+  std::shared_ptr<const tokenizer::Tokenizer> tokenizer;
+  absl::Status tokenizer_error;
 };
 
 class GenerationBackend {
@@ -67,6 +74,26 @@ struct GenerationHandle {
   SequenceId seq = 0;
   int64_t version = 0;
   int64_t prompt_tokens = 0;
+  // The model's tokenizer (null without one): the edges turn the sink's ids
+  // into text with it (TokenTextDecoder, one per sequence).
+  std::shared_ptr<const tokenizer::Tokenizer> tokenizer;
+};
+
+// A sequence's ids -> text for the edges: each id's bytes (Tokenizer::Decode;
+// an id the tokenizer does not know gives none) through a Utf8StreamDecoder,
+// so a chunk never splits a character and invalid bytes become U+FFFD as
+// Python's errors="replace". Without a tokenizer the text is "". One per
+// sequence, used by one thread at a time.
+class TokenTextDecoder {
+ public:
+  explicit TokenTextDecoder(std::shared_ptr<const tokenizer::Tokenizer> tokenizer)
+      : tokenizer_(std::move(tokenizer)) {}
+  // The text completed by `ids`; `last` flushes a held-back partial character.
+  std::string Next(const std::vector<int64_t>& ids, bool last);
+
+ private:
+  std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
+  tokenizer::Utf8StreamDecoder utf8_;
 };
 
 class Generator {
@@ -76,11 +103,21 @@ class Generator {
   ~Generator();
 
   // Checks `request` against its model and starts it; `sink` then gets the
-  // tokens (GenerationLoop). \error the backend's; kInvalidArgument naming
-  //   the value: text without token ids (tokenizers are not wired yet), an
-  //   id outside [0, vocab_size), the scheduler's refusals (empty prompt,
-  //   context, cache); kResourceExhausted when the model's queue is full.
+  // tokens (GenerationLoop). A text prompt is encoded with the model's
+  // tokenizer (BOS as the tokenizer says). \error the backend's;
+  //   kInvalidArgument naming the value: text for a model without a tokenizer
+  //   (or whose tokenizer failed to load: the loader's message), text that
+  //   encodes to no tokens or is not UTF-8, an id outside [0, vocab_size), the
+  //   scheduler's refusals (empty prompt, context, cache); kResourceExhausted
+  //   when the model's queue is full.
   absl::StatusOr<GenerationHandle> Start(GenerateRequest request, SequenceSink sink)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The same with the sink made from the handle (its tokenizer, version,
+  // prompt_tokens) before the sequence joins: events may come before Start
+  // returns.
+  using SinkFactory = std::function<SequenceSink(const GenerationHandle&)>;
+  absl::StatusOr<GenerationHandle> StartWith(GenerateRequest request,
+                                             const SinkFactory& make_sink)
       ABSL_LOCKS_EXCLUDED(mu_);
   void Cancel(const GenerationHandle& handle) ABSL_LOCKS_EXCLUDED(mu_);
   // Ends every sequence (kCancelled) and stops the loops; Start then answers

@@ -37,10 +37,15 @@ struct GenerateCall {
   StopParams stop;
 };
 
+// A sequence's events with their text: the event's ids decoded by the
+// model's tokenizer (TokenTextDecoder; "" without a tokenizer), a held-back
+// partial character flushed on the last event.
+using TextSink = std::function<void(const SequenceEvent& event, const std::string& text)>;
+
 // Generator::Start(call, sink); returns the function that cancels the started
 // sequence (Generator::Cancel on its handle). \error Generator::Start's.
 absl::StatusOr<std::function<void()>> StartGeneration(Generator& generator, GenerateCall call,
-                                                      SequenceSink sink);
+                                                      TextSink sink);
 
 }  // namespace meshserve
 

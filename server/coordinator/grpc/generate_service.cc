@@ -41,13 +41,14 @@ class Stream {
   Stream(ChunkWriter* reactor, CallGate::Pass pass) : reactor_(reactor), pass_(std::move(pass)) {}
 
   // The sequence's sink (the generation loop's thread).
-  void OnEvent(const SequenceEvent& event) ABSL_LOCKS_EXCLUDED(mu_) {
+  void OnEvent(const SequenceEvent& event, const std::string& text) ABSL_LOCKS_EXCLUDED(mu_) {
     std::unique_ptr<GenerateChunk> chunk;
     const bool last_ok = event.finish == FinishReason::kStop ||
                          event.finish == FinishReason::kLength;
     if (event.finish == FinishReason::kNone || last_ok || !event.token_ids.empty()) {
       chunk = std::make_unique<GenerateChunk>();
       SequenceEventToProto(event, chunk.get());
+      chunk->set_text(text);
     }
     Actions act;
     {
@@ -168,7 +169,8 @@ class GenerateReactor final : public ChunkWriter {
       : stream_(std::make_shared<Stream>(this, std::move(pass))) {
     std::shared_ptr<Stream> stream = stream_;
     absl::StatusOr<std::function<void()>> cancel = StartGeneration(
-        generator, std::move(call), [stream](const SequenceEvent& e) { stream->OnEvent(e); });
+        generator, std::move(call),
+        [stream](const SequenceEvent& e, const std::string& text) { stream->OnEvent(e, text); });
     if (cancel.ok()) {
       stream_->Started(*std::move(cancel));
     } else {

@@ -2,6 +2,7 @@
 #include "server/coordinator/http/openai_routes.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <random>
 #include <utility>
 
@@ -32,6 +33,23 @@ absl::Status GenerationDisabled() {
 uint64_t RandomIdBase() {
   std::random_device device;
   return (static_cast<uint64_t>(device()) << 32) ^ device();
+}
+
+// The route's detokenizer when it has one, else the model's tokenizer (the
+// handles'): each id's bytes, an id it does not know giving none.
+Detokenizer DetokenizerFor(const Detokenizer& route,
+                           const std::vector<GenerationHandle>& handles) {
+  if (route != nullptr || handles.empty() || handles.front().tokenizer == nullptr) return route;
+  std::shared_ptr<const tokenizer::Tokenizer> tok = handles.front().tokenizer;
+  return [tok](const std::string&, const std::vector<int64_t>& ids) {
+    std::string bytes;
+    for (int64_t id : ids) {
+      if (id < 0 || id > INT32_MAX) continue;
+      absl::StatusOr<std::string> b = tok->Decode({static_cast<int32_t>(id)});
+      if (b.ok()) bytes += *b;
+    }
+    return bytes;
+  };
 }
 
 }  // namespace
@@ -177,7 +195,8 @@ void OpenAiRoutes::AnswerWhole(const CompletionRequest& request, const Completio
                                const std::shared_ptr<CompletionRun>& run,
                                const std::vector<GenerationHandle>& handles,
                                httplib::Response& res) {
-  ChoiceTracker tracker(request.model, request.n, request.logprobs, options_.detokenize);
+  ChoiceTracker tracker(request.model, request.n, request.logprobs,
+                        DetokenizerFor(options_.detokenize, handles));
   std::vector<CompletionChoice> choices(static_cast<size_t>(request.n));
   for (int32_t i = 0; i < request.n; ++i) choices[static_cast<size_t>(i)].index = i;
   while (!tracker.all_finished() && tracker.error().ok()) {
@@ -196,7 +215,8 @@ void OpenAiRoutes::AnswerWhole(const CompletionRequest& request, const Completio
 void OpenAiRoutes::AnswerStream(const CompletionRequest& request, const CompletionMeta& meta,
                                 const std::shared_ptr<CompletionRun>& run,
                                 std::vector<GenerationHandle> handles, httplib::Response& res) {
-  auto stream = std::make_shared<Stream>(this, request, options_.detokenize);
+  auto stream =
+      std::make_shared<Stream>(this, request, DetokenizerFor(options_.detokenize, handles));
   stream->run = run;
   stream->handles = std::move(handles);
   stream->meta = meta;

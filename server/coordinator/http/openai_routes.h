@@ -21,9 +21,9 @@
 //
 // Refusals answer OpenAI's error body with its status (EncodeOpenAiError):
 // the request's fields (ParseCompletionRequest's 400s), "stop" strings (400:
-// they need the model's text, which is not wired yet; stop_token_ids work),
-// and the Generator's checks, which are the model checks (it refuses an
-// unknown model, 404; a text prompt while no tokenizer is wired, an id
+// not supported yet; stop_token_ids work), and the Generator's checks, which
+// are the model checks (it refuses an unknown model, 404; a text prompt for a
+// model without a tokenizer, an id
 // outside the vocabulary, prompt + max_tokens past the context, 400; a full
 // queue, 429). When choice i > 0 is refused, the started ones are cancelled.
 // The n choices run on one weight version (system_fingerprint names it): when
@@ -33,6 +33,10 @@
 // stream sends it as one error event (EncodeErrorEvent) before [DONE]; the
 // other choices are cancelled. Without a Generator both routes answer 503
 // "generation is not enabled on this coordinator".
+//
+// Text: the model's tokenizer (GenerationHandle::tokenizer: a text prompt is
+// encoded by the Generator, each choice's ids decoded by its ChoiceTracker),
+// unless the options carry a Detokenizer (tests), which wins.
 //
 // A whole (non-streamed) completion holds its HTTP thread until its n
 // sequences end (bounded by max_tokens); cpp-httplib 0.11 does not say when
@@ -63,7 +67,9 @@ struct OpenAiRouteOptions {
   Generator* generator = nullptr;  // null: generation is not enabled (503)
   // The names GET /v1/models lists.
   std::function<std::vector<std::string>()> model_names;
-  Detokenizer detokenize;  // null: no tokenizer wired; completions' text is ""
+  // Null: the model's tokenizer (GenerationHandle::tokenizer) gives the text,
+  // "" without one. Set (tests): it wins over the model's.
+  Detokenizer detokenize;
   absl::Duration keepalive_interval = absl::Seconds(1);
 };
 
