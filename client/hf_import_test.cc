@@ -7,8 +7,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
@@ -208,6 +212,60 @@ TEST(LmModelFileTest, MissingCheckpointSaysWhatWasLookedFor) {
   const std::string dir = TempDir("empty");
   EXPECT_THAT(HfCheckpoint::Open(dir),
               StatusIs(absl::StatusCode::kNotFound, "no model.safetensors"));
+}
+
+TEST(HfConfigTest, GenerationConfigEosIsAnIdOrAListOrAbsent) {
+  ASSERT_OK_AND_ASSIGN(auto one, ParseGenerationConfigEos(R"({"eos_token_id": 7})", "g.json"));
+  EXPECT_EQ(one, std::vector<int64_t>({7}));
+  ASSERT_OK_AND_ASSIGN(auto two,
+                       ParseGenerationConfigEos(R"({"eos_token_id": [3, 9]})", "g.json"));
+  EXPECT_EQ(two, std::vector<int64_t>({3, 9}));
+  ASSERT_OK_AND_ASSIGN(auto none, ParseGenerationConfigEos(R"({"eos_token_id": null})", "g"));
+  EXPECT_FALSE(none.has_value());
+  ASSERT_OK_AND_ASSIGN(none, ParseGenerationConfigEos(R"({"bos_token_id": 1})", "g"));
+  EXPECT_FALSE(none.has_value());
+  EXPECT_THAT(ParseGenerationConfigEos(R"({"eos_token_id": -2})", "g.json").status(),
+              StatusIs(kInvalid, "g.json: eos_token_id -2 has -2"));
+  EXPECT_THAT(ParseGenerationConfigEos("{", "g.json").status(),
+              StatusIs(kInvalid, "g.json: broken JSON"));
+}
+
+TEST(ImportTest, CopiesTheTokenizerFilesAndTakesGenerationConfigsEos) {
+  const std::string hf = TempDir("tok_hf"), out = TempDir("tok_out");
+  WriteTensors(hf + "/model.safetensors", Gpt2Tensors("transformer."));
+  WriteText(hf + "/config.json",
+            R"({"architectures": ["GPT2LMHeadModel"], "n_layer": 1, "n_embd": 8, "n_head": 2,
+                "vocab_size": 11, "n_positions": 6, "n_inner": null, "eos_token_id": 1})");
+  WriteText(hf + "/vocab.json", R"({"a": 0})");
+  WriteText(hf + "/merges.txt", "#version: 0.2\n");
+  WriteText(hf + "/generation_config.json", R"({"eos_token_id": [4, 5]})");
+  WriteText(hf + "/README.md", "not a tokenizer file");
+  ImportOptions options;
+  options.hf_dir = hf;
+  options.out_dir = out;
+  options.name = "tiny";
+  ASSERT_OK_AND_ASSIGN(ImportResult result, ImportHfModel(options));
+  EXPECT_EQ(result.config.eos_token_ids, std::vector<int64_t>({4, 5}));
+  std::ifstream model_file(result.model_path);
+  const Json model = Json::parse(model_file);
+  EXPECT_EQ(model["generation"]["eos_token_ids"], Json::array({4, 5}));
+  std::vector<std::string> copied;
+  for (const auto& e : std::filesystem::directory_iterator(out + "/tiny.tokenizer")) {
+    copied.push_back(e.path().filename().string());
+  }
+  std::sort(copied.begin(), copied.end());
+  EXPECT_EQ(copied, std::vector<std::string>(
+                        {"generation_config.json", "merges.txt", "vocab.json"}));
+  std::ifstream vocab(out + "/tiny.tokenizer/vocab.json");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(vocab), {}), R"({"a": 0})");
+  // Without tokenizer files: no folder.
+  std::filesystem::remove(hf + "/vocab.json");
+  std::filesystem::remove(hf + "/merges.txt");
+  std::filesystem::remove(hf + "/generation_config.json");
+  options.name = "bare";
+  ASSERT_OK_AND_ASSIGN(result, ImportHfModel(options));
+  EXPECT_EQ(result.config.eos_token_ids, std::vector<int64_t>({1}));
+  EXPECT_FALSE(std::filesystem::exists(out + "/bare.tokenizer"));
 }
 
 }  // namespace

@@ -1,7 +1,11 @@
-// Generator: per-model loops, request checks, seeds, version pinning.
+// Generator: per-model loops, request checks, seeds, version pinning, text
+// prompts through the model's tokenizer and TokenTextDecoder.
 #include "server/coordinator/generate/generator.h"
 
 #include <map>
+#include <memory>
+#include <optional>
+#include <string>
 
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
@@ -28,6 +32,8 @@ class FakeBackend : public GenerationBackend {
     m.block_tokens = 4;
     m.num_blocks = 64;
     m.version = version;
+    m.tokenizer = tokenizer;
+    m.tokenizer_error = tokenizer_error;
     return m;
   }
   absl::StatusOr<std::unique_ptr<StepExecutor>> NewExecutor(const std::string& name) override {
@@ -37,6 +43,8 @@ class FakeBackend : public GenerationBackend {
     return std::unique_ptr<StepExecutor>(std::move(executor));
   }
   int64_t version = 1;
+  std::shared_ptr<const tokenizer::Tokenizer> tokenizer;
+  absl::Status tokenizer_error;
   int executors = 0;
   FakeExecutor* last_executor = nullptr;
 };
@@ -140,6 +148,107 @@ TEST(GeneratorTest, SeedsAreDrawnWhenNotGiven) {
   const auto& seeds = backend.last_executor->workers.seeds;
   EXPECT_EQ(seeds.at(ha.seq), 42u);
   EXPECT_NE(seeds.at(hb.seq), seeds.at(hc.seq));
+}
+
+// 'a'..'z' <-> ids 0..25, one per letter; ids 40..43 are the bytes E2, 82,
+// AC (the three of U+20AC) and FF (never valid in UTF-8); others unknown.
+class LetterTokenizer : public tokenizer::Tokenizer {
+ public:
+  absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const override {
+    static const char* kBytes[] = {"\xE2", "\x82", "\xAC", "\xFF"};
+    std::string out;
+    for (int32_t id : ids) {
+      if (id >= 0 && id < 26) {
+        out += static_cast<char>('a' + id);
+      } else if (id >= 40 && id < 44) {
+        out += kBytes[id - 40];
+      } else {
+        return absl::OutOfRangeError("unknown id " + std::to_string(id));
+      }
+    }
+    return out;
+  }
+  int32_t vocab_size() const override { return 44; }
+  bool IsSpecial(int32_t) const override { return false; }
+  std::optional<int32_t> TokenToId(absl::string_view) const override { return std::nullopt; }
+
+ protected:
+  absl::StatusOr<std::vector<int32_t>> EncodeText(absl::string_view text) const override {
+    std::vector<int32_t> ids;
+    for (char ch : text) {
+      if (ch < 'a' || ch > 'z') return absl::InvalidArgumentError("not a letter");
+      ids.push_back(ch - 'a');
+    }
+    return ids;
+  }
+};
+
+TEST(GeneratorTest, TextPromptsAreEncodedWithTheModelsTokenizer) {
+  FakeBackend backend;
+  auto tok = std::make_shared<LetterTokenizer>();
+  backend.tokenizer = tok;
+  Generator generator(&backend, GeneratorOptions{});
+  GenerateRequest r = Request({}, 6);
+  r.prompt_text = "cab";
+  Result a;
+  ASSERT_OK_AND_ASSIGN(GenerationHandle h, generator.Start(r, Collect(&a)));
+  a.done.WaitForNotification();
+  EXPECT_EQ(h.prompt_tokens, 3);
+  EXPECT_EQ(h.tokenizer.get(), tok.get());
+  EXPECT_THAT(a.tokens, ElementsAreArray(Reference({2, 0, 1}, 6, {})));
+  // BOS as the tokenizer says; the sink is made from the handle before the
+  // sequence runs.
+  tokenizer::SpecialTokenConfig special;
+  special.bos_id = 25;
+  special.add_bos = true;
+  tok->set_special_tokens(special);
+  Result b;
+  int64_t factory_prompt_tokens = -1;
+  ASSERT_OK(generator
+                .StartWith(r,
+                           [&](const GenerationHandle& made) {
+                             factory_prompt_tokens = made.prompt_tokens;
+                             EXPECT_EQ(made.tokenizer.get(), tok.get());
+                             return Collect(&b);
+                           })
+                .status());
+  b.done.WaitForNotification();
+  EXPECT_EQ(factory_prompt_tokens, 4);
+  EXPECT_THAT(b.tokens, ElementsAreArray(Reference({25, 2, 0, 1}, 6, {})));
+  tok->set_special_tokens({});
+  r.prompt_text = "";
+  EXPECT_THAT(generator.Start(r, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "encodes to no tokens"));
+  r.prompt_text = "Cab";
+  EXPECT_THAT(generator.Start(r, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "not a letter"));
+}
+
+TEST(GeneratorTest, ATokenizerThatDidNotLoadRefusesTextWithItsError) {
+  FakeBackend backend;
+  backend.tokenizer_error = absl::InvalidArgumentError("lm.tokenizer/vocab.json: bad JSON");
+  Generator generator(&backend, GeneratorOptions{});
+  GenerateRequest r = Request({}, 2);
+  r.prompt_text = "ab";
+  EXPECT_THAT(generator.Start(r, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "its tokenizer did not load: lm.tokenizer/vocab.json: bad JSON"));
+  Result ok;
+  ASSERT_OK(generator.Start(Request({7}, 2), Collect(&ok)).status());
+  ok.done.WaitForNotification();
+}
+
+TEST(TokenTextDecoderTest, NeverSplitsACharacterAndReplacesInvalidBytes) {
+  TokenTextDecoder text(std::make_shared<LetterTokenizer>());
+  EXPECT_EQ(text.Next({7, 8}, false), "hi");
+  EXPECT_EQ(text.Next({40}, false), "");  // E2: held back
+  EXPECT_EQ(text.Next({41}, false), "");  // E2 82: held back
+  EXPECT_EQ(text.Next({42, 0}, false), "\xE2\x82\xAC" "a");  // U+20AC
+  EXPECT_EQ(text.Next({43, 99}, false), "\xEF\xBF\xBD");  // FF -> U+FFFD; 99 unknown
+  EXPECT_EQ(text.Next({40, 41}, true), "\xEF\xBF\xBD");   // a dangling E2 82: one U+FFFD
+  EXPECT_EQ(text.Next({40, 0}, true), "\xEF\xBF\xBD" "a");
+  TokenTextDecoder none(nullptr);
+  EXPECT_EQ(none.Next({1, 2}, true), "");
 }
 
 }  // namespace
