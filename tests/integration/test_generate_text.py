@@ -216,8 +216,10 @@ def check_prompt(env, mc, target, base, vocab, prompt):
     body = {"model": "tiny", "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0,
             "return_token_ids": True}
     status, whole = http(base, body)
-    ok = status == 200 and whole["choices"][0]["text"] == want
-    c.check(ok, "http: /v1/completions text of %r" % prompt, "    %s %r\n    want %r" % (
+    ok = (status == 200 and whole["choices"][0]["text"] == want and
+          whole["choices"][0].get("token_ids") == ids and
+          whole["choices"][0].get("prompt_token_ids") == want_prompt)
+    c.check(ok, "http: /v1/completions text, token_ids and prompt_token_ids of %r" % prompt, "    %s %r\n    want %r" % (
         status, whole, want))
     status, sse = http(base, dict(body, stream=True))
     c.check(status == 200 and streamed_text(sse) == want,

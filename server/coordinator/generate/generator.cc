@@ -129,6 +129,7 @@ absl::StatusOr<GenerationHandle> Generator::StartWith(GenerateRequest request,
   handle.model = request.model;
   handle.version = model.version;
   handle.prompt_tokens = static_cast<int64_t>(request.prompt_ids.size());
+  handle.prompt_ids = request.prompt_ids;
   handle.tokenizer = model.tokenizer;
   SequenceSink sink = make_sink(handle);
   SequenceRequest seq;

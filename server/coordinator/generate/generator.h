@@ -74,6 +74,7 @@ struct GenerationHandle {
   SequenceId seq = 0;
   int64_t version = 0;
   int64_t prompt_tokens = 0;
+  std::vector<int64_t> prompt_ids;  // as it runs (a text prompt's encoding)
   // The model's tokenizer (null without one): the edges turn the sink's ids
   // into text with it (TokenTextDecoder, one per sequence).
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer;

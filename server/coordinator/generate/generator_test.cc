@@ -194,6 +194,7 @@ TEST(GeneratorTest, TextPromptsAreEncodedWithTheModelsTokenizer) {
   ASSERT_OK_AND_ASSIGN(GenerationHandle h, generator.Start(r, Collect(&a)));
   a.done.WaitForNotification();
   EXPECT_EQ(h.prompt_tokens, 3);
+  EXPECT_THAT(h.prompt_ids, ElementsAreArray({2, 0, 1}));
   EXPECT_EQ(h.tokenizer.get(), tok.get());
   EXPECT_THAT(a.tokens, ElementsAreArray(Reference({2, 0, 1}, 6, {})));
   // BOS as the tokenizer says; the sink is made from the handle before the

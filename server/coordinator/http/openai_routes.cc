@@ -168,7 +168,7 @@ CompletionMeta OpenAiRoutes::MetaFor(const CompletionRequest& request,
   meta.model = request.model;
   meta.weight_version = first.version;
   meta.return_token_ids = request.return_token_ids;
-  if (!request.has_text_prompt()) meta.prompt_token_ids = request.prompt_ids();
+  meta.prompt_token_ids = first.prompt_ids;  // a text prompt's encoding too
   return meta;
 }
 
