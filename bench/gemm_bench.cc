@@ -9,6 +9,7 @@
 // "GFLOP/cpu_s" (per process CPU-second, all threads), which stays meaningful
 // when the machine is oversubscribed. The
 // context line "blas" shows the OpenBLAS core actually loaded.
+#include <cstdlib>
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -116,7 +117,8 @@ BENCHMARK(BM_NaiveGemm)->Args({256, 256, 256})->Unit(benchmark::kMillisecond)->U
 }  // namespace meshserve
 
 int main(int argc, char** argv) {
-  meshserve::EnsureBlasCoreTypeOrReexec(argc, argv);
+  meshserve::BlasOptions blas = meshserve::BlasOptionsFromEnvironment(std::getenv);
+  meshserve::EnsureBlasCoreTypeOrReexec(argv, &blas);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::AddCustomContext("blas", meshserve::BlasConfig());

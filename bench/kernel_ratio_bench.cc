@@ -20,6 +20,7 @@
 //             = sgemv / ours
 //   bf16      DotGeneral with the weights in bfloat16; "bf16/f32" = bf16 / ours
 //             (< 1: bf16 is faster; targets <= 0.65 at M = 1, <= 1.2 at M = 64)
+#include <cstdlib>
 #include <cblas.h>
 
 #include <algorithm>
@@ -149,7 +150,8 @@ int FlagValue(int argc, char** argv, const char* name, int fallback) {
 }  // namespace meshserve
 
 int main(int argc, char** argv) {
-  meshserve::EnsureBlasCoreTypeOrReexec(argc, argv);
+  meshserve::BlasOptions blas = meshserve::BlasOptionsFromEnvironment(std::getenv);
+  meshserve::EnsureBlasCoreTypeOrReexec(argv, &blas);
   const int threads = meshserve::FlagValue(argc, argv, "--threads", 1);
   const int min_m = meshserve::FlagValue(argc, argv, "--min_m", 1);
   const int max_m = meshserve::FlagValue(argc, argv, "--max_m", 1024);
