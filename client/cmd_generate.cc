@@ -110,11 +110,13 @@ absl::Status StreamCompletion(GenerateService::Stub& stub, grpc::ClientContext& 
   std::unique_ptr<grpc::ClientReader<GenerateChunk>> reader = stub.Generate(&context, request);
   GenerateChunk chunk;
   bool printed = false;
+  bool text_seen = !request.prompt().empty();  // a text prompt: the model has a tokenizer
   while (reader->Read(&chunk)) {
     printed = printed || !chunk.text().empty() || chunk.token_ids_size() > 0;
+    text_seen = text_seen || !chunk.text().empty();
     if (!chunk.text().empty()) {
       std::fwrite(chunk.text().data(), 1, chunk.text().size(), stdout);
-    } else {
+    } else if (!text_seen) {  // empty text while a character is held back: nothing
       for (int64_t id : chunk.token_ids()) std::printf("%s%lld", ids.empty() ? "" : " ",
                                                        static_cast<long long>(id));
     }

@@ -186,6 +186,7 @@ absl::StatusOr<GenerationModel> CoordinatorGenerationBackend::Model(const std::s
   m.block_tokens = options_.block_tokens;
   m.num_blocks = options_.kv_cache_bytes / devices_per_worker / std::max<int64_t>(block_bytes, 1);
   m.version = status.version;
+  m.hold = status.placement;
   LoadedTokenizer tok = TokenizerFor(status.file);
   m.tokenizer = std::move(tok.tokenizer);
   m.tokenizer_error = std::move(tok.error);

@@ -132,6 +132,12 @@ absl::StatusOr<GenerationHandle> Generator::StartWith(GenerateRequest request,
   handle.prompt_ids = request.prompt_ids;
   handle.tokenizer = model.tokenizer;
   SequenceSink sink = make_sink(handle);
+  if (model.hold != nullptr) {
+    // The sink lives as long as the sequence: so does what pins its version.
+    sink = [hold = model.hold, sink = std::move(sink)](const SequenceEvent& e) {
+      if (sink) sink(e);
+    };
+  }
   SequenceRequest seq;
   seq.prompt_ids = std::move(request.prompt_ids);
   seq.sampling = request.sampling;

@@ -46,6 +46,10 @@ struct GenerationModel {
   int64_t block_tokens = 16;
   int64_t num_blocks = 0;  // the smallest KV pool of the model's workers
   int64_t version = 0;     // the weight version a sequence starting now runs on
+  // Held by each sequence started now until it ends (the coordinator's
+  // placement of `version`: a retired version is unloaded only when no one
+  // holds it, so a push never pulls the weights from under a sequence).
+  std::shared_ptr<const void> hold;
   // The model's tokenizer (null without one); when its folder failed to load,
   // null and `tokenizer_error` holds the loader's error.
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer;

@@ -32,6 +32,7 @@ class FakeBackend : public GenerationBackend {
     m.block_tokens = 4;
     m.num_blocks = 64;
     m.version = version;
+    m.hold = hold;
     m.tokenizer = tokenizer;
     m.tokenizer_error = tokenizer_error;
     return m;
@@ -43,6 +44,7 @@ class FakeBackend : public GenerationBackend {
     return std::unique_ptr<StepExecutor>(std::move(executor));
   }
   int64_t version = 1;
+  std::shared_ptr<const void> hold = std::make_shared<int>(1);  // the version's placement
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer;
   absl::Status tokenizer_error;
   int executors = 0;
@@ -92,6 +94,23 @@ TEST(GeneratorTest, GeneratesThroughOneLoopPerModelPinnedToTheVersion) {
   EXPECT_EQ(a.last.finish, FinishReason::kLength);
   EXPECT_EQ(a.last.prompt_tokens, 3);
   EXPECT_EQ(a.last.completion_tokens, 8);
+}
+
+// A sequence holds its version's placement until it ends (the coordinator
+// unloads a retired version only when nothing holds it).
+TEST(GeneratorTest, ASequenceHoldsItsVersionUntilItEnds) {
+  FakeBackend backend;
+  Generator generator(&backend, GeneratorOptions{});
+  std::weak_ptr<const void> v1 = backend.hold;
+  Result r;
+  ASSERT_OK_AND_ASSIGN(GenerationHandle h, generator.Start(Request({1}, 60), Collect(&r)));
+  backend.hold = std::make_shared<int>(2);  // a push: version 2's placement
+  backend.version = 2;
+  EXPECT_FALSE(v1.expired());  // the running sequence holds version 1
+  generator.Cancel(h);
+  r.done.WaitForNotification();
+  for (int i = 0; i < 200 && !v1.expired(); ++i) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_TRUE(v1.expired());
 }
 
 TEST(GeneratorTest, RefusesBadRequestsNamingTheValue) {
