@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "bench/random_tensor.h"
+#include "common/tensor/gemm_small_m.h"
+#include "common/tensor/buffer_pool.h"
 #include "common/base/logging.h"
 #include "common/tensor/blas.h"
 #include "common/tensor/kernels.h"
@@ -119,6 +121,10 @@ BENCHMARK(BM_NaiveGemm)->Args({256, 256, 256})->Unit(benchmark::kMillisecond)->U
 int main(int argc, char** argv) {
   meshserve::BlasOptions blas = meshserve::BlasOptionsFromEnvironment(std::getenv);
   meshserve::EnsureBlasCoreTypeOrReexec(argv, &blas);
+  if (const char* isa = std::getenv("MESHSERVE_GEMM_ISA")) meshserve::SetSmallMIsaCap(isa);
+  meshserve::BufferPoolOptions pool;
+  pool.tune_malloc = true;
+  (void)meshserve::ConfigureBufferPool(pool);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::AddCustomContext("blas", meshserve::BlasConfig());

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "bench/random_tensor.h"
+#include "common/tensor/buffer_pool.h"
 #include "common/base/logging.h"
 #include "common/tensor/blas.h"
 #include "common/tensor/gemm_small_m.h"
@@ -152,6 +153,10 @@ int FlagValue(int argc, char** argv, const char* name, int fallback) {
 int main(int argc, char** argv) {
   meshserve::BlasOptions blas = meshserve::BlasOptionsFromEnvironment(std::getenv);
   meshserve::EnsureBlasCoreTypeOrReexec(argv, &blas);
+  if (const char* isa = std::getenv("MESHSERVE_GEMM_ISA")) meshserve::SetSmallMIsaCap(isa);
+  meshserve::BufferPoolOptions pool;
+  pool.tune_malloc = true;
+  (void)meshserve::ConfigureBufferPool(pool);
   const int threads = meshserve::FlagValue(argc, argv, "--threads", 1);
   const int min_m = meshserve::FlagValue(argc, argv, "--min_m", 1);
   const int max_m = meshserve::FlagValue(argc, argv, "--max_m", 1024);

@@ -62,13 +62,11 @@ absl::StatusOr<std::unique_ptr<GenerationScheduler>> GenerationScheduler::Create
     return absl::InvalidArgumentError(
         absl::StrCat("max_waiting must be >= 0, got ", options.max_waiting));
   }
-  auto scheduler = std::unique_ptr<GenerationScheduler>(new GenerationScheduler(options));
-  scheduler->free_blocks_ = options.num_blocks;
-  return scheduler;
+  return std::unique_ptr<GenerationScheduler>(new GenerationScheduler(options));
 }
 
 GenerationScheduler::GenerationScheduler(SchedulerOptions options)
-    : options_(std::move(options)) {}
+    : options_(std::move(options)), free_blocks_(options_.num_blocks) {}
 
 GenerationScheduler::~GenerationScheduler() = default;
 

@@ -672,19 +672,21 @@ TEST_F(WorkerServiceTest, ReadParamRefusesARequestThatDoesNotParse) {
 // whose every thread waits (e.g. LoadModels waiting for peers' ReadParams)
 // does not hold it up.
 TEST_F(WorkerServiceTest, ReadParamIsServedWhileThePoolIsBusy) {
-  absl::Notification release;
-  absl::BlockingCounter busy(kPoolThreads);
+  // Shared with the pool's tasks, which may still be returning from the wait
+  // when this test's frame is gone.
+  auto release = std::make_shared<absl::Notification>();
+  auto busy = std::make_shared<absl::BlockingCounter>(kPoolThreads);
   for (int i = 0; i < kPoolThreads; ++i) {
-    nodes_[0].pool->Schedule([&] {
-      busy.DecrementCount();
-      release.WaitForNotification();
+    nodes_[0].pool->Schedule([release, busy] {
+      busy->DecrementCount();
+      release->WaitForNotification();
     });
   }
-  busy.Wait();
+  busy->Wait();
   // Worker 0 holds rows [0, kK / 2) of w (sharded over x on its rows).
   absl::StatusOr<std::vector<float>> rows =
       ReadRows(nodes_[0].stub.get(), "mm", 1, 1, "w", 0, kK / 2, kN);
-  release.Notify();
+  release->Notify();
   ASSERT_OK(rows.status());
   ASSERT_EQ(rows->size(), static_cast<size_t>(kK / 2 * kN));
   for (size_t i = 0; i < rows->size(); ++i) EXPECT_EQ((*rows)[i], w_[i]) << "element " << i;

@@ -103,7 +103,10 @@ class FakeGenerationBackend : public GenerationBackend {
       }
       {
         absl::MutexLock lock(&backend_->mu_);
-        auto open = [b = backend_]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(b->mu_) { return !b->held_; };
+        auto open = [b = backend_]() {
+          b->mu_.AssertHeld();  // Await calls it under the lock
+          return !b->held_;
+        };
         backend_->mu_.Await(absl::Condition(&open));
         for (const StepBatch& batch : plan.batches) {
           for (const StepSpan& span : batch.spans) {
