@@ -9,16 +9,14 @@
 // "GFLOP/cpu_s" (per process CPU-second, all threads), which stays meaningful
 // when the machine is oversubscribed. The
 // context line "blas" shows the OpenBLAS core actually loaded.
-#include <cstdlib>
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
 #include <ctime>
 #include <vector>
 
+#include "bench/bench_process.h"
 #include "bench/random_tensor.h"
-#include "common/tensor/gemm_small_m.h"
-#include "common/tensor/buffer_pool.h"
 #include "common/base/logging.h"
 #include "common/tensor/blas.h"
 #include "common/tensor/kernels.h"
@@ -119,12 +117,7 @@ BENCHMARK(BM_NaiveGemm)->Args({256, 256, 256})->Unit(benchmark::kMillisecond)->U
 }  // namespace meshserve
 
 int main(int argc, char** argv) {
-  meshserve::BlasOptions blas = meshserve::BlasOptionsFromEnvironment(std::getenv);
-  meshserve::EnsureBlasCoreTypeOrReexec(argv, &blas);
-  if (const char* isa = std::getenv("MESHSERVE_GEMM_ISA")) meshserve::SetSmallMIsaCap(isa);
-  meshserve::BufferPoolOptions pool;
-  pool.tune_malloc = true;
-  (void)meshserve::ConfigureBufferPool(pool);
+  meshserve::SetUpBenchProcess(argv);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::AddCustomContext("blas", meshserve::BlasConfig());

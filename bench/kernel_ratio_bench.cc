@@ -20,7 +20,6 @@
 //             = sgemv / ours
 //   bf16      DotGeneral with the weights in bfloat16; "bf16/f32" = bf16 / ours
 //             (< 1: bf16 is faster; targets <= 0.65 at M = 1, <= 1.2 at M = 64)
-#include <cstdlib>
 #include <cblas.h>
 
 #include <algorithm>
@@ -31,8 +30,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_process.h"
 #include "bench/random_tensor.h"
-#include "common/tensor/buffer_pool.h"
 #include "common/base/logging.h"
 #include "common/tensor/blas.h"
 #include "common/tensor/gemm_small_m.h"
@@ -151,12 +150,7 @@ int FlagValue(int argc, char** argv, const char* name, int fallback) {
 }  // namespace meshserve
 
 int main(int argc, char** argv) {
-  meshserve::BlasOptions blas = meshserve::BlasOptionsFromEnvironment(std::getenv);
-  meshserve::EnsureBlasCoreTypeOrReexec(argv, &blas);
-  if (const char* isa = std::getenv("MESHSERVE_GEMM_ISA")) meshserve::SetSmallMIsaCap(isa);
-  meshserve::BufferPoolOptions pool;
-  pool.tune_malloc = true;
-  (void)meshserve::ConfigureBufferPool(pool);
+  meshserve::SetUpBenchProcess(argv);
   const int threads = meshserve::FlagValue(argc, argv, "--threads", 1);
   const int min_m = meshserve::FlagValue(argc, argv, "--min_m", 1);
   const int max_m = meshserve::FlagValue(argc, argv, "--max_m", 1024);
