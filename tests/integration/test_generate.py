@@ -14,18 +14,22 @@ writers and NumPy forwards of test_lm_import.py), imported, and served by
     --max_prefill_tokens_per_step 8): each equals its greedy reference;
   - seeded sampling (temperature 0.8, top_k 20): the same seed gives the
     same tokens on every worker count and alone or batched;
-  - refusals, each with its code, and the next request still served.
+  - refusals, each with its code, and the next request still served;
+  - the coordinator's /metrics counts the tokens and times the first ones.
 
 Usage: test_generate.py --bin_dir build/bin [--workers 1,2,4]
 """
 import os
+import re
 import subprocess
 import sys
 import threading
+import urllib.request
 
 import numpy as np
 
 import e2e_common as e2e
+import mslib
 import test_lm_import as lm
 
 NEAR_TIE = 1e-4  # of the largest |logit|
@@ -77,8 +81,10 @@ def generate(cli, target, model, prompt, max_tokens, extra=()):
 def serve(env, workers, models, forwards, sampled):
     print("== %d worker(s)" % workers, flush=True)
     c, cli = env.c, env.cli
+    http_port = mslib.free_port()
     cluster = env.cluster(workers, models, "gen%d" % workers,
-                          extra_args=["--max_prefill_tokens_per_step", "8"])
+                          extra_args=["--max_prefill_tokens_per_step", "8",
+                                      "--http_port", str(http_port)])
     rng = np.random.default_rng(100 + workers)
     try:
         for model, (forward, context) in forwards.items():
@@ -125,6 +131,15 @@ def serve(env, workers, models, forwards, sampled):
                     workers, model), out + err):
                 sampled.setdefault(model, {})[workers] = ids
         refusals(env, cluster.target)
+        metrics = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % http_port,
+                                         timeout=10).read().decode()
+        tokens = re.search(r'^meshserve_generation_tokens_total\{model="gpt2"\} (\d+)', metrics,
+                           re.M)
+        c.check(tokens is not None and int(tokens.group(1)) > 0 and
+                'meshserve_generation_time_to_first_token_seconds_count{model="gpt2"}' in metrics
+                and 'meshserve_generation_kv_cache_bytes{model="gpt2",state="capacity"}' in metrics,
+                "%d workers: /metrics counts gpt2's tokens, times its first tokens, shows its KV "
+                "cache" % workers, metrics[-2000:])
     finally:
         cluster.stop()
 

@@ -185,6 +185,7 @@ absl::StatusOr<GenerationModel> CoordinatorGenerationBackend::Model(const std::s
   m.eos_token_ids = status.model->eos_token_ids;
   m.block_tokens = options_.block_tokens;
   m.num_blocks = options_.kv_cache_bytes / devices_per_worker / std::max<int64_t>(block_bytes, 1);
+  m.block_bytes = block_bytes;
   m.version = status.version;
   m.hold = status.placement;
   LoadedTokenizer tok = TokenizerFor(status.file);

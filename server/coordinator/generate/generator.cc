@@ -56,7 +56,10 @@ std::string TokenTextDecoder::Next(const std::vector<int64_t>& ids, bool last) {
 }
 
 Generator::Generator(GenerationBackend* backend, GeneratorOptions options)
-    : backend_(backend), options_(options) {
+    : backend_(backend),
+      options_(options),
+      metrics_(options.metrics != nullptr ? std::make_unique<GenerationMetrics>(options.metrics)
+                                          : nullptr) {
   std::random_device device;
   seed_state_ = (static_cast<uint64_t>(device()) << 32) ^ device();
 }
@@ -132,6 +135,14 @@ absl::StatusOr<GenerationHandle> Generator::StartWith(GenerateRequest request,
   handle.prompt_ids = request.prompt_ids;
   handle.tokenizer = model.tokenizer;
   SequenceSink sink = make_sink(handle);
+  if (metrics_ != nullptr) {
+    auto gauges = [this, name = handle.model, bytes = model.block_bytes] {
+      const auto stats = Stats();
+      auto it = stats.find(name);
+      if (it != stats.end()) metrics_->SetModelState(name, it->second, bytes);
+    };
+    sink = metrics_->Observe(handle.model, std::move(sink), std::move(gauges));
+  }
   if (model.hold != nullptr) {
     // The sink lives as long as the sequence: so does what pins its version.
     sink = [hold = model.hold, sink = std::move(sink)](const SequenceEvent& e) {

@@ -25,6 +25,7 @@
 #include "common/tokenizer/tokenizer.h"
 #include "common/tokenizer/utf8.h"
 #include "server/coordinator/generate/generation_loop.h"
+#include "server/coordinator/generate/generation_metrics.h"
 
 namespace meshserve {
 
@@ -45,6 +46,7 @@ struct GenerationModel {
   std::vector<int64_t> eos_token_ids;
   int64_t block_tokens = 16;
   int64_t num_blocks = 0;  // the smallest KV pool of the model's workers
+  int64_t block_bytes = 0;  // a block's bytes on the fullest device (metrics)
   int64_t version = 0;     // the weight version a sequence starting now runs on
   // Held by each sequence started now until it ends (the coordinator's
   // placement of `version`: a retired version is unloaded only when no one
@@ -70,6 +72,8 @@ struct GeneratorOptions {
   int64_t max_prefill_tokens_per_step = 512;
   int64_t max_running = 64;
   int64_t max_waiting = 256;
+  // Where the generation metrics go (generation_metrics.h); null: nowhere.
+  MetricRegistry* metrics = nullptr;
 };
 
 // A started sequence (for Cancel).
@@ -144,6 +148,7 @@ class Generator {
 
   GenerationBackend* const backend_;
   const GeneratorOptions options_;
+  std::unique_ptr<GenerationMetrics> metrics_;  // null without options.metrics
   mutable absl::Mutex mu_;
   std::map<std::string, ModelLoop> loops_ ABSL_GUARDED_BY(mu_);
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;

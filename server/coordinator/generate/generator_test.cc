@@ -113,6 +113,25 @@ TEST(GeneratorTest, ASequenceHoldsItsVersionUntilItEnds) {
   EXPECT_TRUE(v1.expired());
 }
 
+TEST(GeneratorTest, MetricsCountTokensAndTimeTheFirst) {
+  FakeBackend backend;
+  MetricRegistry registry;
+  GeneratorOptions options;
+  options.metrics = &registry;
+  Generator generator(&backend, options);
+  Result r;
+  ASSERT_OK(generator.Start(Request({1, 2}, 6), Collect(&r)).status());
+  r.done.WaitForNotification();
+  const std::string text = registry.Exposition();
+  EXPECT_THAT(text, ::testing::HasSubstr(
+                        "meshserve_generation_tokens_total{model=\"lm\"} 6"));
+  EXPECT_THAT(text, ::testing::HasSubstr(
+                        "meshserve_generation_time_to_first_token_seconds_count{model=\"lm\"} 1"));
+  EXPECT_THAT(text, ::testing::HasSubstr(
+                        "meshserve_generation_inter_token_seconds_count{model=\"lm\"} 5"));
+  EXPECT_THAT(text, ::testing::HasSubstr("meshserve_generation_sequences{model=\"lm\",state=\"running\"}"));
+}
+
 TEST(GeneratorTest, RefusesBadRequestsNamingTheValue) {
   FakeBackend backend;
   Generator generator(&backend, GeneratorOptions{});

@@ -226,8 +226,9 @@ meshserve::CoordinatorBackendOptions BackendFromFlags() {
   options.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes);
   return options;
 }
-meshserve::GeneratorOptions GeneratorFromFlags() {
+meshserve::GeneratorOptions GeneratorFromFlags(meshserve::Coordinator* coordinator) {
   meshserve::GeneratorOptions options;
+  options.metrics = &coordinator->metrics().registry;  // the coordinator's /metrics
   options.max_prefill_tokens_per_step = absl::GetFlag(FLAGS_max_prefill_tokens_per_step);
   options.max_running = absl::GetFlag(FLAGS_max_running_sequences);
   options.max_waiting = absl::GetFlag(FLAGS_max_waiting_sequences);
@@ -235,7 +236,8 @@ meshserve::GeneratorOptions GeneratorFromFlags() {
 }
 struct Generation {
   explicit Generation(meshserve::Coordinator* coordinator)
-      : backend(coordinator, BackendFromFlags()), generator(&backend, GeneratorFromFlags()) {}
+      : backend(coordinator, BackendFromFlags()),
+        generator(&backend, GeneratorFromFlags(coordinator)) {}
   meshserve::CoordinatorGenerationBackend backend;
   meshserve::Generator generator;
 };
