@@ -20,7 +20,7 @@ uint64_t NextSeed(uint64_t& state) {
 }
 
 // The prompt's ids: the request's, or its text encoded by the model's tokenizer.
-absl::StatusOr<std::vector<int64_t>> PromptIds(GenerateRequest& request,
+absl::StatusOr<std::vector<int64_t>> PromptIds(GenerationRequest& request,
                                                const GenerationModel& model) {
   if (!request.prompt_text.has_value()) return std::move(request.prompt_ids);
   if (model.tokenizer == nullptr) {
@@ -107,12 +107,12 @@ absl::StatusOr<GenerationLoop*> Generator::LoopFor(const std::string& name,
   return slot.loop.get();
 }
 
-absl::StatusOr<GenerationHandle> Generator::Start(GenerateRequest request, SequenceSink sink) {
+absl::StatusOr<GenerationHandle> Generator::Start(GenerationRequest request, SequenceSink sink) {
   return StartWith(std::move(request),
                    [&sink](const GenerationHandle&) { return std::move(sink); });
 }
 
-absl::StatusOr<GenerationHandle> Generator::StartWith(GenerateRequest request,
+absl::StatusOr<GenerationHandle> Generator::StartWith(GenerationRequest request,
                                                       const SinkFactory& make_sink) {
   MS_ASSIGN_OR_RETURN(GenerationModel model, backend_->Model(request.model));
   MS_ASSIGN_OR_RETURN(request.prompt_ids, PromptIds(request, model));

@@ -1,7 +1,7 @@
 // The coordinator's generation service core: one GenerationLoop per model
 // that generates, created on the model's first sequence, and the checks a
 // request passes before it joins (the edges -- gRPC Generate, OpenAI HTTP,
-// the CLI -- decode into GenerateRequest and call Start).
+// the CLI -- decode into GenerationRequest and call Start).
 //
 // What the generator needs of the coordinator is the GenerationBackend: a
 // model's limits (vocabulary, context, eos ids, KV blocks), its current
@@ -30,7 +30,7 @@
 namespace meshserve {
 
 // One generation request, as every edge decodes it.
-struct GenerateRequest {
+struct GenerationRequest {
   std::string model;
   std::optional<std::string> prompt_text;  // needs the model's tokenizer
   std::vector<int64_t> prompt_ids;
@@ -119,13 +119,13 @@ class Generator {
   //   encodes to no tokens or is not UTF-8, an id outside [0, vocab_size), the
   //   scheduler's refusals (empty prompt, context, cache); kResourceExhausted
   //   when the model's queue is full.
-  absl::StatusOr<GenerationHandle> Start(GenerateRequest request, SequenceSink sink)
+  absl::StatusOr<GenerationHandle> Start(GenerationRequest request, SequenceSink sink)
       ABSL_LOCKS_EXCLUDED(mu_);
   // The same with the sink made from the handle (its tokenizer, version,
   // prompt_tokens) before the sequence joins: events may come before Start
   // returns.
   using SinkFactory = std::function<SequenceSink(const GenerationHandle&)>;
-  absl::StatusOr<GenerationHandle> StartWith(GenerateRequest request,
+  absl::StatusOr<GenerationHandle> StartWith(GenerationRequest request,
                                              const SinkFactory& make_sink)
       ABSL_LOCKS_EXCLUDED(mu_);
   void Cancel(const GenerationHandle& handle) ABSL_LOCKS_EXCLUDED(mu_);

@@ -67,8 +67,8 @@ SequenceSink Collect(Result* r) {
   };
 }
 
-GenerateRequest Request(std::vector<int64_t> ids, int64_t max_tokens) {
-  GenerateRequest r;
+GenerationRequest Request(std::vector<int64_t> ids, int64_t max_tokens) {
+  GenerationRequest r;
   r.model = "lm";
   r.prompt_ids = std::move(ids);
   r.stop.max_tokens = max_tokens;
@@ -135,7 +135,7 @@ TEST(GeneratorTest, MetricsCountTokensAndTimeTheFirst) {
 TEST(GeneratorTest, RefusesBadRequestsNamingTheValue) {
   FakeBackend backend;
   Generator generator(&backend, GeneratorOptions{});
-  GenerateRequest r = Request({1, 50}, 4);
+  GenerationRequest r = Request({1, 50}, 4);
   EXPECT_THAT(generator.Start(r, nullptr).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "prompt token 1 is 50, outside the vocabulary [0, 50)"));
@@ -173,7 +173,7 @@ TEST(GeneratorTest, CancelEndsTheSequence) {
 TEST(GeneratorTest, SeedsAreDrawnWhenNotGiven) {
   FakeBackend backend;
   Generator generator(&backend, GeneratorOptions{});
-  GenerateRequest r = Request({1}, 2);
+  GenerationRequest r = Request({1}, 2);
   r.has_seed = true;
   r.sampling.seed = 42;
   Result a, b, c;
@@ -226,7 +226,7 @@ TEST(GeneratorTest, TextPromptsAreEncodedWithTheModelsTokenizer) {
   auto tok = std::make_shared<LetterTokenizer>();
   backend.tokenizer = tok;
   Generator generator(&backend, GeneratorOptions{});
-  GenerateRequest r = Request({}, 6);
+  GenerationRequest r = Request({}, 6);
   r.prompt_text = "cab";
   Result a;
   ASSERT_OK_AND_ASSIGN(GenerationHandle h, generator.Start(r, Collect(&a)));
@@ -267,7 +267,7 @@ TEST(GeneratorTest, ATokenizerThatDidNotLoadRefusesTextWithItsError) {
   FakeBackend backend;
   backend.tokenizer_error = absl::InvalidArgumentError("lm.tokenizer/vocab.json: bad JSON");
   Generator generator(&backend, GeneratorOptions{});
-  GenerateRequest r = Request({}, 2);
+  GenerationRequest r = Request({}, 2);
   r.prompt_text = "ab";
   EXPECT_THAT(generator.Start(r, nullptr).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,

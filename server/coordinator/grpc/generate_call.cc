@@ -1,4 +1,4 @@
-// StartGeneration (generate_call.h): GenerateCall -> the core GenerateRequest.
+// StartGeneration (generate_call.h): GenerateCall -> the core GenerationRequest.
 // Includes generator.h and no .pb.h (see the header for why).
 #include "server/coordinator/grpc/generate_call.h"
 
@@ -12,7 +12,7 @@ namespace meshserve {
 
 absl::StatusOr<std::function<void()>> StartGeneration(Generator& generator, GenerateCall call,
                                                       TextSink sink) {
-  GenerateRequest request;
+  GenerationRequest request;
   request.model = std::move(call.model);
   request.prompt_text = std::move(call.prompt_text);
   request.prompt_ids = std::move(call.prompt_ids);

@@ -1,12 +1,13 @@
 // A decoded Generate call and the one function that starts it on the
 // Generator: the seam between the gRPC Generate edge and the generation core.
 //
-// Why a seam: proto/generate.proto's message meshserve.GenerateRequest and
-// the core's struct meshserve::GenerateRequest (generate/generator.h) share a
-// C++ name, so no translation unit can include both generate.pb.h and
-// generator.h. GenerateCall carries the core request's fields; generate_call.cc
-// (which includes generator.h, never a .pb.h) turns it into the core request.
-// The edge's files include this header and the .pb.h, never generator.h.
+// Why a seam: the core's request struct (GenerationRequest, generate/
+// generator.h) once had the C++ name of proto/generate.proto's message
+// meshserve.GenerateRequest (an ODR violation UBSan caught); the edge keeps
+// its files apart from the core's anyway: GenerateCall carries the core
+// request's fields; generate_call.cc (generator.h, never a .pb.h) turns it
+// into the core request, and the edge's files include this header and the
+// .pb.h.
 //
 // Thread-safety: StartGeneration is thread-safe (the Generator is); the
 // canceller it returns may be called from any thread, more than once.
@@ -27,7 +28,7 @@ namespace meshserve {
 
 class Generator;
 
-// The core GenerateRequest's fields (generator.h), as the edge decodes them.
+// The core GenerationRequest's fields (generator.h), as the edge decodes them.
 struct GenerateCall {
   std::string model;
   std::optional<std::string> prompt_text;

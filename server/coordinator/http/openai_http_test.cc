@@ -463,7 +463,7 @@ TEST_F(OpenAiHttpTest, ClientLeavingMidStreamCancelsItsSequence) {
   Start(options);
   // A sequence of the test's own keeps the steps going, so the workers are
   // told of the stream's release on a step (the loop runs no empty steps).
-  GenerateRequest background;
+  GenerationRequest background;
   background.model = "lm";
   background.prompt_ids = {1};
   background.stop.max_tokens = 90000;

@@ -332,8 +332,8 @@ absl::Status ValidateForModel(const CompletionRequest& request, const ModelLimit
   return absl::OkStatus();
 }
 
-GenerateRequest ToGenerateRequest(const CompletionRequest& request, int32_t choice) {
-  GenerateRequest out;
+GenerationRequest ToGenerateRequest(const CompletionRequest& request, int32_t choice) {
+  GenerationRequest out;
   out.model = request.model;
   if (request.has_text_prompt()) {
     out.prompt_text = request.prompt_text();

@@ -97,13 +97,13 @@ absl::StatusOr<CompletionRequest> ParseCompletionRequest(absl::string_view body)
 absl::Status ValidateForModel(const CompletionRequest& request, const ModelLimits& limits,
                               int64_t prompt_len);
 
-// The GenerateRequest of choice `choice` (0 <= choice < request.n): the model,
+// The GenerationRequest of choice `choice` (0 <= choice < request.n): the model,
 // the prompt (a text prompt goes as prompt_text, for the generator's
 // tokenizer), sampling and stop ids. With a seed, choice i runs with
 // seed + i (mod 2^64), so the n samples differ and each is reproducible;
 // without one the generator draws a seed per sequence. The stop strings are
 // not part of it (they need the text).
-GenerateRequest ToGenerateRequest(const CompletionRequest& request, int32_t choice);
+GenerationRequest ToGenerateRequest(const CompletionRequest& request, int32_t choice);
 
 }  // namespace meshserve
 

@@ -349,7 +349,7 @@ TEST(ToGenerateRequestTest, CarriesPromptSamplingAndStopWithSeedPlusChoice) {
       "temperature": 0.5, "top_k": 3, "top_p": 0.9, "seed": 18446744073709551615,
       "stop_token_ids": [9], "ignore_eos": true, "logprobs": 2, "n": 3})");
   for (int32_t i = 0; i < 3; ++i) {
-    const GenerateRequest g = ToGenerateRequest(r, i);
+    const GenerationRequest g = ToGenerateRequest(r, i);
     EXPECT_EQ(g.model, "lm");
     EXPECT_FALSE(g.prompt_text.has_value());
     EXPECT_THAT(g.prompt_ids, ElementsAre(5, 6));
@@ -367,7 +367,7 @@ TEST(ToGenerateRequestTest, CarriesPromptSamplingAndStopWithSeedPlusChoice) {
 }
 
 TEST(ToGenerateRequestTest, TextPromptAndNoSeed) {
-  const GenerateRequest g = ToGenerateRequest(Parsed(Body("")), 1);
+  const GenerationRequest g = ToGenerateRequest(Parsed(Body("")), 1);
   ASSERT_TRUE(g.prompt_text.has_value());
   EXPECT_THAT(g.prompt_ids, IsEmpty());
   EXPECT_FALSE(g.has_seed);  // the generator draws one per sequence
