@@ -2,6 +2,7 @@
 // prompts through the model's tokenizer and TokenTextDecoder.
 #include "server/coordinator/generate/generator.h"
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <optional>
@@ -103,14 +104,22 @@ TEST(GeneratorTest, ASequenceHoldsItsVersionUntilItEnds) {
   Generator generator(&backend, GeneratorOptions{});
   std::weak_ptr<const void> v1 = backend.hold;
   Result r;
-  ASSERT_OK_AND_ASSIGN(GenerationHandle h, generator.Start(Request({1}, 60), Collect(&r)));
-  backend.hold = std::make_shared<int>(2);  // a push: version 2's placement
-  backend.version = 2;
-  EXPECT_FALSE(v1.expired());  // the running sequence holds version 1
-  generator.Cancel(h);
+  std::atomic<int> events{0}, held{0};
+  SequenceSink collect = Collect(&r);
+  // Each event (the last one too) comes while the sequence is alive: the hold
+  // must be there every time, whatever the timing.
+  SequenceSink sink = [&, collect](const SequenceEvent& e) {
+    events.fetch_add(1);
+    if (!v1.expired()) held.fetch_add(1);
+    collect(e);
+  };
+  ASSERT_OK(generator.Start(Request({1}, 8), sink).status());
+  backend.hold.reset();  // a push: the coordinator lets version 1 go
   r.done.WaitForNotification();
-  for (int i = 0; i < 200 && !v1.expired(); ++i) absl::SleepFor(absl::Milliseconds(5));
-  EXPECT_TRUE(v1.expired());
+  EXPECT_GT(events.load(), 0);
+  EXPECT_EQ(held.load(), events.load());
+  for (int i = 0; i < 400 && !v1.expired(); ++i) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_TRUE(v1.expired());  // gone with the sequence
 }
 
 TEST(GeneratorTest, MetricsCountTokensAndTimeTheFirst) {
