@@ -85,12 +85,14 @@ absl::StatusOr<std::map<int64_t, std::vector<SliceIr>>> InProcessWorkers::Execut
   for (auto& [w, mine] : inputs) {
     ElasticExecutor::Shared().Schedule([this, w = w, &mine = mine, program_id, request_id,
                                         timeout, &outputs, &statuses, &inputs, &done]() {
-      absl::StatusOr<std::vector<SliceIr>> out =
-          workers_[w]->Execute(program_id, request_id, std::move(mine), timeout);
-      absl::Status status = out.status();
-      if (out.ok()) {
-        outputs.at(w) = std::move(*out);
-      } else {
+      absl::Status status;
+      {  // `out` goes before DecrementCount: the caller then owns every status
+        absl::StatusOr<std::vector<SliceIr>> out =
+            workers_[w]->Execute(program_id, request_id, std::move(mine), timeout);
+        status = out.status();
+        if (out.ok()) outputs.at(w) = std::move(*out);
+      }
+      if (!status.ok()) {
         // As the coordinator does: abort the request on the others.
         const std::string reason = absl::StrCat("worker ", w, " failed: ", status.message());
         for (const auto& [other, unused] : inputs) {
