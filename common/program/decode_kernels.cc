@@ -19,11 +19,6 @@
 namespace meshserve {
 namespace {
 
-absl::StatusOr<Tensor> AsFloat32(const Tensor& x) {
-  if (x.dtype() == DType::kFloat32) return x;
-  return ConvertDType(x, DType::kFloat32);
-}
-
 // x's float32 elements: x's own, or a converted copy kept in `keep`.
 absl::StatusOr<const float*> Float32Data(const Tensor& x, Tensor& keep) {
   if (x.dtype() == DType::kFloat32) return x.data<float>();
@@ -40,12 +35,16 @@ absl::Status CheckAttentionShapes(const Tensor& q, const Tensor& k, const Tensor
   return absl::OkStatus();
 }
 
-// Rows [0, n) of x [T, ...] as their own tensor.
-absl::StatusOr<Tensor> FirstRows(const Tensor& x, int64_t n) {
-  std::vector<int64_t> shape = x.shape();
-  const int64_t row_bytes = x.NumBytes() / std::max<int64_t>(shape[0], 1);
-  shape[0] = n;
-  return Tensor::FromBytes(x.dtype(), shape, x.bytes().substr(0, n * row_bytes));
+// The first n token rows of x [1, T, heads, d] as float32 [n, heads, d]: one
+// copy of their bytes (the cache kernel takes its own packed tensors).
+absl::StatusOr<Tensor> TokenRows(const Tensor& x, int64_t n) {
+  const std::vector<int64_t> shape = {n, x.dim(2), x.dim(3)};
+  if (x.dtype() == DType::kFloat32) {
+    return Tensor::FromBytes(DType::kFloat32, shape,
+                             x.bytes().substr(0, n * x.dim(2) * x.dim(3) * sizeof(float)));
+  }
+  MS_ASSIGN_OR_RETURN(Tensor f, ConvertDType(x, DType::kFloat32));
+  return TokenRows(f, n);
 }
 
 }  // namespace
@@ -88,7 +87,7 @@ absl::StatusOr<Tensor> CachedStepAttention(KvCache& cache, int64_t layer, const 
                                            const Tensor& k_in, const Tensor& v_in,
                                            const DecodeLayout& layout, float scale) {
   MS_RETURN_IF_ERROR(CheckAttentionShapes(q_in, k_in, v_in));
-  const int64_t T = q_in.dim(1), N = q_in.dim(2), K = k_in.dim(2), H = q_in.dim(3);
+  const int64_t T = q_in.dim(1), N = q_in.dim(2), H = q_in.dim(3);
   if (q_in.dim(0) != 1 || T != layout.token_slots() || k_in.dim(1) != T) {
     return InvalidArgument("attention: a generation step of ", layout.token_slots(),
                            " token slots needs q [1, T, N, H] with T = the slots, got ",
@@ -103,23 +102,20 @@ absl::StatusOr<Tensor> CachedStepAttention(KvCache& cache, int64_t layer, const 
     spans.push_back(KvSpan{s.seq, s.past_len, layout.SpanBegin(static_cast<int64_t>(i)),
                            s.num_tokens});
   }
-  MS_ASSIGN_OR_RETURN(Tensor out, Tensor::Create(DType::kFloat32, q_in.shape()));
-  if (n == 0) return out;
-  MS_ASSIGN_OR_RETURN(Tensor q, AsFloat32(q_in));
-  MS_ASSIGN_OR_RETURN(Tensor k, AsFloat32(k_in));
-  MS_ASSIGN_OR_RETURN(Tensor v, AsFloat32(v_in));
-  MS_RETURN_IF_ERROR(q.SetShape({T, N, H}));
-  MS_RETURN_IF_ERROR(k.SetShape({T, K, H}));
-  MS_RETURN_IF_ERROR(v.SetShape({T, K, H}));
-  if (n < T) {
-    MS_ASSIGN_OR_RETURN(q, FirstRows(q, n));
-    MS_ASSIGN_OR_RETURN(k, FirstRows(k, n));
-    MS_ASSIGN_OR_RETURN(v, FirstRows(v, n));
-  }
+  if (n == 0) return Tensor::Create(DType::kFloat32, q_in.shape());
+  MS_ASSIGN_OR_RETURN(Tensor q, TokenRows(q_in, n));
+  MS_ASSIGN_OR_RETURN(Tensor k, TokenRows(k_in, n));
+  MS_ASSIGN_OR_RETURN(Tensor v, TokenRows(v_in, n));
   CachedAttentionOptions options;
   options.scale = scale;
-  MS_ASSIGN_OR_RETURN(Tensor real, CachedAttention(cache, layer, q, k, v, spans, options));
-  std::memcpy(out.raw_data(), real.raw_data(), real.NumBytes());
+  MS_ASSIGN_OR_RETURN(Tensor out, Tensor::Create(DType::kFloat32, {T, N, H}));
+  if (n == T) {  // no padding: the kernel writes the result in place
+    MS_RETURN_IF_ERROR(CachedAttentionInto(cache, layer, q, k, v, spans, options, &out));
+  } else {  // padding slots stay zero
+    MS_ASSIGN_OR_RETURN(Tensor real, CachedAttention(cache, layer, q, k, v, spans, options));
+    std::memcpy(out.raw_data(), real.raw_data(), real.NumBytes());
+  }
+  MS_RETURN_IF_ERROR(out.SetShape(q_in.shape()));
   return out;
 }
 
@@ -128,13 +124,14 @@ absl::StatusOr<Tensor> SelectRows(const Tensor& x_in, int64_t rows, const Decode
       (layout != nullptr && static_cast<int64_t>(layout->row_slots().size()) != rows)) {
     return InvalidArgument("select_rows: ", rows, " rows of ", x_in.ToString());
   }
-  MS_ASSIGN_OR_RETURN(Tensor x, AsFloat32(x_in));
-  const int64_t B = x.dim(0), T = x.dim(1), D = x.dim(2);
+  Tensor converted;
+  MS_ASSIGN_OR_RETURN(const float* px, Float32Data(x_in, converted));
+  const int64_t B = x_in.dim(0), T = x_in.dim(1), D = x_in.dim(2);
   MS_ASSIGN_OR_RETURN(Tensor out, Tensor::Create(DType::kFloat32, {B, rows, D}));
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t t = layout != nullptr ? layout->row_slots()[r] : T - rows + r;
-      std::memcpy(out.data<float>() + (b * rows + r) * D, x.data<float>() + (b * T + t) * D,
+      std::memcpy(out.data<float>() + (b * rows + r) * D, px + (b * T + t) * D,
                   D * sizeof(float));
     }
   }
@@ -150,8 +147,9 @@ absl::StatusOr<Tensor> SampleRows(const Tensor& logits_in, int64_t vocab_size,
     return InvalidArgument("sample: logits ", logits_in.ToString(), " with vocab_size ",
                            vocab_size);
   }
-  MS_ASSIGN_OR_RETURN(Tensor logits, AsFloat32(logits_in));
-  const int64_t B = logits.dim(0), R = logits.dim(1), V = logits.dim(2);
+  Tensor converted;
+  MS_ASSIGN_OR_RETURN(const float* pl, Float32Data(logits_in, converted));
+  const int64_t B = logits_in.dim(0), R = logits_in.dim(1), V = logits_in.dim(2);
   const int64_t W = kSampleRecordWidth;
   MS_ASSIGN_OR_RETURN(Tensor out, Tensor::Create(DType::kFloat32, {B, R, W}));
   for (int64_t b = 0; b < B; ++b) {
@@ -170,7 +168,7 @@ absl::StatusOr<Tensor> SampleRows(const Tensor& logits_in, int64_t vocab_size,
         params = s.sampling;
         position = s.past_len + s.num_tokens;
       }
-      absl::Span<const float> row(logits.data<float>() + (b * R + r) * V, V);
+      absl::Span<const float> row(pl + (b * R + r) * V, V);
       MS_ASSIGN_OR_RETURN(SampleResult result, SampleRow(row, vocab_size, params, position),
                           "sample: row ", r);
       rec[0] = static_cast<float>(result.token_id);

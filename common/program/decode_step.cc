@@ -1,7 +1,6 @@
 // DecodeLayout (decode_step.h).
 #include "common/program/decode_step.h"
 
-#include <cmath>
 #include <set>
 #include <utility>
 
@@ -9,28 +8,6 @@
 #include "common/base/status_util.h"
 
 namespace meshserve {
-namespace {
-
-absl::Status CheckSampling(const DecodeSpanIr& span) {
-  const SamplingParams& s = span.sampling;
-  if (!(s.temperature >= 0) || !std::isfinite(s.temperature)) {
-    return InvalidArgument("sequence ", span.seq, ": temperature must be >= 0, got ",
-                           s.temperature);
-  }
-  if (!(s.top_p > 0 && s.top_p <= 1)) {
-    return InvalidArgument("sequence ", span.seq, ": top_p must be in (0, 1], got ", s.top_p);
-  }
-  if (s.top_k < -1) {
-    return InvalidArgument("sequence ", span.seq, ": top_k must be >= -1, got ", s.top_k);
-  }
-  if (s.num_logprobs < -1 || s.num_logprobs > kMaxLogprobs) {
-    return InvalidArgument("sequence ", span.seq, ": logprobs must be in [0, ", kMaxLogprobs,
-                           "], got ", s.num_logprobs);
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
 
 absl::StatusOr<DecodeLayout> DecodeLayout::Create(DecodeStepIr step, int64_t token_slots,
                                                   int64_t row_slots) {
@@ -67,7 +44,8 @@ absl::StatusOr<DecodeLayout> DecodeLayout::Create(DecodeStepIr step, int64_t tok
       return InvalidArgument("decode step ", step.step, ": more sampled sequences than the ",
                              row_slots, " row slots of the program");
     }
-    MS_RETURN_IF_ERROR(CheckSampling(span), "decode step ", step.step);
+    MS_RETURN_IF_ERROR(ValidateSamplingParams(span.sampling), "decode step ", step.step,
+                       " sequence ", span.seq);
     layout.row_slot_.push_back(slot - 1);
     layout.row_span_.push_back(static_cast<int64_t>(i));
   }
