@@ -173,8 +173,20 @@ absl::StatusOr<GenerationModel> CoordinatorGenerationBackend::Model(const std::s
                               "' does not say its context length (the model file's "
                               "generation.context_length)");
   }
-  MS_ASSIGN_OR_RETURN(int64_t block_bytes,
-                      BlockBytes(*status.model, *status.placement, options_.block_tokens));
+  int64_t block_bytes = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = block_bytes_.find(name);
+    if (it != block_bytes_.end() && it->second.first.lock() == status.placement) {
+      block_bytes = it->second.second;
+    }
+  }
+  if (block_bytes == 0) {
+    MS_ASSIGN_OR_RETURN(block_bytes,
+                        BlockBytes(*status.model, *status.placement, options_.block_tokens));
+    absl::MutexLock lock(&mu_);
+    block_bytes_[name] = {status.placement, block_bytes};
+  }
   int64_t devices_per_worker = 1;
   for (const auto& [worker, devices] : status.placement->devices_by_worker) {
     devices_per_worker = std::max<int64_t>(devices_per_worker, devices.size());

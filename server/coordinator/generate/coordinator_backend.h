@@ -67,6 +67,11 @@ class CoordinatorGenerationBackend : public GenerationBackend {
   const CoordinatorBackendOptions options_;
   absl::Mutex mu_;
   std::map<std::string, LoadedTokenizer> tokenizers_ ABSL_GUARDED_BY(mu_);  // by folder
+  // A KV block's bytes by placement (typing the decode variant is not free,
+  // and Model() runs for every request). Weak: a retired placement must go
+  // (the coordinator unloads it when nobody holds it).
+  std::map<std::string, std::pair<std::weak_ptr<const Placement>, int64_t>> block_bytes_
+      ABSL_GUARDED_BY(mu_);  // by model
 };
 
 // The smallest power of two >= n (n >= 1).
