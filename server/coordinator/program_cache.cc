@@ -1,5 +1,9 @@
+// ProgramCache (program_cache.h): compile-and-install once per key, under an
+// LRU bound.
 #include "server/coordinator/program_cache.h"
 
+#include <algorithm>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -8,13 +12,42 @@
 #include "server/coordinator/fan_out.h"
 
 namespace meshserve {
+namespace {
+
+std::string CacheKey(const ValidatedRequest& v, const Placement& placement) {
+  return absl::StrCat(placement.model, "|", placement.generation, "|", v.cache_key_suffix);
+}
+
+}  // namespace
 
 ProgramCache::ProgramCache(ModelCompiler* compiler, WorkerClientFactory clients,
-                           WorkerRegistry* registry, absl::Duration install_timeout)
+                           WorkerRegistry* registry, absl::Duration install_timeout,
+                           ProgramCacheOptions options)
     : compiler_(compiler),
       clients_(std::move(clients)),
       registry_(registry),
-      install_timeout_(install_timeout) {}
+      install_timeout_(install_timeout),
+      options_(std::move(options)),
+      programs_gauge_(options_.metrics == nullptr
+                          ? nullptr
+                          : &options_.metrics->AddGauge("meshserve_program_cache_programs",
+                                                        "Installed plans the program cache "
+                                                        "holds (bounded by "
+                                                        "--max_cached_programs).")),
+      evictions_counter_(options_.metrics == nullptr
+                             ? nullptr
+                             : &options_.metrics->AddCounter(
+                                   "meshserve_program_cache_evictions_total",
+                                   "Plans the program cache evicted (least recently used).")),
+      compiles_counter_(options_.metrics == nullptr
+                            ? nullptr
+                            : &options_.metrics->AddCounter(
+                                  "meshserve_program_cache_compiles_total",
+                                  "Plans the program cache compiled and installed (misses).")) {
+  if (programs_gauge_ != nullptr) programs_gauge_->Set({}, 0);
+  if (evictions_counter_ != nullptr) evictions_counter_->Increment({}, 0);
+  if (compiles_counter_ != nullptr) compiles_counter_->Increment({}, 0);
+}
 
 absl::Status ProgramCache::Install(const CompiledPlan& plan, const Placement& placement) {
   std::vector<int64_t> ids;
@@ -39,49 +72,92 @@ absl::Status ProgramCache::Install(const CompiledPlan& plan, const Placement& pl
   return absl::OkStatus();
 }
 
-namespace {
-
-std::string CacheKey(const ValidatedRequest& v, const Placement& placement) {
-  return absl::StrCat(placement.model, "|", placement.generation, "|", v.cache_key_suffix);
+std::string ProgramCache::ProgramIdFor(const Placement& placement, const std::string& suffix) {
+  const std::string prefix = absl::StrCat(placement.model, "/g", placement.generation, "/");
+  const std::string key = absl::StrCat(placement.model, "|", placement.generation, "|", suffix);
+  std::string id = absl::StrCat(prefix, "p",
+                                absl::Hex(std::hash<std::string>{}(suffix), absl::kZeroPad16));
+  auto owner = key_of_id_.find(id);
+  if (owner != key_of_id_.end() && owner->second != key) {  // a hash collision
+    id = absl::StrCat(prefix, "q", next_program_++);
+  }
+  key_of_id_[id] = key;
+  return id;
 }
 
-}  // namespace
+void ProgramCache::EraseSlot(std::map<std::string, Slot>::iterator it) {
+  if (it->second.plan != nullptr) lru_.erase(it->second.lru);
+  auto owner = key_of_id_.find(it->second.program_id);
+  if (owner != key_of_id_.end() && owner->second == it->first) key_of_id_.erase(owner);
+  cache_.erase(it);
+}
+
+void ProgramCache::UpdateGauge() {
+  if (programs_gauge_ != nullptr) programs_gauge_->Set({}, static_cast<double>(lru_.size()));
+}
+
+std::vector<std::shared_ptr<const CompiledPlan>> ProgramCache::Insert(
+    const std::string& key, const std::shared_ptr<CacheEntry>& entry,
+    std::shared_ptr<const CompiledPlan> plan) {
+  std::vector<std::shared_ptr<const CompiledPlan>> evicted;
+  auto it = cache_.find(key);
+  // Erased while it compiled (its generation retired): returned, not cached.
+  if (it == cache_.end() || it->second.entry != entry) return evicted;
+  it->second.plan = std::move(plan);
+  it->second.lru = lru_.insert(lru_.begin(), key);
+  const size_t bound = std::max<size_t>(options_.max_programs, 1);
+  while (lru_.size() > bound) {
+    auto victim = cache_.find(lru_.back());
+    evicted.push_back(victim->second.plan);
+    EraseSlot(victim);
+    ++evictions_;
+  }
+  if (evictions_counter_ != nullptr && !evicted.empty()) {
+    evictions_counter_->Increment({}, static_cast<double>(evicted.size()));
+  }
+  UpdateGauge();
+  return evicted;
+}
 
 std::shared_ptr<const CompiledPlan> ProgramCache::Find(const ValidatedRequest& v,
                                                        const Placement& placement) const {
-  std::shared_ptr<CacheEntry> entry;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = cache_.find(CacheKey(v, placement));
-    if (it == cache_.end()) return nullptr;
-    entry = it->second;
-  }
-  // Held while the plan compiles and installs: a miss, not a wait.
-  if (!entry->mu.TryLock()) return nullptr;
-  std::shared_ptr<const CompiledPlan> plan = entry->done ? entry->plan : nullptr;
-  entry->mu.Unlock();
-  return plan;
+  absl::MutexLock lock(&mu_);
+  auto it = cache_.find(CacheKey(v, placement));
+  // Not installed yet (or compiling): a miss, not a wait.
+  if (it == cache_.end() || it->second.plan == nullptr) return nullptr;
+  lru_.splice(lru_.begin(), lru_, it->second.lru);
+  return it->second.plan;
 }
 
 absl::StatusOr<std::shared_ptr<const CompiledPlan>> ProgramCache::GetOrCompile(
     const ValidatedRequest& v, const std::shared_ptr<const Placement>& placement) {
   const std::string key = CacheKey(v, *placement);
   std::shared_ptr<CacheEntry> entry;
+  std::string program_id;
   {
     absl::MutexLock lock(&mu_);
-    std::shared_ptr<CacheEntry>& slot = cache_[key];
-    if (slot == nullptr) slot = std::make_shared<CacheEntry>();
-    entry = slot;
+    auto [it, inserted] = cache_.try_emplace(key);
+    Slot& slot = it->second;
+    if (slot.plan != nullptr) {  // a hit: most recently used now
+      lru_.splice(lru_.begin(), lru_, slot.lru);
+      return slot.plan;
+    }
+    if (inserted) {
+      slot.entry = std::make_shared<CacheEntry>();
+      slot.program_id = ProgramIdFor(*placement, v.cache_key_suffix);
+    }
+    entry = slot.entry;
+    program_id = slot.program_id;
   }
   absl::MutexLock lock(&entry->mu);
   if (entry->done) return entry->plan;
+  if (compiles_counter_ != nullptr) compiles_counter_->Increment({});
   CompileRequest request;
   request.model = v.model.get();
   request.devices = placement->Devices();
   request.input_shapes = v.shapes;
   request.out_shardings = v.out_specs;
-  request.program_id = absl::StrCat(placement->model, "/g", placement->generation, "/p",
-                                    next_program_.fetch_add(1));
+  request.program_id = program_id;
   absl::Status status;
   absl::StatusOr<CompiledPlan> plan = compiler_->Compile(request);
   if (plan.ok()) {
@@ -93,11 +169,19 @@ absl::StatusOr<std::shared_ptr<const CompiledPlan>> ProgramCache::GetOrCompile(
   if (!status.ok()) {  // not cached: the next request tries again
     absl::MutexLock cache_lock(&mu_);
     auto it = cache_.find(key);
-    if (it != cache_.end() && it->second == entry) cache_.erase(it);
+    if (it != cache_.end() && it->second.entry == entry) EraseSlot(it);
     return status;
   }
   entry->plan = std::make_shared<const CompiledPlan>(*std::move(plan));
   entry->done = true;
+  std::vector<std::shared_ptr<const CompiledPlan>> evicted;
+  {
+    absl::MutexLock cache_lock(&mu_);
+    evicted = Insert(key, entry, entry->plan);
+  }
+  if (options_.on_evict) {
+    for (std::shared_ptr<const CompiledPlan>& gone : evicted) options_.on_evict(std::move(gone));
+  }
   return entry->plan;
 }
 
@@ -105,13 +189,20 @@ void ProgramCache::EraseGeneration(const std::string& model, int64_t generation)
   const std::string prefix = absl::StrCat(model, "|", generation, "|");
   absl::MutexLock lock(&mu_);
   for (auto it = cache_.begin(); it != cache_.end();) {
-    it = it->first.rfind(prefix, 0) == 0 ? cache_.erase(it) : std::next(it);
+    auto cur = it++;
+    if (cur->first.rfind(prefix, 0) == 0) EraseSlot(cur);
   }
+  UpdateGauge();
 }
 
 size_t ProgramCache::size() const {
   absl::MutexLock lock(&mu_);
   return cache_.size();
+}
+
+int64_t ProgramCache::evictions() const {
+  absl::MutexLock lock(&mu_);
+  return evictions_;
 }
 
 }  // namespace meshserve

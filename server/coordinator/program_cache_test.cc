@@ -209,5 +209,108 @@ TEST_F(ProgramCacheTest, FindReturnsOnlyWhatIsCompiledAndInstalled) {
   EXPECT_EQ(compiler_.compiles(), 2) << "Find compiles nothing";
 }
 
+// Three keys of one placement: out_shardings the mesh accepts for y.
+InferRequest WithOutSharding(InferRequest request, const std::string& spec) {
+  if (!spec.empty()) request.out_shardings["y"] = spec;
+  return request;
+}
+
+class BoundedProgramCacheTest : public ProgramCacheTest {
+ protected:
+  ProgramCacheOptions Options() {
+    ProgramCacheOptions options;
+    options.max_programs = 2;
+    options.metrics = &metrics_;
+    options.on_evict = [this](std::shared_ptr<const CompiledPlan> plan) {
+      evicted_.push_back(plan->program_id);
+    };
+    return options;
+  }
+
+  MetricRegistry metrics_;
+  std::vector<std::string> evicted_;
+  ProgramCache bounded_{&compiler_, cluster_.Factory(), &registry_, absl::Seconds(1), Options()};
+};
+
+TEST_F(BoundedProgramCacheTest, EvictsTheLeastRecentlyUsedAndRecompilesItOnRequest) {
+  std::shared_ptr<const Placement> placement = Place(1);
+  const ValidatedRequest a = Validated(request_);
+  const ValidatedRequest b = Validated(WithOutSharding(request_, "P()"));
+  const ValidatedRequest c = Validated(WithOutSharding(request_, "P('data', None)"));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const CompiledPlan> plan_a,
+                       bounded_.GetOrCompile(a, placement));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const CompiledPlan> plan_b,
+                       bounded_.GetOrCompile(b, placement));
+  ASSERT_OK(bounded_.GetOrCompile(a, placement).status());  // a hit: a is newer than b
+  ASSERT_OK(bounded_.GetOrCompile(c, placement).status());
+  EXPECT_EQ(compiler_.compiles(), 3);
+  EXPECT_EQ(bounded_.size(), 2u);
+  EXPECT_EQ(bounded_.evictions(), 1);
+  EXPECT_EQ(evicted_, std::vector<std::string>{plan_b->program_id});
+  EXPECT_EQ(bounded_.Find(b, *placement), nullptr);
+  EXPECT_EQ(bounded_.Find(a, *placement), plan_a);
+  EXPECT_NE(bounded_.Find(c, *placement), nullptr);
+
+  // b again: compiled and installed again, under its old program id; the
+  // least recently used (a: Find above touched a, then c) goes.
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const CompiledPlan> again_b,
+                       bounded_.GetOrCompile(b, placement));
+  EXPECT_EQ(compiler_.compiles(), 4);
+  EXPECT_NE(again_b, plan_b);
+  EXPECT_EQ(again_b->program_id, plan_b->program_id);
+  EXPECT_EQ(evicted_, (std::vector<std::string>{plan_b->program_id, plan_a->program_id}));
+  EXPECT_EQ(bounded_.size(), 2u);
+  for (const PlacementWorker& w : workers_) {
+    EXPECT_EQ(cluster_.Worker(w.worker_id)->install_calls(), 4) << "worker " << w.worker_id;
+  }
+  const std::string text = metrics_.Exposition();
+  EXPECT_THAT(text, ::testing::HasSubstr("meshserve_program_cache_programs 2\n"));
+  EXPECT_THAT(text, ::testing::HasSubstr("meshserve_program_cache_evictions_total 2\n"));
+  EXPECT_THAT(text, ::testing::HasSubstr("meshserve_program_cache_compiles_total 4\n"));
+}
+
+TEST_F(BoundedProgramCacheTest, FindCountsAsAUse) {
+  std::shared_ptr<const Placement> placement = Place(1);
+  const ValidatedRequest a = Validated(request_);
+  const ValidatedRequest b = Validated(WithOutSharding(request_, "P()"));
+  const ValidatedRequest c = Validated(WithOutSharding(request_, "P(None, 'model')"));
+  ASSERT_OK(bounded_.GetOrCompile(a, placement).status());
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const CompiledPlan> plan_b,
+                       bounded_.GetOrCompile(b, placement));
+  ASSERT_NE(bounded_.Find(a, *placement), nullptr);
+  ASSERT_OK(bounded_.GetOrCompile(c, placement).status());
+  EXPECT_EQ(evicted_, std::vector<std::string>{plan_b->program_id});
+  EXPECT_NE(bounded_.Find(a, *placement), nullptr);
+  EXPECT_EQ(bounded_.Find(b, *placement), nullptr);
+}
+
+TEST_F(BoundedProgramCacheTest, EraseGenerationFreesRoomWithoutEvicting) {
+  std::shared_ptr<const Placement> g1 = Place(1);
+  std::shared_ptr<const Placement> g2 = Place(2);
+  const ValidatedRequest a = Validated(request_);
+  const ValidatedRequest b = Validated(WithOutSharding(request_, "P()"));
+  ASSERT_OK(bounded_.GetOrCompile(a, g1).status());
+  ASSERT_OK(bounded_.GetOrCompile(b, g1).status());
+  bounded_.EraseGeneration("fixed", 1);
+  EXPECT_EQ(bounded_.size(), 0u);
+  EXPECT_THAT(metrics_.Exposition(),
+              ::testing::HasSubstr("meshserve_program_cache_programs 0\n"));
+  ASSERT_OK(bounded_.GetOrCompile(a, g2).status());
+  ASSERT_OK(bounded_.GetOrCompile(b, g2).status());
+  EXPECT_EQ(bounded_.evictions(), 0);
+  EXPECT_TRUE(evicted_.empty());
+}
+
+TEST_F(BoundedProgramCacheTest, SameKeySameProgramIdOtherKeysOtherIds) {
+  std::shared_ptr<const Placement> g1 = Place(1);
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const CompiledPlan> a,
+                       bounded_.GetOrCompile(Validated(request_), g1));
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<const CompiledPlan> b,
+                       bounded_.GetOrCompile(Validated(WithOutSharding(request_, "P()")), g1));
+  EXPECT_NE(a->program_id, b->program_id);
+  EXPECT_EQ(a->program_id.rfind("fixed/g1/p", 0), 0u) << a->program_id;
+  EXPECT_EQ(a->program_id.size(), std::string("fixed/g1/p").size() + 16) << a->program_id;
+}
+
 }  // namespace
 }  // namespace meshserve
