@@ -1,10 +1,12 @@
 // Generator (generator.h).
 #include "server/coordinator/generate/generator.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <utility>
 
+#include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 
@@ -41,18 +43,80 @@ absl::StatusOr<std::vector<int64_t>> PromptIds(GenerationRequest& request,
   return std::vector<int64_t>(ids.begin(), ids.end());
 }
 
+// Stop strings need the text: a tokenizer, and stops that are non-empty UTF-8.
+absl::Status CheckStopStrings(const GenerationRequest& request, const GenerationModel& model) {
+  if (request.stop_strings.empty()) return absl::OkStatus();
+  MS_RETURN_IF_ERROR(tokenizer::ValidateStopStrings(request.stop_strings, "stop"));
+  if (model.tokenizer != nullptr) return absl::OkStatus();
+  return InvalidArgument("stop strings [\"", absl::StrJoin(request.stop_strings, "\", \""),
+                         "\"] need the text of model '", request.model, "', which has no ",
+                         model.tokenizer_error.ok() ? "tokenizer here"
+                                                    : "tokenizer (it did not load)",
+                         ": send stop_token_ids");
+}
+
+// Where a sequence with stop strings stands between its events (its sink is
+// called from one thread at a time).
+struct StopStringSink {
+  SequenceSink downstream;
+  TokenTextDecoder text{nullptr};
+  int64_t prompt_tokens = 0;
+  int64_t version = 0;
+  std::function<void()> cancel;  // ends the sequence (the loop's Cancel)
+  int64_t completion_tokens = 0;
+  bool done = false;  // the stop's event went: the rest is dropped
+
+  void operator()(const SequenceEvent& e) {
+    if (done) return;
+    const bool last = e.finish != FinishReason::kNone;
+    const TokenTextDecoder::Piece piece = text.Decode(e.token_ids, last);
+    if (!piece.stopped) {
+      completion_tokens += static_cast<int64_t>(e.token_ids.size());
+      done = last;
+      if (downstream) downstream(e);
+      return;
+    }
+    SequenceEvent out;
+    out.token_ids.assign(e.token_ids.begin(), e.token_ids.begin() + piece.num_ids);
+    out.logprobs.assign(e.logprobs.begin(),
+                        e.logprobs.begin() + std::min(e.logprobs.size(), piece.num_ids));
+    completion_tokens += static_cast<int64_t>(piece.num_ids);
+    out.finish = FinishReason::kStop;
+    out.prompt_tokens = prompt_tokens;
+    out.completion_tokens = completion_tokens;
+    out.version = version;
+    done = true;
+    if (downstream) downstream(out);
+    if (!last) cancel();
+  }
+};
+
 }  // namespace
 
-std::string TokenTextDecoder::Next(const std::vector<int64_t>& ids, bool last) {
-  if (tokenizer_ == nullptr) return "";
-  std::string text;
+TokenTextDecoder::Piece TokenTextDecoder::Decode(const std::vector<int64_t>& ids, bool last) {
+  Piece piece;
+  if (stops_.stopped()) return piece;
+  if (tokenizer_ == nullptr) {
+    piece.num_ids = ids.size();
+    return piece;
+  }
   for (int64_t id : ids) {
+    ++piece.num_ids;
     if (id < 0 || id > INT32_MAX) continue;
     absl::StatusOr<std::string> bytes = tokenizer_->Decode({static_cast<int32_t>(id)});
-    if (bytes.ok()) text += utf8_.Push(*bytes);
+    if (!bytes.ok()) continue;
+    piece.text += stops_.Push(utf8_.Push(*bytes));
+    if (stops_.stopped()) {
+      piece.stopped = true;
+      return piece;
+    }
   }
-  if (last) text += utf8_.Finish();
-  return text;
+  if (last) {
+    piece.text += stops_.Push(utf8_.Finish());
+    piece.stopped = stops_.stopped();
+    piece.text += stops_.Finish();
+  }
+  return piece;
 }
 
 Generator::Generator(GenerationBackend* backend, GeneratorOptions options)
@@ -115,6 +179,7 @@ absl::StatusOr<GenerationHandle> Generator::Start(GenerationRequest request, Seq
 absl::StatusOr<GenerationHandle> Generator::StartWith(GenerationRequest request,
                                                       const SinkFactory& make_sink) {
   MS_ASSIGN_OR_RETURN(GenerationModel model, backend_->Model(request.model));
+  MS_RETURN_IF_ERROR(CheckStopStrings(request, model));
   MS_ASSIGN_OR_RETURN(request.prompt_ids, PromptIds(request, model));
   for (size_t i = 0; i < request.prompt_ids.size(); ++i) {
     const int64_t id = request.prompt_ids[i];
@@ -134,6 +199,7 @@ absl::StatusOr<GenerationHandle> Generator::StartWith(GenerationRequest request,
   handle.prompt_tokens = static_cast<int64_t>(request.prompt_ids.size());
   handle.prompt_ids = request.prompt_ids;
   handle.tokenizer = model.tokenizer;
+  handle.stop_strings = request.stop_strings;
   SequenceSink sink = make_sink(handle);
   if (metrics_ != nullptr) {
     auto gauges = [this, name = handle.model, bytes = model.block_bytes] {
@@ -142,6 +208,13 @@ absl::StatusOr<GenerationHandle> Generator::StartWith(GenerationRequest request,
       if (it != stats.end()) metrics_->SetModelState(name, it->second, bytes);
     };
     sink = metrics_->Observe(handle.model, std::move(sink), std::move(gauges));
+  }
+  // A stop string ends the sequence; the stop's sink may see it before Add
+  // returns, so the id it cancels comes through `stop`.
+  std::shared_ptr<PendingStop> stop;
+  if (!handle.stop_strings.empty()) {
+    stop = std::make_shared<PendingStop>();
+    sink = StopAtStrings(std::move(sink), handle, stop);
   }
   if (model.hold != nullptr) {
     // The sink lives as long as the sequence: so does what pins its version.
@@ -161,7 +234,36 @@ absl::StatusOr<GenerationHandle> Generator::StartWith(GenerationRequest request,
   MS_ASSIGN_OR_RETURN(handle.seq,
                       it->second.loop->Add(std::move(seq), model.version, std::move(sink)),
                       "model '", request.model, "'");
+  if (stop != nullptr) {
+    absl::MutexLock stop_lock(&stop->mu);
+    stop->seq = handle.seq;
+    if (stop->cancel_wanted) it->second.loop->Cancel(handle.seq);
+  }
   return handle;
+}
+
+SequenceSink Generator::StopAtStrings(SequenceSink sink, const GenerationHandle& handle,
+                                      std::shared_ptr<PendingStop> stop) {
+  auto state = std::make_shared<StopStringSink>();
+  state->downstream = std::move(sink);
+  state->text = TokenTextDecoder(handle.tokenizer, handle.stop_strings);
+  state->prompt_tokens = handle.prompt_tokens;
+  state->version = handle.version;
+  // From the loop's thread: Cancel finds no loop once Shutdown took them.
+  state->cancel = [this, model = handle.model, stop] {
+    GenerationHandle h;
+    h.model = model;
+    {
+      absl::MutexLock lock(&stop->mu);
+      if (!stop->seq.has_value()) {
+        stop->cancel_wanted = true;  // StartWith cancels once Add returns
+        return;
+      }
+      h.seq = *stop->seq;
+    }
+    Cancel(h);
+  };
+  return [state](const SequenceEvent& e) { (*state)(e); };
 }
 
 void Generator::Cancel(const GenerationHandle& handle) {

@@ -8,6 +8,16 @@
 // weight version, and a StepExecutor that runs steps on the model's workers.
 // A sequence is pinned to the version current at Start.
 //
+// Stop strings (GenerationRequest::stop_strings, OpenAI's `stop`): the
+// generator decodes each sequence's tokens (TokenTextDecoder) as they come;
+// when the text holds a stop string, the sequence ends with kStop at the
+// token that completed it: its sink gets the tokens up to and including that
+// one (vLLM's token_ids), completion_tokens counts them, and the sequence is
+// cancelled (tokens sampled meanwhile and its kCancelled event are dropped).
+// The edges' text comes from their own TokenTextDecoder with the same stops
+// (GenerationHandle::stop_strings): the same tokens give the same text, cut
+// before the stop, with a possible stop's start held back until settled.
+//
 // Thread-safety: thread-safe.
 #ifndef MESHSERVE_SERVER_COORDINATOR_GENERATE_GENERATOR_H_
 #define MESHSERVE_SERVER_COORDINATOR_GENERATE_GENERATOR_H_
@@ -22,6 +32,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/tokenizer/stop_strings.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/tokenizer/utf8.h"
 #include "server/coordinator/generate/generation_loop.h"
@@ -37,6 +48,8 @@ struct GenerationRequest {
   SamplingParams sampling;
   bool has_seed = false;  // else the generator draws one
   StopParams stop;
+  // Non-empty, valid UTF-8; need the model's tokenizer.
+  std::vector<std::string> stop_strings;
 };
 
 // What a model offers generation.
@@ -86,23 +99,40 @@ struct GenerationHandle {
   // The model's tokenizer (null without one): the edges turn the sink's ids
   // into text with it (TokenTextDecoder, one per sequence).
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer;
+  std::vector<std::string> stop_strings;  // the request's
 };
 
 // A sequence's ids -> text for the edges: each id's bytes (Tokenizer::Decode;
 // an id the tokenizer does not know gives none) through a Utf8StreamDecoder,
 // so a chunk never splits a character and invalid bytes become U+FFFD as
-// Python's errors="replace". Without a tokenizer the text is "". One per
-// sequence, used by one thread at a time.
+// Python's errors="replace", then through a StopStringMatcher
+// (common/tokenizer/stop_strings.h): the text ends before the first stop
+// string, and text that may still start one is held back until settled.
+// Without a tokenizer the text is "". One per sequence, used by one thread at
+// a time.
 class TokenTextDecoder {
  public:
-  explicit TokenTextDecoder(std::shared_ptr<const tokenizer::Tokenizer> tokenizer)
-      : tokenizer_(std::move(tokenizer)) {}
-  // The text completed by `ids`; `last` flushes a held-back partial character.
-  std::string Next(const std::vector<int64_t>& ids, bool last);
+  explicit TokenTextDecoder(std::shared_ptr<const tokenizer::Tokenizer> tokenizer,
+                            std::vector<std::string> stop_strings = {})
+      : tokenizer_(std::move(tokenizer)), stops_(std::move(stop_strings)) {}
+
+  struct Piece {
+    std::string text;     // settled text (never taken back)
+    size_t num_ids = 0;   // ids consumed: all of them, or up to the stop's
+    bool stopped = false; // a stop string completed at id num_ids - 1
+  };
+  // Decodes `ids` one by one until a stop string completes; `last` flushes
+  // the held-back text (a partial character as U+FFFD, a possible stop's
+  // start). After a stop every call gives an empty Piece.
+  Piece Decode(const std::vector<int64_t>& ids, bool last);
+  // Decode(ids, last).text.
+  std::string Next(const std::vector<int64_t>& ids, bool last) { return Decode(ids, last).text; }
+  bool stopped() const { return stops_.stopped(); }
 
  private:
   std::shared_ptr<const tokenizer::Tokenizer> tokenizer_;
   tokenizer::Utf8StreamDecoder utf8_;
+  tokenizer::StopStringMatcher stops_;
 };
 
 class Generator {
@@ -116,7 +146,9 @@ class Generator {
   // tokenizer (BOS as the tokenizer says). \error the backend's;
   //   kInvalidArgument naming the value: text for a model without a tokenizer
   //   (or whose tokenizer failed to load: the loader's message), text that
-  //   encodes to no tokens or is not UTF-8, an id outside [0, vocab_size), the
+  //   encodes to no tokens or is not UTF-8, an id outside [0, vocab_size),
+  //   stop strings for a model without a tokenizer or an empty / non-UTF-8
+  //   one ("stop[1] is empty"), the
   //   scheduler's refusals (empty prompt, context, cache); kResourceExhausted
   //   when the model's queue is full.
   absl::StatusOr<GenerationHandle> Start(GenerationRequest request, SequenceSink sink)
@@ -145,6 +177,16 @@ class Generator {
   };
   absl::StatusOr<GenerationLoop*> LoopFor(const std::string& name, const GenerationModel& model)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // A sequence with stop strings whose stop came before its id was known.
+  struct PendingStop {
+    absl::Mutex mu;
+    std::optional<SequenceId> seq ABSL_GUARDED_BY(mu);
+    bool cancel_wanted ABSL_GUARDED_BY(mu) = false;
+  };
+  // `sink` behind the stop strings of `handle` (the file comment): the stop's
+  // event ends with kStop and the sequence is cancelled.
+  SequenceSink StopAtStrings(SequenceSink sink, const GenerationHandle& handle,
+                             std::shared_ptr<PendingStop> stop);
 
   GenerationBackend* const backend_;
   const GeneratorOptions options_;

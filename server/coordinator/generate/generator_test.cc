@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/coordinator/generate/testing/fake_steps.h"
@@ -297,6 +298,125 @@ TEST(TokenTextDecoderTest, NeverSplitsACharacterAndReplacesInvalidBytes) {
   EXPECT_EQ(text.Next({40, 0}, true), "\xEF\xBF\xBD" "a");
   TokenTextDecoder none(nullptr);
   EXPECT_EQ(none.Next({1, 2}, true), "");
+}
+
+TEST(TokenTextDecoderTest, StopsAtAStopSpanningTokensHoldingBackItsStart) {
+  TokenTextDecoder text(std::make_shared<LetterTokenizer>(), {"bc", "xyz"});
+  EXPECT_EQ(text.Next({0}, false), "a");
+  EXPECT_EQ(text.Next({1}, false), "");    // "b" may start "bc": held
+  EXPECT_EQ(text.Next({3}, false), "bd");  // settled
+  EXPECT_EQ(text.Next({23, 24}, false), "");  // "xy" held
+  const TokenTextDecoder::Piece piece = text.Decode({0, 1, 2, 3}, false);  // "abcd"
+  EXPECT_EQ(piece.text, "xya");
+  EXPECT_TRUE(piece.stopped);
+  EXPECT_EQ(piece.num_ids, 3u);  // up to and including the 'c'
+  EXPECT_EQ(text.Next({4}, true), "");
+}
+
+TEST(TokenTextDecoderTest, AMultiByteStopSpansTheTokensOfOneCharacter) {
+  // U+20AC is ids 40, 41, 42 (one byte each).
+  TokenTextDecoder text(std::make_shared<LetterTokenizer>(), {"\xE2\x82\xAC"});
+  const TokenTextDecoder::Piece piece = text.Decode({0, 40, 41, 42, 1}, false);
+  EXPECT_EQ(piece.text, "a");
+  EXPECT_TRUE(piece.stopped);
+  EXPECT_EQ(piece.num_ids, 4u);
+  // A lone E2 at the end is U+FFFD, not the stop.
+  TokenTextDecoder other(std::make_shared<LetterTokenizer>(), {"\xE2\x82\xAC"});
+  const TokenTextDecoder::Piece end = other.Decode({0, 40}, true);
+  EXPECT_EQ(end.text, "a\xEF\xBF\xBD");
+  EXPECT_FALSE(end.stopped);
+}
+
+// The bytes LetterTokenizer gives `ids` (independent of TokenTextDecoder).
+std::string LetterBytes(const std::vector<int64_t>& ids) {
+  static const char* kBytes[] = {"\xE2", "\x82", "\xAC", "\xFF"};
+  std::string out;
+  for (int64_t id : ids) {
+    if (id < 26) out += static_cast<char>('a' + id);
+    if (id >= 40 && id < 44) out += kBytes[id - 40];
+  }
+  return out;
+}
+
+TEST(GeneratorTest, AStopStringEndsTheSequenceAtTheTokenThatCompletesIt) {
+  FakeBackend backend;
+  backend.tokenizer = std::make_shared<LetterTokenizer>();
+  Generator generator(&backend, GeneratorOptions{});
+  const std::vector<int64_t> prompt = {3, 1, 4};
+  const std::vector<int64_t> full = Reference(prompt, 40, {});
+  const std::string full_text = tokenizer::DecodeUtf8Lossy(LetterBytes(full));
+  // A stop of two letters that first occurs after the 8th token: it spans
+  // tokens (each letter is one).
+  std::string stop;
+  size_t want_ids = 0;
+  for (size_t k = 8; k < full.size() && stop.empty(); ++k) {
+    const std::string a = tokenizer::DecodeUtf8Lossy(LetterBytes({full[k - 1]}));
+    const std::string b = tokenizer::DecodeUtf8Lossy(LetterBytes({full[k]}));
+    if (a.size() == 1 && b.size() == 1 && full_text.find(a + b) != std::string::npos &&
+        full_text.find(a + b) >= 4) {
+      stop = a + b;
+    }
+  }
+  ASSERT_FALSE(stop.empty()) << full_text;
+  for (size_t k = 1; k <= full.size(); ++k) {
+    if (tokenizer::DecodeUtf8Lossy(LetterBytes({full.begin(), full.begin() + k})).find(stop) !=
+        std::string::npos) {
+      want_ids = k;
+      break;
+    }
+  }
+  GenerationRequest r = Request(prompt, 40);
+  r.stop_strings = {stop, "never"};
+  Result a;  // its Notification fails on a second last event
+  std::string streamed;
+  ASSERT_OK_AND_ASSIGN(GenerationHandle h,
+                       generator.StartWith(r, [&](const GenerationHandle& made) {
+                         auto text = std::make_shared<TokenTextDecoder>(made.tokenizer,
+                                                                        made.stop_strings);
+                         SequenceSink collect = Collect(&a);
+                         return [&streamed, text, collect](const SequenceEvent& e) {
+                           streamed += text->Next(e.token_ids, e.finish != FinishReason::kNone);
+                           collect(e);
+                         };
+                       }));
+  a.done.WaitForNotification();
+  EXPECT_EQ(a.last.finish, FinishReason::kStop);
+  EXPECT_THAT(a.tokens, ElementsAreArray(std::vector<int64_t>(full.begin(),
+                                                              full.begin() + want_ids)));
+  EXPECT_EQ(a.last.completion_tokens, static_cast<int64_t>(want_ids));
+  EXPECT_EQ(a.last.prompt_tokens, 3);
+  EXPECT_EQ(a.last.version, 1);
+  EXPECT_EQ(streamed, full_text.substr(0, full_text.find(stop)));
+  EXPECT_THAT(h.stop_strings, ElementsAreArray({stop, std::string("never")}));
+  // The sequence was cancelled: nothing runs once the loop caught up.
+  for (int i = 0; i < 1000 && generator.Stats()["lm"].running > 0; ++i) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(generator.Stats()["lm"].running, 0);
+  // A stop that never occurs: the whole length, finish "length".
+  Result b;
+  r.stop_strings = {"never"};
+  ASSERT_OK(generator.Start(r, Collect(&b)).status());
+  b.done.WaitForNotification();
+  EXPECT_EQ(b.last.finish, FinishReason::kLength);
+  EXPECT_THAT(b.tokens, ElementsAreArray(full));
+}
+
+TEST(GeneratorTest, StopStringsNeedATokenizerAndNonEmptyUtf8) {
+  FakeBackend backend;
+  Generator generator(&backend, GeneratorOptions{});
+  GenerationRequest r = Request({1, 2}, 4);
+  r.stop_strings = {"\n"};
+  EXPECT_THAT(generator.Start(r, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "stop strings [\"\n\"] need the text of model 'lm'"));
+  backend.tokenizer = std::make_shared<LetterTokenizer>();
+  r.stop_strings = {"a", ""};
+  EXPECT_THAT(generator.Start(r, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "stop[1] is empty"));
+  r.stop_strings = {"\xC3"};
+  EXPECT_THAT(generator.Start(r, nullptr).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "stop[0] is not valid UTF-8"));
 }
 
 }  // namespace
