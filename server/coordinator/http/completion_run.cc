@@ -28,11 +28,11 @@ std::vector<CompletionRun::Event> CompletionRun::Take(absl::Duration timeout) {
 }
 
 ChoiceTracker::ChoiceTracker(std::string model, int32_t num_choices, int32_t num_logprobs,
-                             Detokenizer detokenize)
+                             Detokenizer detokenize, const std::vector<std::string>& stop_strings)
     : model_(std::move(model)),
       num_logprobs_(num_logprobs),
       detokenize_(std::move(detokenize)),
-      choices_(static_cast<size_t>(num_choices)) {}
+      choices_(static_cast<size_t>(num_choices), Choice(stop_strings)) {}
 
 CompletionChoice ChoiceTracker::Apply(const CompletionRun::Event& e) {
   Choice& c = choices_.at(static_cast<size_t>(e.choice));
@@ -44,13 +44,14 @@ CompletionChoice ChoiceTracker::Apply(const CompletionRun::Event& e) {
   if (detokenize_ != nullptr && !ev.token_ids.empty()) {
     const std::string bytes = detokenize_(model_, ev.token_ids);
     c.num_bytes += static_cast<int64_t>(bytes.size());
-    delta.text = c.utf8.Push(bytes);
+    delta.text = c.stops.Push(c.utf8.Push(bytes));
   }
   c.completion_tokens += static_cast<int64_t>(ev.token_ids.size());
   if (ev.finish != FinishReason::kNone && !c.finished) {
     c.finished = true;
     ++num_finished_;
-    delta.text += c.utf8.Finish();
+    delta.text += c.stops.Push(c.utf8.Finish());
+    delta.text += c.stops.Finish();
     prompt_tokens_ = std::max(prompt_tokens_, ev.prompt_tokens);
     if (ev.finish == FinishReason::kStop || ev.finish == FinishReason::kLength) {
       delta.finish_reason = FinishReasonName(ev.finish);

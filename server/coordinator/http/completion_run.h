@@ -13,7 +13,12 @@
 // bytes.decode("utf-8", errors="replace") does, holding back a character
 // whose bytes have not all come (so a chunk never splits a character) and
 // flushing it, as U+FFFD if still incomplete, on the choice's last event.
-// Without a detokenizer the text is "". Logprobs, OpenAI's lists: `tokens`
+// Without a detokenizer the text is "". With stop strings, a
+// StopStringMatcher per choice (common/tokenizer/stop_strings.h) cuts the
+// text before the first stop and holds back text that may still start one
+// until a later event settles it or the last event releases it (the
+// Generator ends the sequence at the token that completed the stop, so its
+// last event carries that token). Logprobs, OpenAI's lists: `tokens`
 // each token's own bytes decoded (each id's decimal string without a
 // detokenizer), `token_logprobs` the event's, `top_logprobs` one empty entry
 // per token (SequenceEvent does not carry the top N yet), `text_offset` the
@@ -36,6 +41,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/tokenizer/stop_strings.h"
 #include "common/tokenizer/utf8.h"
 #include "server/coordinator/generate/scheduler.h"
 #include "server/coordinator/http/openai_response.h"
@@ -74,8 +80,9 @@ class CompletionRun : public std::enable_shared_from_this<CompletionRun> {
 class ChoiceTracker {
  public:
   // `num_logprobs` is the request's logprobs (-1: none asked).
+  // `stop_strings`: the request's "stop" (valid: ValidateStopStrings).
   ChoiceTracker(std::string model, int32_t num_choices, int32_t num_logprobs,
-                Detokenizer detokenize);
+                Detokenizer detokenize, const std::vector<std::string>& stop_strings = {});
 
   // Applies `e` to its choice and returns the choice's delta.
   CompletionChoice Apply(const CompletionRun::Event& e);
@@ -87,7 +94,9 @@ class ChoiceTracker {
 
  private:
   struct Choice {
+    explicit Choice(const std::vector<std::string>& stops) : stops(stops) {}
     tokenizer::Utf8StreamDecoder utf8;
+    tokenizer::StopStringMatcher stops;
     int64_t num_bytes = 0;  // token bytes so far (text_offset)
     int64_t completion_tokens = 0;
     bool finished = false;

@@ -118,6 +118,27 @@ TEST(ChoiceTrackerTest, AChunkNeverSplitsACharacterAndTheEndFlushesAsReplacement
   EXPECT_EQ(d.text, "\xEF\xBF\xBD");  // the incomplete F0, flushed as U+FFFD
 }
 
+TEST(ChoiceTrackerTest, StopStringsCutTheTextAndHoldBackAPossibleStart) {
+  // id 7 is "ab", others "<id>"; stops "b<1" and "<9>".
+  ChoiceTracker t("lm", 2, -1, Detok, {"b<1", "<9>"});
+  CompletionChoice d = t.Apply({0, Tokens({7})});
+  EXPECT_EQ(d.text, "a");  // "b" may start "b<1"
+  d = t.Apply({0, Tokens({2})});
+  EXPECT_EQ(d.text, "b<2>");  // settled
+  d = t.Apply({0, Tokens({7})});
+  EXPECT_EQ(d.text, "a");
+  // The generator's last event ends at the token that completed the stop.
+  d = t.Apply({0, Last({12}, FinishReason::kStop, 1)});
+  EXPECT_EQ(d.text, "");  // "b<12>": the stop "b<1" and what follows are cut
+  EXPECT_EQ(d.finish_reason, "stop");
+  EXPECT_THAT(d.token_ids, ElementsAre(12));
+  // Choice 1 has its own matcher; a held-back start is released at the end.
+  d = t.Apply({1, Tokens({3, 7})});
+  EXPECT_EQ(d.text, "<3>a");
+  d = t.Apply({1, Last({}, FinishReason::kLength, 1)});
+  EXPECT_EQ(d.text, "b");
+}
+
 TEST(ChoiceTrackerTest, NoLogprobsUnlessAsked) {
   ChoiceTracker t("lm", 1, -1, nullptr);
   EXPECT_FALSE(t.Apply({0, Tokens({1}, {-1})}).logprobs.has_value());

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -324,6 +326,102 @@ TEST_F(OpenAiHttpTest, WithADetokenizerStreamedTextIsTheWholeTextAndTheBytesDeco
   EXPECT_EQ(joined, text);  // no chunk split a character, none was replaced twice
 }
 
+// A tokenizer of one character per id: id i is kChars[i] (the fake model's
+// 50 ids), and text encodes back character by character.
+class CharTokenizer : public tokenizer::Tokenizer {
+ public:
+  static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJ.,!?-0123456\n";
+  absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const override {
+    std::string out;
+    for (int32_t id : ids) {
+      if (id < 0 || id >= 50) return absl::OutOfRangeError(absl::StrCat("id ", id));
+      out += kChars[id];
+    }
+    return out;
+  }
+  int32_t vocab_size() const override { return 50; }
+  bool IsSpecial(int32_t) const override { return false; }
+  std::optional<int32_t> TokenToId(absl::string_view) const override { return std::nullopt; }
+
+ protected:
+  absl::StatusOr<std::vector<int32_t>> EncodeText(absl::string_view text) const override {
+    std::vector<int32_t> ids;
+    for (char ch : text) {
+      const char* at = std::strchr(kChars, ch);
+      if (ch == 0 || at == nullptr) return absl::InvalidArgumentError("not in the alphabet");
+      ids.push_back(static_cast<int32_t>(at - kChars));
+    }
+    return ids;
+  }
+};
+
+std::string CharText(const std::vector<int64_t>& ids) {
+  std::string out;
+  for (int64_t id : ids) out += CharTokenizer::kChars[id];
+  return out;
+}
+
+TEST_F(OpenAiHttpTest, StopStringsCutTheTextAndEndAtTheTokenThatCompletedThem) {
+  OpenAiTestServerOptions options;
+  options.backend.tokenizer = std::make_shared<CharTokenizer>();
+  Start(options);
+  const std::vector<int64_t> prompt = {7, 4, 11};
+  const std::vector<int64_t> full = Reference(prompt, 40, {});
+  const std::string full_text = CharText(full);
+  // Two stops: three characters from position 20 and two from 12 (the
+  // earliest occurrence of either wins).
+  const std::string stop_a = full_text.substr(20, 3);
+  const std::string stop_b = full_text.substr(12, 2);
+  const size_t cut = std::min(full_text.find(stop_a), full_text.find(stop_b));
+  const size_t end_a = full_text.find(stop_a) + stop_a.size();
+  const size_t end_b = full_text.find(stop_b) + stop_b.size();
+  const size_t num_ids = std::min(end_a, end_b);  // one character per token
+  const std::vector<int64_t> want_ids(full.begin(), full.begin() + num_ids);
+  const Json body = {{"model", "lm"},  {"prompt", prompt},         {"max_tokens", 40},
+                     {"stop", Json::array({stop_a, stop_b})}, {"return_token_ids", true}};
+  const Answer whole = Post(port_, "/v1/completions", body.dump());
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  const Json j = Json::parse(whole.body);
+  const Json& c = j.at("choices")[0];
+  EXPECT_EQ(c.at("text"), full_text.substr(0, cut));
+  EXPECT_THAT(Ids(c.at("token_ids")), ElementsAreArray(want_ids));
+  EXPECT_EQ(c.at("finish_reason"), "stop");
+  EXPECT_EQ(j.at("usage").at("completion_tokens"), static_cast<int64_t>(num_ids));
+  // Streamed: the chunks join to the same text; each chunk's ids are the
+  // tokens' and its text never runs past what the whole answer kept.
+  Json stream_body = body;
+  stream_body["stream"] = true;
+  stream_body["stream_options"] = {{"include_usage", true}};
+  const Answer streamed = Post(port_, "/v1/completions", stream_body.dump());
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  const std::vector<std::string> data = SseData(streamed.body);
+  ASSERT_GE(data.size(), 3u);
+  EXPECT_EQ(data.back(), "[DONE]");
+  std::string joined;
+  std::vector<int64_t> ids;
+  std::string finish;
+  for (size_t i = 0; i + 2 < data.size(); ++i) {
+    const Json chunk = Json::parse(data[i]).at("choices")[0];
+    joined += chunk.at("text").get<std::string>();
+    ASSERT_EQ(full_text.compare(0, joined.size(), joined), 0) << joined;
+    ASSERT_LE(joined.size(), cut) << "emitted text past the stop: " << joined;
+    for (int64_t id : Ids(chunk.at("token_ids"))) ids.push_back(id);
+    if (!chunk.at("finish_reason").is_null()) finish = chunk.at("finish_reason");
+  }
+  EXPECT_EQ(joined, full_text.substr(0, cut));
+  EXPECT_THAT(ids, ElementsAreArray(want_ids));
+  EXPECT_EQ(finish, "stop");
+  EXPECT_EQ(Json::parse(data[data.size() - 2]).at("usage").at("completion_tokens"),
+            static_cast<int64_t>(num_ids));
+  // A stop that never comes: the whole length.
+  Json never = body;
+  never["stop"] = "Z";
+  const Answer length = Post(port_, "/v1/completions", never.dump());
+  ASSERT_EQ(length.status, 200) << length.body;
+  EXPECT_EQ(Json::parse(length.body).at("choices")[0].at("text"), full_text);
+  EXPECT_EQ(Json::parse(length.body).at("choices")[0].at("finish_reason"), "length");
+}
+
 TEST_F(OpenAiHttpTest, EveryBadFieldIs400InOpenAisShapeAndTheServerGoesOn) {
   struct Case {
     const char* body;
@@ -342,7 +440,9 @@ TEST_F(OpenAiHttpTest, EveryBadFieldIs400InOpenAisShapeAndTheServerGoesOn) {
       {R"({"model": "lm", "prompt": [-1]})", "prompt", "prompt"},
       {R"({"model": "lm", "prompt": [1], "stream_options": {"include_usage": true}})",
        "stream_options", "stream_options"},
-      {R"({"model": "lm", "prompt": [1], "stop": "\n"})", "stop strings are not supported",
+      {R"({"model": "lm", "prompt": [1], "stop": "\n"})", "need the text of model 'lm'",
+       "stop"},
+      {R"({"model": "lm", "prompt": [1], "stop": ["a", ""]})", "stop[1] must not be empty",
        "stop"},
       {R"({"prompt": [1]})", "model", "model"},
       {R"({"model": "lm", "prompt": [1], )", "not valid JSON", nullptr},

@@ -344,6 +344,7 @@ GenerationRequest ToGenerateRequest(const CompletionRequest& request, int32_t ch
   out.has_seed = request.has_seed;
   if (request.has_seed) out.sampling.seed = request.sampling.seed + static_cast<uint64_t>(choice);
   out.stop = request.stop;
+  out.stop_strings = request.stop_strings;
   return out;
 }
 

@@ -101,8 +101,8 @@ absl::Status ValidateForModel(const CompletionRequest& request, const ModelLimit
 // the prompt (a text prompt goes as prompt_text, for the generator's
 // tokenizer), sampling and stop ids. With a seed, choice i runs with
 // seed + i (mod 2^64), so the n samples differ and each is reproducible;
-// without one the generator draws a seed per sequence. The stop strings are
-// not part of it (they need the text).
+// without one the generator draws a seed per sequence. The stop strings go
+// too (the generator ends a sequence at one).
 GenerationRequest ToGenerateRequest(const CompletionRequest& request, int32_t choice);
 
 }  // namespace meshserve

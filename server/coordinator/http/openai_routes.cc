@@ -7,7 +7,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "common/base/status_util.h"
 #include "server/coordinator/http/openai_response.h"
 
@@ -68,7 +67,8 @@ struct OpenAiRoutes::Stream {
 
   Stream(const OpenAiRoutes* r, const CompletionRequest& request, Detokenizer detokenize)
       : routes(r),
-        tracker(request.model, request.n, request.logprobs, std::move(detokenize)),
+        tracker(request.model, request.n, request.logprobs, std::move(detokenize),
+                request.stop_strings),
         sent_first(static_cast<size_t>(request.n), false),
         include_usage(request.include_usage) {}
 
@@ -176,13 +176,6 @@ void OpenAiRoutes::Completions(const httplib::Request& req, httplib::Response& r
   if (options_.generator == nullptr) return SendError(GenerationDisabled(), res);
   absl::StatusOr<CompletionRequest> request = ParseCompletionRequest(req.body);
   if (!request.ok()) return SendError(request.status(), res);
-  if (!request->stop_strings.empty()) {
-    return SendError(
-        InvalidArgument("stop strings are not supported yet (they need the model's text), got [\"",
-                        absl::StrJoin(request->stop_strings, "\", \""),
-                        "\"]: send stop_token_ids"),
-        res);
-  }
   std::shared_ptr<CompletionRun> run;
   absl::StatusOr<std::vector<GenerationHandle>> handles = StartOnOneVersion(*request, &run);
   if (!handles.ok()) return SendError(handles.status(), res);
@@ -196,7 +189,7 @@ void OpenAiRoutes::AnswerWhole(const CompletionRequest& request, const Completio
                                const std::vector<GenerationHandle>& handles,
                                httplib::Response& res) {
   ChoiceTracker tracker(request.model, request.n, request.logprobs,
-                        DetokenizerFor(options_.detokenize, handles));
+                        DetokenizerFor(options_.detokenize, handles), request.stop_strings);
   std::vector<CompletionChoice> choices(static_cast<size_t>(request.n));
   for (int32_t i = 0; i < request.n; ++i) choices[static_cast<size_t>(i)].index = i;
   while (!tracker.all_finished() && tracker.error().ok()) {

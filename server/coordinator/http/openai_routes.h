@@ -20,10 +20,9 @@
 //                      options.model_names().
 //
 // Refusals answer OpenAI's error body with its status (EncodeOpenAiError):
-// the request's fields (ParseCompletionRequest's 400s), "stop" strings (400:
-// not supported yet; stop_token_ids work), and the Generator's checks, which
-// are the model checks (it refuses an unknown model, 404; a text prompt for a
-// model without a tokenizer, an id
+// the request's fields (ParseCompletionRequest's 400s) and the Generator's
+// checks, which are the model checks (it refuses an unknown model, 404; a
+// text prompt or "stop" strings for a model without a tokenizer, an id
 // outside the vocabulary, prompt + max_tokens past the context, 400; a full
 // queue, 429). When choice i > 0 is refused, the started ones are cancelled.
 // The n choices run on one weight version (system_fingerprint names it): when
@@ -36,7 +35,10 @@
 //
 // Text: the model's tokenizer (GenerationHandle::tokenizer: a text prompt is
 // encoded by the Generator, each choice's ids decoded by its ChoiceTracker),
-// unless the options carry a Detokenizer (tests), which wins.
+// unless the options carry a Detokenizer (tests), which wins. "stop" strings
+// end a choice with finish_reason "stop" (the Generator cuts its ids after
+// the token that completed the stop); its ChoiceTracker cuts the text before
+// the stop and, in a stream, holds back text that may still start one.
 //
 // A whole (non-streamed) completion holds its HTTP thread until its n
 // sequences end (bounded by max_tokens); cpp-httplib 0.11 does not say when

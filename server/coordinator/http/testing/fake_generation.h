@@ -38,6 +38,8 @@ class FakeGenerationBackend : public GenerationBackend {
     // > 0: the version goes up by one at this call of Model() (1-based), as
     // a push committing between two Starts.
     int64_t push_at_model_call = 0;
+    // The model's tokenizer (GenerationModel::tokenizer); null: none.
+    std::shared_ptr<const tokenizer::Tokenizer> tokenizer;
   };
   explicit FakeGenerationBackend(Options options)
       : options_(options), version_(options.version) {}
@@ -49,6 +51,7 @@ class FakeGenerationBackend : public GenerationBackend {
     m.context_length = options_.context_length;
     m.block_tokens = 16;
     m.num_blocks = (options_.context_length / 16 + 1) * 64;
+    m.tokenizer = options_.tokenizer;
     absl::MutexLock lock(&mu_);
     if (++model_calls_ == options_.push_at_model_call) ++version_;
     m.version = version_;
