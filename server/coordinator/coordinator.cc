@@ -1,6 +1,6 @@
-// Coordinator: creation, model repository, membership, the control loop and
-// the status views. Placement is in coordinator_place.cc, requests in
-// coordinator_infer.cc, pushes and pulls in coordinator_params.cc.
+// Coordinator: creation, model repository, membership, the control loop, the
+// status views, and the wiring of its parts: placement (placement_manager.h),
+// parameter versions (param_versions.h), requests (coordinator_infer.cc).
 #include "server/coordinator/coordinator.h"
 
 #include <algorithm>
@@ -61,16 +61,18 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
 Coordinator::Coordinator(CoordinatorOptions options, WorkerClientFactory factory,
                          std::unique_ptr<ModelCompiler> compiler)
     : options_(std::move(options)),
-      client_factory_(std::move(factory)),
       compiler_(std::move(compiler)),
       registry_(options_.heartbeat_interval, options_.missed_beats),
+      connections_(std::move(factory), &registry_, options_.control_timeout),
       program_cache_(
           compiler_.get(),
           [this](int64_t worker_id, const std::string& address) {
             return Client(worker_id, address);
           },
           &registry_, options_.install_timeout),
-      param_cache_(options_.param_cache_bytes, &metrics_.param_cache_requests) {}
+      param_cache_(options_.param_cache_bytes, &metrics_.param_cache_requests),
+      placements_(options_, &registry_, &connections_, &program_cache_, &param_cache_, &metrics_),
+      params_(options_, &placements_, &registry_, &connections_, [this] { WakeControl(); }) {}
 
 Coordinator::~Coordinator() {
   stop_.Notify();
@@ -90,38 +92,40 @@ void Coordinator::LoadModelDir() {
     if (entry.path().extension() == ".json") files.push_back(entry.path());
   }
   std::sort(files.begin(), files.end());
-  absl::MutexLock lock(&mu_);
+  std::map<std::string, std::string> file_of;  // model name -> its file
   for (const auto& path : files) {
-    ModelEntry entry;
-    entry.file = path.string();
+    const std::string file = path.string();
     std::string name = path.stem().string();
-    absl::StatusOr<ModelFile> model = LoadModelFile(entry.file);
-    if (model.ok()) {
-      if (!model->name.empty()) name = model->name;
-      entry.error = compiler_->ValidateModel(*model);
-      entry.model = std::make_shared<const ModelFile>(*std::move(model));
+    std::shared_ptr<const ModelFile> model;
+    absl::Status error;
+    absl::StatusOr<ModelFile> loaded = LoadModelFile(file);
+    if (loaded.ok()) {
+      if (!loaded->name.empty()) name = loaded->name;
+      error = compiler_->ValidateModel(*loaded);
+      model = std::make_shared<const ModelFile>(*std::move(loaded));
     } else {
-      entry.error = AnnotateStatus(model.status(), entry.file);
+      error = AnnotateStatus(loaded.status(), file);
     }
-    if (models_.count(name)) {
-      entry.error = InvalidArgument("model name '", name, "' in ", entry.file,
-                                    " is also used by ", models_[name].file);
+    if (file_of.count(name)) {
+      error = InvalidArgument("model name '", name, "' in ", file, " is also used by ",
+                              file_of[name]);
       name = path.filename().string();
     }
-    if (entry.error.ok()) {
-      MS_LOG(INFO) << "model '" << name << "' loaded from " << entry.file;
+    if (error.ok()) {
+      MS_LOG(INFO) << "model '" << name << "' loaded from " << file;
     } else {
-      MS_LOG(WARNING) << "model file " << entry.file << " not servable: " << entry.error;
+      MS_LOG(WARNING) << "model file " << file << " not servable: " << error;
     }
-    if (entry.error.ok() && entry.model->batching) {
+    if (error.ok() && model->batching) {
+      absl::MutexLock lock(&mu_);
       batchers_[name] = std::make_unique<Batcher>(
-          *entry.model->batching,
-          [this](const InferRequest& r) -> absl::StatusOr<InferResponse> {
+          *model->batching, [this](const InferRequest& r) -> absl::StatusOr<InferResponse> {
             MS_ASSIGN_OR_RETURN(std::shared_ptr<const ModelFile> model, ServableModel(r.model));
             return InferOne(r, std::move(model), /*may_batch=*/false, /*recorder=*/nullptr);
           });
     }
-    models_[name] = std::move(entry);
+    file_of[name] = file;
+    placements_.AddModel(name, file, std::move(model), std::move(error));
   }
 }
 
@@ -130,25 +134,12 @@ absl::StatusOr<int64_t> Coordinator::RegisterWorker(const std::string& address,
                                                     int64_t previous_worker_id) {
   MS_ASSIGN_OR_RETURN(int64_t id, registry_.Register(address, cores, memory_bytes,
                                                      previous_worker_id, absl::Now()));
-  absl::MutexLock lock(&clients_mu_);
-  auto it = clients_.find(id);
-  if (it != clients_.end() && it->second.first != address) clients_.erase(it);
+  connections_.Registered(id, address);
   return id;
 }
 
 bool Coordinator::Heartbeat(int64_t worker_id, bool draining) {
   return registry_.Heartbeat(worker_id, draining, absl::Now());
-}
-
-absl::StatusOr<std::shared_ptr<WorkerClient>> Coordinator::Client(
-    int64_t worker_id, const std::string& address) {
-  absl::MutexLock lock(&clients_mu_);
-  auto it = clients_.find(worker_id);
-  if (it != clients_.end() && it->second.first == address) return it->second.second;
-  MS_ASSIGN_OR_RETURN(std::shared_ptr<WorkerClient> client,
-                      client_factory_(worker_id, address), "worker ", worker_id);
-  clients_[worker_id] = {address, client};
-  return client;
 }
 
 void Coordinator::ControlLoop() {
@@ -164,133 +155,22 @@ void Coordinator::ControlLoop() {
   }
 }
 
-void Coordinator::Tick() {
-  absl::MutexLock control(&control_mu_);
-  registry_.ExpireDead(absl::Now());
-  WatchConnections();
-  ProbeSuspects();
-  PlaceModels();
-  UnloadRetired();
-  ForgetDeparted();
-}
+void Coordinator::Tick() { placements_.Tick(); }
 
-void Coordinator::ForgetDeparted() {
-  std::set<int64_t> in_use;
-  {
-    absl::MutexLock lock(&mu_);
-    auto add = [&in_use](const Placement& p) {
-      for (int64_t id : p.WorkerIds()) in_use.insert(id);
-      for (const auto& [id, devices] : p.replica_devices_by_worker) in_use.insert(id);
-    };
-    for (const auto& [name, entry] : models_) {
-      if (entry.placement != nullptr) add(*entry.placement);
-    }
-    for (const auto& p : retired_) add(*p);
-  }
-  for (int64_t id : registry_.ForgetDead(absl::Now(), options_.forget_dead_after,
-                                         [&in_use](int64_t id) { return in_use.count(id) > 0; })) {
-    MS_LOG(INFO) << "worker " << id << " forgotten: dead for "
-                 << absl::FormatDuration(options_.forget_dead_after)
-                 << " and no placement uses it";
-  }
-}
-
-void Coordinator::WatchConnections() {
-  std::vector<std::pair<int64_t, std::shared_ptr<WorkerClient>>> clients;
-  {
-    absl::MutexLock lock(&clients_mu_);
-    for (const auto& [id, entry] : clients_) clients.emplace_back(id, entry.second);
-  }
-  for (const auto& [id, client] : clients) {
-    if (client->ConnectionDropped() && registry_.MarkSuspect(id)) {
-      MS_LOG(WARNING) << "worker " << id << ": connection dropped; probing it now";
-    }
-  }
-}
-
-void Coordinator::ProbeSuspects() {
-  for (int64_t id : registry_.SuspectWorkers()) {
-    absl::StatusOr<WorkerInfo> info = registry_.Get(id);
-    if (!info.ok()) continue;
-    absl::StatusOr<std::shared_ptr<WorkerClient>> client = Client(id, info->address);
-    absl::Status probe = client.ok() ? (*client)->Status(options_.control_timeout).status()
-                                     : client.status();
-    if (probe.ok()) {
-      registry_.ClearSuspect(id);
-    } else {
-      MS_LOG(WARNING) << "suspect worker " << id << " failed its probe: " << probe;
-      registry_.MarkDead(id);
-    }
-  }
-}
-
-absl::StatusOr<std::shared_ptr<const ModelFile>> Coordinator::ServableModel(
-    const std::string& name) const {
-  absl::MutexLock lock(&mu_);
-  auto it = models_.find(name);
-  if (it == models_.end()) {
-    std::vector<std::string> names;
-    for (const auto& [known, entry] : models_) names.push_back(known);
-    return NotFound("model '", name, "' not found (models: ", absl::StrJoin(names, ", "), ")");
-  }
-  if (!it->second.error.ok()) {
-    return FailedPrecondition("model '", name, "' cannot be served: ",
-                              it->second.error.message());
-  }
-  return it->second.model;
-}
-
-std::shared_ptr<const Placement> Coordinator::CurrentPlacement(
-    const std::string& model) const {
-  absl::MutexLock lock(&mu_);
-  auto it = models_.find(model);
-  return it == models_.end() ? nullptr : it->second.placement;
-}
-
-bool Coordinator::IsReady() const {
-  absl::MutexLock lock(&mu_);
-  for (const auto& [name, entry] : models_) {
-    if (!entry.error.ok()) continue;
-    if (entry.placement == nullptr) return false;
-    for (const auto& [id, address] : entry.placement->worker_addresses) {
-      if (!registry_.IsAlive(id)) return false;
-    }
-  }
-  return true;
-}
+bool Coordinator::IsReady() const { return placements_.IsReady(); }
 
 std::vector<ModelStatus> Coordinator::ModelStatuses() const {
-  const int live = static_cast<int>(registry_.PlaceableWorkers().size());
-  const bool returning = AwaitingReturningWorkers(absl::Now());
-  std::vector<ModelStatus> out;
-  absl::MutexLock lock(&mu_);
-  for (const auto& [name, entry] : models_) {
-    ModelStatus s;
-    s.name = name;
-    s.file = entry.file;
-    s.error = entry.error;
-    s.model = entry.model;
-    s.placement = entry.placement;
-    s.scale_steps = entry.scale_steps;
-    if (!entry.error.ok()) {
-      s.state = absl::StrCat("error: ", entry.error.message());
-    } else if (entry.placement != nullptr) {
-      s.ready = true;
-      s.state = "ready";
-      s.mesh = entry.placement->mesh.ToString();
-      s.generation = entry.placement->generation;
-      s.version = entry.placement->version;
-      s.replicas = entry.placement->replica_devices_by_worker.empty() ? 0 : 1;
-    } else if (!entry.placement_error.ok()) {
-      s.state = absl::StrCat("placement failed: ", entry.placement_error.message());
-    } else if (returning && live >= options_.min_workers) {
-      s.state = absl::StrCat("waiting for returning workers to register again (", live, " back)");
-    } else {
-      s.state = absl::StrCat("waiting for workers (", live, "/", options_.min_workers, ")");
-    }
-    out.push_back(std::move(s));
-  }
-  return out;
+  return placements_.ModelStatuses();
+}
+
+absl::StatusOr<std::unique_ptr<ParamPush>> Coordinator::BeginPush(const std::string& model) {
+  return params_.BeginPush(model);
+}
+
+absl::Status Coordinator::PullParams(const std::string& model,
+                                     const std::vector<std::string>& params,
+                                     const std::function<absl::Status(PullChunk)>& sink) {
+  return params_.PullParams(model, params, sink);
 }
 
 absl::StatusOr<ModelStatus> Coordinator::GetModelStatus(const std::string& name) const {

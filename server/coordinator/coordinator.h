@@ -7,35 +7,12 @@
 // ValidateModel) is kept with its error (Status lists it; Infer answers
 // FAILED_PRECONDITION with that error) and the others are served.
 //
-// Membership and placement. Workers Register and Heartbeat (worker_registry.h).
-// The control loop (Tick(), run every heartbeat_interval/2 by a thread owned
-// here) expires dead workers, probes suspects (workers a call failed on, or
-// whose connection dropped: a killed process is found within a tick, not
-// after its missed heartbeats), and whenever the set of live,
-// non-draining workers differs from a model's placement computes a new
-// placement (placement.h) with a new generation, loads it on every worker
-// (LoadModel, in parallel), and only then switches the model to it. A request
-// pins the placement it started on (shared_ptr), so requests in flight finish
-// on the old generation and no answer mixes generations; a retired placement
-// is unloaded (UnloadModel) once no request holds it.
-//
-// Parameters are state (param_moves.h, param_push.h). A placement carries a
-// parameter version (1 at load) and, with options.replicas = 1, replica
-// devices (placement.h). A scale step loads the new placement with sources
-// from the old one's live holders (draining workers included), keeping the
-// version, and records a ScaleStep. PushParams (BeginPush) stages a new
-// version on the current placement's workers and switches to a new Placement
-// of the same generation and version + 1; PullParams reads the current
-// version. On its first placement of a model this coordinator asks the live
-// workers what they hold: a complete placement on exactly the workers it
-// would use is adopted as is; otherwise their newest version is the source of
-// the new placement (a restarted coordinator re-initialises nothing a live
-// worker still holds). After a restart the workers come back one by one (each
-// at its next heartbeat): while a returning worker (one that registered with
-// the id it had) is among the live ones, first placements wait until no
-// worker has registered for options.rejoin_quiet (at most 5 times that after
-// this coordinator started), so a model is not first placed on the one or two
-// workers back so far, re-initialising what the others still hold.
+// Membership, placement and parameters. Workers Register and Heartbeat
+// (worker_registry.h); the control loop (Tick(), run every
+// heartbeat_interval/2 by a thread owned here) keeps each model placed on the
+// live workers, with a new generation whenever they change
+// (PlacementManager, placement_manager.h). Pushes and pulls of a model's
+// parameters are ParamVersions' (param_versions.h).
 //
 // Requests. A model with a "batching" key queues its requests in its Batcher
 // (batcher.h), which runs each batch through the path below as one request.
@@ -69,18 +46,19 @@
 //
 // The parts: request types and validation (infer_request.h), the program
 // cache (program_cache.h), fan-out and the worker-failure rule (fan_out.h),
-// placement (placement.h), membership (worker_registry.h). This file's
+// placement (placement.h), membership (worker_registry.h), the worker clients
+// (worker_connections.h), the models and their placements
+// (placement_manager.h), parameter versions (param_versions.h). This file's
 // definitions are in coordinator.cc (creation, models, control loop, views)
 // and coordinator_infer.cc (Infer), coordinator_infer_async.cc (InferAsync).
 // README.md has a request's path.
 //
 // Thread-safety: all public methods are thread-safe. Locks, in acquisition
-// order: control_mu_ (one control step, or a push's commit and switch, at a
-// time) -> mu_ (models, placements)
-// -> the program cache's locks (program_cache.h) -> clients_mu_ (worker
-// clients). No lock is held during an RPC except control_mu_ (only the control
-// loop takes it) and a cache entry's own mutex while its program is compiled
-// and installed.
+// order: PlacementManager's (placement_manager.h) -> mu_ (batchers, requests
+// in flight) -> the program cache's locks (program_cache.h) -> the
+// connections' lock (worker_connections.h). No lock is held during an RPC
+// except the placement manager's control lock and a cache entry's own mutex
+// while its program is compiled and installed.
 #ifndef MESHSERVE_SERVER_COORDINATOR_COORDINATOR_H_
 #define MESHSERVE_SERVER_COORDINATOR_COORDINATOR_H_
 
@@ -106,87 +84,18 @@
 #include "server/coordinator/batcher.h"
 #include "server/coordinator/coordinator_metrics.h"
 #include "server/coordinator/infer_request.h"
+#include "server/coordinator/coordinator_options.h"
 #include "server/coordinator/param_cache_state.h"
-#include "server/coordinator/param_moves.h"
-#include "server/coordinator/param_push.h"
-#include "server/coordinator/placement.h"
+#include "server/coordinator/param_versions.h"
+#include "server/coordinator/placement_manager.h"
 #include "server/coordinator/program_cache.h"
 #include "server/coordinator/worker_client.h"
+#include "server/coordinator/worker_connections.h"
 #include "server/coordinator/worker_registry.h"
 
 namespace meshserve {
 
 class CallsInFlight;  // calls_in_flight.h
-
-struct CoordinatorOptions {
-  std::string model_dir;
-  int min_workers = 1;  // a model's first placement waits for this many live workers
-  absl::Duration heartbeat_interval = absl::Milliseconds(500);
-  int missed_beats = 3;
-  // While a returning worker is live, first placements wait until no worker
-  // has registered for this long (at most 5 times it after the start); zero:
-  // no wait. meshserve-coordinator sets one heartbeat interval.
-  absl::Duration rejoin_quiet = absl::ZeroDuration();
-  // A dead worker that no placement uses is forgotten this long after its
-  // last beat (status stops listing it).
-  absl::Duration forget_dead_after = absl::Seconds(30);
-  absl::Duration load_timeout = absl::Seconds(300);
-  absl::Duration install_timeout = absl::Seconds(30);
-  absl::Duration execute_timeout = absl::Seconds(120);  // default per request
-  absl::Duration control_timeout = absl::Seconds(2);    // probes, cancel, unload
-  absl::Duration retry_wait = absl::Seconds(4);
-  absl::Duration placement_retry_backoff = absl::Seconds(1);
-  // Requests of one unbatched model admitted at once; one more: RESOURCE_EXHAUSTED.
-  int max_inflight_per_model = 64;
-  // Parameter pushes staging at once over all models; one more: RESOURCE_EXHAUSTED.
-  int max_concurrent_pushes = 2;
-  bool run_control_thread = true;  // tests may call Tick() themselves
-  int replicas = 1;  // 0 or 1: copies of every param box beyond the placement
-  // The most bytes any one worker keeps, over all plans, of what plans'
-  // param-only steps make (e.g. a gathered kernel), kept with its param
-  // version; 0: never keep, run those steps on every request
-  // (param_cache_state.h).
-  int64_t param_cache_bytes = int64_t{64} << 20;
-  // A worker's call whose input and output slices are at most this many
-  // bytes is ExecuteCall::small (it may share a long-lived stream with
-  // others); 0: every call is a call of its own.
-  int64_t small_call_bytes = int64_t{64} << 10;
-};
-
-// One placement change of a model (a scale step), in the status.
-struct ScaleStep {
-  int64_t generation = 0;
-  int64_t workers = 0;
-  double seconds = 0;  // load of the new placement until the switch
-  ParamMoveStats stats;
-};
-
-struct ModelStatus {
-  std::string name;
-  std::string file;
-  std::string state;  // "ready", "waiting for workers (1/2)", "error: ..."
-  bool ready = false;
-  absl::Status error;  // the load error of a model that cannot be served
-  std::string mesh;
-  int64_t generation = 0;
-  int64_t version = 0;  // parameter version served (0: not placed)
-  int replicas = 0;
-  std::vector<ScaleStep> scale_steps;  // newest last, bounded
-  std::shared_ptr<const ModelFile> model;  // null when the file did not parse
-  std::shared_ptr<const Placement> placement;
-};
-
-// A pulled param's bytes (PullParams): the first chunk of a param sets shape,
-// dtype, total_bytes and version.
-struct PullChunk {
-  std::string param;
-  std::vector<int64_t> shape;
-  int dtype = 0;  // tensor.proto DTypeProto
-  int64_t total_bytes = 0;
-  int64_t byte_offset = 0;
-  std::string data;
-  int64_t version = 0;
-};
 
 struct WorkerView {
   WorkerInfo info;
@@ -244,16 +153,8 @@ class Coordinator {
   // Registry view plus each live worker's Status RPC (asked in parallel).
   std::vector<WorkerView> Workers();
 
-  // Parameters (coordinator_params.cc). BeginPush starts a push to `model`
-  // (param_push.h); the ParamPush commits at Finish and aborts when dropped.
-  // \error kNotFound (unknown model), kFailedPrecondition (model with an
-  //   error), kUnavailable (not placed), kAborted (a push to it is in progress),
-  //   kResourceExhausted (options.max_concurrent_pushes pushes in progress).
+  // Parameters: ParamVersions::BeginPush and PullParams (param_versions.h).
   absl::StatusOr<std::unique_ptr<ParamPush>> BeginPush(const std::string& model);
-  // Streams `params` (empty: every param, in the model's order) of the current
-  // version to `sink` in ~1 MiB chunks, each param assembled from one live
-  // holder per distinct box (ReadParam). A sink error stops the pull.
-  // \error as BeginPush; kNotFound for an unknown param.
   absl::Status PullParams(const std::string& model, const std::vector<std::string>& params,
                           const std::function<absl::Status(PullChunk)>& sink);
 
@@ -262,27 +163,6 @@ class Coordinator {
   CoordinatorMetrics& metrics() { return metrics_; }
 
  private:
-  struct ModelEntry {
-    std::string file;
-    std::shared_ptr<const ModelFile> model;  // null when parsing failed
-    absl::Status error;                      // not servable when non-OK
-    std::shared_ptr<const Placement> placement;
-    absl::Time placed_at = absl::InfinitePast();
-    absl::Status placement_error;
-    absl::Time next_attempt = absl::InfinitePast();
-    bool pushed = false;           // a push committed: no seed/checkpoint fallback
-    bool push_in_progress = false;
-    bool asked_workers = false;    // the first placement asked workers' holdings
-    std::vector<ScaleStep> scale_steps;
-  };
-  // What live workers report holding of a model (coordinator restart).
-  struct WorkerHoldings {
-    std::optional<Placement> adoptable;  // complete, on exactly the planned workers
-    std::vector<ParamHolding> newest;    // every holding of the newest version
-    int64_t version = 1;
-    int64_t max_generation = 0;
-  };
-
   Coordinator(CoordinatorOptions options, WorkerClientFactory factory,
               std::unique_ptr<ModelCompiler> compiler);
   void LoadModelDir();
@@ -290,52 +170,15 @@ class Coordinator {
   // The control thread's next tick runs now (a push ended: its retired
   // version can be unloaded at once, its buffers reused by the next push).
   void WakeControl();
-  // Marks suspect every worker whose connection dropped (ConnectionDropped).
-  void WatchConnections();
-  void ProbeSuspects();
-  void PlaceModels() ABSL_EXCLUSIVE_LOCKS_REQUIRED(control_mu_);
-  // True while returning workers may still be re-registering (see above).
-  bool AwaitingReturningWorkers(absl::Time now) const;
-  void PlaceModel(const std::string& name, const ModelFile& model,
-                  const std::vector<WorkerInfo>& live)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(control_mu_);
-  // Loads `placement` with `sources` (PlanParamMoves) on its workers in
-  // parallel; sums what they report into *result.
-  absl::Status LoadPlacement(const ModelFile& model, const Placement& placement,
-                             const std::map<int64_t, std::vector<ParamPieceIr>>& sources,
-                             LoadModelResultIr* result);
-  // coordinator_place.cc: the old holdings of a scale step from `current`
-  // (live workers; one that re-registered since `placed_at` only if its Status
-  // still lists the placement).
-  std::vector<ParamHolding> CurrentHoldings(const Placement& current, absl::Time placed_at);
-  bool StillHolds(int64_t worker_id, const Placement& placement);
-  WorkerHoldings AskHoldings(const std::string& model, const Placement& planned);
-  // The first placement of `name` after start: adopts what the workers hold
-  // (true) or sets the old holdings, version and pushed flag from it (false).
-  bool AdoptOrAsk(const std::string& name, const Placement& planned,
-                  std::vector<ParamHolding>* old, int64_t* version, bool* pushed);
-  // After LoadPlacement of `next`: switches to it (recording the step) or
-  // records the failure.
-  void FinishLoad(const std::string& name, Placement next, const ParamMoveStats& planned,
-                  const LoadModelResultIr& result, const absl::Status& loaded, double seconds)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // Records the step and switches the model to `next` (mu_ held).
-  void SwitchTo(ModelEntry& entry, const std::string& name, Placement next, ScaleStep step)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The push's commit and switch, under control_mu_ (coordinator_params.cc).
-  absl::Status CommitPush(const std::string& model,
-                          const std::shared_ptr<const Placement>& at,
-                          const std::function<absl::Status()>& commit)
-      ABSL_LOCKS_EXCLUDED(control_mu_, mu_);
-  void UnloadRetired() ABSL_EXCLUSIVE_LOCKS_REQUIRED(control_mu_);
-  // Forgets dead workers that no placement (current or retired) uses.
-  void ForgetDeparted() ABSL_EXCLUSIVE_LOCKS_REQUIRED(control_mu_);
   absl::StatusOr<std::shared_ptr<WorkerClient>> Client(int64_t worker_id,
-                                                       const std::string& address);
+                                                       const std::string& address) {
+    return connections_.Get(worker_id, address);
+  }
   // The model of a loaded, servable model.
   // \error kNotFound (unknown), kFailedPrecondition (its load error).
-  absl::StatusOr<std::shared_ptr<const ModelFile>> ServableModel(const std::string& name) const
-      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::StatusOr<std::shared_ptr<const ModelFile>> ServableModel(const std::string& name) const {
+    return placements_.ServableModel(name);
+  }
   // Infer of `model` (ServableModel of request.model), recorded by
   // `recorder` (null for the batcher's own runs of a batch: its requests are
   // recorded one by one); through the model's batcher when it has one and
@@ -411,33 +254,27 @@ class Coordinator {
                                                                 int64_t* failed_worker);
   void CancelOthers(const Placement& placement, const std::vector<int64_t>& worker_ids,
                     int64_t failed, const std::string& request_id);
-  std::shared_ptr<const Placement> CurrentPlacement(const std::string& model) const;
+  std::shared_ptr<const Placement> CurrentPlacement(const std::string& model) const {
+    return placements_.CurrentPlacement(model);
+  }
   std::string NextRequestId(const std::string& client_id);
 
   const CoordinatorOptions options_;
-  const WorkerClientFactory client_factory_;
   const std::unique_ptr<ModelCompiler> compiler_;
   WorkerRegistry registry_;
 
-  absl::Mutex control_mu_ ABSL_ACQUIRED_BEFORE(mu_);
-  mutable absl::Mutex mu_ ABSL_ACQUIRED_BEFORE(clients_mu_);
-  std::map<std::string, ModelEntry> models_ ABSL_GUARDED_BY(mu_);
+  mutable absl::Mutex mu_;
   // One per model with a "batching" key (batcher.h); made by LoadModelDir.
   std::map<std::string, std::unique_ptr<Batcher>> batchers_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::shared_ptr<const Placement>> retired_ ABSL_GUARDED_BY(mu_);
   // Requests in flight per unbatched model (options_.max_inflight_per_model).
   std::map<std::string, int64_t> inflight_ ABSL_GUARDED_BY(mu_);
-  int64_t next_generation_ ABSL_GUARDED_BY(mu_) = 1;
-  // Pushes begun and not yet committed or aborted (options_.max_concurrent_pushes).
-  int pushes_in_progress_ ABSL_GUARDED_BY(mu_) = 0;
 
+  WorkerConnections connections_;
   ProgramCache program_cache_;
   CoordinatorMetrics metrics_;
   ParamCacheState param_cache_;  // counts into metrics_
-
-  absl::Mutex clients_mu_;
-  std::map<int64_t, std::pair<std::string, std::shared_ptr<WorkerClient>>> clients_
-      ABSL_GUARDED_BY(clients_mu_);
+  PlacementManager placements_;
+  ParamVersions params_;
 
   std::atomic<int64_t> next_request_ = 0;
   // Looks at InferAsync's requests still waiting after the watch period.
@@ -446,7 +283,6 @@ class Coordinator {
   // Set by WakeControl: the control loop ticks now instead of at its period.
   absl::Mutex wake_mu_;
   bool wake_ ABSL_GUARDED_BY(wake_mu_) = false;
-  const absl::Time started_at_ = absl::Now();
   std::thread control_thread_;
 };
 

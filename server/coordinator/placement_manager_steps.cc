@@ -1,8 +1,8 @@
-// Coordinator: placement. Scale steps (PlaceModel: plan the param moves from
-// the live holders, load, switch), adoption of what workers hold after a
-// coordinator restart, and the unload of retired placements (coordinator.h).
+// PlacementManager (placement_manager.h): one scale step. PlaceModel plans the
+// param moves from the live holders, loads the new placement on its workers
+// and switches to it; after a coordinator restart it first adopts what the
+// workers hold, or takes their newest version as the source.
 #include <algorithm>
-#include <atomic>
 #include <set>
 #include <utility>
 
@@ -11,8 +11,8 @@
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/program/ir_conv.h"
-#include "server/coordinator/coordinator.h"
 #include "server/coordinator/fan_out.h"
+#include "server/coordinator/placement_manager.h"
 
 namespace meshserve {
 namespace {
@@ -21,7 +21,7 @@ constexpr size_t kMaxScaleSteps = 16;
 
 }  // namespace
 
-absl::Status Coordinator::LoadPlacement(
+absl::Status PlacementManager::LoadPlacement(
     const ModelFile& model, const Placement& placement,
     const std::map<int64_t, std::vector<ParamPieceIr>>& sources, LoadModelResultIr* total) {
   std::vector<int64_t> ids = placement.WorkerIds();
@@ -42,11 +42,11 @@ absl::Status Coordinator::LoadPlacement(
     if (pieces != sources.end()) call.sources = pieces->second;
     for (const ParamPieceIr& piece : call.sources) {  // sources outside the placement
       if (call.worker_addresses.count(piece.src_worker)) continue;
-      absl::StatusOr<WorkerInfo> info = registry_.Get(piece.src_worker);
+      absl::StatusOr<WorkerInfo> info = registry_->Get(piece.src_worker);
       if (info.ok()) call.worker_addresses[piece.src_worker] = info->address;
     }
     absl::StatusOr<std::shared_ptr<WorkerClient>> client =
-        Client(id, placement.worker_addresses.at(id));
+        connections_->Get(id, placement.worker_addresses.at(id));
     absl::StatusOr<LoadModelResultIr> result =
         client.ok() ? (*client)->LoadModel(call, options_.load_timeout) : client.status();
     if (result.ok()) {
@@ -59,12 +59,13 @@ absl::Status Coordinator::LoadPlacement(
   });
   for (size_t i = 0; i < ids.size(); ++i) {
     if (results[i].ok()) continue;
-    if (IsWorkerFailure(results[i])) registry_.MarkSuspect(ids[i]);
+    if (IsWorkerFailure(results[i])) registry_->MarkSuspect(ids[i]);
     for (int64_t id : ids) {  // best effort: free what did load
-      auto client = Client(id, placement.worker_addresses.at(id));
+      auto client = connections_->Get(id, placement.worker_addresses.at(id));
       if (client.ok()) {
-        (*client)->UnloadModel(placement.model, placement.generation, 0,
-                               options_.control_timeout).IgnoreError();
+        (*client)
+            ->UnloadModel(placement.model, placement.generation, 0, options_.control_timeout)
+            .IgnoreError();
       }
     }
     return results[i];
@@ -72,38 +73,11 @@ absl::Status Coordinator::LoadPlacement(
   return absl::OkStatus();
 }
 
-void Coordinator::PlaceModels() {
-  std::vector<WorkerInfo> live = registry_.PlaceableWorkers();
-  if (live.empty()) return;
-  // min_workers (and, after a restart, the returning workers) gate a model's
-  // first placement; once placed, it follows membership (a lost worker must
-  // not leave it on a dead placement).
-  const absl::Time now = absl::Now();
-  const bool enough =
-      static_cast<int>(live.size()) >= options_.min_workers && !AwaitingReturningWorkers(now);
-  std::vector<std::pair<std::string, std::shared_ptr<const ModelFile>>> todo;
-  {
-    absl::MutexLock lock(&mu_);
-    for (auto& [name, entry] : models_) {
-      if (!entry.error.ok() || entry.model == nullptr) continue;
-      if (now < entry.next_attempt) continue;
-      if (!enough && entry.placement == nullptr) continue;
-      todo.push_back({name, entry.model});
-    }
-  }
-  for (const auto& [name, model] : todo) PlaceModel(name, *model, live);
-}
-
-bool Coordinator::AwaitingReturningWorkers(absl::Time now) const {
-  const absl::Duration quiet = options_.rejoin_quiet;
-  if (now - started_at_ >= 5 * quiet || !registry_.AnyReturning()) return false;
-  return now - registry_.LastRegistration() < quiet;
-}
-
-bool Coordinator::StillHolds(int64_t worker_id, const Placement& placement) {
-  absl::StatusOr<WorkerInfo> info = registry_.Get(worker_id);
+bool PlacementManager::StillHolds(int64_t worker_id, const Placement& placement) {
+  absl::StatusOr<WorkerInfo> info = registry_->Get(worker_id);
   if (!info.ok() || !info->alive) return false;
-  absl::StatusOr<std::shared_ptr<WorkerClient>> client = Client(worker_id, info->address);
+  absl::StatusOr<std::shared_ptr<WorkerClient>> client =
+      connections_->Get(worker_id, info->address);
   if (!client.ok()) return false;
   absl::StatusOr<WorkerStatusIr> status = (*client)->Status(options_.control_timeout);
   if (!status.ok()) return false;
@@ -116,11 +90,11 @@ bool Coordinator::StillHolds(int64_t worker_id, const Placement& placement) {
   return false;
 }
 
-std::vector<ParamHolding> Coordinator::CurrentHoldings(const Placement& current,
-                                                       absl::Time placed_at) {
+std::vector<ParamHolding> PlacementManager::CurrentHoldings(const Placement& current,
+                                                            absl::Time placed_at) {
   std::vector<ParamHolding> holdings = HoldingsOf(current);
   for (ParamHolding& h : holdings) {
-    absl::StatusOr<WorkerInfo> info = registry_.Get(h.worker_id);
+    absl::StatusOr<WorkerInfo> info = registry_->Get(h.worker_id);
     h.live = info.ok() && info->alive;
     // A worker that registered again may be a new process with nothing.
     if (h.live && info->registered_at > placed_at) h.live = StillHolds(h.worker_id, current);
@@ -128,10 +102,10 @@ std::vector<ParamHolding> Coordinator::CurrentHoldings(const Placement& current,
   return holdings;
 }
 
-Coordinator::WorkerHoldings Coordinator::AskHoldings(const std::string& model,
-                                                     const Placement& planned) {
+PlacementManager::WorkerHoldings PlacementManager::AskHoldings(const std::string& model,
+                                                               const Placement& planned) {
   std::vector<WorkerInfo> alive;
-  for (const WorkerInfo& w : registry_.AllWorkers()) {
+  for (const WorkerInfo& w : registry_->AllWorkers()) {
     if (w.alive) alive.push_back(w);
   }
   std::vector<int64_t> ids;
@@ -139,7 +113,8 @@ Coordinator::WorkerHoldings Coordinator::AskHoldings(const std::string& model,
   std::vector<absl::StatusOr<WorkerStatusIr>> statuses =
       ParallelCall(ids, [&](int64_t id) -> absl::StatusOr<WorkerStatusIr> {
         const size_t i = std::find(ids.begin(), ids.end(), id) - ids.begin();
-        MS_ASSIGN_OR_RETURN(std::shared_ptr<WorkerClient> client, Client(id, alive[i].address));
+        MS_ASSIGN_OR_RETURN(std::shared_ptr<WorkerClient> client,
+                            connections_->Get(id, alive[i].address));
         return client->Status(options_.control_timeout);
       });
   WorkerHoldings out;
@@ -161,11 +136,10 @@ Coordinator::WorkerHoldings Coordinator::AskHoldings(const std::string& model,
     for (const auto& [id, m] : members) {
       absl::StatusOr<Mesh> mesh = MeshFromIr(m.mesh);
       if (!mesh.ok()) continue;
-      out.newest.push_back(ParamHolding{id, m.generation, m.version, *mesh, m.devices,
-                                        m.replica_devices, true});
+      out.newest.push_back(
+          ParamHolding{id, m.generation, m.version, *mesh, m.devices, m.replica_devices, true});
       auto devices = planned.devices_by_worker.find(id);
-      complete = complete && *mesh == planned.mesh &&
-                 m.device_workers == planned.device_workers &&
+      complete = complete && *mesh == planned.mesh && m.device_workers == planned.device_workers &&
                  devices != planned.devices_by_worker.end() && m.devices == devices->second &&
                  m.replica_devices == planned.ReplicaDevices(id);
     }
@@ -178,24 +152,23 @@ Coordinator::WorkerHoldings Coordinator::AskHoldings(const std::string& model,
   return out;
 }
 
-void Coordinator::SwitchTo(ModelEntry& entry, const std::string& name, Placement next,
-                           ScaleStep step) {
+void PlacementManager::SwitchTo(ModelEntry& entry, const std::string& name, Placement next,
+                                ScaleStep step) {
   if (entry.placement != nullptr) retired_.push_back(entry.placement);
   entry.placement = std::make_shared<const Placement>(std::move(next));
   entry.placed_at = absl::Now();
   entry.placement_error = absl::OkStatus();
   entry.scale_steps.push_back(step);
   if (entry.scale_steps.size() > kMaxScaleSteps) entry.scale_steps.erase(entry.scale_steps.begin());
-  MS_LOG(INFO) << "model '" << name << "' now serves generation "
-               << entry.placement->generation << " version " << entry.placement->version
-               << " (scale step: " << step.workers << " workers, " << step.seconds
-               << " s, moved " << step.stats.bytes_moved << " bytes (lower bound "
-               << step.stats.lower_bound_bytes << "), local " << step.stats.bytes_local
-               << ", initialized " << step.stats.bytes_initialized << ")";
+  MS_LOG(INFO) << "model '" << name << "' now serves generation " << entry.placement->generation
+               << " version " << entry.placement->version << " (scale step: " << step.workers
+               << " workers, " << step.seconds << " s, moved " << step.stats.bytes_moved
+               << " bytes (lower bound " << step.stats.lower_bound_bytes << "), local "
+               << step.stats.bytes_local << ", initialized " << step.stats.bytes_initialized << ")";
 }
 
-bool Coordinator::AdoptOrAsk(const std::string& name, const Placement& planned,
-                             std::vector<ParamHolding>* old, int64_t* version, bool* pushed) {
+bool PlacementManager::AdoptOrAsk(const std::string& name, const Placement& planned,
+                                  std::vector<ParamHolding>* old, int64_t* version, bool* pushed) {
   WorkerHoldings held = AskHoldings(name, planned);
   absl::MutexLock lock(&mu_);
   ModelEntry& entry = models_[name];
@@ -203,8 +176,8 @@ bool Coordinator::AdoptOrAsk(const std::string& name, const Placement& planned,
   next_generation_ = std::max(next_generation_, held.max_generation + 1);
   if (held.version > 1) entry.pushed = *pushed = true;
   if (held.adoptable) {
-    MS_LOG(INFO) << "model '" << name << "': adopting what the workers hold: "
-                 << held.adoptable->ToString();
+    MS_LOG(INFO) << "model '" << name
+                 << "': adopting what the workers hold: " << held.adoptable->ToString();
     const int64_t generation = held.adoptable->generation;
     SwitchTo(entry, name, *std::move(held.adoptable),
              ScaleStep{generation, static_cast<int64_t>(planned.WorkerIds().size()), 0, {}});
@@ -215,8 +188,8 @@ bool Coordinator::AdoptOrAsk(const std::string& name, const Placement& planned,
   return false;
 }
 
-void Coordinator::PlaceModel(const std::string& name, const ModelFile& model,
-                             const std::vector<WorkerInfo>& live) {
+void PlacementManager::PlaceModel(const std::string& name, const ModelFile& model,
+                                  const std::vector<WorkerInfo>& live) {
   std::vector<PlacementWorker> workers;
   for (const WorkerInfo& w : live) workers.push_back({w.worker_id, w.address});
   absl::StatusOr<Placement> next = ComputePlacement(model, workers, 0, options_.replicas);
@@ -289,15 +262,15 @@ void Coordinator::PlaceModel(const std::string& name, const ModelFile& model,
   LoadModelResultIr result;
   absl::Status loaded = LoadPlacement(model, *next, plan->sources, &result);
   const double seconds = absl::ToDoubleSeconds(absl::Now() - load_start);
-  metrics_.placement_seconds.Observe({name}, seconds);
-  metrics_.placement_events.Increment({name, loaded.ok() ? "loaded" : "failed"});
-  metrics_.placement_bytes.Increment({name}, loaded.ok() ? result.param_bytes : 0);
+  metrics_->placement_seconds.Observe({name}, seconds);
+  metrics_->placement_events.Increment({name, loaded.ok() ? "loaded" : "failed"});
+  metrics_->placement_bytes.Increment({name}, loaded.ok() ? result.param_bytes : 0);
   FinishLoad(name, *std::move(next), plan->stats, result, loaded, seconds);
 }
 
-void Coordinator::FinishLoad(const std::string& name, Placement next,
-                             const ParamMoveStats& planned, const LoadModelResultIr& result,
-                             const absl::Status& loaded, double seconds) {
+void PlacementManager::FinishLoad(const std::string& name, Placement next,
+                                  const ParamMoveStats& planned, const LoadModelResultIr& result,
+                                  const absl::Status& loaded, double seconds) {
   absl::MutexLock lock(&mu_);
   ModelEntry& entry = models_[name];
   if (!loaded.ok()) {
@@ -314,11 +287,9 @@ void Coordinator::FinishLoad(const std::string& name, Placement next,
     entry.next_attempt = absl::Now() + options_.placement_retry_backoff;
     return;
   }
-  ScaleStep step{next.generation, static_cast<int64_t>(next.WorkerIds().size()), seconds,
-                 planned};
+  ScaleStep step{next.generation, static_cast<int64_t>(next.WorkerIds().size()), seconds, planned};
   // What the workers did (the plan's numbers when they agree).
-  if (result.bytes_fetched != planned.bytes_moved ||
-      result.bytes_local != planned.bytes_local) {
+  if (result.bytes_fetched != planned.bytes_moved || result.bytes_local != planned.bytes_local) {
     MS_LOG(WARNING) << "model '" << name << "': workers moved " << result.bytes_fetched
                     << " bytes and copied " << result.bytes_local << " locally; planned "
                     << planned.bytes_moved << " and " << planned.bytes_local;
@@ -326,56 +297,6 @@ void Coordinator::FinishLoad(const std::string& name, Placement next,
   step.stats.bytes_moved = result.bytes_fetched;
   step.stats.bytes_local = result.bytes_local;
   SwitchTo(entry, name, std::move(next), step);
-}
-
-void Coordinator::UnloadRetired() {
-  struct Unload {
-    std::shared_ptr<const Placement> placement;
-    bool whole_generation;  // no other placement of the model uses it
-  };
-  std::vector<Unload> done;
-  {
-    absl::MutexLock lock(&mu_);
-    // Runs under mu_ (annotated so that clang's analysis sees it).
-    auto uses_generation = [&](const Placement& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      auto entry = models_.find(p.model);
-      if (entry != models_.end() && entry->second.placement != nullptr &&
-          entry->second.placement->generation == p.generation) {
-        return true;
-      }
-      for (const auto& r : retired_) {
-        if (r.get() != &p && r->model == p.model && r->generation == p.generation) return true;
-      }
-      return false;
-    };
-    auto it = retired_.begin();
-    while (it != retired_.end()) {
-      if (it->use_count() == 1) {
-        std::shared_ptr<const Placement> p = std::move(*it);
-        it = retired_.erase(it);
-        const bool whole = !uses_generation(*p);
-        done.push_back({std::move(p), whole});
-      } else {
-        ++it;
-      }
-    }
-  }
-  for (const Unload& u : done) {
-    const Placement& placement = *u.placement;
-    for (const auto& [id, address] : placement.worker_addresses) {
-      if (!registry_.IsAlive(id)) continue;
-      auto client = Client(id, address);
-      if (!client.ok()) continue;
-      absl::Status s = (*client)->UnloadModel(placement.model, placement.generation,
-                                              u.whole_generation ? 0 : placement.version,
-                                              options_.control_timeout);
-      if (!s.ok()) MS_LOG(WARNING) << "unload on worker " << id << ": " << s;
-    }
-    if (u.whole_generation) {
-      program_cache_.EraseGeneration(placement.model, placement.generation);
-      param_cache_.EraseGeneration(placement.model, placement.generation);
-    }
-  }
 }
 
 }  // namespace meshserve
