@@ -2,6 +2,22 @@
 // models with their mesh ("data=2, model=4") and, for each param of a placed
 // model, its sharding as a device grid, plus the recent requests.
 //
+// Generation. A model that generates also gets "text_generation": sequences
+// running and waiting, tokens generated, time to first token and inter-token
+// latency (count, mean and the p50/p90/p99 that Prometheus'
+// histogram_quantile gives from the buckets, in ms) and KV cache bytes used
+// and capacity. The numbers are the meshserve_generation_* families
+// (server/coordinator/generate/generation_metrics.h) read back from the
+// coordinator's registry (its exposition text: the registry has no other read
+// path), so the page and /metrics always agree.
+//
+// HistogramQuantile(q, buckets) is Prometheus' histogram_quantile over
+// cumulative buckets (upper bound le, count <= le), the last one +Inf: the
+// rank r = q * total falls in the first bucket whose count >= r, and the
+// value is interpolated linearly inside it, from the previous bound (0 for
+// the first) to its le; in the +Inf bucket it is the last finite le; NaN
+// without observations.
+//
 // ShardingGrid is the layout jax.debug.visualize_array_sharding draws
 // (common/sharding/visualize.h draws it as text): rank 2, rows are the
 // distinct shards along dim 0 and columns those along dim 1, each tile the
@@ -14,9 +30,12 @@
 #define MESHSERVE_SERVER_COORDINATOR_HTTP_STATUS_JSON_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/sharding/box.h"
 #include "common/sharding/named_sharding.h"
@@ -43,6 +62,31 @@ ShardingGrid GridOfSharding(absl::Span<const int64_t> shape, const NamedSharding
 
 // "data=2, model=4"
 std::string MeshText(const Mesh& mesh);
+
+// One latency histogram, summarised (seconds).
+struct LatencySummary {
+  int64_t count = 0;
+  double mean = 0;  // sum / count (0 without observations)
+  double p50 = 0, p90 = 0, p99 = 0;
+};
+
+// One model's generation numbers.
+struct GenerationView {
+  int64_t running = 0;
+  int64_t waiting = 0;
+  int64_t tokens_generated = 0;
+  LatencySummary time_to_first_token;
+  LatencySummary inter_token;
+  int64_t kv_cache_bytes_used = 0;
+  int64_t kv_cache_bytes_capacity = 0;
+};
+
+// `buckets`: (le, cumulative count) by ascending le, the last le +Inf.
+double HistogramQuantile(double q, const std::vector<std::pair<double, double>>& buckets);
+
+// Each model's generation numbers in a registry's exposition text (models
+// that appear in no meshserve_generation_* series are absent).
+std::map<std::string, GenerationView> GenerationViewsFromExposition(absl::string_view text);
 
 // The JSON of GET /v1/status.
 std::string ClusterStatusJson(const std::vector<WorkerView>& workers,

@@ -1,9 +1,13 @@
 #include "server/coordinator/http/status_json.h"
 
+#include <cmath>
+#include <limits>
+
 #include "common/sharding/testing/fixtures.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "server/coordinator/generate/generation_metrics.h"
 
 namespace meshserve {
 namespace {
@@ -77,6 +81,82 @@ TEST(ClusterStatusJsonTest, WorkersModelsAndRecent) {
   EXPECT_EQ(j["models"][0]["requests"], 2);
   EXPECT_FALSE(j["models"][0].contains("params"));  // not placed
   EXPECT_EQ(j["recent"][0]["code"], "NOT_FOUND");
+}
+
+TEST(HistogramQuantileTest, InterpolatesInsideTheBucketAsPrometheusDoes) {
+  // 10 observations: 2 <= 0.1, 4 in (0.1, 0.2], 4 in (0.2, 0.4].
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<std::pair<double, double>> b = {{0.1, 2}, {0.2, 6}, {0.4, 10}, {inf, 10}};
+  // rank 5: 3 of the 4 in (0.1, 0.2] -> 0.1 + 0.1 * 3/4.
+  EXPECT_DOUBLE_EQ(HistogramQuantile(0.5, b), 0.175);
+  // rank 1: half of the first bucket, which starts at 0.
+  EXPECT_DOUBLE_EQ(HistogramQuantile(0.1, b), 0.05);
+  // rank 9.9: 0.2 + 0.2 * 3.9/4.
+  EXPECT_DOUBLE_EQ(HistogramQuantile(0.99, b), 0.395);
+  // In the +Inf bucket: the last finite bound.
+  EXPECT_DOUBLE_EQ(HistogramQuantile(0.5, {{0.1, 1}, {inf, 4}}), 0.1);
+  EXPECT_TRUE(std::isnan(HistogramQuantile(0.5, {{0.1, 0}, {inf, 0}})));
+}
+
+TEST(GenerationViewsTest, ReadsEveryFamilyOfEachModel) {
+  const std::string text =
+      "# TYPE meshserve_generation_sequences gauge\n"
+      "meshserve_generation_sequences{model=\"a\\\"b\",state=\"running\"} 7\n"
+      "meshserve_generation_sequences{model=\"a\\\"b\",state=\"waiting\"} 2\n"
+      "meshserve_generation_tokens_total{model=\"a\\\"b\"} 120\n"
+      "meshserve_generation_kv_cache_bytes{model=\"a\\\"b\",state=\"capacity\"} 1048576\n"
+      "meshserve_generation_kv_cache_bytes{model=\"a\\\"b\",state=\"used\"} 65536\n"
+      "meshserve_generation_inter_token_seconds_bucket{model=\"a\\\"b\",le=\"0.01\"} 1\n"
+      "meshserve_generation_inter_token_seconds_bucket{model=\"a\\\"b\",le=\"0.02\"} 3\n"
+      "meshserve_generation_inter_token_seconds_bucket{model=\"a\\\"b\",le=\"+Inf\"} 4\n"
+      "meshserve_generation_inter_token_seconds_sum{model=\"a\\\"b\"} 0.1\n"
+      "meshserve_generation_inter_token_seconds_count{model=\"a\\\"b\"} 4\n"
+      "meshserve_inference_requests_total{model=\"other\"} 3\n";
+  const std::map<std::string, GenerationView> views = GenerationViewsFromExposition(text);
+  ASSERT_EQ(views.size(), 1u);
+  const GenerationView& g = views.at("a\"b");
+  EXPECT_EQ(g.running, 7);
+  EXPECT_EQ(g.waiting, 2);
+  EXPECT_EQ(g.tokens_generated, 120);
+  EXPECT_EQ(g.kv_cache_bytes_used, 65536);
+  EXPECT_EQ(g.kv_cache_bytes_capacity, 1048576);
+  EXPECT_EQ(g.inter_token.count, 4);
+  EXPECT_DOUBLE_EQ(g.inter_token.mean, 0.025);
+  // rank 2 of 4: half of the 2 in (0.01, 0.02] -> 0.015.
+  EXPECT_DOUBLE_EQ(g.inter_token.p50, 0.015);
+  EXPECT_DOUBLE_EQ(g.inter_token.p99, 0.02);  // in the +Inf bucket
+  EXPECT_EQ(g.time_to_first_token.count, 0);
+}
+
+TEST(ClusterStatusJsonTest, GenerationNumbersOfAGeneratingModel) {
+  CoordinatorMetrics metrics;
+  GenerationMetrics generation(&metrics.registry);
+  GenerationScheduler::Stats stats;
+  stats.running = 3;
+  stats.waiting = 1;
+  stats.blocks_used = 5;
+  stats.num_blocks = 20;
+  generation.SetModelState("gpt2", stats, 4096);
+  SequenceSink sink = generation.Observe("gpt2", nullptr, nullptr);
+  SequenceEvent one, two, last;
+  one.token_ids = {11};
+  two.token_ids = {12, 13};
+  last.finish = FinishReason::kLength;
+  for (const SequenceEvent* e : {&one, &two, &one, &last}) sink(*e);
+  ModelStatus gpt2, linear;
+  gpt2.name = "gpt2";
+  linear.name = "linear";
+  const auto j = nlohmann::json::parse(ClusterStatusJson({}, {gpt2, linear}, {}, metrics));
+  const auto& g = j["models"][0]["text_generation"];
+  EXPECT_EQ(g["running"], 3);
+  EXPECT_EQ(g["waiting"], 1);
+  EXPECT_EQ(g["tokens_generated"], 4);
+  EXPECT_EQ(g["kv_cache_bytes_used"], 5 * 4096);
+  EXPECT_EQ(g["kv_cache_bytes_capacity"], 20 * 4096);
+  EXPECT_EQ(g["time_to_first_token"]["count"], 1);
+  EXPECT_EQ(g["inter_token"]["count"], 2);  // the tokens after the first event's
+  EXPECT_LE(g["inter_token"]["p50_ms"].get<double>(), g["inter_token"]["p99_ms"].get<double>());
+  EXPECT_FALSE(j["models"][1].contains("text_generation")) << j.dump();
 }
 
 }  // namespace

@@ -28,6 +28,10 @@ td.state{max-width:420px;overflow:hidden;text-overflow:ellipsis;white-space:nowr
 <h2>Models</h2>
 <table><thead><tr><th>model</th><th>state</th><th>mesh</th><th>generation</th>
 <th>requests</th><th>in flight</th></tr></thead><tbody id="models"></tbody></table>
+<div id="generation-section" hidden><h2>Generation</h2>
+<table><thead><tr><th>model</th><th>running</th><th>waiting</th><th>tokens</th>
+<th>TTFT ms (mean · p50 · p99)</th><th>ITL ms (mean · p50 · p99)</th>
+<th>KV cache per device</th></tr></thead><tbody id="generation"></tbody></table></div>
 <h2 id="sharding-title">Sharding</h2><div id="params"></div>
 <h2>Recent requests</h2>
 <table><thead><tr><th>age</th><th>model</th><th>id</th><th>total ms</th>
@@ -69,6 +73,17 @@ function gridSvg(p,deviceWorkers){
     <text x="${tx+tw/2}" y="${ty+th/2}" font-size="${fs}" text-anchor="middle"
      dominant-baseline="central" fill="${light(c)?"#111":"#fff"}">${esc(label)}</text></g>`;}
   return s+"</svg>";}
+// A latency summary in ms: "mean · p50 · p99", "-" before the first sample.
+function lat(l){return l.count?[l.mean_ms,l.p50_ms,l.p99_ms].map(v=>v.toFixed(1)).join(" · "):"-";}
+function kv(g){const mib=b=>(b/1048576).toFixed(1),cap=g.kv_cache_bytes_capacity;
+  return `${mib(g.kv_cache_bytes_used)} / ${mib(cap)} MiB`+
+    (cap?` (${(100*g.kv_cache_bytes_used/cap).toFixed(0)}%)`:"");}
+function generationRows(models){
+  return models.filter(m=>m.text_generation).map(m=>{const g=m.text_generation;
+    return `<tr class="gen" data-model="${esc(m.name)}"><td>${esc(m.name)}</td>
+    <td>${g.running}</td><td>${g.waiting}</td><td>${g.tokens_generated}</td>
+    <td>${lat(g.time_to_first_token)}</td><td>${lat(g.inter_token)}</td>
+    <td>${kv(g)}</td></tr>`;}).join("");}
 function render(st){
   const ready=st.models.every(m=>m.ready||m.state.startsWith("error"));
   const r=document.getElementById("ready");r.textContent=ready?"ready":"not ready";
@@ -82,6 +97,9 @@ function render(st){
     `<tr class="model${m.name===chosen?" sel":""}" data-model="${esc(m.name)}">
     <td>${esc(m.name)}</td><td class="state" title="${esc(m.state)}">${esc(m.state)}</td><td><code>${esc(m.mesh||"-")}</code></td>
     <td>${m.generation}</td><td>${m.requests}</td><td>${m.in_flight}</td></tr>`).join("");
+  const gen=generationRows(st.models);
+  document.getElementById("generation").innerHTML=gen;
+  document.getElementById("generation-section").hidden=!gen;
   for(const tr of document.querySelectorAll("tr.model"))
     tr.onclick=()=>{chosen=tr.dataset.model;location.hash="model="+encodeURIComponent(chosen);render(st);};
   const m=st.models.find(m=>m.name===chosen);

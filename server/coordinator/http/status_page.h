@@ -5,7 +5,11 @@
 // chosen model (click a row, or /#model=NAME) each param's sharding as a
 // coloured SVG device grid laid out as jax.debug.visualize_array_sharding
 // lays it out (tile sizes follow the shard extents, labels "CPU 0,1", one
-// colour per device set); and the recent requests with their latency.
+// colour per device set); for the models that generate text, their running
+// and waiting sequences, tokens generated, time to first token and
+// inter-token latency (mean, p50, p99) and KV cache bytes used of capacity
+// (the "text_generation" of status_json.h; the section is hidden when no
+// model generates); and the recent requests with their latency.
 //
 // Thread-safety: returns a constant.
 #ifndef MESHSERVE_SERVER_COORDINATOR_HTTP_STATUS_PAGE_H_
