@@ -6,8 +6,9 @@
 // Invariants: never crashes; every refusal is kInvalidArgument; an accepted
 // request has a model, exactly one of a text prompt and token ids, ids and
 // stop ids >= 0, max_tokens >= 1 (16 for 0), a finite temperature >= 0, top_p
-// in (0, 1], top_k >= 0 (-1 became 0), num_logprobs in [-1, 20] and a seed
-// exactly when the request had one.
+// in (0, 1], top_k >= 0 (-1 became 0), num_logprobs in [-1, 20], a seed
+// exactly when the request had one, and the request's stop strings, each
+// non-empty.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -37,6 +38,12 @@ bool Accepted(const meshserve::GenerateRequest& proto, const meshserve::Generate
   if (s.num_logprobs < -1 || s.num_logprobs > meshserve::kMaxLogprobs) return false;
   if (call.has_seed != proto.has_seed() || (call.has_seed && s.seed != proto.seed())) {
     return false;
+  }
+  if (static_cast<int>(call.stop_strings.size()) != proto.stop_size()) return false;
+  for (size_t i = 0; i < call.stop_strings.size(); ++i) {
+    if (call.stop_strings[i].empty() || call.stop_strings[i] != proto.stop(static_cast<int>(i))) {
+      return false;
+    }
   }
   return call.stop.ignore_eos == proto.ignore_eos();
 }

@@ -19,10 +19,11 @@ absl::StatusOr<std::function<void()>> StartGeneration(Generator& generator, Gene
   request.sampling = call.sampling;
   request.has_seed = call.has_seed;
   request.stop = std::move(call.stop);
+  request.stop_strings = std::move(call.stop_strings);
   // The sink is made before the sequence joins: its first events may come
   // before StartWith returns, and they need the handle's tokenizer.
   auto make_sink = [&sink](const GenerationHandle& handle) -> SequenceSink {
-    auto text = std::make_shared<TokenTextDecoder>(handle.tokenizer);
+    auto text = std::make_shared<TokenTextDecoder>(handle.tokenizer, handle.stop_strings);
     return [text, sink = std::move(sink)](const SequenceEvent& e) {
       sink(e, text->Next(e.token_ids, e.finish != FinishReason::kNone));
     };

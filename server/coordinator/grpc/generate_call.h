@@ -36,11 +36,14 @@ struct GenerateCall {
   SamplingParams sampling;
   bool has_seed = false;
   StopParams stop;
+  std::vector<std::string> stop_strings;
 };
 
 // A sequence's events with their text: the event's ids decoded by the
 // model's tokenizer (TokenTextDecoder; "" without a tokenizer), a held-back
-// partial character flushed on the last event.
+// partial character flushed on the last event; with stop strings, the text
+// ends before the stop, and a possible stop's start is held back until a
+// later event settles it.
 using TextSink = std::function<void(const SequenceEvent& event, const std::string& text)>;
 
 // Generator::Start(call, sink); returns the function that cancels the started

@@ -6,6 +6,7 @@
 
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/tokenizer/stop_strings.h"
 
 namespace meshserve {
 namespace {
@@ -76,6 +77,8 @@ absl::StatusOr<GenerateCall> GenerateRequestFromProto(const meshserve::GenerateR
   call.stop.max_tokens = proto.max_tokens() == 0 ? kDefaultMaxTokens : proto.max_tokens();
   call.stop.stop_token_ids.assign(proto.stop_token_ids().begin(), proto.stop_token_ids().end());
   call.stop.ignore_eos = proto.ignore_eos();
+  call.stop_strings.assign(proto.stop().begin(), proto.stop().end());
+  MS_RETURN_IF_ERROR(tokenizer::ValidateStopStrings(call.stop_strings, "stop"));
   return call;
 }
 

@@ -12,6 +12,7 @@
 //   seed         unset -> has_seed false (the generator draws one)
 //   logprobs     unset -> none (-1); outside [0, 20] refused
 //   prompt / prompt_ids  exactly one of them; ids (prompt and stop) >= 0
+//   stop         each non-empty and valid UTF-8 ("stop[1] is empty")
 // Ids are checked against the model's vocabulary later, by Generator::Start.
 //
 // Thread-safety: pure functions.

@@ -28,6 +28,7 @@ namespace {
 
 using ::meshserve::testing::FakeGeneration;
 using ::meshserve::testing::FakeGenerationOptions;
+using ::meshserve::testing::FakeTokenText;
 using ::meshserve::testing::Reference;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
@@ -147,6 +148,44 @@ struct BadCase {
   std::string message;
 };
 
+TEST(GenerateServiceTest, StopStringsEndAtTheTokenThatCompletesThemAndCutTheText) {
+  FakeGenerationOptions options;
+  options.with_tokenizer = true;
+  FakeGeneration generation(options);
+  Served served(generation.generator());
+  const std::vector<int64_t> full = Reference({6, 1, 8}, 40, {});
+  const std::string full_text = FakeTokenText(full);
+  const std::string stop = full_text.substr(15, 3);  // spans three tokens
+  const size_t cut = full_text.find(stop);
+  const size_t num_ids = cut + stop.size();  // one character per token
+  GenerateRequest request = Ids({6, 1, 8}, 40);
+  request.add_stop(stop);
+  request.add_stop("Z");  // never among the fake tokens' characters
+  Streamed s = Generate(served.stub(), request);
+  ASSERT_TRUE(s.status.ok()) << s.status.error_message();
+  EXPECT_THAT(s.ids, ElementsAreArray(std::vector<int64_t>(full.begin(), full.begin() + num_ids)));
+  std::string text;
+  for (const GenerateChunk& chunk : s.chunks) {
+    text += chunk.text();
+    EXPECT_LE(text.size(), cut) << "text past the stop: " << text;
+  }
+  EXPECT_EQ(text, full_text.substr(0, cut));
+  const GenerateChunk& last = s.chunks.back();
+  EXPECT_EQ(last.finish_reason(), "stop");
+  EXPECT_EQ(last.usage().completion_tokens(), static_cast<int64_t>(num_ids));
+  EXPECT_EQ(last.usage().prompt_tokens(), 3);
+  // The sequence was cancelled at the stop: its cache goes.
+  EXPECT_TRUE(Eventually([&] { return generation.live() == 0; }));
+  // A text prompt through the same tokenizer.
+  GenerateRequest text_request;
+  text_request.set_model("lm");
+  text_request.set_prompt(FakeTokenText({6, 1, 8}));
+  text_request.set_max_tokens(40);
+  Streamed t = Generate(served.stub(), text_request);
+  ASSERT_TRUE(t.status.ok()) << t.status.error_message();
+  EXPECT_THAT(t.ids, ElementsAreArray(full));
+}
+
 TEST(GenerateServiceTest, RefusesEveryBadFieldNamingTheValueAndKeepsServing) {
   FakeGeneration generation;
   Served served(generation.generator());
@@ -186,6 +225,14 @@ TEST(GenerateServiceTest, RefusesEveryBadFieldNamingTheValueAndKeepsServing) {
          r.set_prompt("hello");
        },
        kBad, "no tokenizer"},
+      {"empty stop",
+       [](GenerateRequest& r) {
+         r.add_stop("x");
+         r.add_stop("");
+       },
+       kBad, "stop[1] is empty"},
+      {"stop without tokenizer", [](GenerateRequest& r) { r.add_stop("\n"); }, kBad,
+       "stop strings [\"\n\"] need the text of model 'lm'"},
       {"no model", [](GenerateRequest& r) { r.set_model(""); }, kBad, "model is empty"},
       {"unknown model", [](GenerateRequest& r) { r.set_model("nope"); },
        grpc::StatusCode::NOT_FOUND, "no model 'nope'"},

@@ -1,6 +1,8 @@
 // FakeGeneration (fake_generation.h). Includes generator.h, no .pb.h.
 #include "server/coordinator/grpc/testing/fake_generation.h"
 
+#include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -53,6 +55,35 @@ class CountingExecutor : public StepExecutor {
   FakeExecutor fake_;
 };
 
+// One character per id (kFakeTokenChars); text encodes character by character.
+class CharTokenizer : public tokenizer::Tokenizer {
+ public:
+  absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const override {
+    std::string out;
+    for (int32_t id : ids) {
+      if (id < 0 || id >= kVocab) return absl::OutOfRangeError("id " + std::to_string(id));
+      out += kFakeTokenChars[id];
+    }
+    return out;
+  }
+  int32_t vocab_size() const override { return static_cast<int32_t>(kVocab); }
+  bool IsSpecial(int32_t) const override { return false; }
+  std::optional<int32_t> TokenToId(absl::string_view) const override { return std::nullopt; }
+
+ protected:
+  absl::StatusOr<std::vector<int32_t>> EncodeText(absl::string_view text) const override {
+    std::vector<int32_t> ids;
+    for (char ch : text) {
+      const char* at = ch == 0 ? nullptr : std::strchr(kFakeTokenChars, ch);
+      if (at == nullptr) {
+        return absl::InvalidArgumentError(std::string("no token for '") + ch + "'");
+      }
+      ids.push_back(static_cast<int32_t>(at - kFakeTokenChars));
+    }
+    return ids;
+  }
+};
+
 class Backend : public GenerationBackend {
  public:
   Backend(Counters* counters, FakeGenerationOptions options)
@@ -65,6 +96,7 @@ class Backend : public GenerationBackend {
     m.block_tokens = 16;
     m.num_blocks = 4096;
     m.version = options_.version;
+    if (options_.with_tokenizer) m.tokenizer = tokenizer_;
     return m;
   }
   absl::StatusOr<std::unique_ptr<StepExecutor>> NewExecutor(const std::string&) override {
@@ -75,9 +107,19 @@ class Backend : public GenerationBackend {
  private:
   Counters* const counters_;
   const FakeGenerationOptions options_;
+  const std::shared_ptr<const tokenizer::Tokenizer> tokenizer_ =
+      std::make_shared<CharTokenizer>();
 };
 
 }  // namespace
+
+std::string FakeTokenText(const std::vector<int64_t>& ids) {
+  std::string out;
+  for (int64_t id : ids) {
+    if (id >= 0 && id < kVocab) out += kFakeTokenChars[id];
+  }
+  return out;
+}
 
 struct FakeGeneration::Impl {
   explicit Impl(FakeGenerationOptions options)

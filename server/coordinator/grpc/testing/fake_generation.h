@@ -14,6 +14,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 
@@ -29,7 +31,17 @@ struct FakeGenerationOptions {
   int64_t version = 7;
   absl::Duration step_delay = absl::ZeroDuration();  // each step sleeps this long
   bool fail_steps = false;  // every step fails UNAVAILABLE "worker 1 lost"
+  // The model has a tokenizer of one character per id (FakeTokenText), so
+  // text prompts and stop strings work; else it has none.
+  bool with_tokenizer = false;
 };
+
+// The text of `ids` under the tokenizer of with_tokenizer: id i is the
+// character kFakeTokenChars[i] (50 of them: letters, digits, space,
+// punctuation, newline).
+inline constexpr char kFakeTokenChars[] =
+    "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJ.,!?-0123456\n";
+std::string FakeTokenText(const std::vector<int64_t>& ids);
 
 class FakeGeneration {
  public:

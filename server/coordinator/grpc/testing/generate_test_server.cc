@@ -4,12 +4,15 @@
 // test_generate_clients.py). Listens on 127.0.0.1:0, prints "port N" on
 // stdout, and serves until its stdin closes.
 //
-//   generate_test_server [STEP_DELAY_MS]   each step sleeps this long (default 0)
+//   generate_test_server [STEP_DELAY_MS [text]]   each step sleeps this long
+//       (default 0); "text": the model has the one-character-per-id tokenizer
+//       (FakeTokenText), so text prompts and stop strings work
 //
 // Thread-safety: single-threaded main; the server's threads serve the calls.
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <string>
 
 #include "common/rpc/call_gate.h"
 #include "grpcpp/security/server_credentials.h"
@@ -20,6 +23,7 @@
 int main(int argc, char** argv) {
   meshserve::testing::FakeGenerationOptions options;
   if (argc > 1) options.step_delay = absl::Milliseconds(std::atoi(argv[1]));
+  if (argc > 2 && std::string(argv[2]) == "text") options.with_tokenizer = true;
   meshserve::testing::FakeGeneration generation(options);
   meshserve::CallGate gate("generate_test_server");
   meshserve::GenerateServiceImpl service(generation.generator(), &gate);
