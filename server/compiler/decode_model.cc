@@ -60,6 +60,37 @@ PartitionSpec WithoutBatchAxes(const PartitionSpec& spec, const PartitionSpec::E
   return PartitionSpec(std::move(entries), spec.unreduced());
 }
 
+// The head's contracted dim: the table's features (einsum) or the kernel's
+// rows (linear).
+int64_t HeadFeatures(const ModelFile& m, const LayerDef& head) {
+  const ParamDef* p = m.FindParam(head.kind == ModelOp::kLinear ? head.kernel : head.inputs[1]);
+  return head.kind == ModelOp::kLinear ? p->shape[0] : p->shape[1];
+}
+
+// Lays the head out so that each device reads 1/W of it (W = the devices of
+// the mesh axes of size > 1): its vocabulary slice when W divides the
+// vocabulary, else its features' slice (partial logits, unreduced over those
+// axes; sample's gather reduces them). Unchanged on one device or when
+// neither dim divides.
+void ShardHead(const Mesh& mesh, int64_t vocab_size, int64_t features, LayerDef* head) {
+  PartitionSpec::Entry axes;
+  int64_t num_shards = 1;
+  for (const MeshAxis& a : mesh.axes()) {
+    if (a.size <= 1) continue;
+    axes.push_back(a.name);
+    num_shards *= a.size;
+  }
+  if (num_shards == 1) return;
+  if (vocab_size % num_shards == 0) {
+    head->out_sharding = PartitionSpec({{}, {}, axes});
+  } else if (features % num_shards == 0) {
+    head->out_sharding = PartitionSpec({{}, {}, {}}, axes);
+  } else {
+    return;
+  }
+  head->auto_axes = true;
+}
+
 }  // namespace
 
 absl::StatusOr<LmShape> InspectLm(const ModelFile& m) {
@@ -90,7 +121,7 @@ absl::StatusOr<LmShape> InspectLm(const ModelFile& m) {
 }
 
 absl::StatusOr<ModelFile> DecodeVariant(const ModelFile& model, int64_t token_slots,
-                                        int64_t rows) {
+                                        int64_t rows, const Mesh* mesh) {
   MS_ASSIGN_OR_RETURN(LmShape lm, InspectLm(model));
   if (token_slots < 1 || rows < 1 || rows > token_slots) {
     return InvalidArgument("decode variant of '", model.name, "': ", rows, " rows of ",
@@ -112,6 +143,7 @@ absl::StatusOr<ModelFile> DecodeVariant(const ModelFile& model, int64_t token_sl
   rows_layer.inputs = {head->inputs[0]};
   rows_layer.rows = rows;
   head->inputs[0] = rows_layer.name;
+  if (mesh != nullptr) ShardHead(*mesh, lm.vocab_size, HeadFeatures(m, *head), &*head);
   m.layers.insert(head, std::move(rows_layer));
   LayerDef sample;
   sample.name = kDecodeOutput;

@@ -27,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/model/model_file.h"
+#include "common/sharding/mesh.h"
 
 namespace meshserve {
 
@@ -44,10 +45,25 @@ struct LmShape {
 //   file comment).
 absl::StatusOr<LmShape> InspectLm(const ModelFile& model);
 
+// `mesh` (optional): the mesh the variant will be typed and compiled on (the
+// placement's; the variant is then valid on that mesh only). With it, the LM
+// head reads 1/W of its table per device (W = the devices of the mesh axes
+// of size > 1) instead of all of it:
+//   W divides the vocabulary (Llama's 32000 on 1, 2, 4, 8 devices):
+//     <head> out_sharding P(None, None, axes): each device computes the
+//     logits of its vocabulary slice from the (replicated) table;
+//     sample gathers the rows' logits (R * V * 4 bytes) and samples them whole.
+//   else, W divides the features (GPT-2's 50257 = 29 * 1733 over d = 768):
+//     out_sharding P(None, None, None, unreduced=axes): each device computes
+//     partial logits over its slice of the features; sample's gather
+//     all-reduces them.
+// Either way the table (param) is untouched: pushes, pulls and the full
+// model's logits keep the checkpoint's shapes. Without `mesh` (or on one
+// device) the head is computed whole on every device.
 // \error InspectLm's; kInvalidArgument for token_slots < 1 or rows outside
 //   [1, token_slots].
 absl::StatusOr<ModelFile> DecodeVariant(const ModelFile& model, int64_t token_slots,
-                                        int64_t rows);
+                                        int64_t rows, const Mesh* mesh = nullptr);
 
 }  // namespace meshserve
 

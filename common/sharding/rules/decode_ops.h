@@ -26,7 +26,9 @@
 //   per row the sampled token and its log-probability, then up to
 //   kMaxLogprobs (id, logprob) pairs (common/sampling/sampler.h); ids are
 //   exact in float32 below 2^24. The vocabulary dim is gathered before
-//   sampling (any sharding is accepted); the result keeps B's and R's entries.
+//   sampling (any sharding is accepted, and unreduced logits: the gather
+//   reduces them, as an LM head sharded over its features leaves them); the
+//   result keeps B's and R's entries.
 //
 // Thread-safety: pure function.
 #ifndef MESHSERVE_COMMON_SHARDING_RULES_DECODE_OPS_H_

@@ -64,6 +64,10 @@ TEST(SampleRuleTest, GathersTheVocabulary) {
   Mesh mesh = MeshOrDie("mesh[data=2,model=2]");
   EXPECT_THAT(SampleRule(Arr(mesh, {2, 4, 10}, "P('data', None, 'model')"), 9),
               HasType("float32[2@data,4,42]"));
+  // Partial logits (an LM head sharded over its features): the gather
+  // reduces them; the records are reduced.
+  EXPECT_THAT(SampleRule(Arr(mesh, {2, 4, 10}, "P('data', None, None, unreduced={'model'})"), 9),
+              HasType("float32[2@data,4,42]"));
   EXPECT_THAT(SampleRule(Arr(mesh, {2, 4, 10}, "P()"), 11), StatusIs(kInvalid, "vocab_size 11"));
   EXPECT_THAT(SampleRule(Arr(mesh, {2, 4, 10}, "P()", DType::kInt32), 5),
               StatusIs(kInvalid, "float array"));
