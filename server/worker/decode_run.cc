@@ -1,4 +1,4 @@
-// PrepareDecode (worker_engine_internal.h): what a generation step's run
+// PrepareDecode (program_run.h): what a generation step's run
 // needs besides its program: the step's layout over the program's buckets,
 // the sequences released before it, and the device's KV caches.
 #include <map>
@@ -8,7 +8,7 @@
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/program/decode_kernels.h"
-#include "server/worker/worker_engine_internal.h"
+#include "server/worker/program_run.h"
 
 namespace meshserve {
 namespace {

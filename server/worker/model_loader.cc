@@ -1,8 +1,10 @@
-// WorkerEngine::LoadModel's work: parse the model, compute the held cells of
-// each param (the distinct boxes of the devices and replica devices), take
-// them from `sources` (param_sources.cc) or read them (each the box +
+// BuildLoadedModel (model_loader.h): parse the model, compute the held cells
+// of each param (the distinct boxes of the devices and replica devices), take
+// them from `sources` (param_sources.h) or read them (each the box +
 // from_offset of its source tensor `from` in the checkpoint: checkpoint.h) or
 // initialize them.
+#include "server/worker/model_loader.h"
+
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -23,43 +25,8 @@
 #include "common/sharding/shard_layout.h"
 #include "common/tensor/initializers.h"
 #include "common/tensor/checkpoint.h"
-#include "server/worker/worker_engine_internal.h"
 
 namespace meshserve {
-
-std::string LoadedModel::DevicesString() const {
-  return absl::StrCat("[", absl::StrJoin(devices, ", "), "]");
-}
-
-std::string LoadedModel::Name() const {
-  return absl::StrCat("model '", model, "' generation ", generation, " version ", version);
-}
-
-int HeldParam::CellContaining(const Box& box) const {
-  for (size_t i = 0; i < cells.size(); ++i) {
-    if (cells[i]->box.rank() == box.rank() && cells[i]->box.Contains(box)) {
-      return static_cast<int>(i);
-    }
-  }
-  return -1;
-}
-
-std::string HeldParam::CellsString() const {
-  std::vector<std::string> boxes;
-  for (const auto& cell : cells) boxes.push_back(cell->box.ToString());
-  return absl::StrJoin(boxes, ", ");
-}
-
-int64_t DistinctHeldBytes(const LoadedModel& model) {
-  absl::flat_hash_set<const BoxTensor*> seen;
-  int64_t bytes = 0;
-  for (const auto& [name, held] : model.held) {
-    for (const auto& cell : held.cells) {
-      if (seen.insert(cell.get()).second) bytes += cell->tensor.NumBytes();
-    }
-  }
-  return bytes;
-}
 
 namespace {
 

@@ -14,7 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/tensor/safetensors.h"
-#include "server/worker/worker_engine_internal.h"
+#include "server/worker/model_loader.h"
 #include "tests/testing/status_matchers.h"
 
 namespace meshserve {

@@ -18,7 +18,7 @@
 #include "common/base/status_util.h"
 #include "common/program/ir_conv.h"
 #include "common/tensor/copy_box.h"
-#include "server/worker/worker_engine_internal.h"
+#include "server/worker/param_sources.h"
 
 namespace meshserve {
 

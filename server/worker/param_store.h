@@ -42,7 +42,7 @@
 #include "common/sharding/box.h"
 #include "common/tensor/tensor.h"
 #include "server/worker/peer_transport.h"
-#include "server/worker/worker_engine_internal.h"
+#include "server/worker/loaded_model.h"
 
 namespace meshserve {
 

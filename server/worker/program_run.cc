@@ -1,4 +1,5 @@
-// One request's run of a program on this worker (WorkerEngine::ExecuteAsync).
+// RunProgramAsync (program_run.h): one request's run of a program on this worker
+// (ProgramRunner::ExecuteAsync).
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -18,7 +19,7 @@
 #include "common/program/ir_conv.h"
 #include "common/tensor/copy_box.h"
 #include "server/worker/send_tracker.h"
-#include "server/worker/worker_engine_internal.h"
+#include "server/worker/program_run.h"
 
 namespace meshserve {
 namespace {

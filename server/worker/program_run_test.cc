@@ -12,7 +12,8 @@
 #include "common/base/dtype.h"
 #include "common/program/ir_conv.h"
 #include "server/worker/rendezvous.h"
-#include "server/worker/worker_engine_internal.h"
+#include "server/worker/model_loader.h"
+#include "server/worker/program_run.h"
 #include "tests/testing/status_matchers.h"
 
 namespace meshserve {

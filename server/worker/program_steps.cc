@@ -1,5 +1,5 @@
 // What the worker knows of a program's steps apart from running them
-// (worker_engine_internal.h): their names in messages, which ones run while
+// (program_run.h): their names in messages, which ones run while
 // sends queue up, the send schedule and the rest of what InstallProgram
 // prepares (PrepareProgram); and
 // RunProgram, the waiting form of RunProgramAsync (program_run.cc).
@@ -15,7 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/base/status_macros.h"
 #include "common/program/compute_step.h"
-#include "server/worker/worker_engine_internal.h"
+#include "server/worker/program_run.h"
 
 namespace meshserve {
 namespace {

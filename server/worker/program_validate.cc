@@ -1,4 +1,4 @@
-// WorkerEngine::InstallProgram's structural checks.
+// ValidateProgram (program_run.h): ProgramRunner::Install's structural checks.
 #include <string>
 #include <variant>
 
@@ -7,7 +7,7 @@
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/program/ir_conv.h"
-#include "server/worker/worker_engine_internal.h"
+#include "server/worker/program_run.h"
 
 namespace meshserve {
 namespace {

@@ -1,19 +1,21 @@
 // The worker's transport-free engine, over the program IR
-// (common/program/program_ir.h). ShardWorker
-// (shard_worker.h) is its proto-facing twin; tests of the execution semantics
-// use this class directly.
+// (common/program/program_ir.h). The gRPC service (grpc/worker_service.h)
+// converts the messages and calls it; tests of the execution semantics use
+// this class directly.
 //
-// State:
-//   - resident models: (model, generation, version) -> the held cells of each
-//     param (the distinct boxes of the hosted devices and of replica_devices,
-//     held for durability) and per hosted device its param boxes
-//     ("param/<name>"); devices of this worker holding an identical box share
-//     one buffer, and versions share the buffers of params they did not
-//     change. Requests hold a reference, so unloading a model while a request
-//     runs on it frees its params when that request ends.
-//   - the push staging (param_store.h): values of a version being pushed.
-//   - installed programs: program_id -> ProgramIr.
-//   - the rendezvous (rendezvous.h) where peers' slices arrive.
+// The engine owns two parts and wires them together, as a server core owns
+// its managers:
+//   - the model store (model_store.h): the resident versions of each (model,
+//     generation) (loaded_model.h: the held cells of each param; devices of
+//     this worker holding an identical box share one buffer, and versions
+//     share the buffers of params they did not change; requests hold a
+//     reference, so unloading a model while a request runs on it frees its
+//     params when that request ends), the push staging (param_store.h), and
+//     the param reads;
+//   - the program runner (program_runner.h): installed programs (program_id
+//     -> ProgramIr), their runs for requests (program_run.h), the rendezvous
+//     (rendezvous.h) where peers' slices arrive, the KV caches of generation
+//     steps (kv_store.h).
 //
 // LoadModel: parses the model JSON (common/model/model_file.h), builds the
 // mesh, and for each param and hosted device computes the device's box
@@ -23,56 +25,46 @@
 // cells that pieces of `sources` meet, from those pieces (local: copied or
 // shared from this worker's resident versions; remote: ReadParam from the
 // peer; see LoadModelRequest.sources). Loading the same (model, generation,
-// version) again replaces it.
+// version) again replaces it (model_loader.h).
 //
 // Params as state: ReadParam serves a box inside one held cell of a resident
 // version (or of a version being staged here); StageParams/CommitParams build
 // a new version from staged chunks (param_store.h); AbortParams drops one.
 //
 // Execute: runs the program's steps in order for one request (see
-// shard_worker.h for the step semantics and error codes). Concurrent requests
-// (different request ids) run concurrently; each has its own buffers, keyed by
-// (device, name). Sends go through the PeerTransport and never block the step
-// loop; before returning, Execute waits (until the deadline) for its sends to
-// be delivered and fails with the first send error (kUnavailable naming the
-// peer). A send failure also aborts this request's pending receives at once.
+// server/worker/README.md for the step semantics and error codes). Concurrent
+// requests (different request ids) run concurrently; each has its own
+// buffers, keyed by (device, name). Sends go through the PeerTransport and
+// never block the step loop; before returning, Execute waits (until the
+// deadline) for its sends to be delivered and fails with the first send error
+// (kUnavailable naming the peer). A send failure also aborts this request's
+// pending receives at once.
 //
-// Thread-safety: all public methods are thread-safe. `mu_` guards the model and
-// program tables and counters; the heavy work (loading, executing) runs
-// without it, on shared_ptr snapshots.
+// Thread-safety: all public methods are thread-safe (the store and the
+// runner each guard their own tables); the heavy work (loading, executing)
+// runs without their locks, on shared_ptr snapshots.
 #ifndef MESHSERVE_SERVER_WORKER_WORKER_ENGINE_H_
 #define MESHSERVE_SERVER_WORKER_WORKER_ENGINE_H_
 
-#include <atomic>
 #include <cstdint>
-#include <map>
+#include <functional>
 #include <memory>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/program/decode_step.h"
 #include "common/program/program_ir.h"
-#include "common/base/deadline_timer.h"
+#include "server/worker/model_store.h"
 #include "server/worker/peer_transport.h"
+#include "server/worker/program_runner.h"
 #include "server/worker/rendezvous.h"
 
 namespace meshserve {
-
-// Defined in worker_engine_internal.h / param_store.h (they need the core
-// tensor types, which stay out of this header: its users see only the IR).
-struct InstalledProgram;
-struct LoadedModel;
-class KvCacheStore;
-class ParamStore;
 
 class WorkerEngine {
  public:
@@ -85,7 +77,7 @@ class WorkerEngine {
     // Budget of the ReadParam calls of one LoadModel or CommitParams.
     absl::Duration param_read_timeout = absl::Minutes(5);
     Rendezvous::Options rendezvous;
-    // Runs a request whose steps take long (see worker_engine_internal.h
+    // Runs a request whose steps take long (see program_run.h
     // kInlineComputeLimit) off the calling thread, e.g. on a thread pool.
     // Null: on the calling thread. Quick programs always run on the thread
     // that starts them or delivers the slice they wait for.
@@ -191,64 +183,35 @@ class WorkerEngine {
                             int64_t total_bytes, int64_t offset,
                             absl::string_view data, int64_t src_worker,
                             int dtype = 0) {
-    return rendezvous_.DeliverChunk(request_id, tag, total_bytes, offset, data,
-                                    src_worker, dtype);
+    return rendezvous().DeliverChunk(request_id, tag, total_bytes, offset, data, src_worker,
+                                     dtype);
   }
   absl::Status DeliverSlice(absl::string_view request_id, absl::string_view tag,
                             std::string bytes, int64_t src_worker, int dtype = 0) {
-    return rendezvous_.DeliverSlice(request_id, tag, std::move(bytes), src_worker, dtype);
+    return rendezvous().DeliverSlice(request_id, tag, std::move(bytes), src_worker, dtype);
   }
 
   // Aborts the request's pending and future receives here.
   void Cancel(absl::string_view request_id, absl::string_view reason) {
-    rendezvous_.Cancel(request_id, reason);
+    rendezvous().Cancel(request_id, reason);
   }
   // Fails them with `error` (Rendezvous::Fail).
   void Fail(absl::string_view request_id, absl::Status error) {
-    rendezvous_.Fail(request_id, std::move(error));
+    rendezvous().Fail(request_id, std::move(error));
   }
 
   WorkerStatusIr Status() const;
 
-  int64_t worker_id() const { return worker_id_.load(); }
-  void set_worker_id(int64_t id) { worker_id_.store(id); }
+  int64_t worker_id() const { return models_.worker_id(); }
+  void set_worker_id(int64_t id) { models_.set_worker_id(id); }
   const Options& options() const { return options_; }
-  Rendezvous& rendezvous() { return rendezvous_; }
+  Rendezvous& rendezvous() { return runner_.rendezvous(); }
 
  private:
-  using ModelKey = std::pair<std::string, int64_t>;
-  // version -> the resident version.
-  using Versions = std::map<int64_t, std::shared_ptr<const LoadedModel>>;
-
-  // Resident (model, generation, version) (version 0: the newest), or null.
-  std::shared_ptr<const LoadedModel> FindLocked(absl::string_view model, int64_t generation,
-                                                int64_t version) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  std::shared_ptr<const LoadedModel> Find(absl::string_view model, int64_t generation,
-                                          int64_t version) const;
-
   const Options options_;
   PeerTransport* const transport_;
-  std::atomic<int64_t> worker_id_;
-  Rendezvous rendezvous_;
-  DeadlineTimer timer_;  // ends runs' waits at their deadlines
-
-  mutable absl::Mutex mu_;
-  absl::flat_hash_map<ModelKey, Versions> models_ ABSL_GUARDED_BY(mu_);
-  // Staging vs AbortParams: chunks stage under a reader lock, an abort drops
-  // the staging under the writer lock and records its epoch for the key.
-  mutable absl::Mutex stage_mu_;
-  int64_t staging_epoch_ ABSL_GUARDED_BY(stage_mu_) = 0;
-  // (model, generation, version) -> the epoch of its last abort; one entry
-  // per aborted version, dropped with its generation (UnloadModel).
-  absl::flat_hash_map<std::tuple<std::string, int64_t, int64_t>, int64_t> aborted_at_
-      ABSL_GUARDED_BY(stage_mu_);
-  // Lock order: mu_, then the store's.
-  std::unique_ptr<ParamStore> store_;
-  std::unique_ptr<KvCacheStore> kv_;  // null without --kv_cache_bytes
-  absl::flat_hash_map<std::string, std::shared_ptr<const InstalledProgram>> programs_
-      ABSL_GUARDED_BY(mu_);
-  int64_t requests_served_ ABSL_GUARDED_BY(mu_) = 0;
+  ModelStore models_;
+  ProgramRunner runner_;  // reads models_; destroyed first
 };
 
 }  // namespace meshserve
