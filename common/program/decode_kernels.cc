@@ -173,9 +173,10 @@ absl::StatusOr<Tensor> SampleRows(const Tensor& logits_in, int64_t vocab_size,
                           "sample: row ", r);
       rec[0] = static_cast<float>(result.token_id);
       rec[1] = result.logprob.value_or(0.0f);
-      for (size_t i = 0; i < result.top_logprobs.size() && 2 + 2 * i + 1 < size_t(W); ++i) {
-        rec[2 + 2 * i] = static_cast<float>(result.top_logprobs[i].id);
-        rec[3 + 2 * i] = result.top_logprobs[i].logprob;
+      for (int64_t i = 0; 3 + 2 * i < W; ++i) {
+        const bool listed = i < static_cast<int64_t>(result.top_logprobs.size());
+        rec[2 + 2 * i] = listed ? static_cast<float>(result.top_logprobs[i].id) : -1.0f;
+        rec[3 + 2 * i] = listed ? result.top_logprobs[i].logprob : 0.0f;
       }
     }
   }

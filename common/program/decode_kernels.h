@@ -15,9 +15,13 @@
 //                       (DecodeLayout::row_slots), or the last R rows without
 //                       a step.
 //   SampleRows          logits [B, R, V] -> float32 [B, R, kSampleRecordWidth]
-//                       per row: token id, its logprob, then the top
-//                       num_logprobs (id, logprob) pairs, zeros after; a
-//                       padding row is token -1. Each row samples with its
+//                       per row: token id, its logprob (0 when num_logprobs
+//                       is -1), then the top num_logprobs (id, logprob)
+//                       pairs, logprob desc (OpenAI completions' `logprobs:
+//                       N`), pairs past min(N, the valid ids) id -1 and
+//                       logprob 0; a padding row is token -1. Ids in
+//                       [vocab_size, V) (the padding of a sharded head) are
+//                       never sampled nor listed. Each row samples with its
 //                       span's parameters at position past_len + num_tokens
 //                       (common/sampling/sampler.h); without a step, greedy
 //                       at position r.

@@ -3,7 +3,11 @@
 // CausalAttention over each whole sequence; SelectRows and SampleRows.
 #include "common/program/decode_kernels.h"
 
+#include <algorithm>
+#include <cmath>
 #include <random>
+#include <set>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -98,6 +102,49 @@ TEST(DecodeKernelsTest, SampleRowsIsGreedyOutsideAStepAndMarksPadding) {
   ASSERT_OK_AND_ASSIGN(rec, SampleRows(logits, 4, &layout));
   EXPECT_EQ(rec.data<float>()[0], 3.0f);
   EXPECT_EQ(rec.data<float>()[42], -1.0f);  // padding row
+}
+
+// Sampling at T = 1 with logprobs over a row whose padding ids [6, 9) hold
+// the largest logits: across 300 positions no padded id is sampled or listed;
+// the token's logprob and the top pairs equal a long double log_softmax over
+// the 6 real ids (logit desc), and the pairs past the 6 valid ids are id -1.
+TEST(DecodeKernelsTest, SampleRowsListsTopLogprobsAndNeverAPaddedId) {
+  constexpr int64_t kVocab = 6, kPadded = 9;
+  const std::vector<float> row = {0.5f, 2.0f, -1.0f, 1.25f, 0.0f, 1.5f, 50.0f, 40.0f, 60.0f};
+  Tensor logits = Tensor::Zeros(DType::kFloat32, {1, 1, kPadded});
+  std::copy(row.begin(), row.end(), logits.data<float>());
+  long double z = 0;
+  for (int64_t i = 0; i < kVocab; ++i) z += std::exp(static_cast<long double>(row[i]));
+  const auto logprob = [&](int64_t id) {
+    return static_cast<double>(static_cast<long double>(row[id]) - std::log(z));
+  };
+  const std::vector<int64_t> by_logit = {1, 5, 3, 0, 4, 2};
+  std::set<int64_t> sampled;
+  for (int64_t past = 0; past < 300; ++past) {
+    DecodeStepIr step;
+    step.spans.push_back({7, past, 1, true, {}});
+    step.spans.back().sampling.seed = 11;
+    step.spans.back().sampling.num_logprobs = 8;
+    ASSERT_OK_AND_ASSIGN(DecodeLayout layout, DecodeLayout::Create(step, 1, 1));
+    ASSERT_OK_AND_ASSIGN(Tensor rec, SampleRows(logits, kVocab, &layout));
+    const float* r = rec.data<float>();
+    ASSERT_GE(r[0], 0.0f);
+    ASSERT_LT(r[0], static_cast<float>(kVocab)) << "position " << past;
+    sampled.insert(static_cast<int64_t>(r[0]));
+    EXPECT_NEAR(r[1], logprob(static_cast<int64_t>(r[0])), 1e-6);
+    for (int64_t i = 0; i < kMaxLogprobs; ++i) {
+      if (i < kVocab) {
+        EXPECT_EQ(r[2 + 2 * i], static_cast<float>(by_logit[i])) << "pair " << i;
+        EXPECT_NEAR(r[3 + 2 * i], logprob(by_logit[i]), 1e-6) << "pair " << i;
+      } else {
+        EXPECT_EQ(r[2 + 2 * i], -1.0f) << "pair " << i;
+        EXPECT_EQ(r[3 + 2 * i], 0.0f) << "pair " << i;
+      }
+    }
+  }
+  // softmax gives id 2 (the least likely) ~2.6%: over 300 draws every real
+  // id shows up (a sampler stuck on the argmax would not).
+  EXPECT_EQ(sampled.size(), static_cast<size_t>(kVocab));
 }
 
 }  // namespace
