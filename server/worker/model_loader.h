@@ -14,8 +14,8 @@
 
 #include "absl/status/statusor.h"
 #include "common/program/program_ir.h"
-#include "server/worker/loaded_model.h"
-#include "server/worker/param_sources.h"
+#include "server/worker/params/loaded_model.h"
+#include "server/worker/params/param_sources.h"
 
 namespace meshserve {
 

@@ -14,10 +14,10 @@
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/program/ir_conv.h"
-#include "server/worker/loaded_model.h"
+#include "server/worker/params/loaded_model.h"
 #include "server/worker/model_loader.h"
-#include "server/worker/param_sources.h"
-#include "server/worker/param_store.h"
+#include "server/worker/params/param_sources.h"
+#include "server/worker/params/param_store.h"
 
 namespace meshserve {
 

@@ -27,8 +27,8 @@
 #include "common/program/compute_step.h"
 #include "common/program/program_ir.h"
 #include "server/worker/kv_store.h"
-#include "server/worker/loaded_model.h"
-#include "server/worker/param_cache.h"
+#include "server/worker/params/loaded_model.h"
+#include "server/worker/params/param_cache.h"
 #include "server/worker/peer_transport.h"
 #include "server/worker/rendezvous.h"
 

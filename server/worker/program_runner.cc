@@ -10,7 +10,7 @@
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "server/worker/kv_store.h"
-#include "server/worker/loaded_model.h"
+#include "server/worker/params/loaded_model.h"
 #include "server/worker/program_run.h"
 
 namespace meshserve {

@@ -1,6 +1,6 @@
 // The push staging of one worker: the new values of params being pushed
 // (StageParams, CommitParams' fills) before CommitParams makes them a resident
-// version (WorkerEngine, worker_engine.h).
+// version (ModelStore, server/worker/model_store.h).
 //
 // A staging is keyed by (model, generation, version). Its geometry (held cells
 // and dtypes) is the newest resident version of (model, generation) when it
@@ -21,8 +21,8 @@
 // buffers (moved, not copied) and everything else shared.
 //
 // Thread-safety: thread-safe (one mutex; chunk copies run under it).
-#ifndef MESHSERVE_SERVER_WORKER_PARAM_STORE_H_
-#define MESHSERVE_SERVER_WORKER_PARAM_STORE_H_
+#ifndef MESHSERVE_SERVER_WORKER_PARAMS_PARAM_STORE_H_
+#define MESHSERVE_SERVER_WORKER_PARAMS_PARAM_STORE_H_
 
 #include <cstdint>
 #include <map>
@@ -41,8 +41,8 @@
 #include "common/program/program_ir.h"
 #include "common/sharding/box.h"
 #include "common/tensor/tensor.h"
+#include "server/worker/params/loaded_model.h"
 #include "server/worker/peer_transport.h"
-#include "server/worker/loaded_model.h"
 
 namespace meshserve {
 
@@ -118,4 +118,4 @@ class ParamStore {
 
 }  // namespace meshserve
 
-#endif  // MESHSERVE_SERVER_WORKER_PARAM_STORE_H_
+#endif  // MESHSERVE_SERVER_WORKER_PARAMS_PARAM_STORE_H_

@@ -1,7 +1,7 @@
 // The worker's param cache (param_cache.h): the marks a program may carry, and
 // runs of two engines over an InMemoryTransport in every ParamCacheMode,
 // checked against a naive matmul of the param's values.
-#include "server/worker/param_cache.h"
+#include "server/worker/params/param_cache.h"
 
 #include <cstring>
 #include <memory>

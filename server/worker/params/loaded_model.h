@@ -10,8 +10,8 @@
 // of params they did not change.
 //
 // Thread-safety: immutable once built (kept_params is thread-safe).
-#ifndef MESHSERVE_SERVER_WORKER_LOADED_MODEL_H_
-#define MESHSERVE_SERVER_WORKER_LOADED_MODEL_H_
+#ifndef MESHSERVE_SERVER_WORKER_PARAMS_LOADED_MODEL_H_
+#define MESHSERVE_SERVER_WORKER_PARAMS_LOADED_MODEL_H_
 
 #include <cstdint>
 #include <memory>
@@ -22,7 +22,7 @@
 #include "common/sharding/box.h"
 #include "common/sharding/mesh.h"
 #include "common/tensor/tensor.h"
-#include "server/worker/param_cache.h"
+#include "server/worker/params/param_cache.h"
 
 namespace meshserve {
 
@@ -66,4 +66,4 @@ int64_t DistinctHeldBytes(const LoadedModel& model);
 
 }  // namespace meshserve
 
-#endif  // MESHSERVE_SERVER_WORKER_LOADED_MODEL_H_
+#endif  // MESHSERVE_SERVER_WORKER_PARAMS_LOADED_MODEL_H_

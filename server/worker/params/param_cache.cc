@@ -1,4 +1,4 @@
-#include "server/worker/param_cache.h"
+#include "server/worker/params/param_cache.h"
 
 #include <cstddef>
 #include <utility>

@@ -1,4 +1,4 @@
-#include "server/worker/param_store.h"
+#include "server/worker/params/param_store.h"
 
 #include <algorithm>
 #include <cstring>

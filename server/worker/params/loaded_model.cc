@@ -1,4 +1,4 @@
-#include "server/worker/loaded_model.h"
+#include "server/worker/params/loaded_model.h"
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"

@@ -13,8 +13,8 @@
 //
 // Thread-safety: AnalyzeParamOnlySteps is a pure function; KeptParamBuffers
 // is thread-safe.
-#ifndef MESHSERVE_SERVER_WORKER_PARAM_CACHE_H_
-#define MESHSERVE_SERVER_WORKER_PARAM_CACHE_H_
+#ifndef MESHSERVE_SERVER_WORKER_PARAMS_PARAM_CACHE_H_
+#define MESHSERVE_SERVER_WORKER_PARAMS_PARAM_CACHE_H_
 
 #include <cstdint>
 #include <memory>
@@ -89,4 +89,4 @@ class KeptParamBuffers {
 
 }  // namespace meshserve
 
-#endif  // MESHSERVE_SERVER_WORKER_PARAM_CACHE_H_
+#endif  // MESHSERVE_SERVER_WORKER_PARAMS_PARAM_CACHE_H_

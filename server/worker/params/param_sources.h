@@ -6,8 +6,8 @@
 //
 // Thread-safety: free functions; FillFromSources and RunPerPeer run their
 // peers' jobs on threads of their own and return when all have ended.
-#ifndef MESHSERVE_SERVER_WORKER_PARAM_SOURCES_H_
-#define MESHSERVE_SERVER_WORKER_PARAM_SOURCES_H_
+#ifndef MESHSERVE_SERVER_WORKER_PARAMS_PARAM_SOURCES_H_
+#define MESHSERVE_SERVER_WORKER_PARAMS_PARAM_SOURCES_H_
 
 #include <cstdint>
 #include <functional>
@@ -23,7 +23,7 @@
 #include "common/program/program_ir.h"
 #include "common/sharding/box.h"
 #include "common/tensor/tensor.h"
-#include "server/worker/loaded_model.h"
+#include "server/worker/params/loaded_model.h"
 #include "server/worker/peer_transport.h"
 
 namespace meshserve {
@@ -86,4 +86,4 @@ absl::StatusOr<ParamBytes> CellBytes(const std::shared_ptr<const BoxTensor>& cel
 
 }  // namespace meshserve
 
-#endif  // MESHSERVE_SERVER_WORKER_PARAM_SOURCES_H_
+#endif  // MESHSERVE_SERVER_WORKER_PARAMS_PARAM_SOURCES_H_

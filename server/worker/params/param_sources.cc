@@ -1,6 +1,8 @@
 // Where held cells' values come from besides the checkpoint: pieces of this
 // worker's own resident versions (copied or shared) and of peers (ReadParam),
 // for LoadModelRequest.sources; also the fetch used by CommitParams' fills.
+#include "server/worker/params/param_sources.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -18,7 +20,6 @@
 #include "common/base/status_util.h"
 #include "common/program/ir_conv.h"
 #include "common/tensor/copy_box.h"
-#include "server/worker/param_sources.h"
 
 namespace meshserve {
 
