@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/tokenizer/sentencepiece_tokenizer.h"
 #include "common/tokenizer/tokenizer_files.h"
 
 namespace meshserve {
@@ -121,6 +122,19 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadGpt2Files(const std::string& dir,
   return std::unique_ptr<Tokenizer>(std::move(bpe));
 }
 
+// tokenizer.model (SentencePiece): <s> / </s> are bos / eos, and BOS is added
+// (Hugging Face's LlamaTokenizer: add_bos_token defaults to true) unless the
+// config files say otherwise.
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePieceFolder(const std::string& dir,
+                                                                   SpecialTokenConfig* special) {
+  MS_ASSIGN_OR_RETURN(std::unique_ptr<SentencePieceTokenizer> sp,
+                      SentencePieceTokenizer::Load(dir + "/tokenizer.model"));
+  special->bos_id = sp->model_bos_id();
+  special->eos_id = sp->model_eos_id();
+  special->add_bos = special->bos_id.has_value();
+  return std::unique_ptr<Tokenizer>(std::move(sp));
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(absl::string_view text) const {
@@ -146,20 +160,21 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& dir)
   if (FileExists(dir + "/tokenizer.json")) {
     auto loaded = LoadTokenizerJson(dir + "/tokenizer.json");
     if (!loaded.ok() && has_sentencepiece) {
-      return Unimplemented("SentencePiece tokenizers are not supported yet (", dir,
-                           "/tokenizer.model; tokenizer.json: ", loaded.status().message(), ")");
+      // Llama 2 ships both; its tokenizer.json is not byte-level BPE.
+      MS_ASSIGN_OR_RETURN(tok, LoadSentencePieceFolder(dir, &special),
+                          "tokenizer.json did not load (", loaded.status().message(), ")");
+    } else {
+      MS_RETURN_IF_ERROR(loaded.status());
+      if (loaded->template_bos.has_value()) {
+        special.bos_id = loaded->bpe->TokenToId(*loaded->template_bos);
+        special.add_bos = special.bos_id.has_value();
+      }
+      tok = std::move(loaded->bpe);
     }
-    MS_RETURN_IF_ERROR(loaded.status());
-    if (loaded->template_bos.has_value()) {
-      special.bos_id = loaded->bpe->TokenToId(*loaded->template_bos);
-      special.add_bos = special.bos_id.has_value();
-    }
-    tok = std::move(loaded->bpe);
   } else if (FileExists(dir + "/vocab.json")) {
     MS_ASSIGN_OR_RETURN(tok, LoadGpt2Files(dir, config));
   } else if (has_sentencepiece) {
-    return Unimplemented("SentencePiece tokenizers are not supported yet (", dir,
-                         "/tokenizer.model)");
+    MS_ASSIGN_OR_RETURN(tok, LoadSentencePieceFolder(dir, &special));
   } else {
     return NotFound("no tokenizer in ", dir,
                     ": expected tokenizer.json, vocab.json + merges.txt or tokenizer.model");

@@ -10,12 +10,17 @@
 // BOS: Encode() puts bos_id() first when add_bos() is true. add_bos comes from
 // tokenizer_config.json's "add_bos_token" when present, otherwise from a
 // tokenizer.json TemplateProcessing post-processor that starts with a special
-// token (Llama 3); GPT-2 adds none.
+// token (Llama 3), otherwise true for SentencePiece (HF's LlamaTokenizer
+// default); GPT-2 adds none.
 //
 // LoadTokenizer(dir) looks, in this order, for
 //   tokenizer.json                 HF "fast" tokenizer: BPE model + ByteLevel
 //   vocab.json + merges.txt        GPT-2 files (byte-level BPE)
-//   tokenizer.model                SentencePiece: Unimplemented for now
+//   tokenizer.model                SentencePiece (libsentencepiece; also when
+//                                  tokenizer.json does not load beside it, as
+//                                  Llama 2 ships both): <s>/</s> are bos/eos,
+//                                  BOS added unless add_bos_token is false;
+//                                  Unimplemented when built without the library
 // plus the optional special_tokens_map.json (bos_token, eos_token) and
 // tokenizer_config.json (add_bos_token, bos_token, eos_token; it wins). A
 // special <|endoftext|> is bos and eos unless those files name others (GPT-2).

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/tokenizer/byte_level_bpe.h"
 #include "common/tokenizer/pretokenizer.h"
+#include "common/tokenizer/sentencepiece_model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -184,8 +185,13 @@ TEST(LoadTokenizerTest, MissingAndUnsupportedFolders) {
   const std::string dir = NewDir("empty");
   EXPECT_THAT(LoadTokenizer(dir), StatusIs(absl::StatusCode::kNotFound, "no tokenizer in"));
   Write(dir, "tokenizer.model", "\x0a\x03piece");
-  EXPECT_THAT(LoadTokenizer(dir), StatusIs(absl::StatusCode::kUnimplemented,
-                                           "SentencePiece tokenizers are not supported yet"));
+  if (SentencePieceModel::Available()) {
+    EXPECT_THAT(LoadTokenizer(dir), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             "/tokenizer.model is not a SentencePiece model"));
+  } else {
+    EXPECT_THAT(LoadTokenizer(dir), StatusIs(absl::StatusCode::kUnimplemented,
+                                             "built without libsentencepiece"));
+  }
   const std::string half = NewDir("half");
   Write(half, "vocab.json", Vocab().dump());
   EXPECT_THAT(LoadTokenizer(half), StatusIs(absl::StatusCode::kNotFound, "no merges.txt"));
