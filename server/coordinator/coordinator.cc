@@ -1,6 +1,6 @@
 // Coordinator: creation, model repository, membership, the control loop, the
 // status views, and the wiring of its parts: placement (placement_manager.h),
-// parameter versions (param_versions.h), requests (coordinator_infer.cc).
+// parameter versions (param_versions.h), requests (infer_pipeline.h).
 #include "server/coordinator/coordinator.h"
 
 #include <algorithm>
@@ -67,12 +67,14 @@ Coordinator::Coordinator(CoordinatorOptions options, WorkerClientFactory factory
       program_cache_(
           compiler_.get(),
           [this](int64_t worker_id, const std::string& address) {
-            return Client(worker_id, address);
+            return connections_.Get(worker_id, address);
           },
           &registry_, options_.install_timeout),
       param_cache_(options_.param_cache_bytes, &metrics_.param_cache_requests),
       placements_(options_, &registry_, &connections_, &program_cache_, &param_cache_, &metrics_),
-      params_(options_, &placements_, &registry_, &connections_, [this] { WakeControl(); }) {}
+      params_(options_, &placements_, &registry_, &connections_, [this] { WakeControl(); }),
+      infer_(options_, &placements_, &registry_, &connections_, &program_cache_, &param_cache_,
+             &metrics_) {}
 
 Coordinator::~Coordinator() {
   stop_.Notify();
@@ -107,8 +109,8 @@ void Coordinator::LoadModelDir() {
       error = AnnotateStatus(loaded.status(), file);
     }
     if (file_of.count(name)) {
-      error = InvalidArgument("model name '", name, "' in ", file, " is also used by ",
-                              file_of[name]);
+      error =
+          InvalidArgument("model name '", name, "' in ", file, " is also used by ", file_of[name]);
       name = path.filename().string();
     }
     if (error.ok()) {
@@ -116,21 +118,14 @@ void Coordinator::LoadModelDir() {
     } else {
       MS_LOG(WARNING) << "model file " << file << " not servable: " << error;
     }
-    if (error.ok() && model->batching) {
-      absl::MutexLock lock(&mu_);
-      batchers_[name] = std::make_unique<Batcher>(
-          *model->batching, [this](const InferRequest& r) -> absl::StatusOr<InferResponse> {
-            MS_ASSIGN_OR_RETURN(std::shared_ptr<const ModelFile> model, ServableModel(r.model));
-            return InferOne(r, std::move(model), /*may_batch=*/false, /*recorder=*/nullptr);
-          });
-    }
+    if (error.ok() && model->batching) infer_.AddBatcher(name, *model->batching);
     file_of[name] = file;
     placements_.AddModel(name, file, std::move(model), std::move(error));
   }
 }
 
-absl::StatusOr<int64_t> Coordinator::RegisterWorker(const std::string& address,
-                                                    int32_t cores, int64_t memory_bytes,
+absl::StatusOr<int64_t> Coordinator::RegisterWorker(const std::string& address, int32_t cores,
+                                                    int64_t memory_bytes,
                                                     int64_t previous_worker_id) {
   MS_ASSIGN_OR_RETURN(int64_t id, registry_.Register(address, cores, memory_bytes,
                                                      previous_worker_id, absl::Now()));
@@ -159,8 +154,14 @@ void Coordinator::Tick() { placements_.Tick(); }
 
 bool Coordinator::IsReady() const { return placements_.IsReady(); }
 
-std::vector<ModelStatus> Coordinator::ModelStatuses() const {
-  return placements_.ModelStatuses();
+std::vector<ModelStatus> Coordinator::ModelStatuses() const { return placements_.ModelStatuses(); }
+
+absl::StatusOr<InferResponse> Coordinator::Infer(const InferRequest& request) {
+  return infer_.Infer(request);
+}
+
+void Coordinator::InferAsync(InferRequest request, InferDone done) {
+  infer_.InferAsync(std::move(request), std::move(done));
 }
 
 absl::StatusOr<std::unique_ptr<ParamPush>> Coordinator::BeginPush(const std::string& model) {
@@ -196,7 +197,7 @@ std::vector<WorkerView> Coordinator::Workers() {
   }
   std::vector<absl::StatusOr<WorkerStatusIr>> statuses =
       ParallelCall(live, [&](int64_t id) -> absl::StatusOr<WorkerStatusIr> {
-        auto client = Client(id, by_id.at(id)->info.address);
+        auto client = connections_.Get(id, by_id.at(id)->info.address);
         return client.ok() ? (*client)->Status(options_.control_timeout) : client.status();
       });
   for (size_t i = 0; i < live.size(); ++i) by_id.at(live[i])->status = std::move(statuses[i]);
@@ -205,8 +206,9 @@ std::vector<WorkerView> Coordinator::Workers() {
     for (WorkerView& v : views) {
       auto it = m.placement->devices_by_worker.find(v.info.worker_id);
       if (it == m.placement->devices_by_worker.end()) continue;
-      WorkerView::Hosted h{m.name, m.placement->generation, it->second, {},
-                           m.placement->version, m.placement->ReplicaDevices(v.info.worker_id)};
+      WorkerView::Hosted h{
+          m.name, m.placement->generation, it->second,
+          {},     m.placement->version,    m.placement->ReplicaDevices(v.info.worker_id)};
       for (int64_t d : it->second) h.coords.push_back(DeviceCoordsString(m.placement->mesh, d));
       v.placements.push_back(std::move(h));
     }
@@ -216,8 +218,8 @@ std::vector<WorkerView> Coordinator::Workers() {
 
 absl::StatusOr<DescribeResult> Coordinator::Describe(const std::string& model,
                                                      const InputShapes& input_shapes) {
-  MS_ASSIGN_OR_RETURN(std::shared_ptr<const ModelFile> file, ServableModel(model));
-  std::shared_ptr<const Placement> placement = CurrentPlacement(model);
+  MS_ASSIGN_OR_RETURN(std::shared_ptr<const ModelFile> file, placements_.ServableModel(model));
+  std::shared_ptr<const Placement> placement = placements_.CurrentPlacement(model);
   if (placement == nullptr) {
     // Describe on the model's own mesh (a -1 axis as 1) until it is placed.
     std::vector<PlacementWorker> nominal = {{0, "unplaced"}};
