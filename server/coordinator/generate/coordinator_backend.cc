@@ -104,7 +104,15 @@ class CoordinatorStepExecutor : public StepExecutor {
       input.data.assign(reinterpret_cast<const char*>(ids.data()), ids.size() * 8);
     }
     request.inputs.push_back(std::move(input));
-    MS_ASSIGN_OR_RETURN(InferResponse response, coordinator_->Infer(request));
+    absl::StatusOr<InferResponse> answered = coordinator_->Infer(request);
+    if (!answered.ok()) {
+      // The releases may not have reached every worker: they go again with
+      // the next batch (freeing an unknown sequence is a no-op).
+      pending_release_.insert(pending_release_.end(), decode->release.begin(),
+                              decode->release.end());
+      return answered.status();
+    }
+    InferResponse& response = *answered;
     if (response.outputs.size() != 1 ||
         response.outputs[0].data.size() !=
             static_cast<size_t>(rows * kSampleRecordWidth * sizeof(float))) {

@@ -1,13 +1,14 @@
 // GenerationLoop (generation_loop.h).
 #include "server/coordinator/generate/generation_loop.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace meshserve {
 
 GenerationLoop::GenerationLoop(std::unique_ptr<GenerationScheduler> scheduler,
-                               StepExecutor* executor)
-    : scheduler_(std::move(scheduler)), executor_(executor) {
+                               StepExecutor* executor, GenerationLoopOptions options)
+    : scheduler_(std::move(scheduler)), executor_(executor), options_(options) {
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -40,8 +41,15 @@ void GenerationLoop::Wake() {
   woken_ = true;
 }
 
+void GenerationLoop::Backoff(absl::Duration wait) {
+  absl::MutexLock lock(&mu_);
+  mu_.AwaitWithTimeout(absl::Condition(&stopping_), wait);
+}
+
 void GenerationLoop::Run() {
+  absl::Duration backoff = absl::ZeroDuration();  // before the next step
   while (true) {
+    if (backoff > absl::ZeroDuration()) Backoff(backoff);
     {
       absl::MutexLock lock(&mu_);
       // Sleeps until woken while nothing runs; a step never waits here.
@@ -55,8 +63,12 @@ void GenerationLoop::Run() {
     absl::StatusOr<std::vector<SampledToken>> tokens = executor_->RunStep(plan);
     if (tokens.ok()) {
       scheduler_->CompleteStep(plan, *tokens);
+      backoff = absl::ZeroDuration();
     } else {
       scheduler_->FailStep(plan, tokens.status());
+      backoff = backoff == absl::ZeroDuration()
+                    ? options_.retry_backoff
+                    : std::min(2 * backoff, options_.max_retry_backoff);
     }
   }
 }

@@ -9,7 +9,11 @@
 //
 // A failed step (a worker lost, a program error) is FailStep: the caches are
 // rebuilt by recomputing them from the tokens the scheduler keeps, on the
-// placement the executor uses next, and the streams go on.
+// placement the executor uses next, and the streams go on. The loop waits
+// before the step after a failed one, retry_backoff doubling with each failure
+// in a row up to max_retry_backoff, so that the coordinator has the time to
+// notice a dead worker and place the model anew (the scheduler bounds how long
+// a sequence waits for that: SchedulerOptions::recovery_timeout).
 //
 // Thread-safety: Add, Cancel and Stats are thread-safe. The destructor stops
 // the thread after its current step and ends every sequence left with
@@ -24,6 +28,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "server/coordinator/generate/scheduler.h"
 
 namespace meshserve {
@@ -38,10 +43,16 @@ class StepExecutor {
   virtual absl::StatusOr<std::vector<SampledToken>> RunStep(const StepPlan& plan) = 0;
 };
 
+struct GenerationLoopOptions {
+  absl::Duration retry_backoff = absl::Milliseconds(20);  // after the first failed step
+  absl::Duration max_retry_backoff = absl::Seconds(1);
+};
+
 class GenerationLoop {
  public:
   // `executor` must outlive the loop.
-  GenerationLoop(std::unique_ptr<GenerationScheduler> scheduler, StepExecutor* executor);
+  GenerationLoop(std::unique_ptr<GenerationScheduler> scheduler, StepExecutor* executor,
+                 GenerationLoopOptions options = {});
   ~GenerationLoop();
   GenerationLoop(const GenerationLoop&) = delete;
   GenerationLoop& operator=(const GenerationLoop&) = delete;
@@ -56,9 +67,12 @@ class GenerationLoop {
  private:
   void Run() ABSL_LOCKS_EXCLUDED(mu_);
   void Wake() ABSL_LOCKS_EXCLUDED(mu_);
+  // Sleeps `wait` or until the loop stops.
+  void Backoff(absl::Duration wait) ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::unique_ptr<GenerationScheduler> scheduler_;
   StepExecutor* const executor_;
+  const GenerationLoopOptions options_;
   absl::Mutex mu_;
   bool woken_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

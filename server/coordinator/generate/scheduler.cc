@@ -9,6 +9,11 @@
 
 namespace meshserve {
 
+bool IsRecoverableStepFailure(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsAborted(status) ||
+         absl::IsDeadlineExceeded(status);
+}
+
 const char* FinishReasonName(FinishReason reason) {
   switch (reason) {
     case FinishReason::kNone:
@@ -36,6 +41,7 @@ struct GenerationScheduler::Sequence {
   int64_t cached = 0;  // positions with keys and values on the workers
   int64_t blocks = 0;  // blocks held for them
   int64_t failures = 0;  // consecutive failed steps
+  absl::Time failing_since = absl::InfinitePast();  // the first of them
   bool cancelled = false;
 
   int64_t completion() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }
@@ -57,6 +63,10 @@ absl::StatusOr<std::unique_ptr<GenerationScheduler>> GenerationScheduler::Create
         {"max_step_failures", options.max_step_failures}}) {
     absl::Status s = positive(name, value);
     if (!s.ok()) return s;
+  }
+  if (options.recovery_timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("recovery_timeout must be >= 0, got ",
+                                                   absl::FormatDuration(options.recovery_timeout)));
   }
   if (options.max_waiting < 0) {
     return absl::InvalidArgumentError(
@@ -321,13 +331,29 @@ void GenerationScheduler::FailStep(const StepPlan& plan, const absl::Status& sta
     for (const StepBatch& batch : plan.batches) {
       for (const StepSpan& span : batch.spans) in_plan.insert(span.seq);
     }
+    const absl::Time now = absl::Now();
+    const bool recoverable = IsRecoverableStepFailure(status);
     const std::vector<SequenceId> running = running_;
     for (SequenceId id : running) {
       Sequence& seq = *sequences_.at(id);
       DropCacheLocked(seq);
-      if (in_plan.count(id) > 0 && ++seq.failures >= options_.max_step_failures) {
-        FinishLocked(id, FinishReason::kError, status, SequenceEvent{}, out);
+      if (in_plan.count(id) == 0) continue;
+      if (++seq.failures == 1) seq.failing_since = now;
+      const absl::Duration failing = now - seq.failing_since;
+      if (seq.failures < options_.max_step_failures ||
+          (recoverable && failing < options_.recovery_timeout)) {
+        continue;
       }
+      absl::Status error(
+          status.code(),
+          absl::StrCat("generation step failed ", seq.failures, " times in a row over ",
+                       absl::FormatDuration(failing),
+                       recoverable ? " (the cluster did not recover within the recovery timeout "
+                                   : " (max_step_failures ",
+                       recoverable ? absl::FormatDuration(options_.recovery_timeout)
+                                   : absl::StrCat(options_.max_step_failures),
+                       "); the last: ", status.message()));
+      FinishLocked(id, FinishReason::kError, std::move(error), SequenceEvent{}, out);
     }
   }
   Deliver(out);

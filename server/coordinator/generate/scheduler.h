@@ -55,6 +55,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/sampling/sampling_params.h"
 
 namespace meshserve {
@@ -129,8 +130,18 @@ struct SchedulerOptions {
   int64_t max_running = 256;  // > 0: sequences in one step
   int64_t max_waiting = 1024;  // >= 0: the queue's bound
   std::vector<int64_t> eos_token_ids;  // the checkpoint's (ignore_eos skips them)
-  int64_t max_step_failures = 3;  // consecutive failed steps before a sequence errs
+  // A sequence ends with kError when its steps failed max_step_failures times
+  // in a row, and, when the failure is one the cluster recovers from
+  // (IsRecoverableStepFailure: a worker lost, the model being re-placed),
+  // only once they have also failed for recovery_timeout without a success.
+  int64_t max_step_failures = 3;  // > 0
+  absl::Duration recovery_timeout = absl::Seconds(30);  // >= 0
 };
+
+// kUnavailable, kAborted, kDeadlineExceeded: a step that failed because a
+// worker was lost or the model is being placed anew; the cluster recovers
+// from it by itself (the coordinator re-places the model).
+bool IsRecoverableStepFailure(const absl::Status& status);
 
 class GenerationScheduler {
  public:
@@ -155,9 +166,11 @@ class GenerationScheduler {
   void CompleteStep(const StepPlan& plan, const std::vector<SampledToken>& tokens)
       ABSL_LOCKS_EXCLUDED(mu_);
   // A step that did not run (a worker lost, a program error): every running
-  // sequence's cache is dropped and rebuilt from its tokens by the next steps.
-  // A sequence whose steps failed max_step_failures times in a row ends with
-  // kError and `status`.
+  // sequence's cache is dropped and rebuilt from its tokens by the next steps
+  // (on whatever layout the workers have then). A sequence in the plan whose
+  // steps failed too often (SchedulerOptions::max_step_failures,
+  // recovery_timeout) ends with kError: `status`'s code, a message naming the
+  // failures and `status`'s.
   void FailStep(const StepPlan& plan, const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
 
   // True when a sequence runs or waits (a cancelled one counts until the next

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/coordinator/generate/testing/fake_steps.h"
@@ -261,8 +262,67 @@ TEST(GenerationSchedulerTest, RepeatedFailuresEndTheSequenceWithTheError) {
     h.scheduler->FailStep(plan, absl::InternalError("program failed"));
   }
   EXPECT_EQ(h.records[a].finish, FinishReason::kError);
-  EXPECT_THAT(h.records[a].last.status, StatusIs(absl::StatusCode::kInternal));
+  EXPECT_THAT(h.records[a].last.status,
+              StatusIs(absl::StatusCode::kInternal, "max_step_failures 3"));
+  EXPECT_THAT(h.records[a].last.status, StatusIs(absl::StatusCode::kInternal, "program failed"));
   EXPECT_FALSE(h.scheduler->HasWork() && h.scheduler->GetStats().running > 0);
+}
+
+// A lost worker fails steps until the coordinator has placed the model anew:
+// more failures in a row than max_step_failures, within recovery_timeout, end
+// no sequence, and the caches are rebuilt on the next layout.
+TEST(GenerationSchedulerTest, RecoverableFailuresWaitForTheNewLayoutWithinTheTimeout) {
+  SchedulerOptions options = Options();
+  options.recovery_timeout = absl::Hours(1);
+  Harness h(options);
+  SequenceId a = h.Add({3, 1, 4, 1, 5}, 10);
+  SequenceId b = h.Add({2, 7}, 10);
+  for (int i = 0; i < 3; ++i) h.Step();
+  h.workers.kv.clear();
+  for (int i = 0; i < 10; ++i) {
+    StepPlan plan = h.scheduler->NextStep();
+    ASSERT_FALSE(plan.batches.empty());
+    h.scheduler->FailStep(plan, i % 2 == 0 ? absl::UnavailableError("worker 2 lost")
+                                           : absl::AbortedError("placement moved"));
+  }
+  EXPECT_EQ(h.records[a].finish, FinishReason::kNone);
+  EXPECT_EQ(h.records[b].finish, FinishReason::kNone);
+  h.Drain();
+  EXPECT_THAT(h.workers.errors, ::testing::IsEmpty());
+  EXPECT_EQ(h.records[a].finish, FinishReason::kLength);
+  EXPECT_THAT(h.records[a].tokens, ElementsAreArray(Reference({3, 1, 4, 1, 5}, 10, {})));
+  EXPECT_THAT(h.records[b].tokens, ElementsAreArray(Reference({2, 7}, 10, {})));
+  EXPECT_EQ(h.scheduler->GetStats().blocks_used, 0);
+}
+
+// A cluster that does not recover: after max_step_failures and
+// recovery_timeout the sequence ends with the failure's code and a message
+// that says so.
+TEST(GenerationSchedulerTest, AClusterThatDoesNotRecoverEndsTheSequenceWithAClearError) {
+  SchedulerOptions options = Options();
+  options.recovery_timeout = absl::Milliseconds(30);
+  Harness h(options);
+  SequenceId a = h.Add({1, 2}, 5);
+  for (int i = 0; i < 3; ++i) {
+    h.scheduler->FailStep(h.scheduler->NextStep(), absl::UnavailableError("worker 2 lost"));
+  }
+  EXPECT_EQ(h.records[a].finish, FinishReason::kNone);  // 3 failures, but within 30 ms
+  absl::SleepFor(absl::Milliseconds(40));
+  h.scheduler->FailStep(h.scheduler->NextStep(), absl::UnavailableError("worker 2 lost"));
+  EXPECT_EQ(h.records[a].finish, FinishReason::kError);
+  const absl::Status& error = h.records[a].last.status;
+  EXPECT_THAT(error, StatusIs(absl::StatusCode::kUnavailable, "failed 4 times in a row"));
+  EXPECT_THAT(error, StatusIs(absl::StatusCode::kUnavailable, "did not recover"));
+  EXPECT_THAT(error, StatusIs(absl::StatusCode::kUnavailable, "worker 2 lost"));
+  EXPECT_FALSE(h.scheduler->HasWork() && h.scheduler->GetStats().running > 0);
+  EXPECT_EQ(h.scheduler->GetStats().blocks_used, 0);
+}
+
+TEST(GenerationSchedulerTest, RefusesANegativeRecoveryTimeout) {
+  SchedulerOptions options = Options();
+  options.recovery_timeout = absl::Seconds(-1);
+  EXPECT_THAT(GenerationScheduler::Create(options).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "recovery_timeout"));
 }
 
 TEST(GenerationSchedulerTest, AStepMissingATokenFailsInsteadOfCorrupting) {
@@ -330,40 +390,90 @@ TEST(GenerationSchedulerTest, ConcurrentAddsAndCancelsEachFinishOnce) {
   EXPECT_EQ(scheduler->GetStats().blocks_used, 0);
 }
 
+// Streams from several threads through the loop while `executor` fails;
+// returns each stream's tokens and finish (its last event's status in `errors`).
+struct LoopRun {
+  std::vector<std::vector<int64_t>> got;
+  std::vector<FinishReason> finish;
+  std::vector<absl::Status> errors;
+};
+LoopRun StreamThroughLoop(FakeExecutor& executor, SchedulerOptions options, int streams) {
+  LoopRun run;
+  run.got.resize(streams);
+  run.finish.resize(streams);
+  run.errors.resize(streams);
+  GenerationLoopOptions loop_options;
+  loop_options.retry_backoff = absl::Milliseconds(1);
+  loop_options.max_retry_backoff = absl::Milliseconds(8);
+  GenerationLoop loop(GenerationScheduler::Create(options).value(), &executor, loop_options);
+  std::vector<std::thread> clients;
+  for (int c = 0; c < streams; ++c) {
+    clients.emplace_back([&, c] {
+      absl::Notification done;
+      SequenceRequest r;
+      r.prompt_ids = std::vector<int64_t>(2 + c * 3, c);
+      r.stop.max_tokens = 12;
+      ASSERT_OK(loop.Add(r, 1, [&](const SequenceEvent& e) {
+        run.got[c].insert(run.got[c].end(), e.token_ids.begin(), e.token_ids.end());
+        if (e.finish != FinishReason::kNone) {
+          run.finish[c] = e.finish;
+          run.errors[c] = e.status;
+          done.Notify();
+        }
+      }).status());
+      done.WaitForNotification();
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  EXPECT_EQ(loop.Stats().blocks_used, 0);
+  return run;
+}
+
 // Eight streams from eight threads through the loop's thread; one step fails
 // on the way (a lost worker) and every stream still gets its exact tokens.
+// Every stream of StreamThroughLoop ended "length" with its reference tokens,
+// and the fake workers saw every span at its sequence's cached length.
+void ExpectExactStreams(const FakeExecutor& executor, const LoopRun& run) {
+  EXPECT_THAT(executor.workers.errors, ::testing::IsEmpty());
+  for (size_t c = 0; c < run.got.size(); ++c) {
+    const std::vector<int64_t> prompt(2 + c * 3, static_cast<int64_t>(c));
+    EXPECT_EQ(run.finish[c], FinishReason::kLength);
+    EXPECT_THAT(run.got[c], ElementsAreArray(Reference(prompt, 12, {})));
+  }
+}
+
 TEST(GenerationLoopTest, StreamsFromManyThreadsAndSurvivesALostWorker) {
   FakeExecutor executor;
   executor.fail_at_step = 6;
-  std::vector<std::vector<int64_t>> got(8);
-  std::vector<FinishReason> finish(8);
-  {
-    GenerationLoop loop(GenerationScheduler::Create(Options(60)).value(), &executor);
-    std::vector<std::thread> clients;
-    for (int c = 0; c < 8; ++c) {
-      clients.emplace_back([&, c] {
-        absl::Notification done;
-        SequenceRequest r;
-        r.prompt_ids = std::vector<int64_t>(2 + c * 3, c);
-        r.stop.max_tokens = 12;
-        ASSERT_OK(loop.Add(r, 1, [&](const SequenceEvent& e) {
-          got[c].insert(got[c].end(), e.token_ids.begin(), e.token_ids.end());
-          if (e.finish != FinishReason::kNone) {
-            finish[c] = e.finish;
-            done.Notify();
-          }
-        }).status());
-        done.WaitForNotification();
-      });
-    }
-    for (std::thread& t : clients) t.join();
-    EXPECT_EQ(loop.Stats().blocks_used, 0);
-  }
+  LoopRun run = StreamThroughLoop(executor, Options(60), 8);
   EXPECT_GE(executor.steps, 6);
-  EXPECT_THAT(executor.workers.errors, ::testing::IsEmpty());
-  for (int c = 0; c < 8; ++c) {
-    EXPECT_EQ(finish[c], FinishReason::kLength);
-    EXPECT_THAT(got[c], ElementsAreArray(Reference(std::vector<int64_t>(2 + c * 3, c), 12, {})));
+  ExpectExactStreams(executor, run);
+}
+
+// A worker lost for 20 steps in a row (the model being re-placed): the loop
+// backs off and retries, and every stream still gets its exact tokens.
+TEST(GenerationLoopTest, ManyFailedStepsInARowEndNoStream) {
+  FakeExecutor executor;
+  executor.fail_at_step = 4;
+  executor.fail_steps = 20;
+  SchedulerOptions options = Options(60);
+  options.recovery_timeout = absl::Hours(1);
+  LoopRun run = StreamThroughLoop(executor, options, 8);
+  EXPECT_EQ(executor.failed, 20);
+  ExpectExactStreams(executor, run);
+}
+
+// Workers that never come back: every stream ends with the error (no hang).
+TEST(GenerationLoopTest, AClusterThatNeverRecoversEndsEveryStreamWithTheError) {
+  FakeExecutor executor;
+  executor.fail_at_step = 3;
+  executor.fail_steps = -1;
+  SchedulerOptions options = Options(60);
+  options.recovery_timeout = absl::Milliseconds(50);
+  LoopRun run = StreamThroughLoop(executor, options, 4);
+  for (int c = 0; c < 4; ++c) {
+    EXPECT_EQ(run.finish[c], FinishReason::kError);
+    EXPECT_THAT(run.errors[c], StatusIs(absl::StatusCode::kUnavailable, "did not recover"));
   }
 }
 

@@ -70,20 +70,27 @@ struct FakeWorkers {
   }
 };
 
-// Fails step number fail_at_step (losing every cache, as a dead worker does).
+// Fails steps fail_at_step .. fail_at_step + fail_steps - 1 (fail_steps < 0:
+// every step from fail_at_step on) with `failure`, losing every cache at the
+// first, as a dead worker does (the later ones: the model not re-placed yet).
 class FakeExecutor : public StepExecutor {
  public:
   absl::StatusOr<std::vector<SampledToken>> RunStep(const StepPlan& plan) override {
     ++steps;
-    if (fail_at_step == steps) {
+    if (fail_at_step > 0 && steps >= fail_at_step &&
+        (fail_steps < 0 || steps < fail_at_step + fail_steps)) {
       workers.kv.clear();  // a worker died with every cache
-      return absl::UnavailableError("worker 1 lost");
+      ++failed;
+      return failure;
     }
     return workers.Run(plan);
   }
   FakeWorkers workers;
   int64_t steps = 0;
+  int64_t failed = 0;
   int64_t fail_at_step = -1;
+  int64_t fail_steps = 1;
+  absl::Status failure = absl::UnavailableError("worker 1 lost");
 };
 
 }  // namespace testing

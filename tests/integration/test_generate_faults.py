@@ -1,0 +1,294 @@
+#!/usr/bin/python3
+"""e2e_generate_faults: generation survives a worker lost and the worker
+count changing mid-stream (issue 32, item 6). The coordinator keeps every
+sequence's tokens; when its layout changes it rebuilds the caches on the new
+one by recomputing them (re-prefill) and the streams go on.
+
+A GPT-2 (8 heads, 6 layers, d 512, vocabulary 256, context 128; random weights in Hugging
+Face's layout, the writer and NumPy forward of test_lm_import.py) imported
+and served by meshserve-coordinator and meshserve-worker processes started
+one by one (mslib.ProcessCluster, heartbeats every 250 ms, replicas on):
+
+  kill9     4 workers, 8 greedy streams of 96 tokens over gRPC; once every
+            stream has its first tokens, one worker is killed with SIGKILL.
+  scale     2 workers, 8 streams; two workers join mid-stream (the mesh grows
+            to model=4), then one leaves (SIGTERM) mid-stream.
+  cancel    then, on the scale cluster, a client cancels a stream mid-way:
+            the coordinator's KV bytes used go back to 0 (/metrics), running
+            sequences to 0, and the next stream is served right.
+
+For kill9 and scale: every stream ends with finish_reason "length" and all
+its tokens, each token the argmax of NumPy's logits over the prompt and the
+tokens before it (teacher forcing, check_greedy of test_generate.py: a
+near-tie within float rounding counts as equal), every stream was live when
+the layout changed (it had fewer than its tokens), and the coordinator
+placed the model anew (a later generation) while they ran.
+
+Usage: test_generate_faults.py --bin_dir build/bin [--keep]
+"""
+import os
+import re
+import signal
+import sys
+import threading
+import time
+import urllib.request
+
+import numpy as np
+
+import e2e_common as e2e
+import mslib
+import test_generate as tg
+import test_lm_import as lm
+
+HEARTBEAT_MS = 250
+# Big enough that 8 streams take seconds (a step ~30 ms), so that the layout
+# changes while every stream runs.
+CONFIG = dict(lm.GPT2_CONFIG, n_layer=6, n_embd=512, n_head=8, vocab_size=256, n_positions=128)
+STREAMS = 8
+MAX_TOKENS = 96  # prompt (3..17) + 96 <= the context of 128
+
+
+def make_model(env):
+    rng = np.random.default_rng(32)
+    weights = lm.gpt2_weights(rng, CONFIG)
+    hf = os.path.join(env.root, "hf", "gpt2")
+    models = os.path.join(env.root, "models")
+    lm.write_hf_dir(hf, CONFIG, weights)
+    rc, out, err = env.cli.run("import", "--hf_dir", hf, "--out_dir", models, timeout=120)
+    env.c.check(rc == 0, "import gpt2", out + err)
+    weights = {k: v.astype(np.float64) for k, v in weights.items()}
+    return models, lambda ids: lm.gpt2_forward(weights, CONFIG, ids)
+
+
+def teacher_forced(forward, prompt, got):
+    """forward for test_generate.check_greedy over prefixes of prompt + got,
+    from one forward pass of the whole sequence (the model is causal: the
+    logits at a position depend on the tokens up to it only)."""
+    full = forward(np.array([list(prompt) + list(got)], dtype=np.int32))
+    return lambda ids: full[:, :ids.shape[1]]
+
+
+class Streams:
+    """STREAMS greedy Generate calls at once, each read by its own thread."""
+
+    def __init__(self, mc, target, prompts, max_tokens):
+        self.client = mc.MeshserveClient(target)
+        self.prompts = prompts
+        self.max_tokens = max_tokens
+        self.tokens = [[] for _ in prompts]
+        self.finish = [None] * len(prompts)
+        self.error = [None] * len(prompts)
+        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True)
+                        for i in range(len(prompts))]
+        for t in self.threads:
+            t.start()
+
+    def _run(self, i):
+        try:
+            for chunk in self.client.generate("gpt2", prompt_ids=self.prompts[i],
+                                              max_tokens=self.max_tokens, temperature=0,
+                                              timeout_s=120):
+                self.tokens[i].extend(chunk.token_ids)
+                if chunk.finish_reason:
+                    self.finish[i] = chunk.finish_reason
+        except Exception as e:  # noqa: BLE001 (recorded, checked below)
+            self.error[i] = "%s: %s" % (type(e).__name__, e)
+
+    def counts(self):
+        return [len(t) for t in self.tokens]
+
+    def wait_all_started(self, at_least, timeout_s=60):
+        deadline = time.time() + timeout_s
+        while time.time() < deadline and min(self.counts()) < at_least:
+            if all(not t.is_alive() for t in self.threads):
+                break
+            time.sleep(0.002)
+        return self.counts()
+
+    def join(self, timeout_s=120):
+        deadline = time.time() + timeout_s
+        for t in self.threads:
+            t.join(max(0.0, deadline - time.time()))
+        self.client.close()
+        return not any(t.is_alive() for t in self.threads)
+
+
+def prompts_for(seed):
+    rng = np.random.default_rng(seed)
+    return [[int(t) for t in rng.integers(0, CONFIG["vocab_size"], size=3 + 2 * i)]
+            for i in range(STREAMS)]
+
+
+def check_streams(c, what, streams, forward, live_at, cl, before):
+    """The streams' checks; the model must have been placed anew (a
+    generation after `before`) by the time the streams ended."""
+    start = time.time()
+    finished = streams.join()
+    gens = generations(cl)
+    print("    the streams ended %.2f s after the change" % (time.time() - start), flush=True)
+    c.check(finished, "%s: every stream returned (no hang)" % what)
+    c.check(any(g > before for g in gens),
+            "%s: the model was placed anew while the streams ran (generations %s, before %d)"
+            % (what, gens, before), cl.logs_tail())
+    c.check(all(0 < n < streams.max_tokens for n in live_at),
+            "%s: every stream was mid-generation when the layout changed (tokens then: %s)" % (
+                what, live_at))
+    for i, prompt in enumerate(streams.prompts):
+        got = streams.tokens[i]
+        name = "%s: stream %d (%d-token prompt)" % (what, i, len(prompt))
+        if c.check(streams.error[i] is None and streams.finish[i] == "length" and
+                   len(got) == streams.max_tokens,
+                   name + " ends with finish_reason length and %d tokens" % streams.max_tokens,
+                   "    error=%s finish=%s tokens=%d" % (streams.error[i], streams.finish[i],
+                                                        len(got))):
+            tg.check_greedy(c, name + " equals NumPy's teacher forcing",
+                            teacher_forced(forward, prompt, got), prompt, got)
+
+
+def generations(cl):
+    return [int(g) for g in re.findall(r"now serves generation (\d+)", cl.log(cl.coordinator_log))]
+
+
+def cluster(env, models, name, workers, http_port=0):
+    args = ["--max_prefill_tokens_per_step", "32", "--min_workers", str(workers)]
+    if http_port:
+        args += ["--http_port", str(http_port)]
+    cl = mslib.ProcessCluster(env.bin_dir, workers, models,
+                              os.path.join(env.root, "logs-" + name),
+                              coordinator_args=args, heartbeat_ms=HEARTBEAT_MS)
+    if not cl.wait_ready():
+        raise RuntimeError("cluster %s not ready:\n%s" % (name, cl.logs_tail()))
+    return cl
+
+
+def start_streams(c, mc, cl, seed, what):
+    """After one short warm-up stream (it compiles the first decode
+    programs): the generation served, STREAMS streams and their token
+    counts once each has its first token."""
+    with mc.MeshserveClient(cl.target) as client:
+        ids = [t for ch in client.generate("gpt2", prompt_ids=[1, 2, 3], max_tokens=4,
+                                           temperature=0, timeout_s=120) for t in ch.token_ids]
+    c.check(len(ids) == 4, "%s: a warm-up stream is served" % what, cl.logs_tail())
+    before = max(generations(cl) or [0])
+    streams = Streams(mc, cl.target, prompts_for(seed), MAX_TOKENS)
+    return before, streams, streams.wait_all_started(1)
+
+
+def kill9(env, state):
+    c, mc = env.c, state["mc"]
+    cl = cluster(env, state["models"], "kill9", 4)
+    try:
+        before, streams, live_at = start_streams(c, mc, cl, 1, "kill9")
+        os.kill(cl.workers[2].pid, signal.SIGKILL)
+        print("    killed worker 2 at tokens %s" % live_at, flush=True)
+        check_streams(c, "kill -9 under %d streams" % STREAMS, streams, state["forward"],
+                      live_at, cl, before)
+    finally:
+        cl.stop()
+
+
+def wait_placed_anew(cl, before, streams, timeout_s=30):
+    """Waits for a generation after `before`; returns the streams' token
+    counts at that moment (None if it did not come)."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        counts = streams.counts()
+        if any(g > before for g in generations(cl)):
+            return counts
+        time.sleep(0.005)
+    return None
+
+
+def across(c, cl, before, streams, what, forward):
+    """The streams across a scale step: placed anew while they run, then
+    check_streams with their token counts at that moment."""
+    live_at = wait_placed_anew(cl, before, streams)
+    print("    placed anew at tokens %s" % live_at, flush=True)
+    c.check(live_at is not None, "%s: the model is placed anew" % what, cl.logs_tail())
+    check_streams(c, what, streams, forward, live_at or [0], cl, before)
+
+
+def scale(env, state):
+    c, mc = env.c, state["mc"]
+    http_port = mslib.free_port()
+    cl = cluster(env, state["models"], "scale", 2, http_port)
+    try:
+        before, streams, _ = start_streams(c, mc, cl, 2, "scale")
+        cl.add_worker()
+        cl.add_worker()
+        across(c, cl, before, streams, "scale 2 -> 4 under %d streams" % STREAMS,
+               state["forward"])
+        c.check(re.search(r"now serves generation \d+ .*scale step: 4 workers",
+                          cl.log(cl.coordinator_log)) is not None,
+                "scale up: the model is placed on 4 workers", cl.logs_tail())
+        before = max(generations(cl) or [0])
+        streams = Streams(mc, cl.target, prompts_for(3), MAX_TOKENS)
+        streams.wait_all_started(1)
+        cl.workers[3].send_signal(signal.SIGTERM)  # a graceful leave
+        across(c, cl, before, streams, "scale 4 -> 3 under %d streams" % STREAMS,
+               state["forward"])
+        cancel(c, mc, cl, http_port, state["forward"])
+    finally:
+        cl.stop()
+
+
+def metric(text, name, labels):
+    m = re.search(r"^%s\{%s\} (\S+)" % (re.escape(name), re.escape(labels)), text, re.M)
+    return float(m.group(1)) if m else None
+
+
+def cancel(c, mc, cl, http_port, forward):
+    """A stream cancelled mid-way frees its KV blocks; the next is served."""
+    url = "http://127.0.0.1:%d/metrics" % http_port
+
+    def kv():
+        text = urllib.request.urlopen(url, timeout=10).read().decode()
+        return (metric(text, "meshserve_generation_kv_cache_bytes",
+                       'model="gpt2",state="used"'),
+                metric(text, "meshserve_generation_sequences", 'model="gpt2",state="running"'), text)
+
+    with mc.MeshserveClient(cl.target) as client:
+        stream = client.generate("gpt2", prompt_ids=[5, 6, 7], max_tokens=120,
+                                 temperature=0, timeout_s=60)
+        got = []
+        for chunk in stream:
+            got.extend(chunk.token_ids)
+            if len(got) >= 3:
+                break
+        used_during, running_during, _ = kv()
+        stream.cancel()
+        deadline = time.time() + 10
+        used, running, text = kv()
+        while time.time() < deadline and (used != 0 or running != 0):
+            time.sleep(0.05)
+            used, running, text = kv()
+        print("    KV bytes used mid-stream %s, after the cancel %s" % (used_during, used),
+              flush=True)
+        c.check(used_during is not None and used_during > 0 and running_during == 1 and
+                used == 0 and running == 0,
+                "cancel: the cancelled sequence's KV blocks are freed (used %s -> %s bytes, "
+                "running %s -> %s)" % (used_during, used, running_during, running),
+                "\n".join(l for l in text.splitlines() if "generation" in l))
+        ids = [t for ch in client.generate("gpt2", prompt_ids=[5, 6, 7], max_tokens=8,
+                                           temperature=0, timeout_s=60)
+               for t in ch.token_ids]
+        if c.check(len(ids) == 8, "cancel: the next stream is served"):
+            tg.check_greedy(c, "cancel: the next stream equals teacher forcing",
+                            teacher_forced(forward, [5, 6, 7], ids), [5, 6, 7], ids)
+
+
+def stages(env):
+    state = {}
+
+    def prepare():
+        state["models"], state["forward"] = make_model(env)
+        state["mc"] = mslib.client_package(env.bin_dir)
+
+    return [("import", prepare),
+            ("kill -9 under 8 streams", lambda: kill9(env, state)),
+            ("scale under 8 streams, then a cancel", lambda: scale(env, state))]
+
+
+if __name__ == "__main__":
+    sys.exit(e2e.main("generate_faults", stages, doc=__doc__))
