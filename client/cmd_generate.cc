@@ -3,8 +3,12 @@
 //
 //   meshserve generate --target HOST:PORT --model NAME
 //       (--prompt TEXT | --prompt_ids 1,2,3) [--max_tokens N] [--temperature T]
-//       [--top_k K] [--top_p P] [--seed S] [--stop_token_ids 5,6] [--ignore_eos]
-//       [--logprobs N] [--ids] [--timeout_s S]
+//       [--top_k K] [--top_p P] [--seed S] [--stop_token_ids 5,6] [--stop S]...
+//       [--ignore_eos] [--logprobs N] [--ids] [--timeout_s S]
+//
+// --stop (repeatable) is a stop string: the completion ends with
+// finish_reason=stop at the token whose text completes it, and the text
+// printed stops before it (the model needs a tokenizer).
 //
 // Prints the completion as it arrives: each chunk's text, or while there is
 // no text (no tokenizer) its ids separated by spaces; then a line
@@ -42,7 +46,8 @@ namespace {
 constexpr char kGenerateUsage[] =
     "generate --target HOST:PORT --model NAME (--prompt TEXT | --prompt_ids 1,2,3) "
     "[--max_tokens N] [--temperature T] [--top_k K] [--top_p P] [--seed S] "
-    "[--stop_token_ids 5,6] [--ignore_eos] [--logprobs N] [--ids] [--timeout_s S]";
+    "[--stop_token_ids 5,6] [--stop S]... [--ignore_eos] [--logprobs N] [--ids] "
+    "[--timeout_s S]";
 
 // "1,2,3" -> ids >= 0. \error kInvalidArgument naming the flag and the text.
 absl::StatusOr<std::vector<int64_t>> ParseIdList(const CliArgs& args, absl::string_view flag) {
@@ -74,6 +79,10 @@ absl::StatusOr<GenerateRequest> RequestFromFlags(const CliArgs& args) {
   if (args.Has("stop_token_ids")) {
     MS_ASSIGN_OR_RETURN(std::vector<int64_t> ids, ParseIdList(args, "stop_token_ids"));
     r.mutable_stop_token_ids()->Add(ids.begin(), ids.end());
+  }
+  for (const std::string& stop : args.GetAll("stop")) {
+    if (stop.empty()) return InvalidArgument("flag --stop: a stop string must not be empty");
+    r.add_stop(stop);
   }
   MS_ASSIGN_OR_RETURN(int64_t max_tokens, args.GetInt("max_tokens", 0, 1, INT64_MAX));
   r.set_max_tokens(max_tokens);
@@ -110,7 +119,8 @@ absl::Status StreamCompletion(GenerateService::Stub& stub, grpc::ClientContext& 
   std::unique_ptr<grpc::ClientReader<GenerateChunk>> reader = stub.Generate(&context, request);
   GenerateChunk chunk;
   bool printed = false;
-  bool text_seen = !request.prompt().empty();  // a text prompt: the model has a tokenizer
+  // A text prompt or stop strings: the model has a tokenizer.
+  bool text_seen = !request.prompt().empty() || request.stop_size() > 0;
   while (reader->Read(&chunk)) {
     printed = printed || !chunk.text().empty() || chunk.token_ids_size() > 0;
     text_seen = text_seen || !chunk.text().empty();
@@ -179,6 +189,7 @@ MS_REGISTER_COMMAND(FlagCommand{"generate",
                                                   {"top_p"},
                                                   {"seed"},
                                                   {"stop_token_ids"},
+                                                  {"stop", FlagDef::kRepeated},
                                                   {"ignore_eos", FlagDef::kBool},
                                                   {"logprobs"},
                                                   {"ids", FlagDef::kBool},

@@ -229,13 +229,16 @@ class MeshserveClient:
 
     def generate(self, model, prompt=None, prompt_ids=None, max_tokens=16, temperature=1.0,
                  top_k=0, top_p=1.0, seed=None, stop_token_ids=None, ignore_eos=False,
-                 logprobs=None, timeout_s=None):
+                 logprobs=None, timeout_s=None, stop=None):
         """GenerateService.Generate: one completion of `prompt` (text, needs
         the model's tokenizer) or `prompt_ids` (token ids), streamed. Returns
         a GenerateStream: an iterator of GenerateChunk, the last one with
         finish_reason, usage and version. temperature 0 is greedy; top_k 0 or
         -1 and top_p 1 are off; seed None lets the server draw one; logprobs
-        N (0..20) returns the sampled tokens' log-probabilities. The server
+        N (0..20) returns the sampled tokens' log-probabilities. stop: a
+        string or a list of strings (needs the model's tokenizer): the
+        completion ends with finish_reason "stop" at the token whose text
+        completes one, and the chunks' text ends before it. The server
         refuses bad values (MeshserveError INVALID_ARGUMENT naming the field;
         NOT_FOUND for an unknown model; RESOURCE_EXHAUSTED when full).
         timeout_s None: no deadline."""
@@ -252,6 +255,8 @@ class MeshserveClient:
             request.stop_token_ids.extend(int(i) for i in stop_token_ids)
         if logprobs is not None:
             request.logprobs = int(logprobs)
+        if stop is not None:
+            request.stop.extend([stop] if isinstance(stop, str) else [str(s) for s in stop])
         return GenerateStream(self._generate.Generate(request, timeout=timeout_s), self.target)
 
 
