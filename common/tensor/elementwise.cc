@@ -1,5 +1,9 @@
 // Elementwise kernels: Add, Mul (numpy broadcasting), unary activations,
-// AccumulateInto and Sum (see kernels.h).
+// AccumulateInto and Sum (see kernels.h). Gelu (tanh form) and Silu run the
+// vectorised kernels of activations.h; outputs are allocated uninitialised
+// (every element is written), not zeroed.
+//
+// Thread-safety: pure functions.
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -7,6 +11,7 @@
 
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/tensor/activations.h"
 #include "common/tensor/convert.h"
 #include "common/tensor/kernel_util.h"
 #include "common/tensor/kernels.h"
@@ -19,23 +24,38 @@ using kernel_internal::CheckFloat;
 
 constexpr int64_t kChunk = 2048;
 
-// Applies fn to x in float32, chunk by chunk, writing out_dtype.
-template <typename Fn>
+// Applies `rows` (a float32 array kernel: rows(in, n, out), in == out
+// allowed) to x, writing out_dtype: straight from x's buffer into the
+// output's when both are float32, else chunk by chunk through a float32
+// buffer. The output is not zeroed first: every element is written.
+template <typename Rows>
 absl::StatusOr<Tensor> MapUnary(absl::string_view op, const Tensor& x, DType out_dtype,
-                                Fn fn) {
+                                Rows rows) {
   MS_RETURN_IF_ERROR(CheckFloat(op, "input", x.dtype()));
   MS_RETURN_IF_ERROR(CheckFloat(op, "out_dtype", out_dtype));
-  Tensor out = Tensor::Zeros(out_dtype, x.shape());
+  MS_ASSIGN_OR_RETURN(Tensor out, Tensor::CreateUninitialized(out_dtype, x.shape()));
   const int64_t n = x.NumElements();
+  if (x.dtype() == DType::kFloat32 && out_dtype == DType::kFloat32) {
+    rows(x.data<float>(), n, out.data<float>());
+    return out;
+  }
   const int64_t in_size = DTypeSize(x.dtype()), out_size = DTypeSize(out_dtype);
   float buf[kChunk];
   for (int64_t off = 0; off < n; off += kChunk) {
     const int64_t m = std::min(kChunk, n - off);
     WidenToFloat(x.dtype(), x.raw_data() + off * in_size, m, buf);
-    for (int64_t i = 0; i < m; ++i) buf[i] = fn(buf[i]);
+    rows(buf, m, buf);
     NarrowFromFloat(buf, m, out_dtype, out.raw_data() + off * out_size);
   }
   return out;
+}
+
+// A scalar fn as a row kernel of MapUnary.
+template <typename Fn>
+auto Scalar(Fn fn) {
+  return [fn](const float* in, int64_t n, float* out) {
+    for (int64_t i = 0; i < n; ++i) out[i] = fn(in[i]);
+  };
 }
 
 // out = fn(a, b) with numpy broadcasting, computed in float32.
@@ -49,7 +69,7 @@ absl::StatusOr<Tensor> MapBinary(absl::string_view op, const Tensor& a, const Te
   std::optional<Tensor> a_store, b_store;
   const float* pa = AsFloat32(a, &a_store).data<float>();
   const float* pb = AsFloat32(b, &b_store).data<float>();
-  Tensor out = Tensor::Zeros(DType::kFloat32, shape);
+  MS_ASSIGN_OR_RETURN(Tensor out, Tensor::CreateUninitialized(DType::kFloat32, shape));
   float* po = out.data<float>();
   const int rank = static_cast<int>(shape.size());
   if (out.NumElements() == 0) return kernel_internal::FinishFloat32(std::move(out), out_dtype);
@@ -71,7 +91,18 @@ absl::StatusOr<Tensor> MapBinary(absl::string_view op, const Tensor& a, const Te
   std::vector<int64_t> idx(std::max(rank - 1, 0), 0);
   int64_t oa = 0, ob = 0;
   for (int64_t done = 0; done < out.NumElements(); done += inner) {
-    for (int64_t j = 0; j < inner; ++j) po[done + j] = fn(pa[oa + j * ia], pb[ob + j * ib]);
+    float* dst = po + done;
+    const float *ra = pa + oa, *rb = pb + ob;
+    // The common runs (a bias row, a scalar) as loops the compiler vectorises.
+    if (ia == 1 && ib == 1) {
+      for (int64_t j = 0; j < inner; ++j) dst[j] = fn(ra[j], rb[j]);
+    } else if (ia == 1 && ib == 0) {
+      for (int64_t j = 0; j < inner; ++j) dst[j] = fn(ra[j], *rb);
+    } else if (ia == 0 && ib == 1) {
+      for (int64_t j = 0; j < inner; ++j) dst[j] = fn(*ra, rb[j]);
+    } else {
+      for (int64_t j = 0; j < inner; ++j) dst[j] = fn(ra[j * ia], rb[j * ib]);
+    }
     for (int d = rank - 2; d >= 0; --d) {
       ++idx[d];
       oa += sa[d];
@@ -118,27 +149,30 @@ absl::StatusOr<Tensor> Mul(const Tensor& a, const Tensor& b, DType out_dtype) {
 
 absl::StatusOr<Tensor> Relu(const Tensor& x, DType out_dtype) {
   // max(x, 0) keeps NaN as jax.nn.relu does.
-  return MapUnary("Relu", x, out_dtype, [](float v) { return v > 0.0f || v != v ? v : 0.0f; });
+  return MapUnary("Relu", x, out_dtype,
+                  Scalar([](float v) { return v > 0.0f || v != v ? v : 0.0f; }));
 }
 
 absl::StatusOr<Tensor> Gelu(const Tensor& x, DType out_dtype, bool approximate) {
-  if (approximate) {
-    return MapUnary("Gelu", x, out_dtype, [](float v) {
-      constexpr float kSqrt2OverPi = 0.7978845608028654f;
-      return 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + 0.044715f * v * v * v)));
+  if (approximate) {  // activations.h: vectorised, x sigmoid(2u) form
+    const SmallMIsa isa = DefaultSmallMIsa();
+    return MapUnary("Gelu", x, out_dtype, [isa](const float* in, int64_t n, float* out) {
+      GeluTanhF32(in, n, out, isa);
     });
   }
-  return MapUnary("Gelu", x, out_dtype, [](float v) {
-    return 0.5f * v * (1.0f + std::erf(v * 0.7071067811865476f));
-  });
+  return MapUnary("Gelu", x, out_dtype, Scalar([](float v) {
+                    return 0.5f * v * (1.0f + std::erf(v * 0.7071067811865476f));
+                  }));
 }
 
 absl::StatusOr<Tensor> Silu(const Tensor& x, DType out_dtype) {
-  return MapUnary("Silu", x, out_dtype, [](float v) { return v / (1.0f + std::exp(-v)); });
+  const SmallMIsa isa = DefaultSmallMIsa();
+  return MapUnary("Silu", x, out_dtype,
+                  [isa](const float* in, int64_t n, float* out) { SiluF32(in, n, out, isa); });
 }
 
 absl::StatusOr<Tensor> Tanh(const Tensor& x, DType out_dtype) {
-  return MapUnary("Tanh", x, out_dtype, [](float v) { return std::tanh(v); });
+  return MapUnary("Tanh", x, out_dtype, Scalar([](float v) { return std::tanh(v); }));
 }
 
 absl::Status AccumulateInto(Tensor* acc, const Tensor& x) {

@@ -341,6 +341,34 @@ TEST(ElementwiseTest, BroadcastRandomAgainstNaive) {
   }
 }
 
+// Every inner-loop case of MapBinary: both rows contiguous, a row with a
+// broadcast scalar on either side, both broadcast, and rank mismatches.
+TEST(ElementwiseTest, EveryBroadcastRunKindAgainstNaive) {
+  std::mt19937 rng(9);
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> cases = {
+      {{4, 37}, {37}}, {{4, 37}, {4, 1}}, {{4, 1}, {4, 37}}, {{4, 1}, {1, 1}},
+      {{2, 3, 19}, {3, 19}}, {{}, {2, 5}}, {{2, 5}, {}}, {{6, 2049}, {6, 2049}}};
+  for (const auto& [sa, sb] : cases) {
+    const Tensor a = Random(DType::kFloat32, sa, &rng);
+    const Tensor b = Random(DType::kFloat32, sb, &rng);
+    ASSERT_OK_AND_ASSIGN(Tensor sum, Add(a, b, DType::kFloat32));
+    ASSERT_OK_AND_ASSIGN(Tensor prod, Mul(a, b, DType::kFloat32));
+    const int rank = sum.rank();
+    for (int64_t i = 0; i < sum.NumElements(); ++i) {
+      const std::vector<int64_t> idx = Unflatten(i, sum.shape());
+      auto value = [&](const Tensor& t) {
+        std::vector<int64_t> ti(t.rank());
+        for (int d = 0; d < t.rank(); ++d) {
+          ti[d] = t.dim(d) == 1 ? 0 : idx[d + rank - t.rank()];
+        }
+        return t.GetFloat(Flatten(ti, t.shape()));
+      };
+      ASSERT_EQ(sum.GetFloat(i), value(a) + value(b)) << ShapeToString(sa) << ShapeToString(sb);
+      ASSERT_EQ(prod.GetFloat(i), value(a) * value(b)) << ShapeToString(sa) << ShapeToString(sb);
+    }
+  }
+}
+
 TEST(ElementwiseTest, BroadcastErrorNamesShapes) {
   const Tensor a = Tensor::Zeros(DType::kFloat32, {2, 3});
   const Tensor b = Tensor::Zeros(DType::kFloat32, {4});
@@ -369,6 +397,31 @@ TEST(ElementwiseTest, Activations) {
                   ->GetFloat(0), 0.841192, 1e-5);
   EXPECT_THAT(Relu(Tensor::Zeros(DType::kInt32, {2}), DType::kFloat32),
               StatusIs(absl::StatusCode::kInvalidArgument, "int32"));
+}
+
+// Gelu and Silu through every input/output dtype path (float32 in place of
+// the chunked widen/narrow path; > 2048 elements so several chunks run)
+// against the float64 formulas.
+TEST(ElementwiseTest, GeluAndSiluOverDtypesAndChunks) {
+  std::vector<float> xs;
+  for (int i = 0; i < 5000; ++i) xs.push_back(-12.0f + 24.0f * i / 4999);
+  for (DType in : {DType::kFloat32, DType::kBFloat16}) {
+    for (DType out : {DType::kFloat32, DType::kBFloat16, DType::kFloat64}) {
+      const Tensor x = *Tensor::FromValues(in, {5, 1000}, xs);
+      ASSERT_OK_AND_ASSIGN(Tensor g, Gelu(x, out));
+      ASSERT_OK_AND_ASSIGN(Tensor s, Silu(x, out));
+      ASSERT_EQ(g.dtype(), out);
+      ASSERT_THAT(g.shape(), ElementsAre(5, 1000));
+      const double tol = out == DType::kBFloat16 ? 1.0 / 128 : 2e-6;
+      for (int64_t i = 0; i < x.NumElements(); ++i) {
+        const double v = x.GetFloat(i);
+        const double u = std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v);
+        const double gr = v / (1 + std::exp(-2 * u)), sr = v / (1 + std::exp(-v));
+        ASSERT_NEAR(g.GetFloat(i), gr, tol * std::fabs(gr) + 1e-30) << v;
+        ASSERT_NEAR(s.GetFloat(i), sr, tol * std::fabs(sr) + 1e-30) << v;
+      }
+    }
+  }
 }
 
 TEST(ElementwiseTest, AccumulateAndSum) {
