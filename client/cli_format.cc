@@ -1,9 +1,15 @@
 #include "client/cli_format.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
+#include <string>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/base/shape_string.h"
@@ -24,15 +30,54 @@ int KindOrder(const std::string& kind) {
   return 2;  // activation, output
 }
 
+// The KV cache section: each cache array with its type and bytes per token per
+// worker (the server's "bytes per token: worker W (devices ...): N" lines),
+// then those bytes summed over every layer's keys and values.
+void AppendKvCache(const DescribeResponse& response, std::string* out) {
+  std::vector<const DescribeResponse::Value*> caches;
+  for (const auto& value : response.values()) {
+    if (value.kind() == "kv_cache") caches.push_back(&value);
+  }
+  if (caches.empty()) return;
+  absl::StrAppend(out, "# kv cache (per attention layer: [tokens, kv_heads, head_dim])\n");
+  size_t width = 0;
+  for (const auto* c : caches) width = std::max(width, c->name().size());
+  std::map<std::string, int64_t> total;  // "worker W (devices ...)" -> bytes per token
+  std::vector<std::string> order;
+  for (const auto* c : caches) {
+    absl::StrAppend(out, absl::StrFormat("%-*s  %s\n", static_cast<int>(width), c->name(),
+                                         c->type_str()));
+    for (absl::string_view line : absl::StrSplit(c->visualization(), '\n', absl::SkipEmpty())) {
+      absl::StrAppend(out, "  ", line, "\n");
+      absl::string_view rest = line;
+      if (!absl::ConsumePrefix(&rest, "bytes per token: ")) continue;
+      const size_t colon = rest.rfind(": ");
+      int64_t bytes = 0;
+      if (colon == absl::string_view::npos || !absl::SimpleAtoi(rest.substr(colon + 2), &bytes)) {
+        continue;
+      }
+      const std::string who(rest.substr(0, colon));
+      if (total.emplace(who, 0).second) order.push_back(who);
+      total[who] += bytes;
+    }
+  }
+  for (const std::string& who : order) {
+    absl::StrAppend(out, "total bytes per token (all layers, k and v): ", who, ": ", total[who],
+                    "\n");
+  }
+}
+
 }  // namespace
 
 std::string FormatDescribe(const DescribeResponse& response) {
   std::string out = absl::StrCat("# model ", response.model(), " on ", response.mesh(), "\n");
-  // Each name once, inputs then params then layer results (stable order).
+  // Each name once, inputs then params then layer results (stable order);
+  // the KV cache has its own section.
   std::vector<const DescribeResponse::Value*> values;
   std::set<std::string> seen;
   for (int pass = 0; pass < 3; ++pass) {
     for (const auto& value : response.values()) {
+      if (value.kind() == "kv_cache") continue;
       if (KindOrder(value.kind()) != pass || !seen.insert(value.name()).second) continue;
       values.push_back(&value);
     }
@@ -61,6 +106,7 @@ std::string FormatDescribe(const DescribeResponse& response) {
   if (!response.collectives().empty()) {
     absl::StrAppend(&out, "total: ", total, " bytes per request\n");
   }
+  AppendKvCache(response, &out);
   return out;
 }
 

@@ -16,6 +16,16 @@
 //   # collectives
 //   y: reduce-scatter h  33554432 bytes
 //
+// and, for a model that generates, its KV cache (the values of kind
+// "kv_cache": per attention layer, keys and values as
+// dtype[tokens, kv_heads, head_dim] with their sharding, the bytes a token
+// takes on each worker, and those bytes summed over all layers):
+//   # kv cache (per attention layer: [tokens, kv_heads, head_dim])
+//   h0.attn.k_cache  float32[1024,12@model,64]
+//     bytes per token: worker 0 (devices 0): 1536
+//   ...
+//   total bytes per token (all layers, k and v): worker 0 (devices 0): 36864
+//
 // Thread-safety: pure functions; OutputTypeResolver is single-threaded.
 #ifndef MESHSERVE_CLIENT_CLI_FORMAT_H_
 #define MESHSERVE_CLIENT_CLI_FORMAT_H_

@@ -81,6 +81,53 @@ TEST(FormatStatusTest, ShowsVersionsReplicasAndTheLastScaleStep) {
   EXPECT_THAT(text, ::testing::Not(HasSubstr("generation 3,")));
 }
 
+TEST(FormatDescribeTest, KvCacheHasItsOwnSectionWithBytesPerTokenPerWorker) {
+  DescribeResponse r;
+  r.set_model("tiny_lm");
+  r.set_mesh("mesh[model=2]");
+  auto* wk = r.add_values();
+  wk->set_name("wk");
+  wk->set_kind("param");
+  wk->set_type_str("float32[8,4@model]");
+  for (const char* name : {"attn.k_cache", "attn.v_cache"}) {
+    auto* v = r.add_values();
+    v->set_name(name);
+    v->set_kind("kv_cache");
+    v->set_layer_op("attention");
+    v->set_type_str("float32[16,2@model,2]");
+    v->set_visualization(
+        "bytes per token: worker 3 (devices 0): 8\n"
+        "bytes per token: worker 5 (devices 1): 8\n");
+  }
+  const std::string text = FormatDescribe(r);
+  const size_t section =
+      text.find("# kv cache (per attention layer: [tokens, kv_heads, head_dim])\n");
+  ASSERT_NE(section, std::string::npos) << text;
+  // Not among the model's values nor the visualisations: only in its section.
+  EXPECT_EQ(text.find("attn.k_cache"), text.find("attn.k_cache", section)) << text;
+  EXPECT_THAT(text, HasSubstr("\nwk  float32[8,4@model]\n"));
+  EXPECT_THAT(text.substr(section),
+              HasSubstr("attn.k_cache  float32[16,2@model,2]\n"
+                        "  bytes per token: worker 3 (devices 0): 8\n"
+                        "  bytes per token: worker 5 (devices 1): 8\n"
+                        "attn.v_cache  float32[16,2@model,2]\n"));
+  // 8 bytes of keys + 8 of values per worker.
+  EXPECT_THAT(text, HasSubstr("total bytes per token (all layers, k and v): "
+                              "worker 3 (devices 0): 16\n"
+                              "total bytes per token (all layers, k and v): "
+                              "worker 5 (devices 1): 16\n"));
+}
+
+TEST(FormatDescribeTest, NoKvCacheSectionForAModelThatDoesNotGenerate) {
+  DescribeResponse r;
+  r.set_model("lin");
+  auto* x = r.add_values();
+  x->set_name("x");
+  x->set_kind("input");
+  x->set_type_str("float32[8@data]");
+  EXPECT_EQ(FormatDescribe(r).find("kv cache"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace client
 }  // namespace meshserve

@@ -19,6 +19,8 @@
 #include "proto/cluster_service.grpc.pb.h"
 #include "proto/inference.grpc.pb.h"
 #include "server/coordinator/coordinator.h"
+#include "common/model/model_file.h"
+#include "server/coordinator/grpc/cluster_service.h"
 #include "server/coordinator/grpc/coordinator_server.h"
 #include "server/coordinator/grpc/grpc_worker_client.h"
 #include "server/compiler/jax_model_compiler.h"
@@ -49,6 +51,65 @@ constexpr char kLin[] = R"({
   "outputs": ["y"]
 })";
 
+// A one-block LM with grouped-query attention: 4 query heads over 2 kv heads
+// of head_dim 2 (d = 8), heads on the model axis, a context of 16 positions.
+// Per token and attention layer, its keys take 2 * 2 * 4 = 16 bytes over the
+// mesh; sharded over model=2, each device holds 1 head: 8 bytes.
+constexpr char kTinyLm[] = R"({
+  "name": "tiny_lm", "mesh": {"model": 2}, "generation": {"context_length": 16},
+  "inputs": {"ids": {"shape": [-1, -1], "dtype": "int32"}},
+  "params": {"wte": {"shape": [32, 8]}, "wq": {"shape": [8, 8], "sharding": [null, "model"]},
+             "wk": {"shape": [8, 4], "sharding": [null, "model"]},
+             "wv": {"shape": [8, 4], "sharding": [null, "model"]}},
+  "layers": [
+    {"name": "tok", "op": "embed", "input": "ids", "table": "wte"},
+    {"name": "q", "op": "einsum", "equation": "bsd,de->bse", "inputs": ["tok", "wq"]},
+    {"name": "k", "op": "einsum", "equation": "bsd,de->bse", "inputs": ["tok", "wk"]},
+    {"name": "v", "op": "einsum", "equation": "bsd,de->bse", "inputs": ["tok", "wv"]},
+    {"name": "qh", "op": "reshape", "input": "q", "shape": [0, 0, 4, 2]},
+    {"name": "kh", "op": "reshape", "input": "k", "shape": [0, 0, 2, 2]},
+    {"name": "vh", "op": "reshape", "input": "v", "shape": [0, 0, 2, 2]},
+    {"name": "attn", "op": "attention", "inputs": ["qh", "kh", "vh"], "scale": 0.5},
+    {"name": "o2", "op": "reshape", "input": "attn", "shape": [0, 0, 8]},
+    {"name": "h", "op": "add", "out_sharding": [null, null, null], "inputs": ["tok", "o2"]},
+    {"name": "logits", "op": "einsum", "auto_axes": true, "out_sharding": [null, null, null],
+     "equation": "bsd,vd->bsv", "inputs": ["h", "wte"]}],
+  "outputs": ["logits"]
+})";
+
+
+TEST(KvCacheDescribeTest, EachAttentionLayerHasKeysAndValuesTypedOnTheMesh) {
+  ASSERT_OK_AND_ASSIGN(ModelFile lm, ParseModelFile(kTinyLm, ""));
+  // One worker hosting both devices: its bytes per token are both shards'.
+  ASSERT_OK_AND_ASSIGN(Placement one, ComputePlacement(lm, {{7, "127.0.0.1:7"}}, 1));
+  ASSERT_OK_AND_ASSIGN(std::vector<DescribeValue> values, KvCacheDescribeValues(lm, one));
+  ASSERT_EQ(values.size(), 2u);
+  EXPECT_EQ(values[0].name, "attn.k_cache");
+  EXPECT_EQ(values[1].name, "attn.v_cache");
+  for (const DescribeValue& v : values) {
+    EXPECT_EQ(v.kind, "kv_cache");
+    EXPECT_EQ(v.layer_op, "attention");
+    // [context 16, kv_heads 2 on model, head_dim 2].
+    EXPECT_EQ(v.type_str, "float32[16,2@model,2]");
+    EXPECT_EQ(v.visualization, "bytes per token: worker 7 (devices 0,1): 16\n");
+  }
+  // Two workers: one kv head (8 bytes a token) each.
+  ASSERT_OK_AND_ASSIGN(Placement two,
+                       ComputePlacement(lm, {{3, "127.0.0.1:3"}, {5, "127.0.0.1:5"}}, 1));
+  ASSERT_OK_AND_ASSIGN(values, KvCacheDescribeValues(lm, two));
+  ASSERT_EQ(values.size(), 2u);
+  EXPECT_EQ(values[1].visualization,
+            "bytes per token: worker 3 (devices 0): 8\n"
+            "bytes per token: worker 5 (devices 1): 8\n");
+}
+
+TEST(KvCacheDescribeTest, AModelThatDoesNotGenerateHasNone) {
+  ASSERT_OK_AND_ASSIGN(ModelFile lin, ParseModelFile(kLin, ""));
+  ASSERT_OK_AND_ASSIGN(Placement p, ComputePlacement(lin, {{1, "127.0.0.1:1"}}, 1));
+  ASSERT_OK_AND_ASSIGN(std::vector<DescribeValue> values, KvCacheDescribeValues(lin, p));
+  EXPECT_TRUE(values.empty());
+}
+
 class ClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -59,6 +120,7 @@ class ClusterTest : public ::testing::Test {
     std::filesystem::create_directories(dir_);
     std::ofstream(dir_ + "/act.json") << kAct;
     std::ofstream(dir_ + "/lin.json") << kLin;
+    std::ofstream(dir_ + "/tiny_lm.json") << kTinyLm;
     std::ofstream(dir_ + "/bad.json") << "[1, 2";
     CoordinatorOptions options;
     options.model_dir = dir_;
@@ -249,6 +311,24 @@ TEST_F(ClusterTest, StatusAndDescribe) {
     }
   }
   EXPECT_TRUE(saw_kernel);
+  for (const auto& v : d.values()) EXPECT_NE(v.kind(), "kv_cache") << v.name();
+
+  // A model that generates: its KV cache, one head per worker.
+  req.set_model("tiny_lm");
+  req.clear_input_shapes();
+  DescribeResponse lm;
+  grpc::ClientContext c3;
+  s = cluster_->Describe(&c3, req, &lm);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  std::vector<std::string> kv;
+  for (const auto& v : lm.values()) {
+    if (v.kind() != "kv_cache") continue;
+    kv.push_back(v.name());
+    EXPECT_EQ(v.type_str(), "float32[16,2@model,2]");
+    EXPECT_THAT(v.visualization(), HasSubstr("(devices 0): 8\n"));
+    EXPECT_THAT(v.visualization(), HasSubstr("(devices 1): 8\n"));
+  }
+  EXPECT_THAT(kv, ::testing::ElementsAre("attn.k_cache", "attn.v_cache"));
 }
 
 TEST_F(ClusterTest, KilledWorkerThenServedOnNewGeneration) {

@@ -1,10 +1,17 @@
 #include "server/coordinator/grpc/cluster_service.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/base/status_macros.h"
+#include "common/model/typed_model.h"
 #include "common/rpc/grpc_status.h"
+#include "common/sharding/shard_layout.h"
+#include "server/compiler/decode_model.h"
 
 namespace meshserve {
 
@@ -27,6 +34,61 @@ void DescribeResultToProto(const DescribeResult& result, DescribeResponse* proto
     p->set_bytes(c.bytes);
   }
   proto->set_text(result.text);
+}
+
+namespace {
+
+// "bytes per token: worker W (devices a,b): N" lines of one cache array.
+std::string BytesPerTokenText(const ArrayType& cache, const Placement& placement) {
+  std::vector<int64_t> per_token_shape = cache.shape;
+  per_token_shape[0] = 1;
+  std::string text;
+  for (const auto& [worker, devices] : placement.devices_by_worker) {
+    int64_t bytes = 0;
+    for (int64_t d : devices) {
+      bytes += ShardBoxForDevice(per_token_shape, cache.sharding, d).NumElements() *
+               DTypeSize(cache.dtype);
+    }
+    absl::StrAppend(&text, "bytes per token: worker ", worker, " (devices ",
+                    absl::StrJoin(devices, ","), "): ", bytes, "\n");
+  }
+  return text;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<DescribeValue>> KvCacheDescribeValues(const ModelFile& model,
+                                                                 const Placement& placement) {
+  absl::StatusOr<LmShape> lm = InspectLm(model);
+  if (!lm.ok()) return std::vector<DescribeValue>{};  // not a model that generates
+  MS_ASSIGN_OR_RETURN(ModelFile variant, DecodeVariant(model, 1, 1));
+  MS_ASSIGN_OR_RETURN(TypedModel typed,
+                      TypeModel(variant, placement.mesh, {{lm->input, {1, 1}}}));
+  const int64_t tokens = std::max<int64_t>(lm->context_length, 1);
+  std::vector<DescribeValue> values;
+  for (const LayerDef& layer : variant.layers) {
+    if (layer.kind != ModelOp::kAttention || layer.inputs.size() < 3) continue;
+    // Keys and values are [batch, positions, kv_heads, head_dim].
+    for (int i : {1, 2}) {
+      const ArrayType* kv = typed.Find(layer.inputs[i]);
+      if (kv == nullptr || kv->rank() != 4) continue;
+      ArrayType cache;
+      cache.dtype = kv->dtype;
+      cache.shape = {tokens, kv->shape[2], kv->shape[3]};
+      MS_ASSIGN_OR_RETURN(
+          cache.sharding,
+          NamedSharding::Create(typed.mesh,
+                                PartitionSpec({{}, kv->spec().entry(2), kv->spec().entry(3)}), 3));
+      DescribeValue v;
+      v.name = absl::StrCat(layer.name, i == 1 ? ".k_cache" : ".v_cache");
+      v.kind = "kv_cache";
+      v.type_str = cache.ToString();
+      v.visualization = BytesPerTokenText(cache, placement);
+      v.layer_op = "attention";
+      values.push_back(std::move(v));
+    }
+  }
+  return values;
 }
 
 void ClusterStatusToProto(const std::vector<WorkerView>& workers,
@@ -115,6 +177,14 @@ grpc::Status ClusterServiceImpl::Describe(grpc::ServerContext* context,
   }
   absl::StatusOr<DescribeResult> result = coordinator_->Describe(request->model(), shapes);
   if (!result.ok()) return ToGrpcStatus(result.status());
+  // The KV cache, on the placement serving the model (none before it is placed).
+  absl::StatusOr<ModelStatus> status = coordinator_->GetModelStatus(request->model());
+  if (status.ok() && status->model != nullptr && status->placement != nullptr) {
+    absl::StatusOr<std::vector<DescribeValue>> kv =
+        KvCacheDescribeValues(*status->model, *status->placement);
+    if (!kv.ok()) return ToGrpcStatus(kv.status());
+    for (DescribeValue& v : *kv) result->values.push_back(std::move(v));
+  }
   DescribeResultToProto(*result, response);
   return grpc::Status::OK;
 }

@@ -3,10 +3,27 @@
 // meshserve.MembershipService (Register, Heartbeat: for workers) over the
 // Coordinator. Thin handlers: parse, call the core, convert the status once.
 //
+// Describe also shows the KV cache of a model that generates
+// (KvCacheDescribeValues): per attention layer of its decode variant
+// (server/compiler/decode_model.h) two values of kind "kv_cache",
+// "<layer>.k_cache" and "<layer>.v_cache", typed like every other array:
+//   dtype[tokens, kv_heads, head_dim] with the sharding of the layer's keys
+//   on their head and head_dim dims (heads on the model axis), dim 0 (the
+//   cached positions) unsharded; tokens = the model's context length (the
+//   most positions one sequence caches; 1 when no position table bounds it).
+// Their `visualization` is a text block, one line per worker of the
+// placement: the bytes one token takes there (the worker's devices' shards of
+// [1, kv_heads, head_dim], summed), e.g.
+//   bytes per token: worker 3 (devices 0,1): 768
+// A model that cannot generate (InspectLm) gets none.
+//
 // Thread-safety: thread-safe (the Coordinator is).
 #ifndef MESHSERVE_SERVER_COORDINATOR_GRPC_CLUSTER_SERVICE_H_
 #define MESHSERVE_SERVER_COORDINATOR_GRPC_CLUSTER_SERVICE_H_
 
+#include <vector>
+
+#include "absl/status/statusor.h"
 #include "common/rpc/call_gate.h"
 #include "proto/cluster_service.grpc.pb.h"
 #include "server/coordinator/coordinator.h"
@@ -15,6 +32,12 @@
 namespace meshserve {
 
 void DescribeResultToProto(const DescribeResult& result, DescribeResponse* proto);
+
+// The kv_cache values of `model` on `placement` (see the file comment); empty
+// for a model that cannot generate.
+// \error TypeModel's, for a decode variant that does not type on the mesh.
+absl::StatusOr<std::vector<DescribeValue>> KvCacheDescribeValues(const ModelFile& model,
+                                                                 const Placement& placement);
 void ClusterStatusToProto(const std::vector<WorkerView>& workers,
                           const std::vector<ModelStatus>& models,
                           ClusterStatusResponse* proto);
