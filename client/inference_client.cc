@@ -17,12 +17,11 @@
 #include "common/base/shape_string.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
-#include "common/rpc/bytes_field_wire.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
+#include "common/rpc/zero_copy/bytes_field_wire.h"
+#include "common/rpc/zero_copy/raw_method.h"
 #include "grpcpp/grpcpp.h"
-#include "grpcpp/impl/client_unary_call.h"
-#include "grpcpp/impl/rpc_method.h"
 #include "grpcpp/support/byte_buffer.h"
 
 namespace meshserve {
@@ -31,8 +30,7 @@ namespace {
 
 // ModelInfer with the request as a byte buffer (InferMovingInputs).
 // A plain value: a call is created from it and does not keep it.
-const grpc::internal::RpcMethod kModelInferMethod(
-    "/inference.GRPCInferenceService/ModelInfer", grpc::internal::RpcMethod::NORMAL_RPC);
+constexpr char kModelInferMethod[] = "/inference.GRPCInferenceService/ModelInfer";
 
 // A grpc::Status as an absl::Status (common/rpc's single conversion point:
 // the code is kept), prefixed with the RPC and target.
@@ -359,8 +357,8 @@ absl::StatusOr<InferResult> InferenceClient::InferMovingInputs(
   grpc::ClientContext context;
   SetDeadlineAt(&context, deadline);
   grpc::ByteBuffer reply;
-  MS_RETURN_IF_ERROR(FromGrpc(grpc::internal::BlockingUnaryCall(
-                                  channel_.get(), kModelInferMethod, &context, message, &reply),
+  MS_RETURN_IF_ERROR(FromGrpc(RawUnaryCall(channel_.get(), kModelInferMethod, &context, message,
+                                           &reply),
                               "ModelInfer", target_));
   message.Clear();  // frees the inputs' bytes now (unless gRPC still holds a slice)
   return ResultFromReply(std::move(reply), target_);

@@ -20,9 +20,10 @@
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/program/ir_conv.h"
-#include "common/rpc/bytes_field_wire.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
+#include "common/rpc/zero_copy/bytes_field_wire.h"
+#include "common/rpc/zero_copy/raw_method.h"
 #include "common/sharding/box.h"
 #include "common/tensor/copy_box.h"
 #include "common/tensor/safetensors.h"
@@ -35,10 +36,10 @@ namespace meshserve {
 namespace client {
 namespace {
 
-// StageParams with each chunk as a byte buffer (common/rpc/bytes_field_wire.h):
-// a chunk's data is a slice of the mapped file or of its one copy.
-const grpc::internal::RpcMethod kStageParamsMethod(
-    "/meshserve.WorkerService/StageParams", grpc::internal::RpcMethod::CLIENT_STREAMING);
+// StageParams with each chunk as a byte buffer (common/rpc/zero_copy/:
+// bytes_field_wire.h, raw_method.h): a chunk's data is a slice of the mapped
+// file or of its one copy.
+constexpr char kStageParamsMethod[] = "/meshserve.WorkerService/StageParams";
 
 template <typename... Parts>
 absl::Status FileDataLoss(const Parts&... parts) {
@@ -100,9 +101,8 @@ absl::StatusOr<int64_t> StageOnWorker(grpc::ChannelInterface* channel, const Pus
   grpc::ClientContext context;
   SetDeadlineAt(&context, deadline);
   StageParamsResponse response;
-  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
-      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel, kStageParamsMethod,
-                                                                    &context, &response));
+  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer =
+      StartRawClientStream(channel, kStageParamsMethod, &context, &response);
   int64_t sent = 0;
   absl::Status local;
   bool broken = false;

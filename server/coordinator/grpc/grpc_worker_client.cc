@@ -9,12 +9,12 @@
 #include "common/program/decode_step_proto.h"
 #include "common/program/program_proto.h"
 #include "common/base/status_util.h"
-#include "common/rpc/bytes_field_wire.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
-#include "common/rpc/param_chunk_reader.h"
+#include "common/rpc/zero_copy/bytes_field_wire.h"
+#include "common/rpc/zero_copy/param_chunk_reader.h"
+#include "common/rpc/zero_copy/raw_method.h"
 #include "server/coordinator/grpc/execute_link.h"
-#include "grpcpp/impl/rpc_method.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/client_callback.h"
 #include "grpcpp/support/sync_stream.h"
@@ -43,11 +43,10 @@ void FillExecuteRequest(ExecuteCall call, ExecuteRequest* request) {
 constexpr int64_t kMaxReserve = int64_t{1} << 31;
 
 // WorkerService's params streams with their chunks as byte buffers
-// (common/rpc/bytes_field_wire.h, param_chunk_reader.h): a chunk's data is
+// (common/rpc/zero_copy/: bytes_field_wire.h, param_chunk_reader.h): a chunk's data is
 // not copied into or out of a protobuf message. A plain value: a call is
 // created from it and does not keep it.
-const grpc::internal::RpcMethod kStageParamsMethod(
-    "/meshserve.WorkerService/StageParams", grpc::internal::RpcMethod::CLIENT_STREAMING);
+constexpr char kStageParamsMethod[] = "/meshserve.WorkerService/StageParams";
 
 // One client-streaming StageParams call; owns its context. Each chunk's data
 // goes out as a slice over the chunk's own string.
@@ -56,8 +55,7 @@ class GrpcStageWriter : public StageParamsWriter {
   GrpcStageWriter(grpc::ChannelInterface* channel, absl::Duration timeout, std::string address)
       : address_(std::move(address)) {
     SetDeadline(&context_, timeout);
-    writer_.reset(grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
-        channel, kStageParamsMethod, &context_, &response_));
+    writer_ = StartRawClientStream(channel, kStageParamsMethod, &context_, &response_);
   }
   ~GrpcStageWriter() override {
     if (!finished_) {

@@ -12,7 +12,7 @@
 #include "common/program/program_proto.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
-#include "common/rpc/param_chunk_reader.h"
+#include "common/rpc/zero_copy/param_chunk_reader.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/support/client_callback.h"
 

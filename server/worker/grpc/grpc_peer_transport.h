@@ -33,7 +33,7 @@
 //
 // ReadParam opens one WorkerService.ReadParam stream on the caller's thread
 // and hands each ParamChunk's data to the sink as views into the received
-// buffers (common/rpc/bytes_field_wire.h: one view per received slice, so a
+// buffers (common/rpc/zero_copy/bytes_field_wire.h: one view per received slice, so a
 // chunk may come as several views); errors carry the same peer prefix.
 //
 // Thread-safety: thread-safe. The destructor cancels the peer streams and

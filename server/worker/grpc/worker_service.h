@@ -47,7 +47,7 @@
 namespace meshserve {
 
 // WorkerService::CallbackService with ReadParam and StageParams raw (their
-// chunks' data is not copied through protobuf, common/rpc/bytes_field_wire.h:
+// chunks' data is not copied through protobuf, common/rpc/zero_copy/bytes_field_wire.h:
 // ReadParam's ParamChunks are written as byte buffers over the held bytes,
 // StageParams' chunks are staged from views into the received slices; the
 // wire form is unchanged): the generated chain with the raw classes in place

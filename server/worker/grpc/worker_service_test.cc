@@ -26,12 +26,12 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "grpcpp/client_context.h"
-#include "grpcpp/impl/rpc_method.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/sync_stream.h"
 #include "gtest/gtest.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
+#include "common/rpc/zero_copy/raw_method.h"
 #include "common/sharding/box.h"
 #include "common/tensor/initializers.h"
 #include "server/worker/grpc/grpc_peer_transport.h"
@@ -650,14 +650,11 @@ TEST_F(WorkerServiceTest, ReadParamRefusesARequestThatDoesNotParse) {
   // ReadParam is a raw method (its chunks go out without copies): the
   // worker parses the request itself.
   ASSERT_OK_AND_ASSIGN(auto channel, CreateChannel(nodes_[0].address));
-  const grpc::internal::RpcMethod method("/meshserve.WorkerService/ReadParam",
-                                         grpc::internal::RpcMethod::SERVER_STREAMING);
   grpc::Slice junk(std::string("\x0A\x7F", 2));  // field 1: a length past the end
   grpc::ByteBuffer request(&junk, 1);
   grpc::ClientContext context;
-  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel.get(), method,
-                                                                    &context, request));
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader = StartRawServerStream(
+      channel.get(), "/meshserve.WorkerService/ReadParam", &context, request);
   grpc::ByteBuffer chunk;
   EXPECT_FALSE(reader->Read(&chunk));
   EXPECT_THAT(FromGrpcStatus(reader->Finish()),
@@ -696,15 +693,12 @@ TEST_F(WorkerServiceTest, StageParamsRefusesAChunkThatDoesNotParse) {
   // StageParams is a raw method too (chunks are staged from the received
   // slices): a message protobuf would refuse is refused, naming the chunk.
   ASSERT_OK_AND_ASSIGN(auto channel, CreateChannel(nodes_[0].address));
-  const grpc::internal::RpcMethod method("/meshserve.WorkerService/StageParams",
-                                         grpc::internal::RpcMethod::CLIENT_STREAMING);
   grpc::Slice junk(std::string("\x42\x7F", 2));  // field 8 (data): a length past the end
   grpc::ByteBuffer chunk(&junk, 1);
   grpc::ClientContext context;
   grpc::ByteBuffer response;
-  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
-      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel.get(), method,
-                                                                    &context, &response));
+  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer = StartRawClientStream(
+      channel.get(), "/meshserve.WorkerService/StageParams", &context, &response);
   writer->Write(chunk);
   writer->WritesDone();
   EXPECT_THAT(FromGrpcStatus(writer->Finish()),

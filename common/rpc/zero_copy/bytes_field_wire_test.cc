@@ -1,4 +1,4 @@
-#include "common/rpc/bytes_field_wire.h"
+#include "common/rpc/zero_copy/bytes_field_wire.h"
 
 #include <cstdint>
 #include <memory>

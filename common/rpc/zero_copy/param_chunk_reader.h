@@ -5,8 +5,8 @@
 // (fills, scale steps, restores) and the coordinator's pull.
 //
 // Thread-safety: a function; the sink runs on the calling thread.
-#ifndef MESHSERVE_COMMON_RPC_PARAM_CHUNK_READER_H_
-#define MESHSERVE_COMMON_RPC_PARAM_CHUNK_READER_H_
+#ifndef MESHSERVE_COMMON_RPC_ZERO_COPY_PARAM_CHUNK_READER_H_
+#define MESHSERVE_COMMON_RPC_ZERO_COPY_PARAM_CHUNK_READER_H_
 
 #include <cstdint>
 
@@ -46,4 +46,4 @@ ParamReadOutcome ReadParamChunks(grpc::ChannelInterface* channel, grpc::ClientCo
 
 }  // namespace meshserve
 
-#endif  // MESHSERVE_COMMON_RPC_PARAM_CHUNK_READER_H_
+#endif  // MESHSERVE_COMMON_RPC_ZERO_COPY_PARAM_CHUNK_READER_H_

@@ -1,22 +1,21 @@
-#include "common/rpc/param_chunk_reader.h"
+#include "common/rpc/zero_copy/param_chunk_reader.h"
 
 #include <memory>
 
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
-#include "common/rpc/bytes_field_wire.h"
 #include "common/rpc/grpc_status.h"
+#include "common/rpc/zero_copy/bytes_field_wire.h"
+#include "common/rpc/zero_copy/raw_method.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
-#include "grpcpp/impl/rpc_method.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/sync_stream.h"
 
 namespace meshserve {
 namespace {
 
-// A plain value: a call is created from it and does not keep it.
-const grpc::internal::RpcMethod kReadParamMethod(
-    "/meshserve.WorkerService/ReadParam", grpc::internal::RpcMethod::SERVER_STREAMING);
+// A raw method (raw_method.h): its chunks are byte buffers.
+constexpr char kReadParamMethod[] = "/meshserve.WorkerService/ReadParam";
 
 absl::Status DeliverChunk(const grpc::ByteBuffer& buffer, BytesFieldSplit* split,
                           absl::FunctionRef<absl::Status(const ParamChunkPiece&)> on_piece) {
@@ -42,9 +41,8 @@ absl::Status DeliverChunk(const grpc::ByteBuffer& buffer, BytesFieldSplit* split
 ParamReadOutcome ReadParamChunks(grpc::ChannelInterface* channel, grpc::ClientContext* context,
                                  const ReadParamRequest& request,
                                  absl::FunctionRef<absl::Status(const ParamChunkPiece&)> on_piece) {
-  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
-      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(channel, kReadParamMethod,
-                                                                    context, request));
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader =
+      StartRawServerStream(channel, kReadParamMethod, context, request);
   ParamReadOutcome out;
   grpc::ByteBuffer buffer;
   BytesFieldSplit split;

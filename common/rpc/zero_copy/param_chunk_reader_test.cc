@@ -1,4 +1,4 @@
-#include "common/rpc/param_chunk_reader.h"
+#include "common/rpc/zero_copy/param_chunk_reader.h"
 
 #include <memory>
 #include <string>
