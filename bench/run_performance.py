@@ -20,6 +20,10 @@ Clusters are `build/bin/meshserve local` (tests/integration/mslib.py);
 requests are `meshserve bench`. Bounded: about 5-10 minutes on 2 cores.
 Not part of the test suite.
 
+The page's "## Generation" section is bench/run_generation.py's: this script
+keeps it as it is (bench/generation_doc.py), and run_generation.py rewrites
+only that section.
+
 Usage: bench/run_performance.py [--bin_dir build/bin] [--quick]
 """
 import argparse
@@ -34,6 +38,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
 import mslib  # noqa: E402
+
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import generation_doc  # noqa: E402
 
 D, F = 2048, 8192
 BATCHES = (1, 8, 64)
@@ -399,8 +406,10 @@ def write_doc(run, rows, path, commit, elapsed):
             lines.append("- **%s** (%s): not met: %s vs %s (%.2fx). %s" % (
                 what, target, ms, base, ratio, why(what)))
     lines.append("")  # the raw log (run.log) is printed as the run goes, not kept here
+    # The page's "## Generation" section belongs to bench/run_generation.py: kept as it is.
+    text = generation_doc.keep_section(path, "\n".join(lines))
     with open(path, "w") as f:
-        f.write("\n".join(lines))
+        f.write(text)
 
 
 def main():
