@@ -66,7 +66,7 @@
 #include "server/coordinator/coordinator_metrics.h"
 #include "server/coordinator/coordinator_options.h"
 #include "server/coordinator/infer_request.h"
-#include "server/coordinator/param_cache_state.h"
+#include "server/coordinator/params/param_cache_state.h"
 #include "server/coordinator/placement_manager.h"
 #include "server/coordinator/program_cache.h"
 #include "server/coordinator/worker_connections.h"

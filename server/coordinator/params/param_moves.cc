@@ -1,4 +1,4 @@
-#include "server/coordinator/param_moves.h"
+#include "server/coordinator/params/param_moves.h"
 
 #include <algorithm>
 #include <utility>

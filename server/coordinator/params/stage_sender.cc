@@ -1,4 +1,4 @@
-#include "server/coordinator/stage_sender.h"
+#include "server/coordinator/params/stage_sender.h"
 
 #include <utility>
 

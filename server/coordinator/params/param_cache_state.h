@@ -14,8 +14,8 @@
 // budget run kOff, on every request.
 //
 // Thread-safety: thread-safe.
-#ifndef MESHSERVE_SERVER_COORDINATOR_PARAM_CACHE_STATE_H_
-#define MESHSERVE_SERVER_COORDINATOR_PARAM_CACHE_STATE_H_
+#ifndef MESHSERVE_SERVER_COORDINATOR_PARAMS_PARAM_CACHE_STATE_H_
+#define MESHSERVE_SERVER_COORDINATOR_PARAMS_PARAM_CACHE_STATE_H_
 
 #include <cstdint>
 #include <string>
@@ -74,4 +74,4 @@ class ParamCacheState {
 
 }  // namespace meshserve
 
-#endif  // MESHSERVE_SERVER_COORDINATOR_PARAM_CACHE_STATE_H_
+#endif  // MESHSERVE_SERVER_COORDINATOR_PARAMS_PARAM_CACHE_STATE_H_

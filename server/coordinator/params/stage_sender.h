@@ -9,8 +9,8 @@
 //
 // Thread-safety: Enqueue and Close from one thread (the push's); the writer
 // runs on the sender's own thread.
-#ifndef MESHSERVE_SERVER_COORDINATOR_STAGE_SENDER_H_
-#define MESHSERVE_SERVER_COORDINATOR_STAGE_SENDER_H_
+#ifndef MESHSERVE_SERVER_COORDINATOR_PARAMS_STAGE_SENDER_H_
+#define MESHSERVE_SERVER_COORDINATOR_PARAMS_STAGE_SENDER_H_
 
 #include <cstdint>
 #include <deque>
@@ -52,4 +52,4 @@ class StageSender {
 
 }  // namespace meshserve
 
-#endif  // MESHSERVE_SERVER_COORDINATOR_STAGE_SENDER_H_
+#endif  // MESHSERVE_SERVER_COORDINATOR_PARAMS_STAGE_SENDER_H_

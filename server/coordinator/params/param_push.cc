@@ -1,4 +1,4 @@
-#include "server/coordinator/param_push.h"
+#include "server/coordinator/params/param_push.h"
 
 #include <algorithm>
 #include <atomic>
@@ -16,7 +16,7 @@
 #include "common/tensor/copy_box.h"
 #include "common/tensor/tensor.h"
 #include "server/coordinator/fan_out.h"
-#include "server/coordinator/stage_sender.h"
+#include "server/coordinator/params/stage_sender.h"
 
 namespace meshserve {
 namespace {

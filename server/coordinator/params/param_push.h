@@ -40,8 +40,8 @@
 // commit and nothing changes). Add() is refused on a planned push.
 //
 // Thread-safety: one thread drives a ParamPush (a stream's reader).
-#ifndef MESHSERVE_SERVER_COORDINATOR_PARAM_PUSH_H_
-#define MESHSERVE_SERVER_COORDINATOR_PARAM_PUSH_H_
+#ifndef MESHSERVE_SERVER_COORDINATOR_PARAMS_PARAM_PUSH_H_
+#define MESHSERVE_SERVER_COORDINATOR_PARAMS_PARAM_PUSH_H_
 
 #include <cstdint>
 #include <functional>
@@ -55,9 +55,9 @@
 #include "absl/time/time.h"
 #include "common/model/model_file.h"
 #include "common/sharding/box.h"
-#include "server/coordinator/param_moves.h"
+#include "server/coordinator/params/param_moves.h"
 #include "server/coordinator/placement.h"
-#include "server/coordinator/stage_sender.h"
+#include "server/coordinator/params/stage_sender.h"
 #include "server/coordinator/worker_client.h"
 
 namespace meshserve {
@@ -169,4 +169,4 @@ class ParamPush {
 
 }  // namespace meshserve
 
-#endif  // MESHSERVE_SERVER_COORDINATOR_PARAM_PUSH_H_
+#endif  // MESHSERVE_SERVER_COORDINATOR_PARAMS_PARAM_PUSH_H_

@@ -1,4 +1,4 @@
-#include "server/coordinator/param_cache_state.h"
+#include "server/coordinator/params/param_cache_state.h"
 
 #include "gtest/gtest.h"
 

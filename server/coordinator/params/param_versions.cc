@@ -1,7 +1,7 @@
 // ParamVersions (param_versions.h): a push's admission and its commit through
 // PlacementManager::CommitVersion; a pull reads each cell of a param from one
 // live holder and streams the assembled bytes in chunks.
-#include "server/coordinator/param_versions.h"
+#include "server/coordinator/params/param_versions.h"
 
 #include <utility>
 
@@ -11,7 +11,7 @@
 #include "common/base/status_util.h"
 #include "common/program/ir_conv.h"
 #include "common/tensor/copy_box.h"
-#include "server/coordinator/param_moves.h"
+#include "server/coordinator/params/param_moves.h"
 
 namespace meshserve {
 namespace {

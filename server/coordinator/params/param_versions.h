@@ -9,8 +9,8 @@
 // options.max_concurrent_pushes over all models, stage at once.
 //
 // Thread-safety: thread-safe. mu_ is a leaf lock, never held during an RPC.
-#ifndef MESHSERVE_SERVER_COORDINATOR_PARAM_VERSIONS_H_
-#define MESHSERVE_SERVER_COORDINATOR_PARAM_VERSIONS_H_
+#ifndef MESHSERVE_SERVER_COORDINATOR_PARAMS_PARAM_VERSIONS_H_
+#define MESHSERVE_SERVER_COORDINATOR_PARAMS_PARAM_VERSIONS_H_
 
 #include <cstdint>
 #include <functional>
@@ -24,7 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "server/coordinator/coordinator_options.h"
-#include "server/coordinator/param_push.h"
+#include "server/coordinator/params/param_push.h"
 #include "server/coordinator/placement_manager.h"
 #include "server/coordinator/worker_connections.h"
 #include "server/coordinator/worker_registry.h"
@@ -89,4 +89,4 @@ class ParamVersions {
 
 }  // namespace meshserve
 
-#endif  // MESHSERVE_SERVER_COORDINATOR_PARAM_VERSIONS_H_
+#endif  // MESHSERVE_SERVER_COORDINATOR_PARAMS_PARAM_VERSIONS_H_
