@@ -67,7 +67,9 @@ struct ProgramCacheOptions {
   size_t max_programs = kDefaultMaxCachedPrograms;
   // Where the cache's metrics go (may be null; must outlive the cache).
   MetricRegistry* metrics = nullptr;
-  // Called with each plan the bound evicts, after the cache let go of it.
+  // Called with each plan the bound evicts, after the cache let go of it, on
+  // the thread of the request whose install evicted it (so possibly on
+  // several threads at once), with no lock of the cache held.
   std::function<void(std::shared_ptr<const CompiledPlan>)> on_evict;
 };
 

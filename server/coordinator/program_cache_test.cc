@@ -1,10 +1,12 @@
 #include "server/coordinator/program_cache.h"
 
+#include <atomic>
 #include <memory>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/program/ir_conv.h"
@@ -222,13 +224,15 @@ class BoundedProgramCacheTest : public ProgramCacheTest {
     options.max_programs = 2;
     options.metrics = &metrics_;
     options.on_evict = [this](std::shared_ptr<const CompiledPlan> plan) {
+      absl::MutexLock lock(&evicted_mu_);  // called on the requests' threads
       evicted_.push_back(plan->program_id);
     };
     return options;
   }
 
   MetricRegistry metrics_;
-  std::vector<std::string> evicted_;
+  absl::Mutex evicted_mu_;
+  std::vector<std::string> evicted_;  // read after the requests are done
   ProgramCache bounded_{&compiler_, cluster_.Factory(), &registry_, absl::Seconds(1), Options()};
 };
 
@@ -310,6 +314,33 @@ TEST_F(BoundedProgramCacheTest, SameKeySameProgramIdOtherKeysOtherIds) {
   EXPECT_NE(a->program_id, b->program_id);
   EXPECT_EQ(a->program_id.rfind("fixed/g1/p", 0), 0u) << a->program_id;
   EXPECT_EQ(a->program_id.size(), std::string("fixed/g1/p").size() + 16) << a->program_id;
+}
+
+TEST_F(BoundedProgramCacheTest, ConcurrentRequestsOverTheBoundKeepEveryPlanAccounted) {
+  std::shared_ptr<const Placement> placement = Place(1);
+  const std::vector<ValidatedRequest> keys = {
+      Validated(request_), Validated(WithOutSharding(request_, "P()")),
+      Validated(WithOutSharding(request_, "P('data', None)")),
+      Validated(WithOutSharding(request_, "P(None, 'model')"))};
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 6; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 40; ++i) {
+        const ValidatedRequest& v = keys[(t + i) % keys.size()];
+        absl::StatusOr<std::shared_ptr<const CompiledPlan>> plan =
+            bounded_.GetOrCompile(v, placement);
+        if (!plan.ok() || *plan == nullptr) failures.fetch_add(1);
+        bounded_.Find(v, *placement);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(bounded_.size(), 2u);
+  // Every plan compiled (and installed: nothing failed) is cached or evicted.
+  EXPECT_EQ(bounded_.evictions() + 2, compiler_.compiles());
+  EXPECT_EQ(static_cast<int>(evicted_.size()), bounded_.evictions());
 }
 
 }  // namespace
