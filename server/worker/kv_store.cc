@@ -31,6 +31,13 @@ absl::StatusOr<std::shared_ptr<KvCache>> KvCacheStore::GetOrCreate(
                       "model '", model, "' device ", device, " (--kv_cache_bytes ",
                       bytes_per_model_, " over ", num_devices, " devices)");
   std::shared_ptr<KvCache> shared = std::move(cache);
+  // The coordinator runs a model's steps on its newest placement only: the
+  // caches of older generations (sequences rebuilt on this one) are dead
+  // weight. A step still using one holds it until it ends.
+  for (auto old = caches_.begin(); old != caches_.end();) {
+    const bool older = std::get<0>(old->first) == model && std::get<1>(old->first) < generation;
+    old = older ? caches_.erase(old) : std::next(old);
+  }
   caches_.emplace(key, shared);
   return shared;
 }

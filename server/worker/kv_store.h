@@ -6,8 +6,12 @@
 // Memory: --kv_cache_bytes is this worker's budget per model; a model's
 // caches split it evenly over the devices the worker hosts for it (each
 // device holds other heads, so each needs its own blocks for every
-// sequence). A new generation (scaling) starts with empty caches: the
-// coordinator rebuilds sequences' caches by recomputing them (re-prefill).
+// sequence). A new generation (scaling, a worker lost) starts with empty
+// caches: the coordinator rebuilds sequences' caches by recomputing them
+// (re-prefill). The first cache made for a generation drops the model's
+// caches of older generations (no step runs on those again; their blocks
+// would stay held until the old placement is unloaded, which waits for the
+// sequences that started on it to end).
 //
 // Thread-safety: thread-safe (one mutex over the table; the caches are
 // thread-safe themselves and outlive their entries while a step uses them:
@@ -35,7 +39,8 @@ class KvCacheStore {
   explicit KvCacheStore(int64_t bytes_per_model) : bytes_per_model_(bytes_per_model) {}
 
   // The cache of (model, generation, device), made with `num_devices`
-  // hosted devices sharing the budget. \error KvBlockPool::Create's
+  // hosted devices sharing the budget; making one drops the model's caches
+  // of older generations. \error KvBlockPool::Create's
   //   (kResourceExhausted naming the bytes when a block does not fit), and
   //   kInvalidArgument when an existing cache has another geometry.
   absl::StatusOr<std::shared_ptr<KvCache>> GetOrCreate(const std::string& model,

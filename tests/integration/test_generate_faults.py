@@ -191,19 +191,16 @@ def cluster(env, models, name, workers, http_port=0):
     return cl
 
 
-def start_streams(c, mc, cl, seed, what, then=None):
+def start_streams(c, mc, cl, seed, what):
     """After one short warm-up stream (it compiles the first decode
     programs): the generation served, STREAMS streams and their token
-    counts once each has its first token (`then` runs as soon as the streams
-    are sent)."""
+    counts once each has its first token."""
     with mc.MeshserveClient(cl.target) as client:
         ids = [t for ch in client.generate("gpt2", prompt_ids=[1, 2, 3], max_tokens=4,
                                            temperature=0, timeout_s=120) for t in ch.token_ids]
     c.check(len(ids) == 4, "%s: a warm-up stream is served" % what, cl.logs_tail())
     before = max(generations(cl) or [0])
     streams = Streams(mc, cl.target, prompts_for(seed), MAX_TOKENS)
-    if then is not None:
-        then()
     return before, streams, streams.wait_all_started(1)
 
 
@@ -284,9 +281,20 @@ def scale(env, state):
     http_port = mslib.free_port()
     cl = cluster(env, state["models"], "scale", 2, http_port)
     try:
-        # The workers start with the streams: joining takes them ~0.5 s.
-        before, streams, _ = start_streams(c, mc, cl, 2, "scale",
-                                           then=lambda: [cl.add_worker() for _ in range(2)])
+        # The joining workers start now and are stopped before they register
+        # (their start takes ~0.3 s); they go on once every stream runs, so
+        # that the model moves while all of them are mid-generation.
+        joining = [cl.add_worker() for _ in range(2)]
+        for proc in joining:
+            os.kill(proc.pid, signal.SIGSTOP)
+        registered = re.findall(r"worker \d+ registered", cl.log(cl.coordinator_log))
+        c.check(len(registered) == 2, "scale: the joining workers are held before they register",
+                cl.logs_tail())
+        try:
+            before, streams, _ = start_streams(c, mc, cl, 2, "scale")
+        finally:
+            for proc in joining:
+                os.kill(proc.pid, signal.SIGCONT)
         across(c, cl, before, streams, "scale 2 -> 4 under %d streams" % STREAMS,
                state["forward"])
         c.check(re.search(r"now serves generation \d+ .*scale step: 4 workers",
