@@ -315,7 +315,7 @@ absl::StatusOr<InferResult> InferenceClient::InferMovingInputs(
   request.set_model_name(std::string(model));
   request.set_id(NextRequestId());
   // The inputs' bytes go out as slices over these strings, not copied into
-  // the message nor into gRPC's buffers (common/rpc/bytes_field_wire.h).
+  // the message nor into gRPC's buffers (common/rpc/zero_copy/bytes_field_wire.h).
   auto contents = std::make_shared<std::vector<std::string>>();
   contents->reserve(inputs.size());
   for (HostTensor& input : inputs) {

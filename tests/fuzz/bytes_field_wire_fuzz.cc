@@ -1,5 +1,5 @@
 // libFuzzer target: ReadParam's ParamChunks as a hostile peer sends them,
-// split around their data without protobuf (common/rpc/bytes_field_wire.h).
+// split around their data without protobuf (common/rpc/zero_copy/bytes_field_wire.h).
 // Input: the message's bytes, cut into slices of (size % 8) bytes (0: one
 // slice), as a received message comes in slices of any sizes.
 // Invariants: never crashes; an error is kInvalidArgument; a message it
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/rpc/bytes_field_wire.h"
+#include "common/rpc/zero_copy/bytes_field_wire.h"
 #include "proto/worker_service.pb.h"
 
 namespace {

@@ -8,6 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/program/decode_step_proto.h"
 #include "common/program/program_proto.h"
+#include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
