@@ -1,10 +1,13 @@
 // SentencePieceModel (sentencepiece_model.h). No Abseil header may be
-// included here (see the header); kept out of unity batches.
+// included here (see the header); kept out of unity batches. The library is
+// opened at run time (Lib() says why); its header only declares the classes.
 #include "common/tokenizer/sentencepiece_model.h"
 
 #include <cstdlib>
+#include <new>
 
 #ifdef MESHSERVE_HAVE_SENTENCEPIECE
+#include <dlfcn.h>
 #include <sentencepiece_processor.h>
 #else
 namespace sentencepiece {
@@ -19,6 +22,9 @@ namespace tokenizer {
 
 namespace {
 
+using sentencepiece::SentencePieceProcessor;
+using sentencepiece::util::Status;
+
 constexpr char kSpaceSymbol[] = "\xE2\x96\x81";  // U+2581, SentencePiece's space
 
 // "<0xNN>" -> NN; -1 when the piece is not of that form.
@@ -31,23 +37,111 @@ int ByteOfPiece(const std::string& piece) {
   return static_cast<int>(value);
 }
 
+// libsentencepiece, opened once with dlopen (see below). Its processor's
+// methods are virtual (called through the vtable, no symbol needed); the
+// constructor and Status's destructor and ToString are looked up by name.
+struct Library {
+  void* handle = nullptr;
+  std::string error;  // empty when loaded
+  void (*construct)(void*) = nullptr;                 // SentencePieceProcessor()
+  void (*destroy_status)(void*) = nullptr;            // util::Status::~Status()
+  std::string (*status_string)(const void*) = nullptr;  // util::Status::ToString()
+};
+
+// Why dlopen and RTLD_DEEPBIND: Debian's libsentencepiece carries its own
+// copy of protobuf-lite 3.14 and exports its symbols; linked into a process
+// that also links libprotobuf 3.21 (every meshserve server), its model parser
+// binds to the wrong copy and aborts ("compiled against version 3.14.0").
+// Opened RTLD_LOCAL | RTLD_DEEPBIND, the library binds to its own copy and
+// adds nothing to the process's global symbols. AddressSanitizer refuses
+// RTLD_DEEPBIND: sanitizer builds open it without (fine in a process without
+// libprotobuf, such as the tokenizer tests).
+const Library& Lib() {
+  static const Library* lib = [] {
+    auto* l = new Library();
+    int flags = RTLD_NOW | RTLD_LOCAL;
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#if defined(__has_feature)
+#if !__has_feature(address_sanitizer) && !__has_feature(thread_sanitizer)
+    flags |= RTLD_DEEPBIND;
+#endif
+#else
+    flags |= RTLD_DEEPBIND;
+#endif
+#endif
+    l->handle = dlopen("libsentencepiece.so.0", flags);
+    if (l->handle == nullptr) {
+      const char* why = dlerror();
+      l->error = std::string("cannot open libsentencepiece.so.0: ") + (why ? why : "?");
+      return l;
+    }
+    l->construct = reinterpret_cast<void (*)(void*)>(
+        dlsym(l->handle, "_ZN13sentencepiece22SentencePieceProcessorC1Ev"));
+    l->destroy_status = reinterpret_cast<void (*)(void*)>(
+        dlsym(l->handle, "_ZN13sentencepiece4util6StatusD1Ev"));
+    l->status_string = reinterpret_cast<std::string (*)(const void*)>(
+        dlsym(l->handle, "_ZNK13sentencepiece4util6Status8ToStringB5cxx11Ev"));
+    if (l->construct == nullptr || l->destroy_status == nullptr || l->status_string == nullptr) {
+      l->error = "libsentencepiece.so.0 lacks the SentencePieceProcessor symbols meshserve uses";
+    }
+    return l;
+  }();
+  return *lib;
+}
+
+// A util::Status returned by the library, destroyed through the library
+// (its destructor is not linked in).
+class StatusHolder {
+ public:
+  template <typename Call>
+  explicit StatusHolder(Call call) {
+    new (storage_) Status(call());
+  }
+  ~StatusHolder() { Lib().destroy_status(storage_); }
+  StatusHolder(const StatusHolder&) = delete;
+  StatusHolder& operator=(const StatusHolder&) = delete;
+  bool ok() const { return get().ok(); }
+  std::string ToString() const { return Lib().status_string(storage_); }
+
+ private:
+  const Status& get() const { return *reinterpret_cast<const Status*>(storage_); }
+  alignas(Status) unsigned char storage_[sizeof(Status)];
+};
+
 }  // namespace
 
-bool SentencePieceModel::Available() { return true; }
+bool SentencePieceModel::Available() { return Lib().error.empty(); }
+std::string SentencePieceModel::Unavailable() { return Lib().error; }
 
-SentencePieceModel::SentencePieceModel()
-    : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {}
-SentencePieceModel::~SentencePieceModel() = default;
+SentencePieceModel::SentencePieceModel() = default;
+
+SentencePieceModel::~SentencePieceModel() {
+  // Made by the library's constructor in our storage: destroyed in place
+  // (the destructor is virtual), the storage freed here.
+  SentencePieceProcessor* sp = sp_.release();
+  if (sp != nullptr) {
+    sp->~SentencePieceProcessor();
+    ::operator delete(static_cast<void*>(sp));
+  }
+}
 
 std::unique_ptr<SentencePieceModel> SentencePieceModel::Load(const std::string& path,
                                                              std::string* error) {
+  if (!Lib().error.empty()) {
+    *error = Lib().error;
+    return nullptr;
+  }
   std::unique_ptr<SentencePieceModel> model(new SentencePieceModel());
-  const sentencepiece::util::Status status = model->sp_->Load(path);
+  void* storage = ::operator new(sizeof(SentencePieceProcessor));
+  Lib().construct(storage);
+  model->sp_.reset(static_cast<SentencePieceProcessor*>(storage));
+  SentencePieceProcessor* sp = model->sp_.get();
+  StatusHolder status([&] { return sp->Load(path); });
   if (!status.ok()) {
     *error = status.ToString();
     return nullptr;
   }
-  if (model->sp_->GetPieceSize() <= 0) {
+  if (sp->GetPieceSize() <= 0) {
     *error = "the model has no pieces";
     return nullptr;
   }
@@ -56,15 +150,17 @@ std::unique_ptr<SentencePieceModel> SentencePieceModel::Load(const std::string& 
 
 bool SentencePieceModel::Encode(const std::string& text, std::vector<int>* ids,
                                 std::string* error) const {
-  const sentencepiece::util::Status status = sp_->Encode(text, ids);
+  const SentencePieceProcessor* sp = sp_.get();
+  StatusHolder status([&] { return sp->Encode(text, ids); });
   if (!status.ok()) *error = status.ToString();
   return status.ok();
 }
 
 std::string SentencePieceModel::DecodeText(const std::vector<int>& ids) const {
+  const SentencePieceProcessor* sp = sp_.get();
   std::string text;
-  if (!sp_->Decode(ids, &text).ok()) return "";
-  return text;
+  StatusHolder status([&] { return sp->Decode(ids, &text); });
+  return status.ok() ? text : "";
 }
 
 std::string SentencePieceModel::PieceBytes(int id) const {
@@ -101,6 +197,10 @@ int SentencePieceModel::PieceToId(const std::string& piece) const {
 
 // Built without libsentencepiece: nothing loads.
 bool SentencePieceModel::Available() { return false; }
+std::string SentencePieceModel::Unavailable() {
+  return "meshserve was built without libsentencepiece (install libsentencepiece-dev and "
+         "rebuild)";
+}
 SentencePieceModel::SentencePieceModel() = default;
 SentencePieceModel::~SentencePieceModel() = default;
 std::unique_ptr<SentencePieceModel> SentencePieceModel::Load(const std::string&,

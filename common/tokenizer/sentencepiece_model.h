@@ -4,8 +4,12 @@
 // cannot coexist with Abseil's own absl::string_view in one translation
 // unit. sentencepiece_tokenizer.h builds the Tokenizer on top of it.
 //
-// Built without libsentencepiece (pkg-config found none), Available() is
-// false and Load fails: LoadTokenizer then answers Unimplemented.
+// The library is opened at run time (dlopen "libsentencepiece.so.0",
+// RTLD_LOCAL | RTLD_DEEPBIND: Debian's build carries its own protobuf 3.14,
+// which must not meet the process's libprotobuf 3.21; the .cc says more).
+// Built without libsentencepiece-dev (pkg-config found none), or when the
+// library cannot be opened, Available() is false and Load fails:
+// LoadTokenizer then answers Unimplemented.
 //
 // Per-token bytes (PieceBytes), what streaming needs: a byte-fallback piece
 // "<0xNN>" is the byte NN; a control or unknown piece is its own text ("<s>",
@@ -35,8 +39,10 @@ namespace tokenizer {
 
 class SentencePieceModel {
  public:
-  // True when meshserve was built with libsentencepiece.
+  // True when meshserve was built with libsentencepiece and the library opened.
   static bool Available();
+  // Why not, when !Available().
+  static std::string Unavailable();
   // The model in file `path` (a serialized ModelProto, "tokenizer.model");
   // null with *error set when it cannot be read or parsed.
   static std::unique_ptr<SentencePieceModel> Load(const std::string& path, std::string* error);

@@ -13,9 +13,8 @@ namespace tokenizer {
 absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::Load(
     const std::string& path) {
   if (!SentencePieceModel::Available()) {
-    return Unimplemented("SentencePiece tokenizer ", path,
-                         ": meshserve was built without libsentencepiece (install "
-                         "libsentencepiece-dev and rebuild)");
+    return Unimplemented("SentencePiece tokenizer ", path, ": ",
+                         SentencePieceModel::Unavailable());
   }
   std::string error;
   std::unique_ptr<SentencePieceModel> model = SentencePieceModel::Load(path, &error);

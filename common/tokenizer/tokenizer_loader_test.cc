@@ -190,7 +190,7 @@ TEST(LoadTokenizerTest, MissingAndUnsupportedFolders) {
                                              "/tokenizer.model is not a SentencePiece model"));
   } else {
     EXPECT_THAT(LoadTokenizer(dir), StatusIs(absl::StatusCode::kUnimplemented,
-                                             "built without libsentencepiece"));
+                                             SentencePieceModel::Unavailable()));
   }
   const std::string half = NewDir("half");
   Write(half, "vocab.json", Vocab().dump());
