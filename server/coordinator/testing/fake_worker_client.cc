@@ -11,7 +11,7 @@
 #include "common/program/ir_conv.h"
 #include "common/tensor/copy_box.h"
 #include "common/tensor/tensor.h"
-#include "server/coordinator/param_moves.h"
+#include "server/coordinator/params/param_moves.h"
 
 namespace meshserve {
 
