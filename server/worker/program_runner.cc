@@ -41,6 +41,18 @@ absl::Status ProgramRunner::Install(ProgramIr program) {
   return absl::OkStatus();
 }
 
+absl::Status ProgramRunner::Uninstall(absl::string_view program_id) {
+  absl::MutexLock lock(&mu_);
+  auto p = programs_.find(program_id);
+  if (p == programs_.end()) {
+    return NotFound("unknown program '", program_id, "' (", programs_.size(), " installed)");
+  }
+  // What its runs kept goes with it, as when an install replaces it.
+  models_->ForgetKept(p->second->ir.model, p->second->ir.generation, p->second->cache_key);
+  programs_.erase(p);
+  return absl::OkStatus();
+}
+
 void ProgramRunner::DropPrograms(absl::string_view model,
                                  const std::vector<int64_t>& generations) {
   if (generations.empty()) return;

@@ -65,6 +65,8 @@ class ProgramRunner {
 
   // WorkerEngine::InstallProgram.
   absl::Status Install(ProgramIr program) ABSL_LOCKS_EXCLUDED(mu_);
+  // WorkerEngine::UninstallProgram.
+  absl::Status Uninstall(absl::string_view program_id) ABSL_LOCKS_EXCLUDED(mu_);
   // WorkerEngine::Execute / ExecuteAsync.
   absl::StatusOr<std::vector<SliceIr>> Execute(absl::string_view program_id,
                                                absl::string_view request_id,

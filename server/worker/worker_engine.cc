@@ -55,6 +55,10 @@ absl::Status WorkerEngine::InstallProgram(ProgramIr program) {
   return runner_.Install(std::move(program));
 }
 
+absl::Status WorkerEngine::UninstallProgram(absl::string_view program_id) {
+  return runner_.Uninstall(program_id);
+}
+
 absl::StatusOr<std::vector<SliceIr>> WorkerEngine::Execute(absl::string_view program_id,
                                                            absl::string_view request_id,
                                                            std::vector<SliceIr> inputs,

@@ -115,6 +115,11 @@ class WorkerEngine {
   // \error kInvalidArgument naming the step index and value.
   absl::Status InstallProgram(ProgramIr program);
 
+  // Drops installed program `program_id` and the buffers its param-cache
+  // runs kept (the coordinator's program cache evicted it); runs holding it
+  // finish. \error kNotFound naming it when it is not installed.
+  absl::Status UninstallProgram(absl::string_view program_id);
+
   // Runs program `program_id` for `request_id` on param version
   // `param_version` of the program's (model, generation) (0: the newest
   // resident); returns the output slices. timeout <= 0:

@@ -304,6 +304,41 @@ TEST(WorkerEngineTest, LocalCopyAndSendToSelfBetweenDevicesOfOneWorker) {
   EXPECT_EQ(Floats(out[0].data), FullParam("w", {kK, kN}, normal, 7));
 }
 
+// Uninstall drops the program (Status counts it no more) and an Execute then
+// fails naming it; the model and the other programs stay.
+TEST(WorkerEngineTest, UninstallDropsTheProgram) {
+  WorkerEngine engine(WorkerEngine::Options(), nullptr);
+  ASSERT_OK(engine.LoadModel(MatmulLoad({0, 1}, {0, 0})).status());
+  ProgramIr p;
+  p.model = "mm";
+  p.generation = 1;
+  p.worker = 0;
+  p.steps.push_back(Output(0, "param/w", B({{0, 4}, {0, kN}}), "w"));
+  for (const char* id : {"keep", "drop"}) {
+    p.program_id = id;
+    ASSERT_OK(engine.InstallProgram(p));
+  }
+  ASSERT_OK(engine.Execute("drop", "r1", {}, absl::Seconds(5)).status());
+  EXPECT_EQ(engine.Status().programs, 2);
+  ASSERT_OK(engine.UninstallProgram("drop"));
+  EXPECT_EQ(engine.Status().programs, 1);
+  EXPECT_THAT(engine.Execute("drop", "r2", {}, absl::Seconds(5)),
+              StatusIs(absl::StatusCode::kNotFound, "unknown program 'drop'"));
+  EXPECT_THAT(engine.UninstallProgram("drop"),
+              StatusIs(absl::StatusCode::kNotFound, "unknown program 'drop'"));
+  ASSERT_OK_AND_ASSIGN(std::vector<SliceIr> out,
+                       engine.Execute("keep", "r3", {}, absl::Seconds(5)));
+  ASSERT_EQ(out.size(), 1u);
+  InitSpec normal;
+  normal.kind = InitKind::kNormal;
+  std::vector<float> w = FullParam("w", {kK, kN}, normal, 7);
+  EXPECT_EQ(Floats(out[0].data), std::vector<float>(w.begin(), w.begin() + 4 * kN));
+  // Installed again under the same id, it runs again.
+  p.program_id = "drop";
+  ASSERT_OK(engine.InstallProgram(p));
+  EXPECT_OK(engine.Execute("drop", "r4", {}, absl::Seconds(5)).status());
+}
+
 // ---- error paths ----
 
 class EngineErrorTest : public ::testing::Test {

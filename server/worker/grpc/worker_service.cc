@@ -311,11 +311,17 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::UnloadModel(grpc::CallbackServerCon
 grpc::ServerUnaryReactor* WorkerServiceImpl::InstallProgram(
     grpc::CallbackServerContext* context, const InstallProgramRequest* request,
     InstallProgramResponse* response) {
-  return RunOnPool(context, pool_, "InstallProgram",
-                   [this, request]() -> absl::Status {
-                     MS_ASSIGN_OR_RETURN(ProgramIr program, ProgramToIr(request->program()));
-                     return worker_->InstallProgram(std::move(program));
-                   });
+  return RunOnPool(context, pool_, "InstallProgram", [this, request]() -> absl::Status {
+    MS_ASSIGN_OR_RETURN(ProgramIr program, ProgramToIr(request->program()));
+    return worker_->InstallProgram(std::move(program));
+  });
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::UninstallProgram(
+    grpc::CallbackServerContext* context, const UninstallProgramRequest* request,
+    UninstallProgramResponse* response) {
+  return RunOnPool(context, pool_, "UninstallProgram",
+                   [this, request] { return worker_->UninstallProgram(request->program_id()); });
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::Execute(grpc::CallbackServerContext* context,
@@ -355,8 +361,7 @@ grpc::ServerBidiReactor<DataChunk, PushAck>* WorkerServiceImpl::PeerStream(
 grpc::ServerUnaryReactor* WorkerServiceImpl::Cancel(grpc::CallbackServerContext* context,
                                                     const CancelRequest* request,
                                                     CancelResponse* response) {
-  // Non-blocking: wakes the request's receives.
-  worker_->Cancel(request->request_id(), request->reason());
+  worker_->Cancel(request->request_id(), request->reason());  // wakes its receives at once
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
   return reactor;

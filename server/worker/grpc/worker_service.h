@@ -56,14 +56,15 @@ namespace meshserve {
 // here too (else it answers UNIMPLEMENTED).
 using WorkerServiceBase = WorkerService::WithCallbackMethod_LoadModel<
     WorkerService::WithCallbackMethod_UnloadModel<WorkerService::WithCallbackMethod_InstallProgram<
-        WorkerService::WithCallbackMethod_Execute<WorkerService::WithCallbackMethod_ExecuteStream<
+        WorkerService::WithCallbackMethod_UninstallProgram<
+            WorkerService::WithCallbackMethod_Execute<WorkerService::WithCallbackMethod_ExecuteStream<
             WorkerService::WithCallbackMethod_PushData<WorkerService::WithCallbackMethod_PeerStream<
                 WorkerService::WithCallbackMethod_Cancel<WorkerService::WithCallbackMethod_Status<
                     WorkerService::WithRawCallbackMethod_ReadParam<
                         WorkerService::WithRawCallbackMethod_StageParams<
                             WorkerService::WithCallbackMethod_CommitParams<
                                 WorkerService::WithCallbackMethod_AbortParams<
-                                    WorkerService::Service>>>>>>>>>>>>>;
+                                    WorkerService::Service>>>>>>>>>>>>>>;
 
 class WorkerServiceImpl final : public WorkerServiceBase {
  public:
@@ -82,6 +83,9 @@ class WorkerServiceImpl final : public WorkerServiceBase {
   grpc::ServerUnaryReactor* InstallProgram(grpc::CallbackServerContext* context,
                                            const InstallProgramRequest* request,
                                            InstallProgramResponse* response) override;
+  grpc::ServerUnaryReactor* UninstallProgram(grpc::CallbackServerContext* context,
+                                             const UninstallProgramRequest* request,
+                                             UninstallProgramResponse* response) override;
   grpc::ServerUnaryReactor* Execute(grpc::CallbackServerContext* context,
                                     const ExecuteRequest* request,
                                     ExecuteResponse* response) override;
