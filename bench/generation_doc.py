@@ -156,10 +156,25 @@ def loaded_note(res):
         "meshserve's single-threaded workers do: a 2-thread OpenMP region or ggml barrier "
         "waits whenever one of its threads is descheduled. This run shows it: torch's "
         "128-token prefill took %.0f ms while its GEMMs alone at the rate torch itself "
-        "measured for them (%.1f GFLOP/s) take %.0f ms. Re-run on an idle machine before "
-        "relying on the ratios against torch, NumPy and llama.cpp." % (
+        "measured for them (%.1f GFLOP/s) take %.0f ms%s. Re-run on an idle machine "
+        "before relying on the ratios against torch, NumPy and llama.cpp." % (
             max(loads), os.cpu_count(), _best(th["prefill_ms"]), th.get("gemm_gflops", 0),
-            gemm_ms))
+            gemm_ms, _prefill_rates(res)))
+
+
+def _prefill_rates(res):
+    """Worker 0's GEMM rate in the prefill profile vs NumPy's 2-thread rate."""
+    pre = res.get("perf_prefill") or {}
+    share = next((p for p, k in pre.get("categories", []) if k.startswith("GEMM")), None)
+    if not share or not pre.get("cpu_ms_per_token"):
+        return ""
+    flops = 2.0 * 128 * 12 * 12 * 768 ** 2  # the prompt's block GEMMs
+    worker = flops / 2 / (pre["cpu_ms_per_token"] * share / 100.0) / 1e6
+    numpy_rate = flops / res["numpy_prefill_ms"] / 1e6
+    return ("; and in the prefill profile worker 0's GEMMs ran at about %.0f GFLOP/s of "
+            "its own CPU time (its half of the prompt's GEMMs over its GEMM samples), "
+            "while NumPy's 2 threads reached %.0f GFLOP/s of wall time for all of them" % (
+                worker, numpy_rate))
 
 
 def reasons(res):
