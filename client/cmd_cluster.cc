@@ -19,7 +19,6 @@
 #include <optional>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -33,6 +32,7 @@
 #include "client/cli_format.h"
 #include "client/client_connect.h"
 #include "client/npy_files.h"
+#include "common/base/parallel_for.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/tensor/tensor.h"
@@ -328,7 +328,8 @@ struct BenchStats {
   int64_t batched = 0; double batch_size_sum = 0, queue_us_sum = 0;  // batched models' answers
 };
 
-// o.requests requests from o.concurrency threads, each sending one variant.
+// o.requests requests from o.concurrency callers at once (ParallelFor), each
+// sending one variant.
 BenchStats RunLoad(InferenceClient& client, const BenchOptions& o,
                    const std::vector<std::vector<HostTensor>>& variants) {
   BenchStats stats;
@@ -356,9 +357,7 @@ BenchStats RunLoad(InferenceClient& client, const BenchOptions& o,
     }
   };
   auto start = std::chrono::steady_clock::now();
-  std::vector<std::thread> threads;
-  for (int t = 0; t < o.concurrency; ++t) threads.emplace_back(worker, t);
-  for (std::thread& t : threads) t.join();
+  ParallelFor(static_cast<size_t>(o.concurrency), [&](size_t t) { worker(static_cast<int>(t)); });
   stats.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return stats;
 }

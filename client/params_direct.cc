@@ -11,12 +11,12 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/dtype.h"
+#include "common/base/parallel_for.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/program/ir_conv.h"
@@ -279,18 +279,17 @@ absl::StatusOr<PushResult> PushDirectFromFile(InferenceClient& client, const std
   if (!stream->Write(request) || !stream->Read(&plan)) return server_status();
   absl::StatusOr<std::map<std::string, WorkerShare>> shares = SharesOf(plan, entries, path);
   if (!shares.ok()) return cancel(AnnotateStatus(shares.status(), rpc));
-  // Every worker reachable before any byte goes out; then one thread each.
+  // Every worker reachable before any byte goes out; then all workers at once.
   absl::Status connected = ConnectAll(
       *shares, std::min(deadline, absl::Now() + options.connect_timeout), fallback_reason);
   if (!connected.ok()) return cancel(AnnotateStatus(connected, rpc));
-  std::vector<std::thread> threads;
-  for (auto& [address, share] : *shares) {
-    threads.emplace_back([&, s = &share] {
-      s->sent = StageOnWorker(s->channel.get(), plan, model, s->routes, mapped,
-                              options.chunk_bytes, deadline, &s->messages);
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  std::vector<WorkerShare*> staging;
+  for (auto& [address, share] : *shares) staging.push_back(&share);
+  ParallelFor(staging.size(), [&](size_t i) {
+    WorkerShare* s = staging[i];
+    s->sent = StageOnWorker(s->channel.get(), plan, model, s->routes, mapped,
+                            options.chunk_bytes, deadline, &s->messages);
+  });
   for (const auto& [address, share] : *shares) {
     if (!share.sent.ok()) {
       return cancel(AnnotateStatus(share.sent.status(), "StageParams on worker ", share.id,

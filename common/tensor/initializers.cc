@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/parallel_for.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/tensor/convert.h"
@@ -249,16 +250,10 @@ absl::StatusOr<Tensor> InitializeBox(const InitSpec& spec, int64_t seed,
   const int64_t num_threads = std::min<int64_t>(
       {static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency())), 8,
        num_rows, std::max<int64_t>(1, out.NumElements() / kElementsPerThread)});
-  if (num_threads <= 1) {
-    fill_rows(0, num_rows);
-  } else {
-    std::vector<std::thread> threads;
-    for (int64_t t = 0; t < num_threads; ++t) {
-      threads.emplace_back(fill_rows, num_rows * t / num_threads,
-                           num_rows * (t + 1) / num_threads);
-    }
-    for (std::thread& t : threads) t.join();
-  }
+  ParallelFor(static_cast<size_t>(num_threads), [&](size_t t) {
+    const int64_t i = static_cast<int64_t>(t);
+    fill_rows(num_rows * i / num_threads, num_rows * (i + 1) / num_threads);
+  });
   return out;
 }
 

@@ -3,7 +3,6 @@
 #include <memory>
 #include <utility>
 
-#include "absl/synchronization/blocking_counter.h"
 #include "common/base/elastic_executor.h"
 #include "server/coordinator/worker_client.h"
 
@@ -24,21 +23,4 @@ void WorkerClient::ExecuteAsync(ExecuteCall call, absl::Duration timeout, Execut
   });
 }
 
-namespace fan_out_internal {
-
-void RunAll(size_t n, absl::FunctionRef<void(size_t)> fn) {
-  if (n == 0) return;
-  absl::BlockingCounter done(static_cast<int>(n));
-  ElasticExecutor& executor = ElasticExecutor::Shared();
-  for (size_t i = 0; i < n; ++i) {
-    // `fn` and `done` outlive the task: this function waits for all of them.
-    executor.Schedule([&fn, &done, i] {
-      fn(i);
-      done.DecrementCount();
-    });
-  }
-  done.Wait();
-}
-
-}  // namespace fan_out_internal
 }  // namespace meshserve

@@ -1,9 +1,9 @@
 // The coordinator's one way to call many workers at once, and its one
 // definition of a lost worker.
 //
-// ParallelCall(worker_ids, fn) runs fn(id) for every id at once on the shared
-// ElasticExecutor (common/base/elastic_executor.h) and returns the results in
-// the order of worker_ids. Each call starts at once and never waits behind
+// ParallelCall(worker_ids, fn) runs fn(id) for every id at once through
+// ParallelFor (common/base/parallel_for.h, the shared ElasticExecutor) and
+// returns the results in the order of worker_ids. Each call starts at once and never waits behind
 // another call, because the calls of one request block on workers that wait
 // for each other's data. Steady traffic creates no threads: idle executor
 // threads are reused.
@@ -29,19 +29,13 @@
 #include <type_traits>
 #include <vector>
 
-#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "common/base/parallel_for.h"
 
 namespace meshserve {
 
 bool IsWorkerFailure(const absl::Status& status);
-
-namespace fan_out_internal {
-// Runs fn(0) ... fn(n - 1) at once on the shared executor and returns when
-// all have returned.
-void RunAll(size_t n, absl::FunctionRef<void(size_t)> fn);
-}  // namespace fan_out_internal
 
 // fn: int64_t worker_id -> R, where R is default-constructible (absl::Status,
 // absl::StatusOr<T>). Returns fn(worker_ids[i]) at index i.
@@ -49,8 +43,7 @@ template <typename Fn>
 auto ParallelCall(absl::Span<const int64_t> worker_ids, Fn&& fn)
     -> std::vector<std::invoke_result_t<Fn&, int64_t>> {
   std::vector<std::invoke_result_t<Fn&, int64_t>> results(worker_ids.size());
-  fan_out_internal::RunAll(worker_ids.size(),
-                           [&](size_t i) { results[i] = fn(worker_ids[i]); });
+  ParallelFor(worker_ids.size(), [&](size_t i) { results[i] = fn(worker_ids[i]); });
   return results;
 }
 

@@ -9,13 +9,13 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/base/logging.h"
+#include "common/base/parallel_for.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/program/ir_conv.h"
@@ -102,23 +102,21 @@ absl::Status RunPerPeer(std::vector<std::pair<int64_t, std::function<absl::Statu
                         const std::function<absl::Status()>& meanwhile) {
   std::map<int64_t, std::vector<std::function<absl::Status()>>> by_peer;
   for (auto& [peer, job] : jobs) by_peer[peer].push_back(std::move(job));
-  std::vector<absl::Status> statuses(by_peer.size());
-  auto run = [](std::vector<std::function<absl::Status()>>& list) {
-    for (auto& job : list) MS_RETURN_IF_ERROR(job());
-    return absl::OkStatus();
-  };
-  if (by_peer.size() <= 1 && !meanwhile) {
-    for (auto& [peer, list] : by_peer) return run(list);
-    return absl::OkStatus();
-  }
-  std::vector<std::thread> threads;
-  size_t i = 0;
-  for (auto& [peer, list] : by_peer) {
-    threads.emplace_back([&run, &list = list, &status = statuses[i++]]() { status = run(list); });
-  }
-  const absl::Status mine = meanwhile ? meanwhile() : absl::OkStatus();
-  for (std::thread& t : threads) t.join();
-  MS_RETURN_IF_ERROR(mine);
+  // Slot 0 is meanwhile's (when set), so its error comes first.
+  std::vector<std::vector<std::function<absl::Status()>>*> lists;
+  if (meanwhile) lists.push_back(nullptr);
+  for (auto& [peer, list] : by_peer) lists.push_back(&list);
+  std::vector<absl::Status> statuses(lists.size());
+  ParallelFor(lists.size(), [&](size_t i) {
+    if (lists[i] == nullptr) {
+      statuses[i] = meanwhile();
+      return;
+    }
+    for (auto& job : *lists[i]) {
+      statuses[i] = job();
+      if (!statuses[i].ok()) return;
+    }
+  });
   for (absl::Status& status : statuses) MS_RETURN_IF_ERROR(status);
   return absl::OkStatus();
 }

@@ -5,7 +5,8 @@
 // fan-out used by CommitParams' fills (model_store.h).
 //
 // Thread-safety: free functions; FillFromSources and RunPerPeer run their
-// peers' jobs on threads of their own and return when all have ended.
+// peers' jobs at once on the shared executor (ParallelFor) and return when
+// all have ended.
 #ifndef MESHSERVE_SERVER_WORKER_PARAMS_PARAM_SOURCES_H_
 #define MESHSERVE_SERVER_WORKER_PARAMS_PARAM_SOURCES_H_
 
@@ -73,9 +74,9 @@ absl::StatusOr<int64_t> FetchBoxInto(PeerTransport* transport, int64_t worker,
                                      BoxTensor* dst);
 
 // Runs `jobs` (peer worker -> its work): the jobs of one peer in order,
-// different peers in parallel (a thread each), and `meanwhile` (when set) on
-// the calling thread at the same time; returns when all have ended, with
-// meanwhile's error first, then the first peer's.
+// different peers in parallel, and `meanwhile` (when set) at the same time,
+// all through ParallelFor (common/base/parallel_for.h); returns when all have
+// ended, with meanwhile's error first, then the first peer's.
 absl::Status RunPerPeer(std::vector<std::pair<int64_t, std::function<absl::Status()>>> jobs,
                         const std::function<absl::Status()>& meanwhile = nullptr);
 

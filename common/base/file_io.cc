@@ -1,0 +1,59 @@
+#include "common/base/file_io.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/base/status_util.h"
+
+namespace meshserve {
+namespace {
+
+absl::Status ReadError(absl::string_view path, int error) {
+  return NotFound("cannot read '", path, "': ", std::strerror(error));
+}
+
+// Closes the descriptor on every return path.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadFileToString(absl::string_view path) {
+  const std::string name(path);
+  Fd fd(open(name.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return ReadError(path, errno);
+  struct stat st;
+  if (fstat(fd.get(), &st) != 0) return ReadError(path, errno);
+  if (S_ISDIR(st.st_mode)) return ReadError(path, EISDIR);
+  std::string out;
+  // st_size is 0 for pipes and /proc files: then grow as we read.
+  out.resize(st.st_size > 0 ? static_cast<size_t>(st.st_size) + 1 : 4096);
+  size_t size = 0;
+  while (true) {
+    if (size == out.size()) out.resize(out.size() * 2);
+    const ssize_t n = read(fd.get(), out.data() + size, out.size() - size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ReadError(path, errno);
+    if (n == 0) break;
+    size += static_cast<size_t>(n);
+  }
+  out.resize(size);
+  return out;
+}
+
+}  // namespace meshserve

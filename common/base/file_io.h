@@ -1,0 +1,28 @@
+// Reading a whole file, in one place: every reader of a model file, a
+// checkpoint index, an .npy file, a PEM or token file or a CLI request file
+// calls ReadFileToString and adds its own context to the error.
+//
+//   ReadFileToString(path)  the bytes of the file at `path`
+//     open or read fails    NotFound "cannot read '<path>': <strerror(errno)>"
+//                           (a missing file, no permission, a directory)
+//
+// The size is taken from fstat first, so a large file (an .npy of a few GiB)
+// is read into one allocation of the right size; a file that grows or shrinks
+// while it is read is read to its end all the same.
+//
+// Thread-safety: thread-safe (no shared state).
+#ifndef MESHSERVE_COMMON_BASE_FILE_IO_H_
+#define MESHSERVE_COMMON_BASE_FILE_IO_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace meshserve {
+
+absl::StatusOr<std::string> ReadFileToString(absl::string_view path);
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_COMMON_BASE_FILE_IO_H_

@@ -1,0 +1,75 @@
+#include "common/base/file_io.h"
+
+#include <sys/stat.h>
+
+#include <fstream>
+#include <random>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+
+namespace meshserve {
+namespace {
+
+using ::meshserve::testing::IsOkAndHolds;
+using ::meshserve::testing::StatusIs;
+
+std::string TempPath(const std::string& name) {
+  return std::string(::testing::TempDir()) + "/file_io_test_" + name;
+}
+
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  ASSERT_TRUE(out.good()) << path;
+}
+
+TEST(FileIoTest, ReadsEveryByteIncludingNul) {
+  const std::string path = TempPath("small");
+  const std::string bytes("a\0b\nc\r\n\xff", 8);
+  WriteBytes(path, bytes);
+  EXPECT_THAT(ReadFileToString(path), IsOkAndHolds(bytes));
+}
+
+TEST(FileIoTest, ReadsALargeFileWhole) {
+  const std::string path = TempPath("large");
+  std::mt19937 rng(7);
+  std::string bytes(3 * 1024 * 1024 + 17, '\0');
+  for (char& c : bytes) c = static_cast<char>(rng());
+  WriteBytes(path, bytes);
+  absl::StatusOr<std::string> read = ReadFileToString(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->size(), bytes.size());
+  EXPECT_TRUE(*read == bytes);
+}
+
+TEST(FileIoTest, EmptyFileIsEmptyString) {
+  const std::string path = TempPath("empty");
+  WriteBytes(path, "");
+  EXPECT_THAT(ReadFileToString(path), IsOkAndHolds(""));
+}
+
+// /proc files report size 0 but have content: the reader must not trust it.
+TEST(FileIoTest, ReadsAFileWhoseSizeIsUnknown) {
+  absl::StatusOr<std::string> status = ReadFileToString("/proc/self/status");
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_NE(status->find("Name:"), std::string::npos) << *status;
+}
+
+TEST(FileIoTest, MissingFileIsNotFoundNamingPathAndReason) {
+  const std::string path = TempPath("does_not_exist");
+  EXPECT_THAT(ReadFileToString(path),
+              StatusIs(absl::StatusCode::kNotFound,
+                       "cannot read '" + path + "': No such file or directory"));
+}
+
+TEST(FileIoTest, DirectoryIsNotFoundSayingItIsADirectory) {
+  const std::string path = TempPath("dir");
+  mkdir(path.c_str(), 0755);
+  EXPECT_THAT(ReadFileToString(path),
+              StatusIs(absl::StatusCode::kNotFound, "'" + path + "': Is a directory"));
+}
+
+}  // namespace
+}  // namespace meshserve
