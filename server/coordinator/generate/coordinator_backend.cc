@@ -54,6 +54,11 @@ class CoordinatorStepExecutor : public StepExecutor {
     return tokens;
   }
 
+  // A lost worker or a model being placed anew: the coordinator recovers.
+  bool MayRecover(const absl::Status& failure) const override {
+    return IsRecoverableStepFailure(failure);
+  }
+
  private:
   absl::StatusOr<std::shared_ptr<const ModelFile>> Variant(int64_t slots, int64_t rows) {
     auto it = variants_.find({slots, rows});

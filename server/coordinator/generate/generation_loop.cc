@@ -65,8 +65,11 @@ void GenerationLoop::Run() {
       scheduler_->CompleteStep(plan, *tokens);
       backoff = absl::ZeroDuration();
     } else {
-      scheduler_->FailStep(plan, tokens.status());
-      backoff = backoff == absl::ZeroDuration()
+      const bool recoverable = executor_->MayRecover(tokens.status());
+      scheduler_->FailStep(plan, tokens.status(), recoverable);
+      // Only a cluster that recovers by itself is worth waiting for.
+      backoff = !recoverable ? absl::ZeroDuration()
+                : backoff == absl::ZeroDuration()
                     ? options_.retry_backoff
                     : std::min(2 * backoff, options_.max_retry_backoff);
     }

@@ -9,11 +9,12 @@
 //
 // A failed step (a worker lost, a program error) is FailStep: the caches are
 // rebuilt by recomputing them from the tokens the scheduler keeps, on the
-// placement the executor uses next, and the streams go on. The loop waits
-// before the step after a failed one, retry_backoff doubling with each failure
-// in a row up to max_retry_backoff, so that the coordinator has the time to
-// notice a dead worker and place the model anew (the scheduler bounds how long
-// a sequence waits for that: SchedulerOptions::recovery_timeout).
+// placement the executor uses next, and the streams go on. After a failure
+// the cluster may recover from (StepExecutor::MayRecover) the loop waits
+// before the next step, retry_backoff doubling with each such failure in a row
+// up to max_retry_backoff, so that the coordinator has the time to notice a
+// dead worker and place the model anew (the scheduler bounds how long a
+// sequence waits for that: SchedulerOptions::recovery_timeout).
 //
 // Thread-safety: Add, Cancel and Stats are thread-safe. The destructor stops
 // the thread after its current step and ends every sequence left with
@@ -41,6 +42,11 @@ class StepExecutor {
   // may hold releases only), runs each batch as one program and returns one
   // token per span with `sample`. An error fails the whole step.
   virtual absl::StatusOr<std::vector<SampledToken>> RunStep(const StepPlan& plan) = 0;
+  // Whether the cluster may recover from a step's `failure` by itself (a
+  // worker lost: the coordinator places the model anew), so that sequences
+  // wait for it (SchedulerOptions::recovery_timeout) instead of ending after
+  // max_step_failures.
+  virtual bool MayRecover(const absl::Status& failure) const { return false; }
 };
 
 struct GenerationLoopOptions {

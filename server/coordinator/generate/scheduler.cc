@@ -323,7 +323,8 @@ void GenerationScheduler::CompleteStep(const StepPlan& plan,
   Deliver(out);
 }
 
-void GenerationScheduler::FailStep(const StepPlan& plan, const absl::Status& status) {
+void GenerationScheduler::FailStep(const StepPlan& plan, const absl::Status& status,
+                                   bool recoverable) {
   Delivery out;
   {
     absl::MutexLock lock(&mu_);
@@ -332,7 +333,6 @@ void GenerationScheduler::FailStep(const StepPlan& plan, const absl::Status& sta
       for (const StepSpan& span : batch.spans) in_plan.insert(span.seq);
     }
     const absl::Time now = absl::Now();
-    const bool recoverable = IsRecoverableStepFailure(status);
     const std::vector<SequenceId> running = running_;
     for (SequenceId id : running) {
       Sequence& seq = *sequences_.at(id);

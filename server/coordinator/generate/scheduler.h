@@ -131,16 +131,16 @@ struct SchedulerOptions {
   int64_t max_waiting = 1024;  // >= 0: the queue's bound
   std::vector<int64_t> eos_token_ids;  // the checkpoint's (ignore_eos skips them)
   // A sequence ends with kError when its steps failed max_step_failures times
-  // in a row, and, when the failure is one the cluster recovers from
-  // (IsRecoverableStepFailure: a worker lost, the model being re-placed),
-  // only once they have also failed for recovery_timeout without a success.
+  // in a row, and, when the failure is one the cluster may recover from (a
+  // worker lost, the model being re-placed: FailStep's `recoverable`), only
+  // once they have also failed for recovery_timeout without a success.
   int64_t max_step_failures = 3;  // > 0
   absl::Duration recovery_timeout = absl::Seconds(30);  // >= 0
 };
 
-// kUnavailable, kAborted, kDeadlineExceeded: a step that failed because a
-// worker was lost or the model is being placed anew; the cluster recovers
-// from it by itself (the coordinator re-places the model).
+// kUnavailable, kAborted, kDeadlineExceeded: the codes of a step that failed
+// because a worker was lost or the model is being placed anew, which the
+// coordinator recovers from by itself (it re-places the model).
 bool IsRecoverableStepFailure(const absl::Status& status);
 
 class GenerationScheduler {
@@ -168,10 +168,11 @@ class GenerationScheduler {
   // A step that did not run (a worker lost, a program error): every running
   // sequence's cache is dropped and rebuilt from its tokens by the next steps
   // (on whatever layout the workers have then). A sequence in the plan whose
-  // steps failed too often (SchedulerOptions::max_step_failures,
-  // recovery_timeout) ends with kError: `status`'s code, a message naming the
-  // failures and `status`'s.
-  void FailStep(const StepPlan& plan, const absl::Status& status) ABSL_LOCKS_EXCLUDED(mu_);
+  // steps failed too often (SchedulerOptions::max_step_failures, and
+  // recovery_timeout when `recoverable`) ends with kError: `status`'s code, a
+  // message naming the failures and `status`'s.
+  void FailStep(const StepPlan& plan, const absl::Status& status, bool recoverable = false)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // True when a sequence runs or waits (a cancelled one counts until the next
   // step releases it).

@@ -282,8 +282,10 @@ TEST(GenerationSchedulerTest, RecoverableFailuresWaitForTheNewLayoutWithinTheTim
   for (int i = 0; i < 10; ++i) {
     StepPlan plan = h.scheduler->NextStep();
     ASSERT_FALSE(plan.batches.empty());
-    h.scheduler->FailStep(plan, i % 2 == 0 ? absl::UnavailableError("worker 2 lost")
-                                           : absl::AbortedError("placement moved"));
+    h.scheduler->FailStep(plan,
+                          i % 2 == 0 ? absl::UnavailableError("worker 2 lost")
+                                     : absl::AbortedError("placement moved"),
+                          /*recoverable=*/true);
   }
   EXPECT_EQ(h.records[a].finish, FinishReason::kNone);
   EXPECT_EQ(h.records[b].finish, FinishReason::kNone);
@@ -304,11 +306,11 @@ TEST(GenerationSchedulerTest, AClusterThatDoesNotRecoverEndsTheSequenceWithAClea
   Harness h(options);
   SequenceId a = h.Add({1, 2}, 5);
   for (int i = 0; i < 3; ++i) {
-    h.scheduler->FailStep(h.scheduler->NextStep(), absl::UnavailableError("worker 2 lost"));
+    h.scheduler->FailStep(h.scheduler->NextStep(), absl::UnavailableError("worker 2 lost"), true);
   }
   EXPECT_EQ(h.records[a].finish, FinishReason::kNone);  // 3 failures, but within 30 ms
   absl::SleepFor(absl::Milliseconds(40));
-  h.scheduler->FailStep(h.scheduler->NextStep(), absl::UnavailableError("worker 2 lost"));
+  h.scheduler->FailStep(h.scheduler->NextStep(), absl::UnavailableError("worker 2 lost"), true);
   EXPECT_EQ(h.records[a].finish, FinishReason::kError);
   const absl::Status& error = h.records[a].last.status;
   EXPECT_THAT(error, StatusIs(absl::StatusCode::kUnavailable, "failed 4 times in a row"));
@@ -456,6 +458,7 @@ TEST(GenerationLoopTest, ManyFailedStepsInARowEndNoStream) {
   FakeExecutor executor;
   executor.fail_at_step = 4;
   executor.fail_steps = 20;
+  executor.recoverable = true;
   SchedulerOptions options = Options(60);
   options.recovery_timeout = absl::Hours(1);
   LoopRun run = StreamThroughLoop(executor, options, 8);
@@ -468,6 +471,7 @@ TEST(GenerationLoopTest, AClusterThatNeverRecoversEndsEveryStreamWithTheError) {
   FakeExecutor executor;
   executor.fail_at_step = 3;
   executor.fail_steps = -1;
+  executor.recoverable = true;
   SchedulerOptions options = Options(60);
   options.recovery_timeout = absl::Milliseconds(50);
   LoopRun run = StreamThroughLoop(executor, options, 4);

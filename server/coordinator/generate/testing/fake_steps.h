@@ -71,8 +71,9 @@ struct FakeWorkers {
 };
 
 // Fails steps fail_at_step .. fail_at_step + fail_steps - 1 (fail_steps < 0:
-// every step from fail_at_step on) with `failure`, losing every cache at the
-// first, as a dead worker does (the later ones: the model not re-placed yet).
+// every step from fail_at_step on) with `failure`, losing every cache, as a
+// dead worker does (the later ones: the model not re-placed yet); MayRecover
+// says `recoverable`.
 class FakeExecutor : public StepExecutor {
  public:
   absl::StatusOr<std::vector<SampledToken>> RunStep(const StepPlan& plan) override {
@@ -85,12 +86,14 @@ class FakeExecutor : public StepExecutor {
     }
     return workers.Run(plan);
   }
+  bool MayRecover(const absl::Status&) const override { return recoverable; }
   FakeWorkers workers;
   int64_t steps = 0;
   int64_t failed = 0;
   int64_t fail_at_step = -1;
   int64_t fail_steps = 1;
   absl::Status failure = absl::UnavailableError("worker 1 lost");
+  bool recoverable = false;
 };
 
 }  // namespace testing
