@@ -14,6 +14,7 @@
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/program/ir_conv.h"
+#include "common/base/elastic_executor.h"
 #include "server/coordinator/fan_out.h"
 
 namespace meshserve {
@@ -32,6 +33,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   }
   if (options.replicas != 0 && options.replicas != 1) {
     return InvalidArgument("replicas must be 0 or 1, got ", options.replicas);
+  }
+  if (options.max_cached_programs < 1) {
+    return InvalidArgument("max_cached_programs must be >= 1, got ", options.max_cached_programs);
   }
   if (options.forget_dead_after < absl::ZeroDuration()) {
     return InvalidArgument("forget_dead_after must not be negative, got ",
@@ -69,7 +73,12 @@ Coordinator::Coordinator(CoordinatorOptions options, WorkerClientFactory factory
           [this](int64_t worker_id, const std::string& address) {
             return connections_.Get(worker_id, address);
           },
-          &registry_, options_.install_timeout),
+          &registry_, options_.install_timeout,
+          ProgramCacheOptions{static_cast<size_t>(options_.max_cached_programs),
+                              &metrics_.registry,
+                              [this](std::shared_ptr<const CompiledPlan> plan) {
+                                UninstallEvicted(std::move(plan));
+                              }}),
       param_cache_(options_.param_cache_bytes, &metrics_.param_cache_requests),
       placements_(options_, &registry_, &connections_, &program_cache_, &param_cache_, &metrics_),
       params_(options_, &placements_, &registry_, &connections_, [this] { WakeControl(); }),
@@ -80,6 +89,37 @@ Coordinator::~Coordinator() {
   stop_.Notify();
   WakeControl();
   if (control_thread_.joinable()) control_thread_.join();
+  absl::MutexLock lock(&uninstall_mu_);
+  uninstall_mu_.Await(absl::Condition(
+      +[](int64_t* pending) { return *pending == 0; }, &uninstalls_pending_));
+}
+
+void Coordinator::UninstallEvicted(std::shared_ptr<const CompiledPlan> plan) {
+  {
+    absl::MutexLock lock(&uninstall_mu_);
+    ++uninstalls_pending_;
+  }
+  ElasticExecutor::Shared().Schedule([this, plan = std::move(plan)] {
+    std::vector<int64_t> ids;
+    for (const auto& [worker, program] : plan->programs) ids.push_back(worker);
+    ParallelCall(ids, [&](int64_t id) {
+      absl::StatusOr<WorkerInfo> info = registry_.Get(id);
+      if (!info.ok() || !info->alive) return absl::OkStatus();  // nothing to release
+      absl::StatusOr<std::shared_ptr<WorkerClient>> client = connections_.Get(id, info->address);
+      const std::string& program_id = plan->programs.at(id).program_id;
+      absl::Status s = client.ok() ? (*client)->UninstallProgram(program_id,
+                                                                 options_.control_timeout)
+                                   : client.status();
+      // NOT_FOUND: its generation was unloaded already.
+      if (!s.ok() && !absl::IsNotFound(s)) {
+        MS_LOG(WARNING) << "UninstallProgram '" << program_id << "' on worker " << id
+                        << " (evicted; the worker keeps it until its generation unloads): " << s;
+      }
+      return absl::OkStatus();
+    });
+    absl::MutexLock lock(&uninstall_mu_);
+    --uninstalls_pending_;
+  });
 }
 
 void Coordinator::WakeControl() {

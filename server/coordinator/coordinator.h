@@ -133,13 +133,16 @@ class Coordinator {
   // The control thread's next tick runs now (a push ended: its retired
   // version can be unloaded at once, its buffers reused by the next push).
   void WakeControl();
+  // The program cache's on_evict: uninstalls the plan's programs from its
+  // workers on the shared executor, best effort (a failure is logged).
+  void UninstallEvicted(std::shared_ptr<const CompiledPlan> plan);
 
   const CoordinatorOptions options_;
   const std::unique_ptr<ModelCompiler> compiler_;
   WorkerRegistry registry_;
   WorkerConnections connections_;
+  CoordinatorMetrics metrics_;  // before the parts that count into it
   ProgramCache program_cache_;
-  CoordinatorMetrics metrics_;
   ParamCacheState param_cache_;  // counts into metrics_
   PlacementManager placements_;
   ParamVersions params_;
@@ -150,6 +153,9 @@ class Coordinator {
   absl::Mutex wake_mu_;
   bool wake_ ABSL_GUARDED_BY(wake_mu_) = false;
   std::thread control_thread_;
+  // UninstallEvicted's tasks not finished yet (the destructor waits for them).
+  absl::Mutex uninstall_mu_;
+  int64_t uninstalls_pending_ ABSL_GUARDED_BY(uninstall_mu_) = 0;
 };
 
 }  // namespace meshserve

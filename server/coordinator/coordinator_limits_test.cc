@@ -2,8 +2,11 @@
 // pushes in progress (--max_concurrent_pushes) beside the one-push-per-model
 // rule, and a worker's RESOURCE_EXHAUSTED (its in-flight slice budget, see
 // server/worker/rendezvous.h) answered to the client as is: not a worker
-// failure, no suspect, no retry, and the next request served; and the param
-// cache's modes (a kUse a worker refuses runs once more as a kFill).
+// failure, no suspect, no retry, and the next request served; the param
+// cache's modes (a kUse a worker refuses runs once more as a kFill); and the
+// program cache's bound (--max_cached_programs: evicted programs are
+// uninstalled from their workers, a program a worker lost is installed again).
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -11,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/program/ir_conv.h"
@@ -29,7 +33,7 @@ using ::testing::HasSubstr;
 // A model with one replicated param `s`, named `name`.
 std::string ModelJson(const std::string& name) {
   return absl::StrCat(R"({"name": ")", name, R"(", "mesh": {"data": 2}, "dtype": "float32",
-    "inputs": {"x": {"shape": [4, 2], "sharding": ["data", null]}},
+    "inputs": {"x": {"shape": [-1, 2], "sharding": ["data", null]}},
     "params": {"s": {"shape": [5], "sharding": [null]}},
     "layers": [{"name": "y", "op": "relu", "input": "x"}],
     "outputs": ["y"]})");
@@ -56,6 +60,7 @@ class LimitsTest : public ::testing::Test {
     options.heartbeat_interval = absl::Seconds(30);  // registered workers stay alive
     options.placement_retry_backoff = absl::Milliseconds(1);
     options.max_concurrent_pushes = max_concurrent_pushes;
+    options.max_cached_programs = max_cached_programs_;
     auto compiler = std::make_unique<FakeModelCompiler>();
     compiler->set_kept_param_bytes(kept_param_bytes_);
     absl::StatusOr<std::unique_ptr<Coordinator>> c =
@@ -94,6 +99,7 @@ class LimitsTest : public ::testing::Test {
 
   static inline int counter_ = 0;
   int64_t kept_param_bytes_ = 0;  // what the fake compiler's plans keep (Start)
+  int64_t max_cached_programs_ = 256;
   FakeCluster cluster_;
   std::unique_ptr<Coordinator> coordinator_;
   std::vector<int64_t> workers_;
@@ -193,6 +199,91 @@ TEST_F(LimitsTest, ParamCacheOffUnlessAPlanKeepsSomething) {
   ASSERT_OK(coordinator_->Infer(Request("m0")).status());
   EXPECT_THAT(cluster_.Worker(workers_[0])->param_cache_modes(),
               ::testing::ElementsAre(ParamCacheMode::kOff, ParamCacheMode::kOff));
+}
+
+// x of `rows` rows, all positive (so relu(x), the reference, is x).
+InferRequest RowsRequest(const std::string& model, int64_t rows, float base) {
+  InferRequest r;
+  r.model = model;
+  r.id = absl::StrCat("rows", rows);
+  std::vector<float> x(rows * 2);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = base + static_cast<float>(i);
+  r.inputs.push_back({"x", DType::kFloat32, {rows, 2}, FloatBytes(x)});
+  return r;
+}
+
+// The programs each worker has installed once the coordinator's uninstalls
+// (asynchronous) are done: waits (at most 10 s) until none has more than
+// `bound`, then returns the largest count.
+size_t MostInstalled(FakeCluster& cluster, const std::vector<int64_t>& workers, size_t bound) {
+  size_t most = 0;
+  for (const absl::Time give_up = absl::Now() + absl::Seconds(10); absl::Now() < give_up;) {
+    most = 0;
+    for (int64_t w : workers) most = std::max(most, cluster.Worker(w)->programs().size());
+    if (most <= bound) break;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return most;
+}
+
+TEST_F(LimitsTest, CachedProgramsStayWithinTheirBoundAndEveryRequestIsServed) {
+  max_cached_programs_ = 2;
+  ASSERT_OK(Start(/*max_concurrent_pushes=*/2));
+  // Three shapes cycled through a bound of two: every request misses, and
+  // each install past the second evicts the least recently used plan.
+  int requests = 0;
+  for (int round = 0; round < 3; ++round) {
+    for (int64_t rows : {2, 4, 6}) {
+      InferRequest r = RowsRequest("m0", rows, static_cast<float>(10 * round + rows));
+      ASSERT_OK_AND_ASSIGN(InferResponse out, coordinator_->Infer(r));
+      ++requests;
+      ASSERT_EQ(out.outputs.size(), 1u);
+      EXPECT_EQ(out.outputs[0].shape, (std::vector<int64_t>{rows, 2}));
+      EXPECT_EQ(out.outputs[0].data, r.inputs[0].data) << "rows " << rows << " round " << round;
+      EXPECT_LE(MostInstalled(cluster_, workers_, 2), 2u) << "after request " << requests;
+    }
+  }
+  const std::string metrics = coordinator_->metrics().registry.Exposition();
+  EXPECT_THAT(metrics, HasSubstr("meshserve_program_cache_programs 2\n"));
+  EXPECT_THAT(metrics, HasSubstr("meshserve_program_cache_evictions_total 7\n"));
+  for (int64_t w : workers_) {
+    // Nine installs; the seven evicted plans were uninstalled here (a program
+    // lost to a late uninstall is installed once more: at least nine).
+    EXPECT_GE(cluster_.Worker(w)->install_calls(), 9) << "worker " << w;
+    EXPECT_GE(cluster_.Worker(w)->uninstalled().size(), 7u) << "worker " << w;
+  }
+  // A hit moves its plan to the front: 4 (the older) is kept, 2 evicted.
+  ASSERT_OK(coordinator_->Infer(RowsRequest("m0", 4, 1)).status());
+  ASSERT_OK(coordinator_->Infer(RowsRequest("m0", 2, 1)).status());
+  EXPECT_THAT(coordinator_->metrics().registry.Exposition(),
+              HasSubstr("meshserve_program_cache_evictions_total 8\n"));
+  EXPECT_LE(MostInstalled(cluster_, workers_, 2), 2u);
+}
+
+// A worker that lost the plan's program (an uninstall of the evicted plan of
+// the same id arrived after it was installed again) answers NOT_FOUND
+// "unknown program": the request is retried at once, installing it again.
+TEST_F(LimitsTest, AProgramAWorkerLostIsInstalledAgain) {
+  ASSERT_OK(Start(/*max_concurrent_pushes=*/2));
+  InferRequest r = RowsRequest("m0", 4, 1);
+  ASSERT_OK(coordinator_->Infer(r).status());
+  const std::vector<std::string> programs = cluster_.Worker(workers_[1])->programs();
+  ASSERT_EQ(programs.size(), 1u);
+  ASSERT_OK(cluster_.Worker(workers_[1])->UninstallProgram(programs[0], absl::Seconds(1)));
+  const int installs = cluster_.Worker(workers_[1])->install_calls();
+  ASSERT_OK_AND_ASSIGN(InferResponse out, coordinator_->Infer(r));
+  ASSERT_EQ(out.outputs.size(), 1u);
+  EXPECT_EQ(out.outputs[0].data, r.inputs[0].data);
+  EXPECT_EQ(cluster_.Worker(workers_[1])->install_calls(), installs + 1);
+  EXPECT_EQ(cluster_.Worker(workers_[1])->programs(), programs);  // the same id
+  EXPECT_FALSE(coordinator_->registry().IsSuspect(workers_[1]));
+}
+
+TEST_F(LimitsTest, CreateRejectsAProgramBoundBelowOne) {
+  max_cached_programs_ = 0;
+  EXPECT_THAT(Start(/*max_concurrent_pushes=*/2),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "max_cached_programs must be >= 1, got 0"));
 }
 
 }  // namespace

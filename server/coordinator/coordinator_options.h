@@ -35,6 +35,10 @@ struct CoordinatorOptions {
   int max_inflight_per_model = 64;
   // Parameter pushes staging at once over all models; one more: RESOURCE_EXHAUSTED.
   int max_concurrent_pushes = 2;
+  // The most compiled programs (one per model, generation, input shapes and
+  // out_shardings) cached and installed at once; one more evicts the least
+  // recently used and uninstalls it from its workers (program_cache.h).
+  int64_t max_cached_programs = 256;
   bool run_control_thread = true;  // tests may call Tick() themselves
   int replicas = 1;  // 0 or 1: copies of every param box beyond the placement
   // The most bytes any one worker keeps, over all plans, of what plans'

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/base/elastic_executor.h"
@@ -162,6 +163,7 @@ void InferPipeline::WaitOnThread(const std::shared_ptr<Call>& call) {
   call->on_thread = true;
   AttemptResult first;
   first.placement = call->placement;
+  first.plan = call->plan;
   first.response =
       FinishRun(std::move(call->pending), call->v, *call->request, *call->placement, *call->plan,
                 call->deadline, &first.failed_worker, call->recorder.get());
@@ -231,15 +233,25 @@ absl::StatusOr<InferResponse> InferPipeline::RunAttempts(const ValidatedRequest&
       }
       absl::StatusOr<std::shared_ptr<const CompiledPlan>> plan =
           program_cache_->GetOrCompile(v, now.placement);
+      if (plan.ok()) now.plan = *plan;
       now.response = plan.ok() ? RunOnce(v, request, *now.placement, **plan, deadline,
                                          &now.failed_worker, recorder)
                                : plan.status();
     }
-    if (now.response.ok() || !absl::IsUnavailable(now.response.status()) ||
-        attempt == attempts - 1) {
-      return std::move(now.response);
-    }
+    const bool lost_program = !now.response.ok() && now.plan != nullptr &&
+                              absl::IsNotFound(now.response.status()) &&
+                              absl::StrContains(now.response.status().message(),
+                                                "unknown program '" + now.plan->program_id);
+    // The next attempt (or request) installs it again.
+    if (lost_program) program_cache_->Forget(*now.plan);
+    if (now.response.ok() || attempt == attempts - 1) return std::move(now.response);
     last = now.response.status();
+    if (lost_program) {
+      MS_LOG(INFO) << "retrying request on model '" << request.model << "' (installing its "
+                   << "program again) after: " << last;
+      continue;
+    }
+    if (!absl::IsUnavailable(last)) return std::move(now.response);
     // A worker failed. Inference is idempotent, so retry once: on the new
     // generation if the model moves soon (the control loop probes the suspect
     // and re-places without it), or on the same one if the probe finds the

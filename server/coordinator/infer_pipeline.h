@@ -23,7 +23,11 @@
 // it and marks it dead when the probe fails), and the request is retried
 // once (inference is idempotent): on the new generation if the model moves
 // within options.retry_wait, or on the same one if the probe finds the worker
-// alive (a transient failure). The retry's error is final. A call in flight
+// alive (a transient failure). A worker that answers NOT_FOUND "unknown
+// program" lost the plan's program (e.g. the uninstall of an evicted plan of
+// the same id came after it was installed again): the cache forgets the plan
+// and the request is retried at once, installing it again. The retry's error
+// is final. A call in flight
 // on a worker the registry declares dead or suspect is given up at once (its
 // peers are cancelled, the request retried) rather than awaited until its
 // deadline. Each worker gets the time left (ExecuteCall.deadline_ms), and a
@@ -112,6 +116,7 @@ class InferPipeline {
     std::shared_ptr<const Placement> placement;
     absl::StatusOr<InferResponse> response;
     int64_t failed_worker = -1;  // a worker whose failure failed it
+    std::shared_ptr<const CompiledPlan> plan;  // the plan it ran, if any
   };
   // An attempt whose calls run (StartRun) until FinishRun collects them.
   struct PendingRun {
@@ -149,7 +154,10 @@ class InferPipeline {
                                         bool* admitted) ABSL_LOCKS_EXCLUDED(mu_);
   void ReleaseInflight(const std::string& model) ABSL_LOCKS_EXCLUDED(mu_);
   // The attempts of an admitted request: one, and a second after a worker
-  // failed (kUnavailable) once the model moved or the worker proved alive.
+  // failed (kUnavailable) once the model moved or the worker proved alive,
+  // or at once after a worker lost the plan's program (NOT_FOUND "unknown
+  // program": an uninstall of the evicted plan of the same id raced its
+  // install again; the plan is forgotten, so the retry installs it again).
   // `first`: the first attempt, already run (an asynchronous call's).
   absl::StatusOr<InferResponse> RunAttempts(const ValidatedRequest& v,
                                             const InferRequest& request, absl::Time deadline,

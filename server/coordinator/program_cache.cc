@@ -185,6 +185,16 @@ absl::StatusOr<std::shared_ptr<const CompiledPlan>> ProgramCache::GetOrCompile(
   return entry->plan;
 }
 
+void ProgramCache::Forget(const CompiledPlan& plan) {
+  absl::MutexLock lock(&mu_);
+  auto owner = key_of_id_.find(plan.program_id);
+  if (owner == key_of_id_.end()) return;
+  auto it = cache_.find(owner->second);
+  if (it == cache_.end() || it->second.plan.get() != &plan) return;  // gone or replaced
+  EraseSlot(it);
+  UpdateGauge();
+}
+
 void ProgramCache::EraseGeneration(const std::string& model, int64_t generation) {
   const std::string prefix = absl::StrCat(model, "|", generation, "|");
   absl::MutexLock lock(&mu_);

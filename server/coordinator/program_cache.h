@@ -95,6 +95,11 @@ class ProgramCache {
                                            const Placement& placement) const
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Drops `plan` if it is still cached (a worker lost its program, e.g. an
+  // uninstall of its evicted predecessor under the same id arrived after it
+  // was installed again): the next request of its key installs it again.
+  void Forget(const CompiledPlan& plan) ABSL_LOCKS_EXCLUDED(mu_);
+
   // Drops every plan of `model` at `generation` (its placement is retired).
   void EraseGeneration(const std::string& model, int64_t generation) ABSL_LOCKS_EXCLUDED(mu_);
 

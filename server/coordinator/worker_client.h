@@ -90,6 +90,13 @@ class WorkerClient {
                                    int64_t version, absl::Duration timeout) = 0;
   // This worker's part of a compiled plan (program.worker is its id).
   virtual absl::Status InstallProgram(const ProgramIr& program, absl::Duration timeout) = 0;
+  // Drops an installed program (the program cache evicted it). \error
+  // kNotFound naming it when the worker does not have it. The default:
+  // kUnimplemented (the program stays until its generation unloads).
+  virtual absl::Status UninstallProgram(const std::string& /*program_id*/,
+                                        absl::Duration /*timeout*/) {
+    return absl::UnimplementedError("UninstallProgram: not supported by this worker client");
+  }
   // By value: the input slices' bytes move into the RPC, not copied again.
   virtual absl::StatusOr<ExecuteResult> Execute(ExecuteCall call,
                                                 absl::Duration timeout) = 0;

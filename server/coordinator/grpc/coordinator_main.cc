@@ -83,6 +83,9 @@ ABSL_FLAG(int64_t, param_cache_bytes, meshserve::CoordinatorOptions().param_cach
           "program computes from params alone (e.g. an all-gathered kernel), kept with "
           "their param version so that later requests skip computing and moving them; "
           "programs beyond it run those steps on every request; 0: never keep");
+ABSL_FLAG(int64_t, max_cached_programs, meshserve::CoordinatorOptions().max_cached_programs,
+          "compiled programs kept installed at once (one per model, generation, input shapes "
+          "and out_shardings); one more evicts and uninstalls the least recently used");
 ABSL_FLAG(int64_t, small_call_bytes, meshserve::CoordinatorOptions().small_call_bytes,
           "a worker's part of a request whose input and output slices are at most this many "
           "bytes goes over one long-lived stream to that worker (a message each way) instead "
@@ -209,6 +212,11 @@ absl::StatusOr<meshserve::CoordinatorOptions> OptionsFromFlags() {
   if (options.max_concurrent_pushes < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--max_concurrent_pushes=", options.max_concurrent_pushes, " must be at least 1"));
+  }
+  options.max_cached_programs = absl::GetFlag(FLAGS_max_cached_programs);
+  if (options.max_cached_programs < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_cached_programs=", options.max_cached_programs, " must be at least 1"));
   }
   return options;
 }

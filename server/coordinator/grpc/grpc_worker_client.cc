@@ -189,6 +189,14 @@ class GrpcWorkerClient : public WorkerClient {
     return Call(&WorkerService::Stub::InstallProgram, request, &response, timeout, "InstallProgram");
   }
 
+  absl::Status UninstallProgram(const std::string& program_id, absl::Duration timeout) override {
+    UninstallProgramRequest request;
+    request.set_program_id(program_id);
+    UninstallProgramResponse response;
+    return Call(&WorkerService::Stub::UninstallProgram, request, &response, timeout,
+                "UninstallProgram");
+  }
+
   absl::StatusOr<ExecuteResult> Execute(ExecuteCall call,
                                         absl::Duration timeout) override {
     ExecuteRequest request;

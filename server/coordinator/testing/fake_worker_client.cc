@@ -156,6 +156,16 @@ absl::Status FakeWorkerClient::InstallProgram(const ProgramIr& program, absl::Du
   return absl::OkStatus();
 }
 
+absl::Status FakeWorkerClient::UninstallProgram(const std::string& program_id, absl::Duration) {
+  absl::MutexLock lock(&mu_);
+  MS_RETURN_IF_ERROR(CheckUp());
+  uninstalled_.push_back(program_id);
+  if (programs_.erase(program_id) == 0) {
+    return NotFound("fake worker ", worker_id_, ": unknown program '", program_id, "'");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ExecuteResult> FakeWorkerClient::Execute(ExecuteCall call,
                                                         absl::Duration) {
   absl::Duration delay;
@@ -188,8 +198,7 @@ absl::StatusOr<ExecuteResult> FakeWorkerClient::Execute(ExecuteCall call,
   ExecuteResult result;
   auto program = programs_.find(call.program_id);
   if (program == programs_.end()) {
-    return FailedPrecondition("fake worker ", worker_id_, ": unknown program '",
-                              call.program_id, "'");
+    return NotFound("fake worker ", worker_id_, ": unknown program '", call.program_id, "'");
   }
   const ProgramIr& p = program->second;
   const Resident* resident = nullptr;  // the version asked for (0: newest)
@@ -262,6 +271,7 @@ absl::StatusOr<WorkerStatusIr> FakeWorkerClient::Status(absl::Duration) {
     h.device_workers = r.load.device_workers;
     result.models.push_back(std::move(h));
   }
+  result.programs = static_cast<int64_t>(programs_.size());
   return result;
 }
 
@@ -303,6 +313,16 @@ std::vector<ParamCacheMode> FakeWorkerClient::param_cache_modes() const {
 int FakeWorkerClient::install_calls() const {
   absl::MutexLock lock(&mu_);
   return install_calls_;
+}
+std::vector<std::string> FakeWorkerClient::programs() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> ids;
+  for (const auto& [id, program] : programs_) ids.push_back(id);
+  return ids;
+}
+std::vector<std::string> FakeWorkerClient::uninstalled() const {
+  absl::MutexLock lock(&mu_);
+  return uninstalled_;
 }
 std::vector<std::string> FakeWorkerClient::cancelled() const {
   absl::MutexLock lock(&mu_);

@@ -10,7 +10,7 @@
 // be covered exactly once), and ReadParam serves resident or staged boxes.
 //
 // Programs: it keeps the programs it is given (common/program/program_ir.h)
-// and runs only their Output steps, over the input slices of the request: each
+// until UninstallProgram or a Restart, and runs only their Output steps, over the input slices of the request: each
 // Output step whose buffer is an input buffer InputBuffer(name) it was sent on
 // that device returns that box of it (the programs of FakeModelCompiler,
 // fake_model_compiler.h, are just such steps), plus, when the model has a
@@ -68,6 +68,7 @@ class FakeWorkerClient : public WorkerClient {
   absl::Status AbortParams(const std::string& model, int64_t generation, int64_t version,
                            absl::Duration timeout) override;
   absl::Status InstallProgram(const ProgramIr& program, absl::Duration timeout) override;
+  absl::Status UninstallProgram(const std::string& program_id, absl::Duration timeout) override;
   absl::StatusOr<ExecuteResult> Execute(ExecuteCall call,
                                         absl::Duration timeout) override;
   absl::Status Cancel(const std::string& request_id, const std::string& reason,
@@ -94,6 +95,9 @@ class FakeWorkerClient : public WorkerClient {
   // The param_cache mode of every Execute so far, in order (failed ones too).
   std::vector<ParamCacheMode> param_cache_modes() const;
   int install_calls() const;
+  // Program ids installed now, and the ids of every UninstallProgram so far.
+  std::vector<std::string> programs() const;
+  std::vector<std::string> uninstalled() const;
   std::vector<std::string> cancelled() const;
   // (model, generation) pairs loaded now (any version); devices of each.
   std::map<std::pair<std::string, int64_t>, std::vector<int64_t>> loaded() const;
@@ -162,6 +166,7 @@ class FakeWorkerClient : public WorkerClient {
   int execute_calls_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<ParamCacheMode> param_cache_modes_ ABSL_GUARDED_BY(mu_);
   int install_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::string> uninstalled_ ABSL_GUARDED_BY(mu_);
   int64_t running_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t max_running_ ABSL_GUARDED_BY(mu_) = 0;
 };
