@@ -249,8 +249,9 @@ constexpr char kLocalUsage[] =
     "local --workers N --model_dir DIR [--port P] [--host 127.0.0.1] [--log_dir D] "
     "[--ready_timeout_s S] [--http_port P] [--then \"COMMAND\"] [--verbose] [--tls_dir DIR] "
     "[--auth_token_file F] [--max_request_bytes N] [--max_tensor_elements N] "
-    "[--max_inflight_per_model N] [--replicas N] [--param_cache_bytes N] [--kv_cache_bytes N] "
-    "[--max_prefill_tokens_per_step N] [--max_running_sequences N] [--max_waiting_sequences N]";
+    "[--max_inflight_per_model N] [--max_live_versions N] [--replicas N] [--param_cache_bytes N] "
+    "[--kv_cache_bytes N] [--max_prefill_tokens_per_step N] [--max_running_sequences N] "
+    "[--max_waiting_sequences N]";
 
 struct LocalOptions {
   int64_t workers = 1;
@@ -298,7 +299,7 @@ absl::StatusOr<LocalOptions> LocalOptionsFromFlags(const CliArgs& args) {
   for (const char* flag :
        {"tls_dir", "auth_token_file", "max_request_bytes", "max_tensor_elements",
         "max_inflight_per_model", "replicas", "param_cache_bytes", "max_prefill_tokens_per_step",
-        "max_running_sequences", "max_waiting_sequences"}) {
+        "max_running_sequences", "max_waiting_sequences", "max_live_versions"}) {
     if (!args.Has(flag)) continue;
     o.coordinator_flags.push_back(absl::StrCat("--", flag));
     o.coordinator_flags.push_back(args.Get(flag));
@@ -434,14 +435,13 @@ int RunLocal(const CliArgs& args) {
 }
 
 MS_REGISTER_COMMAND(FlagCommand{
-    "local",
-    kLocalUsage,
+    "local", kLocalUsage,
     {{"workers", FlagDef::kValue, true}, {"model_dir", FlagDef::kValue, true}, {"port"},
      {"host"}, {"log_dir"}, {"ready_timeout_s"}, {"http_port"}, {"then"},
      {"verbose", FlagDef::kBool}, {"tls_dir"}, {"auth_token_file"}, {"max_request_bytes"},
      {"max_tensor_elements"}, {"max_inflight_per_model"}, {"replicas"}, {"param_cache_bytes"},
      {"kv_cache_bytes"}, {"max_prefill_tokens_per_step"}, {"max_running_sequences"},
-     {"max_waiting_sequences"}},
+     {"max_waiting_sequences"}, {"max_live_versions"}},
     RunLocal,
     /*rejects_positional=*/true});
 

@@ -35,6 +35,10 @@ struct CoordinatorOptions {
   int max_inflight_per_model = 64;
   // Parameter pushes staging at once over all models; one more: RESOURCE_EXHAUSTED.
   int max_concurrent_pushes = 2;
+  // Weight versions of one model live at once (the current one and each
+  // retired one a sequence or request still holds); a push whose commit
+  // would exceed it waits for one to drain, up to its deadline.
+  int max_live_versions = 3;
   // The most compiled programs (one per model, generation, input shapes and
   // out_shardings) cached and installed at once; one more evicts the least
   // recently used and uninstalls it from its workers (program_cache.h).

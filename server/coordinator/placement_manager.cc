@@ -3,6 +3,7 @@
 // placements. One scale step is in placement_manager_steps.cc.
 #include "server/coordinator/placement_manager.h"
 
+#include <algorithm>
 #include <set>
 #include <utility>
 
@@ -13,6 +14,12 @@
 #include "common/base/status_util.h"
 
 namespace meshserve {
+namespace {
+
+// A push pins the placement it began on with one reference (param_versions.cc).
+constexpr int64_t kPushPins = 1;
+
+}  // namespace
 
 PlacementManager::PlacementManager(const CoordinatorOptions& options, WorkerRegistry* registry,
                                    WorkerConnections* connections, ProgramCache* program_cache,
@@ -109,6 +116,8 @@ std::vector<ModelStatus> PlacementManager::ModelStatuses() const {
     s.file = entry.file;
     s.error = entry.error;
     s.model = entry.model;
+    s.held_versions = HeldVersions(name, 0);  // before s.placement holds it too
+    s.commits_waiting = entry.commits_waiting;
     s.placement = entry.placement;
     s.scale_steps = entry.scale_steps;
     if (!entry.error.ok()) {
@@ -160,35 +169,99 @@ bool PlacementManager::AwaitingReturningWorkers(absl::Time now) const {
   return now - registry_->LastRegistration() < quiet;
 }
 
-absl::Status PlacementManager::CommitVersion(const std::string& name,
-                                             const std::shared_ptr<const Placement>& at,
-                                             const std::function<absl::Status()>& commit) {
-  // No placement happens between the check and the switch: PlaceModel runs
-  // under control_mu_ too.
-  absl::MutexLock control(&control_mu_);
-  auto moved = [&] {
-    return absl::AbortedError(
-        absl::StrCat("model ", name, ": membership changed during the push; nothing changed"));
+std::map<int64_t, int64_t> PlacementManager::HeldVersions(const std::string& name,
+                                                          int64_t pins) const {
+  std::map<int64_t, int64_t> held;
+  // Less this manager's reference (and the pins).
+  auto add = [&held](const std::shared_ptr<const Placement>& p, int64_t mine) {
+    const int64_t holders = p.use_count() - mine;
+    if (holders > 0) held[p->version] += holders;
   };
-  {
-    absl::MutexLock lock(&mu_);
-    const ModelEntry& entry = models_.at(name);
-    if (entry.placement != at) return moved();
-    for (const auto& [id, address] : at->worker_addresses) {
-      if (!registry_->IsAlive(id)) return moved();
-    }
+  auto it = models_.find(name);
+  if (it != models_.end() && it->second.placement != nullptr) {
+    add(it->second.placement, 1 + pins);
   }
-  MS_RETURN_IF_ERROR(commit());
-  auto next = std::make_shared<Placement>(*at);
-  next->version = at->version + 1;
-  absl::MutexLock lock(&mu_);
-  ModelEntry& entry = models_.at(name);
-  retired_.push_back(entry.placement);
-  entry.placement = std::move(next);
-  entry.pushed = true;
-  MS_LOG(INFO) << "model '" << name << "' now serves version " << entry.placement->version
-               << " (generation " << entry.placement->generation << ")";
+  for (const auto& r : retired_) {
+    if (r->model == name) add(r, 1);
+  }
+  return held;
+}
+
+absl::Status PlacementManager::StillAt(const std::string& name,
+                                       const std::weak_ptr<const Placement>& at) const {
+  const std::shared_ptr<const Placement>& current = models_.at(name).placement;
+  const absl::Status moved = absl::AbortedError(
+      absl::StrCat("model ", name, ": membership changed during the push; nothing changed"));
+  // Same object, compared without taking a reference.
+  if (current == nullptr || at.owner_before(current) || current.owner_before(at)) return moved;
+  for (const auto& [id, address] : current->worker_addresses) {
+    if (!registry_->IsAlive(id)) return moved;
+  }
   return absl::OkStatus();
+}
+
+absl::Status PlacementManager::AwaitVersionRoom(const std::string& name,
+                                                const std::weak_ptr<const Placement>& at,
+                                                absl::Time deadline) {
+  const int bound = options_.max_live_versions;
+  const absl::Time start = absl::Now();
+  bool waiting = false;
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      absl::Status moved = StillAt(name, at);
+      const std::map<int64_t, int64_t> held = HeldVersions(name, kPushPins);
+      const bool room = static_cast<int>(held.size()) + 1 <= bound;
+      if (!moved.ok() || room || absl::Now() >= deadline) {
+        if (waiting) --models_.at(name).commits_waiting;
+        if (!moved.ok() || room) return moved;
+        std::vector<std::string> each;
+        for (const auto& [version, holders] : held) {
+          each.push_back(absl::StrCat("v", version, " by ", holders));
+        }
+        return absl::DeadlineExceededError(absl::StrCat(
+            "push to model '", name, "': its commit would make ", held.size() + 1,
+            " weight versions live, over --max_live_versions=", bound,
+            "; versions still held (by sequences or requests): ", absl::StrJoin(each, ", "),
+            "; waited ", absl::FormatDuration(absl::Now() - start),
+            " for the oldest to drain, until the push's deadline; nothing changed"));
+      }
+      if (!waiting) ++models_.at(name).commits_waiting;
+      waiting = true;
+    }
+    // A release of a holder signals nothing: look again shortly.
+    absl::SleepFor(std::min(absl::Milliseconds(5), deadline - absl::Now()));
+  }
+}
+
+absl::Status PlacementManager::CommitVersion(const std::string& name,
+                                             const std::weak_ptr<const Placement>& at,
+                                             const std::function<absl::Status()>& commit,
+                                             absl::Time deadline) {
+  for (;;) {
+    MS_RETURN_IF_ERROR(AwaitVersionRoom(name, at, deadline));
+    // No placement happens between the check and the switch: PlaceModel runs
+    // under control_mu_ too.
+    absl::MutexLock control(&control_mu_);
+    {
+      absl::MutexLock lock(&mu_);
+      MS_RETURN_IF_ERROR(StillAt(name, at));
+      // A sequence started on a version since the wait: wait again.
+      const int live = static_cast<int>(HeldVersions(name, kPushPins).size()) + 1;
+      if (live > options_.max_live_versions) continue;
+    }
+    MS_RETURN_IF_ERROR(commit());
+    absl::MutexLock lock(&mu_);
+    ModelEntry& entry = models_.at(name);
+    auto next = std::make_shared<Placement>(*entry.placement);
+    next->version = entry.placement->version + 1;
+    retired_.push_back(entry.placement);
+    entry.placement = std::move(next);
+    entry.pushed = true;
+    MS_LOG(INFO) << "model '" << name << "' now serves version " << entry.placement->version
+                 << " (generation " << entry.placement->generation << ")";
+    return absl::OkStatus();
+  }
 }
 
 void PlacementManager::UnloadRetired() {

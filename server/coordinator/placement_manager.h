@@ -90,6 +90,10 @@ struct ModelStatus {
   int64_t version = 0;  // parameter version served (0: not placed)
   int replicas = 0;
   std::vector<ScaleStep> scale_steps;  // newest last, bounded
+  // Versions some sequence or request holds (current or retired) -> holders,
+  // and pushes whose commit waits for one to drain (max_live_versions).
+  std::map<int64_t, int64_t> held_versions;
+  int commits_waiting = 0;
   std::shared_ptr<const ModelFile> model;  // null when the file did not parse
   std::shared_ptr<const Placement> placement;
 };
@@ -128,10 +132,21 @@ class PlacementManager {
   // A push's commit and switch (param_versions.h): under control_mu_, while
   // `at` is still the model's placement and all its workers are alive, runs
   // `commit` and, when it succeeds, switches to `at` with version + 1.
-  // \error kAborted (membership changed during the push), else commit's.
-  absl::Status CommitVersion(const std::string& model,
-                             const std::shared_ptr<const Placement>& at,
-                             const std::function<absl::Status()>& commit)
+  // Version bound: the model's live versions are its current one and each
+  // retired one some sequence or request still holds (a holder beyond this
+  // manager's own reference; the push's own single pin of `at`, the caller's,
+  // is left out: `at` itself is weak). Before
+  // the commit, the push waits, holding no lock, until the switch keeps them
+  // within options.max_live_versions: the new version plus every version
+  // held at the check (the replaced one only if held), checked again under
+  // the locks right before the commit. A sequence that starts on the
+  // replaced version during the commit's own round trip is the only way
+  // past the bound (by that one version, until it ends).
+  // \error kAborted (membership changed during the push), kDeadlineExceeded
+  //   (the held versions did not drain by `deadline`: names the bound and
+  //   each held version with its holders; nothing changed), else commit's.
+  absl::Status CommitVersion(const std::string& model, const std::weak_ptr<const Placement>& at,
+                             const std::function<absl::Status()>& commit, absl::Time deadline)
       ABSL_LOCKS_EXCLUDED(control_mu_, mu_);
 
  private:
@@ -146,6 +161,7 @@ class PlacementManager {
     bool pushed = false;         // a push committed: no seed/checkpoint fallback
     bool asked_workers = false;  // the first placement asked workers' holdings
     std::vector<ScaleStep> scale_steps;
+    int commits_waiting = 0;  // pushes waiting for a version to drain
   };
   // What live workers report holding of a model (coordinator restart).
   struct WorkerHoldings {
@@ -186,6 +202,18 @@ class PlacementManager {
   void SwitchTo(ModelEntry& entry, const std::string& name, Placement next, ScaleStep step)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UnloadRetired() ABSL_EXCLUSIVE_LOCKS_REQUIRED(control_mu_);
+  // The held versions of `name` (current and retired, see CommitVersion):
+  // version -> holders beyond this manager and `pins` references to the
+  // current placement.
+  std::map<int64_t, int64_t> HeldVersions(const std::string& name, int64_t pins) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK while `name`'s placement is still `at` on live workers, else kAborted.
+  absl::Status StillAt(const std::string& name, const std::weak_ptr<const Placement>& at) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits (no lock held between checks) until a switch of `name` keeps its
+  // live versions within the bound; kDeadlineExceeded at `deadline`.
+  absl::Status AwaitVersionRoom(const std::string& name, const std::weak_ptr<const Placement>& at,
+                                absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
   // Forgets dead workers that no placement (current or retired) uses.
   void ForgetDeparted() ABSL_EXCLUSIVE_LOCKS_REQUIRED(control_mu_);
 

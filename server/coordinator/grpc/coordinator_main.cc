@@ -78,6 +78,10 @@ ABSL_FLAG(int, max_inflight_per_model, meshserve::CoordinatorOptions().max_infli
 ABSL_FLAG(int, max_concurrent_pushes, meshserve::CoordinatorOptions().max_concurrent_pushes,
           "parameter pushes in progress at once over all models; one more gets "
           "RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, max_live_versions, meshserve::CoordinatorOptions().max_live_versions,
+          "weight versions of one model live at once (the current one and each older one a "
+          "sequence or request still holds); a push beyond it waits for one to drain, up to "
+          "its deadline (then DEADLINE_EXCEEDED)");
 ABSL_FLAG(int64_t, param_cache_bytes, meshserve::CoordinatorOptions().param_cache_bytes,
           "most bytes any one worker keeps, over all compiled programs, of the values a "
           "program computes from params alone (e.g. an all-gathered kernel), kept with "
@@ -186,6 +190,11 @@ absl::StatusOr<meshserve::CoordinatorOptions> OptionsFromFlags() {
   options.forget_dead_after = absl::Seconds(absl::GetFlag(FLAGS_forget_dead_after_s));
   options.max_inflight_per_model = absl::GetFlag(FLAGS_max_inflight_per_model);
   options.max_concurrent_pushes = absl::GetFlag(FLAGS_max_concurrent_pushes);
+  options.max_live_versions = absl::GetFlag(FLAGS_max_live_versions);
+  if (options.max_live_versions < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_live_versions=", options.max_live_versions, " must be at least 1"));
+  }
   options.param_cache_bytes = absl::GetFlag(FLAGS_param_cache_bytes);
   if (options.param_cache_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(

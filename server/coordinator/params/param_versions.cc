@@ -20,13 +20,19 @@ constexpr int64_t kPullChunkBytes = 1 << 20;
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ParamPush>> ParamVersions::BeginPush(const std::string& name) {
+absl::StatusOr<std::unique_ptr<ParamPush>> ParamVersions::BeginPush(const std::string& name,
+                                                                     absl::Time deadline) {
   PushTarget target;
   MS_ASSIGN_OR_RETURN(target.model, placements_->ServableModel(name));
-  target.placement = placements_->CurrentPlacement(name);
-  if (target.placement == nullptr) {
+  std::shared_ptr<const Placement> current = placements_->CurrentPlacement(name);
+  if (current == nullptr) {
     return Unavailable("model '", name, "' is not placed yet: nothing to push to");
   }
+  // The push reads a copy and pins the placement (no unload while it stages)
+  // with exactly one reference, `at` in `client`: the version bound leaves
+  // that pin out (PlacementManager::CommitVersion).
+  target.placement = std::make_shared<const Placement>(*current);
+  const std::weak_ptr<const Placement> weak = current;
   {
     absl::MutexLock lock(&mu_);
     if (pushing_.count(name) > 0) {
@@ -40,16 +46,19 @@ absl::StatusOr<std::unique_ptr<ParamPush>> ParamVersions::BeginPush(const std::s
     }
     pushing_.insert(name);
   }
-  std::shared_ptr<const Placement> at = target.placement;
-  target.client = [this, at](int64_t id) -> absl::StatusOr<std::shared_ptr<WorkerClient>> {
+  target.client = [this, at = std::move(current)](
+                      int64_t id) -> absl::StatusOr<std::shared_ptr<WorkerClient>> {
     auto addr = at->worker_addresses.find(id);
     if (addr == at->worker_addresses.end()) return Internal("worker ", id, " not placed");
     return connections_->Get(id, addr->second);
   };
   target.timeout = options_.load_timeout;
   target.control_timeout = options_.control_timeout;
-  target.commit_and_switch = [this, name, at](const std::function<absl::Status()>& commit) {
-    return placements_->CommitVersion(name, at, commit);
+  target.commit_and_switch = [this, name, weak,
+                              deadline](const std::function<absl::Status()>& commit) {
+    const absl::Time until =
+        deadline == absl::InfiniteFuture() ? absl::Now() + options_.load_timeout : deadline;
+    return placements_->CommitVersion(name, weak, commit, until);
   };
   target.release = [this, name] {
     {

@@ -6,7 +6,10 @@
 // A push stages a new version on the current placement's workers; its commit
 // runs under the control lock, so no scale step runs between its check that
 // membership did not change and the switch. At most one push per model, and
-// options.max_concurrent_pushes over all models, stage at once.
+// options.max_concurrent_pushes over all models, stage at once. A commit
+// waits (no lock held) while the switch would make more than
+// options.max_live_versions versions of the model live, until the push's
+// deadline: pushes do not fail while rollouts still run on old weights.
 //
 // Thread-safety: thread-safe. mu_ is a leaf lock, never held during an RPC.
 #ifndef MESHSERVE_SERVER_COORDINATOR_PARAMS_PARAM_VERSIONS_H_
@@ -23,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "server/coordinator/coordinator_options.h"
 #include "server/coordinator/params/param_push.h"
 #include "server/coordinator/placement_manager.h"
@@ -60,11 +64,16 @@ class ParamVersions {
   ParamVersions& operator=(const ParamVersions&) = delete;
 
   // Starts a push to `model`; the ParamPush commits at Finish and aborts when
-  // dropped.
+  // dropped. Its commit first waits while it would make more than
+  // options.max_live_versions versions of the model live
+  // (PlacementManager::CommitVersion), until `deadline` (the call's; infinite:
+  // options.load_timeout from the start of the wait); then Finish fails
+  // kDeadlineExceeded, the push aborts and the old version stays served.
   // \error kNotFound (unknown model), kFailedPrecondition (model with an
   //   error), kUnavailable (not placed), kAborted (a push to it is in progress),
   //   kResourceExhausted (options.max_concurrent_pushes pushes in progress).
-  absl::StatusOr<std::unique_ptr<ParamPush>> BeginPush(const std::string& model)
+  absl::StatusOr<std::unique_ptr<ParamPush>> BeginPush(
+      const std::string& model, absl::Time deadline = absl::InfiniteFuture())
       ABSL_LOCKS_EXCLUDED(mu_);
   // Streams `params` (empty: every param, in the model's order) of the current
   // version to `sink` in ~1 MiB chunks, each param assembled from one live
