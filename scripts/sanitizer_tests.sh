@@ -30,6 +30,7 @@ TSAN_TESTS=(
   elastic_executor_test rendezvous_test deadline_timer_test worker_registry_test fan_out_test batcher_test
   coordinator_test coordinator_reliability_test calls_in_flight_test program_cache_test
   param_push_test
+  param_versions_test
   worker_engine_test
   in_process_workers_test param_state_test param_cache_test
   compiled_programs_engine_test gemm_small_m_test buffer_pool_test metric_registry_test
