@@ -19,7 +19,12 @@ NumPy (x @ kernel):
      no kFill or kUse run;
   6. with --param_cache_bytes 8000 (one program's gathered kernel, not two)
      a second input shape's program runs whole on every request, answering
-     right.
+     right;
+  7. meshserve-coordinator --max_cached_programs 2 (2 worker processes): 4
+     input shapes cycled 3 times answer right (the programs, and what their
+     gathers kept, evicted and installed again), the coordinator counts an
+     eviction for every compile past the second, and each worker holds at
+     most 2 programs (/v1/status).
 
 Usage: test_param_cache.py --bin_dir build/bin [--keep]
 """
@@ -63,7 +68,7 @@ def cache_counts(http_port):
 
 
 class Run:
-    def __init__(self, env, name, extra_args=()):
+    def __init__(self, env, name, extra_args=(), coordinator_args=None):
         self.env, self.c = env, env.c
         self.rng = np.random.default_rng(5)
         self.model_dir = os.path.join(env.root, "models-" + name)
@@ -74,9 +79,16 @@ class Run:
         with open(os.path.join(self.model_dir, "gat.json"), "w") as f:
             json.dump(MODEL, f)
         self.http_port = mslib.free_port()
-        self.cluster = env.cluster(2, self.model_dir, name,
-                                   extra_args=["--http_port", str(self.http_port)] +
-                                   list(extra_args))
+        if coordinator_args is None:  # meshserve local
+            self.cluster = env.cluster(2, self.model_dir, name,
+                                       extra_args=["--http_port", str(self.http_port)] +
+                                       list(extra_args))
+        else:  # meshserve-coordinator and 2 meshserve-worker processes
+            self.cluster = mslib.ProcessCluster(
+                env.bin_dir, 2, self.model_dir, os.path.join(env.root, "logs-" + name),
+                coordinator_args=["--http_port", str(self.http_port)] + coordinator_args)
+            if not self.cluster.wait_ready():
+                raise RuntimeError("cluster not ready:\n" + self.cluster.logs_tail())
         self.client = mslib.client_package(env.bin_dir).MeshserveClient(
             self.cluster.target, timeout_s=30)
 
@@ -189,8 +201,56 @@ def budget(env):
         r.cluster.stop()
 
 
+def metric(http_port, name):
+    """The value of the coordinator's unlabelled metric `name`."""
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % http_port, timeout=10) as r:
+        text = r.read().decode()
+    found = re.search(r"^%s ([0-9.e+]+)$" % name, text, re.M)
+    return int(float(found.group(1))) if found else None
+
+
+def most_programs(http_port, timeout_s=10):
+    """The most programs any worker holds (/v1/status), once at most 2 (the
+    coordinator uninstalls evicted programs in the background), or after
+    timeout_s."""
+    deadline = time.time() + timeout_s
+    while True:
+        url = "http://127.0.0.1:%d/v1/status" % http_port
+        with urllib.request.urlopen(url, timeout=10) as r:
+            workers = json.loads(r.read().decode())["workers"]
+        most = max(w.get("programs", 0) for w in workers)
+        if most <= 2 or time.time() >= deadline:
+            return most, [w.get("programs") for w in workers]
+        time.sleep(0.1)
+
+
+def bounded(env):
+    """--max_cached_programs 2: 4 input shapes cycled 3 times."""
+    c = env.c
+    r = Run(env, "bounded", coordinator_args=["--max_cached_programs", "2"])
+    try:
+        worst = []
+        for rnd in range(3):
+            for rows in (4, 8, 12, 16):
+                r.requests("bound 2: round %d, %d rows" % (rnd, rows), 2, rows=rows)
+                worst.append(most_programs(r.http_port))
+        c.check(all(m <= 2 for m, _ in worst),
+                "bound 2: no worker held more than 2 programs after any request (%s)"
+                % [per for _, per in worst])
+        compiles = metric(r.http_port, "meshserve_program_cache_compiles_total")
+        evictions = metric(r.http_port, "meshserve_program_cache_evictions_total")
+        cached_now = metric(r.http_port, "meshserve_program_cache_programs")
+        c.check(compiles is not None and compiles >= 12 and evictions == compiles - 2 and
+                cached_now == 2,
+                "bound 2: every request compiled, every compile past the second evicted "
+                "one (compiles %s, evictions %s, cached %s)" % (compiles, evictions, cached_now))
+    finally:
+        r.cluster.stop()
+
+
 if __name__ == "__main__":
     sys.exit(e2e.main("param_cache", lambda env: [("cached", lambda: cached(env)),
                                                   ("off", lambda: off(env)),
-                                                  ("budget", lambda: budget(env))],
+                                                  ("budget", lambda: budget(env)),
+                                                  ("bounded", lambda: bounded(env))],
                     doc=__doc__))
