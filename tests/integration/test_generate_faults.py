@@ -4,8 +4,9 @@ count changing mid-stream (issue 32, item 6). The coordinator keeps every
 sequence's tokens; when its layout changes it rebuilds the caches on the new
 one by recomputing them (re-prefill) and the streams go on.
 
-A GPT-2 (8 heads, 6 layers, d 512, vocabulary 256, context 128; random weights in Hugging
-Face's layout, the writer and NumPy forward of test_lm_import.py) imported
+A GPT-2 (8 heads, 6 layers, d 512, vocabulary 256, context 128; random
+weights in Hugging Face's layout, the writer and NumPy forward of
+test_lm_import.py) imported
 and served by meshserve-coordinator and meshserve-worker processes started
 one by one (mslib.ProcessCluster, heartbeats every 250 ms, replicas on):
 
@@ -19,8 +20,10 @@ one by one (mslib.ProcessCluster, heartbeats every 250 ms, replicas on):
             generation; --strict_versions demands they all complete). A
             stream started after the push runs version 2, against its
             NumPy reference.
-  scale     2 workers, 8 streams; two workers join mid-stream (the mesh grows
-            to model=4), then one leaves (SIGTERM) mid-stream.
+  scale     2 workers, 8 streams; two workers join mid-stream (started
+            before the streams and held with SIGSTOP before they register
+            until every stream runs; the mesh grows to model=4), then one
+            leaves (SIGTERM) mid-stream.
   cancel    then, on the scale cluster, a client cancels a stream mid-way:
             the coordinator's KV bytes used go back to 0 (/metrics), running
             sequences to 0, and the next stream is served right.
@@ -34,7 +37,7 @@ placed the model anew (a later generation) while they ran. (Should a join be
 so slow that a wave of streams ends first, that wave's tokens are checked
 and another wave runs, up to 4.)
 
-Usage: test_generate_faults.py --bin_dir build/bin [--keep]
+Usage: test_generate_faults.py --bin_dir build/bin [--keep] [--strict_versions]
 """
 import os
 import re
