@@ -2,11 +2,10 @@
 // (common/conformance/plan_request.h) as JSON, or as tables with --human.
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "client/command.h"
+#include "common/base/file_io.h"
 #include "common/conformance/plan_request.h"
 
 namespace meshserve {
@@ -30,14 +29,12 @@ int RunPlan(int argc, char** argv) {
     std::fprintf(stderr, "usage: meshserve plan [--human] REQUEST.json\n");
     return 2;
   }
-  std::ifstream file(path);
-  if (!file) {
-    std::fprintf(stderr, "meshserve plan: cannot read '%s'\n", path);
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) {
+    std::fprintf(stderr, "meshserve plan: %s\n", std::string(text.status().message()).c_str());
     return 1;
   }
-  std::stringstream text;
-  text << file.rdbuf();
-  absl::StatusOr<PlanRequest> request = ParsePlanRequest(text.str());
+  absl::StatusOr<PlanRequest> request = ParsePlanRequest(*text);
   if (!request.ok()) {
     std::fprintf(stderr, "meshserve plan: %s: %s\n", path,
                  request.status().ToString().c_str());

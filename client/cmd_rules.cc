@@ -6,13 +6,13 @@
 // Exit 0 when the file could be processed (even if cases are errors); 1 with a
 // message on stderr for an unreadable or broken file; 2 for bad usage.
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "client/command.h"
+#include "common/base/file_io.h"
 #include "common/conformance/rules_cases.h"
 #include "common/sharding/visualize.h"
 
@@ -57,18 +57,20 @@ int RunRules(int argc, char** argv) {
     std::fprintf(stderr, "usage: meshserve rules [--human] CASES.json\n");
     return 2;
   }
-  std::stringstream text;
+  absl::StatusOr<std::string> text;
   if (path == "-") {
-    text << std::cin.rdbuf();
+    std::stringstream in;
+    in << std::cin.rdbuf();
+    text = in.str();
   } else {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-      std::fprintf(stderr, "meshserve rules: cannot read case file '%s'\n", path.c_str());
-      return 1;
-    }
-    text << in.rdbuf();
+    text = ReadFileToString(path);
   }
-  absl::StatusOr<std::vector<RulesCaseOutcome>> outcomes = RunRulesCaseFile(text.str());
+  if (!text.ok()) {
+    std::fprintf(stderr, "meshserve rules: case file: %s\n",
+                 std::string(text.status().message()).c_str());
+    return 1;
+  }
+  absl::StatusOr<std::vector<RulesCaseOutcome>> outcomes = RunRulesCaseFile(*text);
   if (!outcomes.ok()) {
     std::fprintf(stderr, "meshserve rules: %s: %s\n", path.c_str(),
                  std::string(outcomes.status().message()).c_str());

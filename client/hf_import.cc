@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/cli_format.h"
+#include "common/base/file_io.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/model/model_file.h"
@@ -129,7 +130,7 @@ absl::Status ApplyGenerationConfig(const fs::path& hf_dir, LmConfig& config) {
   const fs::path path = hf_dir / "generation_config.json";
   std::error_code ec;
   if (!fs::is_regular_file(path, ec)) return absl::OkStatus();
-  MS_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path.string()));
+  MS_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path.string()));
   MS_ASSIGN_OR_RETURN(std::optional<std::vector<int64_t>> eos,
                       ParseGenerationConfigEos(text, path.string()));
   if (eos.has_value()) config.eos_token_ids = *std::move(eos);
@@ -172,7 +173,7 @@ absl::StatusOr<ImportResult> ImportHfModel(const ImportOptions& options) {
   MS_ASSIGN_OR_RETURN(result.name, ModelName(options));
   const fs::path hf_dir(options.hf_dir), out_dir(options.out_dir);
   const std::string config_path = (hf_dir / "config.json").string();
-  MS_ASSIGN_OR_RETURN(std::string config_text, ReadTextFile(config_path));
+  MS_ASSIGN_OR_RETURN(std::string config_text, ReadFileToString(config_path));
   MS_ASSIGN_OR_RETURN(result.config, ParseHfConfig(config_text, config_path));
   MS_RETURN_IF_ERROR(ApplyGenerationConfig(hf_dir, result.config));
   result.plan = PlanShardings(result.config, options.mesh);

@@ -2,9 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -16,14 +14,6 @@
 namespace meshserve {
 namespace client {
 namespace fs = std::filesystem;
-
-absl::StatusOr<std::string> ReadTextFile(absl::string_view path) {
-  std::ifstream in{std::string(path), std::ios::binary};
-  if (!in) return NotFound("cannot read '", path, "'");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
 
 absl::StatusOr<HfCheckpoint> HfCheckpoint::Open(absl::string_view hf_dir) {
   const fs::path dir{std::string(hf_dir)};

@@ -33,9 +33,6 @@ namespace client {
 inline constexpr char kSafetensorsFile[] = "model.safetensors";
 inline constexpr char kSafetensorsIndexFile[] = "model.safetensors.index.json";
 
-// The whole file at `path`. \error kNotFound naming the path.
-absl::StatusOr<std::string> ReadTextFile(absl::string_view path);
-
 class HfCheckpoint {
  public:
   struct TensorInfo {

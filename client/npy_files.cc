@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/file_io.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/tensor/bfloat16.h"
@@ -18,15 +18,7 @@ namespace client {
 
 absl::StatusOr<HostTensor> ReadNpyInput(const std::string& name, const std::string& path,
                                         std::optional<DType> want) {
-  std::string file;
-  {
-    std::ifstream in(path, std::ios::binary | std::ios::ate);
-    if (!in) return NotFound("npy '", path, "': cannot open");
-    file.resize(static_cast<size_t>(in.tellg()));
-    in.seekg(0);
-    in.read(file.data(), static_cast<std::streamsize>(file.size()));
-    if (!in) return NotFound("npy '", path, "': cannot read");
-  }
+  MS_ASSIGN_OR_RETURN(std::string file, ReadFileToString(path), "npy");
   MS_ASSIGN_OR_RETURN(NpyLayout layout, ParseNpyLayout(file, path));
   const absl::string_view data = absl::string_view(file).substr(layout.data_offset);
   if (want == DType::kBFloat16 && layout.dtype == DType::kFloat32) {

@@ -56,4 +56,10 @@ absl::StatusOr<std::string> ReadFileToString(absl::string_view path) {
   return out;
 }
 
+std::string DirOf(absl::string_view path) {
+  const size_t slash = path.rfind('/');
+  if (slash == absl::string_view::npos) return ".";
+  return std::string(path.substr(0, slash == 0 ? 1 : slash));
+}
+
 }  // namespace meshserve

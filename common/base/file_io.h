@@ -5,6 +5,10 @@
 //   ReadFileToString(path)  the bytes of the file at `path`
 //     open or read fails    NotFound "cannot read '<path>': <strerror(errno)>"
 //                           (a missing file, no permission, a directory)
+//   DirOf(path)             the folder files named inside `path` are relative
+//                           to: "a/b/m.json" -> "a/b", "/m.json" -> "/",
+//                           "m.json" -> "." (os.path.dirname, but "." where
+//                           it gives "")
 //
 // The size is taken from fstat first, so a large file (an .npy of a few GiB)
 // is read into one allocation of the right size; a file that grows or shrinks
@@ -22,6 +26,8 @@
 namespace meshserve {
 
 absl::StatusOr<std::string> ReadFileToString(absl::string_view path);
+
+std::string DirOf(absl::string_view path);
 
 }  // namespace meshserve
 

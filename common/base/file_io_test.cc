@@ -71,5 +71,15 @@ TEST(FileIoTest, DirectoryIsNotFoundSayingItIsADirectory) {
               StatusIs(absl::StatusCode::kNotFound, "'" + path + "': Is a directory"));
 }
 
+// Against Python's os.path.dirname, except that a bare name gives ".".
+TEST(FileIoTest, DirOfIsTheFolderBeforeTheLastSlash) {
+  EXPECT_EQ(DirOf("a/b/m.json"), "a/b");
+  EXPECT_EQ(DirOf("/models/m.json"), "/models");
+  EXPECT_EQ(DirOf("/m.json"), "/");
+  EXPECT_EQ(DirOf("m.json"), ".");
+  EXPECT_EQ(DirOf("./m.json"), ".");
+  EXPECT_EQ(DirOf("a/"), "a");
+}
+
 }  // namespace
 }  // namespace meshserve

@@ -6,8 +6,6 @@
 // with "model '<name>': " followed by the field path and the offending value.
 #include "common/model/model_file.h"
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,6 +13,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/file_io.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/json/json_util.h"
@@ -379,14 +378,8 @@ absl::StatusOr<ModelFile> ParseModelFile(absl::string_view json_text,
 }
 
 absl::StatusOr<ModelFile> LoadModelFile(absl::string_view path) {
-  std::ifstream file{std::string(path)};
-  if (!file) return NotFound("cannot read model file '", path, "'");
-  std::stringstream buffer;
-  buffer << file.rdbuf();
-  std::string dir = ".";
-  size_t slash = path.rfind('/');
-  if (slash != absl::string_view::npos) dir = std::string(path.substr(0, slash == 0 ? 1 : slash));
-  return ParseModelFile(buffer.str(), dir);
+  MS_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path), "model file");
+  return ParseModelFile(text, DirOf(path));
 }
 
 }  // namespace meshserve

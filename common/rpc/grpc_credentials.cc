@@ -1,13 +1,13 @@
 #include "common/rpc/grpc_credentials.h"
 
 #include <fstream>
-#include <sstream>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/file_io.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/rpc/grpc_status.h"
@@ -19,13 +19,12 @@ namespace {
 
 constexpr absl::string_view kBearerPrefix = "Bearer ";
 
+// A file named by a flag: a file that cannot be read is a bad flag value.
 absl::StatusOr<std::string> ReadFile(absl::string_view path, absl::string_view what) {
-  std::ifstream in{std::string(path), std::ios::binary};
-  if (!in) return InvalidArgument(what, " '", path, "' cannot be read");
-  std::ostringstream out;
-  out << in.rdbuf();
-  if (out.str().empty()) return InvalidArgument(what, " '", path, "' is empty");
-  return out.str();
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) return InvalidArgument(what, ": ", text.status().message());
+  if (text->empty()) return InvalidArgument(what, " '", path, "' is empty");
+  return text;
 }
 
 absl::StatusOr<std::string> ReadPem(absl::string_view path, absl::string_view what) {

@@ -1,14 +1,13 @@
 // Checkpoint (checkpoint.h).
 #include "common/tensor/checkpoint.h"
 
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/file_io.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "nlohmann/json.hpp"
@@ -16,19 +15,10 @@
 namespace meshserve {
 namespace {
 
-std::string DirOf(const std::string& path) {
-  size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
 // weight_map of an index file: tensor -> file name (same folder).
 absl::StatusOr<std::map<std::string, std::string>> ReadWeightMap(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return NotFound("cannot read checkpoint index '", path, "'");
-  std::stringstream text;
-  text << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  MS_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path), "checkpoint index");
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) {
     return InvalidArgument("checkpoint index '", path, "' is not a JSON object");
   }

@@ -4,12 +4,12 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/checked_math.h"
+#include "common/base/file_io.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 
@@ -271,11 +271,8 @@ std::string EncodeNpy(const Tensor& tensor) {
 }
 
 absl::StatusOr<Tensor> ReadNpy(absl::string_view path) {
-  std::ifstream in(std::string(path), std::ios::binary);
-  if (!in) return NotFound("npy '", path, "': cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParseNpy(ss.str(), path);
+  MS_ASSIGN_OR_RETURN(std::string file, ReadFileToString(path), "npy");
+  return ParseNpy(file, path);
 }
 
 absl::Status WriteNpy(absl::string_view path, const Tensor& tensor) {
