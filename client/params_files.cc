@@ -9,8 +9,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "common/base/checked_math.h"
+#include "common/base/shape_string.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/program/ir_conv.h"
@@ -37,10 +37,6 @@ absl::Status PreadFully(int fd, char* dst, int64_t size, int64_t offset,
     offset += n;
   }
   return absl::OkStatus();
-}
-
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
 }
 
 absl::Status WriteFully(std::FILE* file, const char* data, size_t size, absl::string_view path) {
@@ -153,14 +149,15 @@ absl::Status PulledFileWriter::StartParam(const PullParamsChunk& chunk) {
   for (int64_t d : chunk.shape()) {
     if (d < 0 || !CheckedMul(elements, d, &elements)) {
       return Internal("pull: param '", p.name, "' has a bad shape ",
-                      ShapeText({chunk.shape().begin(), chunk.shape().end()}));
+                      ShapeToCompactString(chunk.shape()));
     }
     p.shape.push_back(d);
   }
   int64_t want = 0;
   if (!CheckedMul(elements, DTypeSize(p.dtype), &want) || want != chunk.total_bytes()) {
-    return Internal("pull: param '", p.name, "' ", DTypeName(p.dtype), ShapeText(p.shape),
-                    " announces total_bytes ", chunk.total_bytes(), ", not ", want);
+    return Internal("pull: param '", p.name, "' ", DTypeName(p.dtype),
+                    ShapeToCompactString(p.shape), " announces total_bytes ",
+                    chunk.total_bytes(), ", not ", want);
   }
   p.total_bytes = want;
   p.begin = data_bytes_;

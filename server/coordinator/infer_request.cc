@@ -7,18 +7,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/shape_string.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/sharding/partition_spec.h"
 
 namespace meshserve {
 namespace {
-
-// [8,2]: the form of the program cache key and of these errors (ShapeToString
-// of common/tensor/tensor.h writes [8, 2]).
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
-}
 
 bool IsIdPair(DType a, DType b) {
   return (a == DType::kInt32 && b == DType::kInt64) || (a == DType::kInt64 && b == DType::kInt32);
@@ -88,30 +83,31 @@ absl::Status ValidateInput(const ModelFile& model, const InputDef& def,
                            DTypeName(def.dtype));
   }
   if (in.shape.size() != def.shape.size()) {
-    return InvalidArgument(where, ": shape ", ShapeText(in.shape), " has rank ",
+    return InvalidArgument(where, ": shape ", ShapeToCompactString(in.shape), " has rank ",
                            in.shape.size(), ", expected rank ", def.shape.size(), " ",
-                           ShapeText(def.shape));
+                           ShapeToCompactString(def.shape));
   }
   for (size_t i = 0; i < in.shape.size(); ++i) {
     if (in.shape[i] < 1) {
-      return InvalidArgument(where, ": shape ", ShapeText(in.shape), " dim ", i, " is ",
+      return InvalidArgument(where, ": shape ", ShapeToCompactString(in.shape), " dim ", i, " is ",
                              in.shape[i], ", must be >= 1");
     }
     if (def.shape[i] != -1 && def.shape[i] != in.shape[i]) {
-      return InvalidArgument(where, ": shape ", ShapeText(in.shape), " dim ", i, " is ",
+      return InvalidArgument(where, ": shape ", ShapeToCompactString(in.shape), " dim ", i, " is ",
                              in.shape[i], ", expected ", def.shape[i], " (model shape ",
-                             ShapeText(def.shape), ")");
+                             ShapeToCompactString(def.shape), ")");
     }
   }
   int64_t bytes = DTypeSize(in.dtype);
   for (int64_t d : in.shape) {
     if (__builtin_mul_overflow(bytes, d, &bytes)) {
-      return InvalidArgument(where, ": shape ", ShapeText(in.shape), " overflows int64");
+      return InvalidArgument(where, ": shape ", ShapeToCompactString(in.shape), " overflows int64");
     }
   }
   if (static_cast<int64_t>(in.data.size()) != bytes) {
     return InvalidArgument(where, ": ", in.data.size(), " bytes of data, expected ", bytes,
-                           " (shape ", ShapeText(in.shape), " ", DTypeName(in.dtype), ")");
+                           " (shape ", ShapeToCompactString(in.shape), " ", DTypeName(in.dtype),
+                           ")");
   }
   return absl::OkStatus();
 }
@@ -186,7 +182,7 @@ absl::StatusOr<ValidatedRequest> ValidateInferRequest(
   }
   MS_RETURN_IF_ERROR(ValidateOutputs(model, request, &v.outputs, &v.out_specs));
   std::vector<std::string> key;
-  for (const auto& [name, shape] : v.shapes) key.push_back(name + ShapeText(shape));
+  for (const auto& [name, shape] : v.shapes) key.push_back(name + ShapeToCompactString(shape));
   for (const auto& [name, spec] : v.out_specs) key.push_back(name + "=" + spec.ToString());
   v.cache_key_suffix = absl::StrJoin(key, ";");
   return v;

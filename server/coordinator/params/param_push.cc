@@ -6,10 +6,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "common/base/dtype.h"
 #include "common/base/logging.h"
+#include "common/base/shape_string.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/program/ir_conv.h"
@@ -22,10 +22,6 @@ namespace meshserve {
 namespace {
 
 constexpr int64_t kSlabBytes = 1 << 20;  // route whole rows in about this much
-
-std::string Dims(const std::vector<int64_t>& dims) {
-  return absl::StrCat("[", absl::StrJoin(dims, ", "), "]");
-}
 
 }  // namespace
 
@@ -206,16 +202,17 @@ absl::Status ParamPush::StartBox(PushChunk& chunk) {
   }
   const size_t rank = param->shape.size();
   if (chunk.offset.size() != rank || chunk.shape.size() != rank) {
-    return InvalidArgument(where, " of rank ", rank, ": box offset ", Dims(chunk.offset), " shape ",
-                           Dims(chunk.shape));
+    return InvalidArgument(where, " of rank ", rank, ": box offset ", ShapeToString(chunk.offset),
+                           " shape ", ShapeToString(chunk.shape));
   }
   Box box;
   for (size_t d = 0; d < rank; ++d) {
     const int64_t begin = chunk.offset[d];
     const int64_t size = chunk.shape[d];
     if (begin < 0 || size < 0 || begin > param->shape[d] || size > param->shape[d] - begin) {
-      return InvalidArgument(where, ": box offset ", Dims(chunk.offset), " shape ",
-                             Dims(chunk.shape), " out of bounds of shape ", Dims(param->shape));
+      return InvalidArgument(where, ": box offset ", ShapeToString(chunk.offset), " shape ",
+                             ShapeToString(chunk.shape), " out of bounds of shape ",
+                             ShapeToString(param->shape));
     }
     box.mutable_dims().push_back(Interval{begin, begin + size});
   }
