@@ -44,6 +44,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/base/elastic_executor.h"
 #include "common/base/flags_usage.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
@@ -152,13 +153,15 @@ absl::StatusOr<std::unique_ptr<MembershipClient>> StartMembership(
 // handlers, and an Execute may wait on a peer's slice until its deadline (it
 // holds no thread, but its call stays open): give it 1 s in all, then return regardless (the coordinator already
 // knows we left; the caller exits without destructors, which loses nothing).
+// The shutdown runs on the shared executor (never destroyed); its task holds
+// its own reference to the notification, which may outlive this call.
 void ShutDownWithin1s(grpc::Server& server) {
-  absl::Notification shut_down;
-  std::thread([&server, &shut_down] {
+  auto shut_down = std::make_shared<absl::Notification>();
+  ElasticExecutor::Shared().Schedule([&server, shut_down] {
     server.Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
-    shut_down.Notify();
-  }).detach();
-  if (!shut_down.WaitForNotificationWithTimeout(absl::Seconds(1))) {
+    shut_down->Notify();
+  });
+  if (!shut_down->WaitForNotificationWithTimeout(absl::Seconds(1))) {
     MS_LOG(WARNING) << "requests still running after 1 s; exiting without them";
   }
 }
