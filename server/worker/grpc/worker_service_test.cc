@@ -165,6 +165,16 @@ class WorkerServiceTest : public ::testing::Test {
     return FromGrpcStatus(nodes_[worker].stub->InstallProgram(&context, request, &response));
   }
 
+  // Execute of `program_id` with no inputs on `worker`.
+  absl::Status ExecuteNothing(int worker, const std::string& program_id) {
+    grpc::ClientContext context;
+    ExecuteRequest request;
+    request.set_program_id(program_id);
+    request.set_request_id("r");
+    ExecuteResponse response;
+    return FromGrpcStatus(nodes_[worker].stub->Execute(&context, request, &response));
+  }
+
   // Executes `requests[w]` on both workers concurrently over gRPC.
   void ExecuteBoth(ExecuteRequest requests[2], absl::Status statuses[2],
                    ExecuteResponse responses[2]) {
@@ -540,13 +550,7 @@ TEST_F(WorkerServiceTest, UnknownComputeOpAndStepWithoutKindAreRejectedAtInstall
 }
 
 TEST_F(WorkerServiceTest, UnknownProgramAndStatus) {
-  grpc::ClientContext context;
-  ExecuteRequest request;
-  request.set_program_id("nope");
-  request.set_request_id("r");
-  ExecuteResponse response;
-  EXPECT_THAT(FromGrpcStatus(nodes_[0].stub->Execute(&context, request, &response)),
-              StatusIs(absl::StatusCode::kNotFound, "nope"));
+  EXPECT_THAT(ExecuteNothing(0, "nope"), StatusIs(absl::StatusCode::kNotFound, "nope"));
   grpc::ClientContext status_context;
   WorkerStatusResponse status;
   ASSERT_OK(FromGrpcStatus(
@@ -557,6 +561,31 @@ TEST_F(WorkerServiceTest, UnknownProgramAndStatus) {
   ASSERT_EQ(status.models_size(), 1);
   EXPECT_EQ(status.models(0).model(), "mm");
   EXPECT_EQ(status.models(0).param_bytes(), kK / 2 * kN * 4);
+}
+
+// UninstallProgram over gRPC: the program goes (Status counts it no more),
+// an Execute of it is NOT_FOUND naming it, and so is a second uninstall.
+TEST_F(WorkerServiceTest, UninstallProgramDropsIt) {
+  ASSERT_OK(Install(0, MatmulProgram(0)));
+  auto programs = [&] {
+    grpc::ClientContext context;
+    WorkerStatusResponse status;
+    EXPECT_OK(FromGrpcStatus(nodes_[0].stub->Status(&context, WorkerStatusRequest(), &status)));
+    return status.programs();
+  };
+  auto uninstall = [&] {
+    grpc::ClientContext context;
+    UninstallProgramRequest request;
+    request.set_program_id("mm");
+    UninstallProgramResponse response;
+    return FromGrpcStatus(nodes_[0].stub->UninstallProgram(&context, request, &response));
+  };
+  EXPECT_EQ(programs(), 1);
+  ASSERT_OK(uninstall());
+  EXPECT_EQ(programs(), 0);
+  EXPECT_THAT(ExecuteNothing(0, "mm"),
+              StatusIs(absl::StatusCode::kNotFound, "unknown program 'mm'"));
+  EXPECT_THAT(uninstall(), StatusIs(absl::StatusCode::kNotFound, "unknown program 'mm'"));
 }
 
 // ---- params as state ----
