@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/checked_math.h"
+#include "common/base/file_io.h"
 #include "common/base/shape_string.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
@@ -19,25 +20,6 @@
 namespace meshserve {
 namespace client {
 namespace {
-
-// Reads exactly `size` bytes at `offset`. \error kDataLoss on a short read.
-absl::Status PreadFully(int fd, char* dst, int64_t size, int64_t offset,
-                        absl::string_view path, absl::string_view tensor) {
-  while (size > 0) {
-    const ssize_t n = ::pread(fd, dst, static_cast<size_t>(size), static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      return absl::DataLossError(absl::StrCat(
-          "safetensors '", path, "' tensor '", tensor, "': read of ", size, " bytes at offset ",
-          offset, n == 0 ? " hits the end of the file (truncated?)" : " failed: ",
-          n == 0 ? "" : std::strerror(errno)));
-    }
-    dst += n;
-    size -= n;
-    offset += n;
-  }
-  return absl::OkStatus();
-}
 
 absl::Status WriteFully(std::FILE* file, const char* data, size_t size, absl::string_view path) {
   if (size > 0 && std::fwrite(data, 1, size, file) != size) {
@@ -91,8 +73,8 @@ absl::StatusOr<bool> PushChunkReader::Next(PushParamsChunk* chunk) {
   chunk->set_byte_offset(byte_offset_);
   std::string* data = chunk->mutable_data();
   data->resize(static_cast<size_t>(n));
-  MS_RETURN_IF_ERROR(PreadFully(fd_, data->data(), n, data_start_ + e.begin + byte_offset_,
-                                file_.path(), e.name));
+  MS_RETURN_IF_ERROR(PreadFully(fd_, data->data(), n, data_start_ + e.begin + byte_offset_),
+                     "safetensors '", file_.path(), "' tensor '", e.name, "'");
   byte_offset_ += n;
   if (byte_offset_ >= size) {
     ++tensor_;

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "common/base/status_util.h"
 
 namespace meshserve {
@@ -54,6 +55,25 @@ absl::StatusOr<std::string> ReadFileToString(absl::string_view path) {
   }
   out.resize(size);
   return out;
+}
+
+absl::Status PreadFully(int fd, char* dst, int64_t size, int64_t offset) {
+  while (size > 0) {
+    const ssize_t n = pread(fd, dst, static_cast<size_t>(size), static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      return absl::DataLossError(absl::StrCat("read of ", size, " bytes at offset ", offset,
+                                              " failed: ", std::strerror(errno)));
+    }
+    if (n == 0) {
+      return absl::DataLossError(
+          absl::StrCat("file ends before offset ", offset + size, " (truncated?)"));
+    }
+    dst += n;
+    size -= n;
+    offset += n;
+  }
+  return absl::OkStatus();
 }
 
 std::string DirOf(absl::string_view path) {

@@ -5,6 +5,13 @@
 //   ReadFileToString(path)  the bytes of the file at `path`
 //     open or read fails    NotFound "cannot read '<path>': <strerror(errno)>"
 //                           (a missing file, no permission, a directory)
+//   PreadFully(fd, dst, size, offset)
+//                           exactly `size` bytes at `offset` (pread: no shared
+//                           file offset, so concurrent calls on one fd are safe)
+//     a read fails          DataLoss "read of <size> bytes at offset <offset>
+//                           failed: <strerror(errno)>"
+//     the file ends first   DataLoss "file ends before offset <end> (truncated?)"
+//                           (callers prefix the file: "safetensors '<path>': ")
 //   DirOf(path)             the folder files named inside `path` are relative
 //                           to: "a/b/m.json" -> "a/b", "/m.json" -> "/",
 //                           "m.json" -> "." (os.path.dirname, but "." where
@@ -18,14 +25,18 @@
 #ifndef MESHSERVE_COMMON_BASE_FILE_IO_H_
 #define MESHSERVE_COMMON_BASE_FILE_IO_H_
 
+#include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace meshserve {
 
 absl::StatusOr<std::string> ReadFileToString(absl::string_view path);
+
+absl::Status PreadFully(int fd, char* dst, int64_t size, int64_t offset);
 
 std::string DirOf(absl::string_view path);
 

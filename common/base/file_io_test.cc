@@ -1,6 +1,8 @@
 #include "common/base/file_io.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <random>
@@ -69,6 +71,23 @@ TEST(FileIoTest, DirectoryIsNotFoundSayingItIsADirectory) {
   mkdir(path.c_str(), 0755);
   EXPECT_THAT(ReadFileToString(path),
               StatusIs(absl::StatusCode::kNotFound, "'" + path + "': Is a directory"));
+}
+
+TEST(FileIoTest, PreadFullyReadsExactlyTheRange) {
+  const std::string path = TempPath("pread");
+  WriteBytes(path, "0123456789");
+  const int fd = open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  std::string got(4, '\0');
+  EXPECT_TRUE(PreadFully(fd, got.data(), 4, 3).ok());
+  EXPECT_EQ(got, "3456");
+  EXPECT_TRUE(PreadFully(fd, got.data(), 0, 10).ok());  // nothing at the end
+  EXPECT_THAT(PreadFully(fd, got.data(), 4, 8),
+              StatusIs(absl::StatusCode::kDataLoss, "file ends before offset 12 (truncated?)"));
+  close(fd);
+  EXPECT_THAT(PreadFully(-1, got.data(), 4, 0),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       "read of 4 bytes at offset 0 failed: Bad file descriptor"));
 }
 
 // Against Python's os.path.dirname, except that a bare name gives ".".

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/checked_math.h"
+#include "common/base/file_io.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "nlohmann/json.hpp"
@@ -28,28 +29,6 @@ constexpr std::pair<DType, absl::string_view> kDTypeNames[] = {
     {DType::kFloat64, "F64"}, {DType::kFloat32, "F32"}, {DType::kFloat16, "F16"},
     {DType::kBFloat16, "BF16"}, {DType::kInt64, "I64"}, {DType::kInt32, "I32"},
     {DType::kInt8, "I8"}, {DType::kUInt8, "U8"}, {DType::kBool, "BOOL"}};
-
-// Reads exactly `size` bytes at `offset`. \error kDataLoss on a short read.
-absl::Status PreadFully(int fd, char* dst, int64_t size, int64_t offset,
-                        absl::string_view path) {
-  while (size > 0) {
-    const ssize_t n = ::pread(fd, dst, static_cast<size_t>(size), static_cast<off_t>(offset));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return absl::DataLossError(absl::StrCat("safetensors '", path, "': read of ", size,
-                                              " bytes at offset ", offset,
-                                              " failed: ", std::strerror(errno)));
-    }
-    if (n == 0) {
-      return absl::DataLossError(absl::StrCat("safetensors '", path, "': file ends before offset ",
-                                              offset + size, " (truncated?)"));
-    }
-    dst += n;
-    size -= n;
-    offset += n;
-  }
-  return absl::OkStatus();
-}
 
 // dump() that cannot throw on odd strings.
 std::string Dump(const json& v) {
@@ -163,7 +142,8 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(absl::string_view path) {
                                             " bytes, too short for the 8-byte header length"));
   }
   unsigned char len_bytes[8];
-  MS_RETURN_IF_ERROR(PreadFully(file.fd_, reinterpret_cast<char*>(len_bytes), 8, 0, path));
+  MS_RETURN_IF_ERROR(PreadFully(file.fd_, reinterpret_cast<char*>(len_bytes), 8, 0),
+                     "safetensors '", path, "'");
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
   if (header_len > static_cast<uint64_t>(kMaxHeaderBytes)) {
@@ -176,7 +156,8 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(absl::string_view path) {
                                             file_size - 8, " bytes after it (truncated?)"));
   }
   std::string header(header_len, '\0');
-  MS_RETURN_IF_ERROR(PreadFully(file.fd_, header.data(), header_len, 8, path));
+  MS_RETURN_IF_ERROR(PreadFully(file.fd_, header.data(), header_len, 8),
+                     "safetensors '", path, "'");
   file.data_start_ = 8 + static_cast<int64_t>(header_len);
   const int64_t data_size = file_size - file.data_start_;
   const json root = json::parse(header, nullptr, /*allow_exceptions=*/false);
@@ -275,8 +256,8 @@ absl::StatusOr<Tensor> SafetensorsFile::ReadBox(absl::string_view name, const Bo
         }
       }
       MS_RETURN_IF_ERROR(PreadFully(fd_, dst + r * run * elem, run * elem,
-                                    data_start_ + e->begin + flat * elem, path_),
-                         "tensor '", name, "'");
+                                    data_start_ + e->begin + flat * elem),
+                         "tensor '", name, "': safetensors '", path_, "'");
     }
   }
   if (!out_dtype.has_value() || *out_dtype == e->dtype) return raw;
