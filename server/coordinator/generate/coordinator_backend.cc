@@ -39,11 +39,11 @@ absl::StatusOr<int64_t> BlockBytes(const ModelFile& model, const Placement& plac
 
 class CoordinatorStepExecutor : public StepExecutor {
  public:
-  CoordinatorStepExecutor(Coordinator* coordinator, std::string model,
-                          std::shared_ptr<const ModelFile> file, LmShape lm,
+  CoordinatorStepExecutor(Coordinator* coordinator, CoordinatorGenerationBackend* backend,
+                          std::string model, std::shared_ptr<const ModelFile> file, LmShape lm,
                           int64_t max_token_slots)
-      : coordinator_(coordinator), model_(std::move(model)), file_(std::move(file)),
-        lm_(std::move(lm)), max_token_slots_(max_token_slots) {}
+      : coordinator_(coordinator), backend_(backend), model_(std::move(model)),
+        file_(std::move(file)), lm_(std::move(lm)), max_token_slots_(max_token_slots) {}
 
   absl::StatusOr<std::vector<SampledToken>> RunStep(const StepPlan& plan) override {
     pending_release_.insert(pending_release_.end(), plan.release.begin(), plan.release.end());
@@ -57,6 +57,20 @@ class CoordinatorStepExecutor : public StepExecutor {
   // A lost worker or a model being placed anew: the coordinator recovers.
   bool MayRecover(const absl::Status& failure) const override {
     return IsRecoverableStepFailure(failure);
+  }
+
+  // The blocks of the current placement (computed once per placement).
+  int64_t NumBlocks() override {
+    absl::StatusOr<ModelStatus> status = coordinator_->GetModelStatus(model_);
+    if (!status.ok() || status->placement == nullptr) return 0;
+    if (placement_.lock() != status->placement) {
+      absl::StatusOr<CoordinatorGenerationBackend::KvBlocks> blocks =
+          backend_->KvBlocksOf(model_, *status);
+      if (!blocks.ok()) return 0;
+      placement_ = status->placement;
+      num_blocks_ = blocks->num_blocks;
+    }
+    return num_blocks_;
   }
 
  private:
@@ -134,11 +148,14 @@ class CoordinatorStepExecutor : public StepExecutor {
   }
 
   Coordinator* const coordinator_;
+  CoordinatorGenerationBackend* const backend_;
   const std::string model_;
   const std::shared_ptr<const ModelFile> file_;
   const LmShape lm_;
   const int64_t max_token_slots_;
   std::vector<int64_t> pending_release_;  // sent with the next batch
+  std::weak_ptr<const Placement> placement_;  // of num_blocks_
+  int64_t num_blocks_ = 0;
   std::map<std::pair<int64_t, int64_t>, std::shared_ptr<const ModelFile>> variants_;
 };
 
@@ -186,42 +203,53 @@ absl::StatusOr<GenerationModel> CoordinatorGenerationBackend::Model(const std::s
                               "' does not say its context length (the model file's "
                               "generation.context_length)");
   }
-  int64_t block_bytes = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    auto it = block_bytes_.find(name);
-    if (it != block_bytes_.end() && it->second.first.lock() == status.placement) {
-      block_bytes = it->second.second;
-    }
-  }
-  if (block_bytes == 0) {
-    MS_ASSIGN_OR_RETURN(block_bytes,
-                        BlockBytes(*status.model, *status.placement, options_.block_tokens));
-    absl::MutexLock lock(&mu_);
-    block_bytes_[name] = {status.placement, block_bytes};
-  }
-  int64_t devices_per_worker = 1;
-  for (const auto& [worker, devices] : status.placement->devices_by_worker) {
-    devices_per_worker = std::max<int64_t>(devices_per_worker, devices.size());
-  }
+  MS_ASSIGN_OR_RETURN(KvBlocks blocks, KvBlocksOf(name, status));
   GenerationModel m;
   m.vocab_size = lm.vocab_size;
   m.context_length = lm.context_length;
   m.eos_token_ids = status.model->eos_token_ids;
   m.block_tokens = options_.block_tokens;
-  m.num_blocks = options_.kv_cache_bytes / devices_per_worker / std::max<int64_t>(block_bytes, 1);
-  m.block_bytes = block_bytes;
+  m.num_blocks = blocks.num_blocks;
+  m.block_bytes = blocks.block_bytes;
   m.version = status.version;
   m.hold = status.placement;
   LoadedTokenizer tok = TokenizerFor(status.file);
   m.tokenizer = std::move(tok.tokenizer);
   m.tokenizer_error = std::move(tok.error);
-  if (m.num_blocks < 1) {
-    return FailedPrecondition("model '", name, "': a KV block takes ", block_bytes,
+  return m;
+}
+
+absl::StatusOr<CoordinatorGenerationBackend::KvBlocks> CoordinatorGenerationBackend::KvBlocksOf(
+    const std::string& name, const ModelStatus& status) {
+  if (status.model == nullptr || status.placement == nullptr) {
+    return Unavailable("model '", name, "' is not placed yet (", status.state, ")");
+  }
+  KvBlocks blocks;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = block_bytes_.find(name);
+    if (it != block_bytes_.end() && it->second.first.lock() == status.placement) {
+      blocks.block_bytes = it->second.second;
+    }
+  }
+  if (blocks.block_bytes == 0) {
+    MS_ASSIGN_OR_RETURN(blocks.block_bytes,
+                        BlockBytes(*status.model, *status.placement, options_.block_tokens));
+    absl::MutexLock lock(&mu_);
+    block_bytes_[name] = {status.placement, blocks.block_bytes};
+  }
+  int64_t devices_per_worker = 1;
+  for (const auto& [worker, devices] : status.placement->devices_by_worker) {
+    devices_per_worker = std::max<int64_t>(devices_per_worker, devices.size());
+  }
+  blocks.num_blocks =
+      options_.kv_cache_bytes / devices_per_worker / std::max<int64_t>(blocks.block_bytes, 1);
+  if (blocks.num_blocks < 1) {
+    return FailedPrecondition("model '", name, "': a KV block takes ", blocks.block_bytes,
                               " bytes per device, more than --kv_cache_bytes ",
                               options_.kv_cache_bytes, " over ", devices_per_worker, " devices");
   }
-  return m;
+  return blocks;
 }
 
 absl::StatusOr<std::unique_ptr<StepExecutor>> CoordinatorGenerationBackend::NewExecutor(
@@ -230,7 +258,7 @@ absl::StatusOr<std::unique_ptr<StepExecutor>> CoordinatorGenerationBackend::NewE
   if (status.model == nullptr) return FailedPrecondition("model '", name, "' did not load");
   MS_ASSIGN_OR_RETURN(LmShape lm, InspectLm(*status.model));
   return std::unique_ptr<StepExecutor>(new CoordinatorStepExecutor(
-      coordinator_, name, status.model, std::move(lm), options_.max_token_slots));
+      coordinator_, this, name, status.model, std::move(lm), options_.max_token_slots));
 }
 
 }  // namespace meshserve

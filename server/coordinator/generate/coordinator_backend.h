@@ -12,7 +12,9 @@
 // KV blocks. The scheduler counts blocks as the workers' pools do: a block
 // holds block_tokens positions of every attention layer for the kv heads of
 // one device; a worker splits kv_cache_bytes over the devices it hosts; the
-// scheduler takes the smallest pool of the placement. kv_cache_bytes must not
+// scheduler takes the smallest pool of the placement, and the executor reports
+// it again before each step (a model placed anew, KvBlocksOf), so the
+// scheduler's count follows the workers'. kv_cache_bytes must not
 // exceed the workers' own (--kv_cache_bytes of both, as `meshserve local`
 // passes it): a worker that has less refuses the step (RESOURCE_EXHAUSTED)
 // and the scheduler rebuilds and retries, then fails the sequences.
@@ -54,6 +56,18 @@ class CoordinatorGenerationBackend : public GenerationBackend {
 
   absl::StatusOr<GenerationModel> Model(const std::string& name) override;
   absl::StatusOr<std::unique_ptr<StepExecutor>> NewExecutor(const std::string& name) override;
+
+  // The KV blocks of the smallest pool of `status`'s placement of model
+  // `name` (see the file comment), and a block's bytes on one device; the
+  // executors ask before each step, so a model placed anew (another mesh,
+  // other devices per worker) resizes the scheduler's count.
+  // \error kUnavailable (not placed), kFailedPrecondition (a block does not fit).
+  struct KvBlocks {
+    int64_t num_blocks = 0;
+    int64_t block_bytes = 0;
+  };
+  absl::StatusOr<KvBlocks> KvBlocksOf(const std::string& name, const ModelStatus& status)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct LoadedTokenizer {

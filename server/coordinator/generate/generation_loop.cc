@@ -58,6 +58,8 @@ void GenerationLoop::Run() {
       if (stopping_) return;
       woken_ = false;
     }
+    const int64_t num_blocks = executor_->NumBlocks();
+    if (num_blocks > 0) scheduler_->SetNumBlocks(num_blocks);
     StepPlan plan = scheduler_->NextStep();
     if (plan.empty()) continue;
     absl::StatusOr<std::vector<SampledToken>> tokens = executor_->RunStep(plan);

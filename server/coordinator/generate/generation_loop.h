@@ -47,6 +47,9 @@ class StepExecutor {
   // wait for it (SchedulerOptions::recovery_timeout) instead of ending after
   // max_step_failures.
   virtual bool MayRecover(const absl::Status& failure) const { return false; }
+  // The KV blocks of the workers' smallest pool on the placement the next
+  // step runs on (0: unknown or unchanged). Before every step.
+  virtual int64_t NumBlocks() { return 0; }
 };
 
 struct GenerationLoopOptions {

@@ -76,7 +76,9 @@ absl::StatusOr<std::unique_ptr<GenerationScheduler>> GenerationScheduler::Create
 }
 
 GenerationScheduler::GenerationScheduler(SchedulerOptions options)
-    : options_(std::move(options)), free_blocks_(options_.num_blocks) {}
+    : options_(std::move(options)),
+      num_blocks_(options_.num_blocks),
+      free_blocks_(options_.num_blocks) {}
 
 GenerationScheduler::~GenerationScheduler() = default;
 
@@ -96,13 +98,13 @@ absl::StatusOr<SequenceId> GenerationScheduler::Add(SequenceRequest request, int
   }
   // The last token is sampled and never fed: total - 1 positions are cached.
   const int64_t blocks = BlocksFor(total - 1);
-  if (blocks > options_.num_blocks) {
+  absl::MutexLock lock(&mu_);
+  if (blocks > num_blocks_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "prompt (", prompt, " tokens) + max_tokens (", max_tokens, ") needs ", blocks,
         " KV cache blocks of ", options_.block_tokens, " tokens; the cache holds ",
-        options_.num_blocks, " (--kv_cache_bytes)"));
+        num_blocks_, " (--kv_cache_bytes)"));
   }
-  absl::MutexLock lock(&mu_);
   if (static_cast<int64_t>(waiting_.size()) >= options_.max_waiting) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the generation queue is full: ", waiting_.size(), " sequences wait (max_waiting ",
@@ -359,6 +361,32 @@ void GenerationScheduler::FailStep(const StepPlan& plan, const absl::Status& sta
   Deliver(out);
 }
 
+void GenerationScheduler::SetNumBlocks(int64_t num_blocks) {
+  Delivery out;
+  {
+    absl::MutexLock lock(&mu_);
+    if (num_blocks < 1 || num_blocks == num_blocks_) return;
+    free_blocks_ += num_blocks - num_blocks_;
+    num_blocks_ = num_blocks;
+    std::vector<SequenceId> too_big;
+    for (const auto& [id, seq] : sequences_) {
+      if (BlocksFor(seq->prompt_len + seq->stop.max_tokens - 1) > num_blocks_) {
+        too_big.push_back(id);
+      }
+    }
+    for (SequenceId id : too_big) {
+      const Sequence& seq = *sequences_.at(id);
+      absl::Status error = absl::ResourceExhaustedError(absl::StrCat(
+          "the model was placed anew and its KV cache now holds ", num_blocks_,
+          " blocks of ", options_.block_tokens, " tokens; prompt (", seq.prompt_len,
+          " tokens) + max_tokens (", seq.stop.max_tokens, ") needs more"));
+      FinishLocked(id, FinishReason::kError, std::move(error), SequenceEvent{}, out);
+    }
+    while (free_blocks_ < 0 && !running_.empty()) PreemptLocked(running_.back());
+  }
+  Deliver(out);
+}
+
 void GenerationScheduler::Deliver(Delivery& out) {
   for (auto& [sink, event] : out) {
     if (sink) sink(event);
@@ -382,8 +410,8 @@ GenerationScheduler::Stats GenerationScheduler::GetStats() const {
   Stats stats;
   stats.running = static_cast<int64_t>(running_.size());
   stats.waiting = static_cast<int64_t>(waiting_.size());
-  stats.num_blocks = options_.num_blocks;
-  stats.blocks_used = options_.num_blocks - free_blocks_;
+  stats.num_blocks = num_blocks_;
+  stats.blocks_used = num_blocks_ - free_blocks_;
   stats.preemptions = preemptions_;
   stats.tokens_generated = tokens_generated_;
   return stats;

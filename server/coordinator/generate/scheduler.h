@@ -173,6 +173,13 @@ class GenerationScheduler {
   // message naming the failures and `status`'s.
   void FailStep(const StepPlan& plan, const absl::Status& status, bool recoverable = false)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The workers' smallest pool now holds `num_blocks` (> 0; the model placed
+  // anew on another mesh: a device's heads, and so a block's bytes, or the
+  // devices per worker changed). When fewer blocks than are held remain, the
+  // newest running sequences are preempted (resumed by recomputing); a
+  // sequence that can no longer fit even alone ends with kResourceExhausted
+  // naming the numbers. Between steps (from the loop).
+  void SetNumBlocks(int64_t num_blocks) ABSL_LOCKS_EXCLUDED(mu_);
 
   // True when a sequence runs or waits (a cancelled one counts until the next
   // step releases it).
@@ -222,6 +229,7 @@ class GenerationScheduler {
   mutable absl::Mutex mu_;
   SequenceId next_id_ ABSL_GUARDED_BY(mu_) = 1;
   int64_t next_step_ ABSL_GUARDED_BY(mu_) = 1;
+  int64_t num_blocks_ ABSL_GUARDED_BY(mu_);  // options_.num_blocks, then SetNumBlocks
   int64_t free_blocks_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<SequenceId, std::unique_ptr<Sequence>> sequences_ ABSL_GUARDED_BY(mu_);
   std::vector<SequenceId> running_ ABSL_GUARDED_BY(mu_);  // admission order

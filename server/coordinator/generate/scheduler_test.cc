@@ -327,6 +327,38 @@ TEST(GenerationSchedulerTest, RefusesANegativeRecoveryTimeout) {
               StatusIs(absl::StatusCode::kInvalidArgument, "recovery_timeout"));
 }
 
+// The model placed anew on a mesh whose pools hold fewer blocks: the newest
+// running sequences give theirs back (and resume by recomputing), one that
+// can never fit now ends naming the numbers, and the others stay exact.
+TEST(GenerationSchedulerTest, ASmallerCacheAfterAReplacementPreemptsAndRefusesWhatNoLongerFits) {
+  Harness h(Options(40));  // blocks of 4 tokens
+  SequenceId a = h.Add({1, 2, 3}, 20);      // 22 positions: 6 blocks
+  SequenceId b = h.Add({4, 5, 6, 7}, 20);   // 23: 6 blocks
+  SequenceId big = h.Add({8, 9}, 40);       // 41: 11 blocks
+  for (int i = 0; i < 10; ++i) h.Step();
+  const int64_t used = h.scheduler->GetStats().blocks_used;
+  ASSERT_GT(used, 6);
+  const int64_t preemptions = h.scheduler->GetStats().preemptions;
+  h.scheduler->SetNumBlocks(6);
+  EXPECT_EQ(h.records[big].finish, FinishReason::kError);
+  EXPECT_THAT(h.records[big].last.status,
+              StatusIs(absl::StatusCode::kResourceExhausted, "now holds 6 blocks of 4 tokens"));
+  GenerationScheduler::Stats stats = h.scheduler->GetStats();
+  EXPECT_EQ(stats.num_blocks, 6);
+  EXPECT_LE(stats.blocks_used, 6);
+  EXPECT_GT(stats.preemptions, preemptions);
+  h.Drain();
+  EXPECT_THAT(h.workers.errors, ::testing::IsEmpty());
+  EXPECT_THAT(h.records[a].tokens, ElementsAreArray(Reference({1, 2, 3}, 20, {})));
+  EXPECT_THAT(h.records[b].tokens, ElementsAreArray(Reference({4, 5, 6, 7}, 20, {})));
+  EXPECT_EQ(h.scheduler->GetStats().blocks_used, 0);
+  // A larger cache again: what did not fit is accepted.
+  h.scheduler->SetNumBlocks(40);
+  SequenceId again = h.Add({8, 9}, 40);
+  h.Drain();
+  EXPECT_THAT(h.records[again].tokens, ElementsAreArray(Reference({8, 9}, 40, {})));
+}
+
 TEST(GenerationSchedulerTest, AStepMissingATokenFailsInsteadOfCorrupting) {
   Harness h(Options());
   SequenceId a = h.Add({1, 2}, 5);
