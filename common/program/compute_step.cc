@@ -10,6 +10,7 @@
 #include "common/program/decode_kernels.h"
 #include "common/program/ir_conv.h"
 #include "common/tensor/copy_box.h"
+#include "common/tensor/dot_general.h"
 #include "common/tensor/kernels.h"
 
 namespace meshserve {
@@ -157,16 +158,62 @@ absl::StatusOr<Tensor> RunKernel(const ComputeStepIr& step,
   return InvalidArgument("compute op ", static_cast<int>(step.op), " has no kernel");
 }
 
+// dot_general with its rhs read in place from `slice` when DotGeneralInPlace
+// takes its dims (lhs's last dim and the slice's dim 0 or 1, no batch);
+// nullopt otherwise.
+std::optional<absl::StatusOr<Tensor>> DotInPlace(const ComputeStepIr& step, const Tensor& lhs,
+                                                 const ParamSlice& slice, DType out) {
+  if (step.op != ComputeOp::kDotGeneral || !step.lhs_batch.empty() ||
+      !step.rhs_batch.empty() || step.lhs_contracting.size() != 1 ||
+      step.rhs_contracting.size() != 1 || step.lhs_contracting[0] != lhs.rank() - 1 ||
+      (step.rhs_contracting[0] != 0 && step.rhs_contracting[0] != 1)) {
+    return std::nullopt;
+  }
+  const Box& whole = slice.param->box;
+  StridedMatrix w;
+  w.row_stride = whole[1].size();
+  w.rows = slice.box[0].size();
+  w.cols = slice.box[1].size();
+  w.data = slice.param->tensor.data<float>() + (slice.box[0].begin - whole[0].begin) *
+                                                   w.row_stride +
+           (slice.box[1].begin - whole[1].begin);
+  return DotGeneralInPlace(lhs, w, step.rhs_contracting[0], out);
+}
+
 }  // namespace
+
+std::optional<ParamSlice> ParamSliceOf(const CopyStepIr& copy, const BoxTensor& src) {
+  if (!IsParamBuffer(copy.src) || copy.src_device != copy.dst_device || copy.accumulate ||
+      src.tensor.dtype() != DType::kFloat32 || src.tensor.rank() != 2 ||
+      (copy.dtype != kWireInvalid && copy.dtype != DTypeToProto(DType::kFloat32))) {
+    return std::nullopt;
+  }
+  absl::StatusOr<Box> box = BoxFromIr(copy.box), dst_box = BoxFromIr(copy.dst_box);
+  if (!box.ok() || !dst_box.ok() || *box != *dst_box || box->rank() != 2 ||
+      !src.box.Contains(*box)) {
+    return std::nullopt;
+  }
+  return ParamSlice{&src, *std::move(box)};
+}
+
+absl::StatusOr<BoxTensor> CopyParamSlice(const ParamSlice& slice) {
+  MS_ASSIGN_OR_RETURN(std::string bytes, ExtractBox(*slice.param, slice.box));
+  MS_ASSIGN_OR_RETURN(Tensor t, Tensor::FromBytes(DType::kFloat32, slice.box.shape(), bytes));
+  return BoxTensor::Wrap(slice.box, std::move(t));
+}
 
 absl::StatusOr<BoxTensor> RunComputeStep(const ComputeStepIr& step,
                                          absl::Span<const BoxTensor* const> inputs,
-                                         const DecodeState* decode) {
+                                         const DecodeState* decode,
+                                         const ParamSlice* rhs_in_place) {
   const std::string where = absl::StrCat("compute '", ComputeOpName(step.op), "' -> '",
                                          step.output, "'");
   const int arity = ComputeOpArity(step.op);
   if (inputs.size() != static_cast<size_t>(arity)) {
     return InvalidArgument(where, ": takes ", arity, " inputs, got ", inputs.size());
+  }
+  if (rhs_in_place != nullptr && (inputs.size() < 2 || inputs[0] == nullptr)) {
+    return InvalidArgument(where, ": an input read in place needs input 0 and 1");
   }
   MS_ASSIGN_OR_RETURN(Box out_box, BoxFromIr(step.out_box), where, ": out_box");
   DType out = DType::kFloat32;
@@ -180,7 +227,20 @@ absl::StatusOr<BoxTensor> RunComputeStep(const ComputeStepIr& step,
   if (decode != nullptr && decode->layout == nullptr) {
     return InvalidArgument(where, ": a generation step without its layout");
   }
-  MS_ASSIGN_OR_RETURN(Tensor result, RunKernel(step, inputs, out_box, out, decode), where);
+  std::vector<const BoxTensor*> in(inputs.begin(), inputs.end());
+  std::optional<absl::StatusOr<Tensor>> in_place;
+  BoxTensor copied;
+  if (rhs_in_place != nullptr) {
+    if (in.size() == 2) in_place = DotInPlace(step, in[0]->tensor, *rhs_in_place, out);
+    if (!in_place.has_value()) {
+      MS_ASSIGN_OR_RETURN(copied, CopyParamSlice(*rhs_in_place), where);
+      in[1] = &copied;
+    }
+  }
+  MS_ASSIGN_OR_RETURN(Tensor result,
+                      in_place.has_value() ? *std::move(in_place)
+                                           : RunKernel(step, in, out_box, out, decode),
+                      where);
   if (result.shape() != out_box.shape()) {
     return InvalidArgument(where, ": result shape ", ShapeToString(result.shape()),
                            " does not match out_box ", out_box.ToString(), " (shape ",

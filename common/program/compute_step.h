@@ -49,12 +49,15 @@
 //   other than ComputeOpArity, bad out_box/out_dtype, kernel shape errors, a
 //   result whose shape is not out_box's; kOutOfRange for copy's out_box
 //   outside x.
+// ParamSliceOf / rhs_in_place: the worker (server/worker/program_run.cc)
+// does not copy a param's slice that only a dot_general's rhs reads.
 //
 // Thread-safety: pure function (DotGeneral uses OpenBLAS threads).
 #ifndef MESHSERVE_COMMON_PROGRAM_COMPUTE_STEP_H_
 #define MESHSERVE_COMMON_PROGRAM_COMPUTE_STEP_H_
 
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -77,10 +80,34 @@ struct DecodeState {
       cache;
 };
 
-// `decode` is null outside a generation step.
+// A copy step's destination not made but read in place (ParamSliceOf): the
+// sub-box `box` of `param`, a resident float32 rank-2 param's tensor. Valid
+// while the param lives.
+struct ParamSlice {
+  const BoxTensor* param = nullptr;
+  Box box;
+};
+
+// Whether `copy`, whose source buffer holds `src`, only takes a box of a
+// resident param whole onto the same device, unchanged: src "param/..." of
+// float32 rank 2, src_device == dst_device, no accumulate, dtype unset or
+// float32, box == dst_box, inside src's box. The slice when so, else nullopt
+// (the copy must run). E.g. the LM head's slice of a replicated table
+// (server/compiler/decode_model.h): rows [a, b) or columns [a, b) of [V, d].
+std::optional<ParamSlice> ParamSliceOf(const CopyStepIr& copy, const BoxTensor& src);
+
+// The slice's elements in a buffer of their own: what the copy makes.
+absl::StatusOr<BoxTensor> CopyParamSlice(const ParamSlice& slice);
+
+// `decode` is null outside a generation step. `rhs_in_place` (optional):
+// inputs[1] (which may then be null) is this slice, read in place, without a
+// copy, by a dot_general that contracts lhs's last dim and the slice's dim 0
+// or 1 with no batch dims (DotGeneralInPlace, common/tensor/dot_general.h);
+// any other step copies it first (CopyParamSlice). The numbers are the same.
 absl::StatusOr<BoxTensor> RunComputeStep(const ComputeStepIr& step,
                                          absl::Span<const BoxTensor* const> inputs,
-                                         const DecodeState* decode = nullptr);
+                                         const DecodeState* decode = nullptr,
+                                         const ParamSlice* rhs_in_place = nullptr);
 
 }  // namespace meshserve
 

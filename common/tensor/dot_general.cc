@@ -6,6 +6,8 @@
 //                                     weight once for all rows, bf16 read as bf16)
 //   other non-float32 weights in place  widened by panels, cblas_sgemm
 //   the rest                          cblas_sgemm
+// DotGeneralInPlace (dot_general.h): cblas_sgemv / cblas_sgemm with the
+// weight's row stride as its leading dimension.
 // cblas_sgemm packs the whole weight on every call, which dominates small M.
 #include <cblas.h>
 
@@ -22,6 +24,7 @@
 #include "common/base/status_util.h"
 #include "common/tensor/blas.h"
 #include "common/tensor/convert.h"
+#include "common/tensor/dot_general.h"
 #include "common/tensor/gemm_small_m.h"
 #include "common/tensor/kernel_util.h"
 #include "common/tensor/kernels.h"
@@ -315,6 +318,54 @@ absl::StatusOr<Tensor> DotGeneral(const Tensor& lhs, const Tensor& rhs,
                 b.transposed ? CblasTrans : CblasNoTrans, static_cast<int>(M),
                 static_cast<int>(N), static_cast<int>(K), 1.0f, a.data + i * M * K, lda,
                 b.data + i * K * N, ldb, 0.0f, c + i * M * N, static_cast<int>(N));
+  }
+  return FinishFloat32(std::move(out), out_dtype);
+}
+
+absl::StatusOr<Tensor> DotGeneralInPlace(const Tensor& lhs, const StridedMatrix& w,
+                                         int64_t w_contracting, DType out_dtype) {
+  MS_RETURN_IF_ERROR(CheckFloat("DotGeneralInPlace", "lhs", lhs.dtype()));
+  MS_RETURN_IF_ERROR(CheckFloat("DotGeneralInPlace", "out_dtype", out_dtype));
+  const std::string text = absl::StrCat("lhs ", lhs.ToString(), " weight [", w.rows, ", ",
+                                        w.cols, "] row_stride ", w.row_stride,
+                                        " contracting ", w_contracting);
+  if (lhs.rank() < 1 || (w_contracting != 0 && w_contracting != 1) || w.rows < 0 ||
+      w.cols < 0 || w.row_stride < w.cols) {
+    return InvalidArgument("DotGeneralInPlace: ", text,
+                           ": needs lhs rank >= 1, contracting 0 or 1, row_stride >= cols");
+  }
+  const int64_t K = lhs.dim(lhs.rank() - 1);
+  const int64_t N = w_contracting == 1 ? w.rows : w.cols;
+  if ((w_contracting == 1 ? w.cols : w.rows) != K) {
+    return InvalidArgument("DotGeneralInPlace: ", text, ": contracting dim sizes differ");
+  }
+  const int64_t M = K == 0 ? 0 : lhs.NumElements() / K;
+  constexpr int64_t kMaxBlas = std::numeric_limits<int32_t>::max();
+  if (M > kMaxBlas || N > kMaxBlas || K > kMaxBlas || w.row_stride > kMaxBlas) {
+    return InvalidArgument("DotGeneralInPlace: ", text, ": exceeds the BLAS int range");
+  }
+  std::vector<int64_t> out_shape(lhs.shape().begin(), lhs.shape().end() - 1);
+  out_shape.push_back(N);
+  MS_ASSIGN_OR_RETURN(Tensor out, Tensor::Create(DType::kFloat32, out_shape), text);
+  if (out.NumElements() == 0 || K == 0) return FinishFloat32(std::move(out), out_dtype);
+  std::optional<Tensor> widened;
+  if (lhs.dtype() != DType::kFloat32) {
+    MS_ASSIGN_OR_RETURN(widened, ConvertDType(lhs, DType::kFloat32));
+  }
+  const float* a = widened.has_value() ? widened->data<float>() : lhs.data<float>();
+  const int ld = static_cast<int>(w.row_stride);
+  const bool w_nk = w_contracting == 1;  // W is [N, K]
+  if (M == 1) {
+    cblas_sgemv(CblasRowMajor, w_nk ? CblasNoTrans : CblasTrans, static_cast<int>(w.rows),
+                static_cast<int>(w.cols), 1.0f, w.data, ld, a, 1, 0.0f, out.data<float>(), 1);
+  } else if (w.row_stride == w.cols && M <= SmallMMaxRows(DType::kFloat32, DefaultSmallMIsa())) {
+    // Contiguous (a slice of rows): streamed once for all rows, as DotGeneral.
+    GemmSmallM(a, M, K, {w.data, DType::kFloat32, w_nk}, N, out.data<float>(), BlasThreads(),
+               DefaultSmallMIsa());
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, w_nk ? CblasTrans : CblasNoTrans,
+                static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), 1.0f, a,
+                static_cast<int>(K), w.data, ld, 0.0f, out.data<float>(), static_cast<int>(N));
   }
   return FinishFloat32(std::move(out), out_dtype);
 }

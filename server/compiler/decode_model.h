@@ -60,11 +60,11 @@ absl::StatusOr<LmShape> InspectLm(const ModelFile& model);
 // Either way the table (param) is untouched: pushes, pulls and the full
 // model's logits keep the checkpoint's shapes. Without `mesh` (or on one
 // device) the head is computed whole on every device.
-// Cost today: the compiler makes each device's table slice with a copy step
-// (param-only: a worker's param cache keeps it when it fits, else the copy
-// runs every step, 77 MB for GPT-2 small on 2 devices), so the GEMM's 1/W
-// pays off at run time once that slice is read in place (the vocabulary
-// slice of a row-major [V, d] table is contiguous rows) or kept.
+// Cost: the compiler makes each device's table slice with a copy step from
+// the replicated param; the worker does not copy it but reads it in place
+// (common/program/compute_step.h ParamSliceOf: rows [a, b) of the row-major
+// [V, d] table, or columns [a, b) of each row as a strided matrix), so each
+// device streams only its 1/W of the table per step.
 // \error InspectLm's; kInvalidArgument for token_slots < 1 or rows outside
 //   [1, token_slots].
 absl::StatusOr<ModelFile> DecodeVariant(const ModelFile& model, int64_t token_slots,

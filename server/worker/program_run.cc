@@ -8,18 +8,19 @@
 #include <variant>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/node_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
-#include "common/metrics/metric_registry.h"
 #include "common/program/compute_step.h"
 #include "common/program/ir_conv.h"
 #include "common/tensor/copy_box.h"
 #include "server/worker/send_tracker.h"
 #include "server/worker/program_run.h"
+#include "server/worker/program_steps.h"
 
 namespace meshserve {
 namespace {
@@ -47,7 +48,6 @@ class RequestRun : public std::enable_shared_from_this<RequestRun> {
  private:
   using BufferKey = RunBufferKey;
 
-  absl::Status AddInputs(std::vector<SliceIr> inputs);
   // Runs the steps from next_ until the end (then Finish once the sends are
   // done) or until a receive waits; returns the thread either way.
   void Continue();
@@ -61,8 +61,11 @@ class RequestRun : public std::enable_shared_from_this<RequestRun> {
   // was left (the run must return its thread at once).
   absl::StatusOr<bool> TryRun(const RecvStepIr& step);
 
-  absl::Status CheckDevice(int64_t device) const;
-  absl::StatusOr<const BoxTensor*> Lookup(int64_t device, const std::string& name) const;
+  absl::Status CheckDevice(int64_t device) const { return CheckHostsDevice(model_, device); }
+  // A param slice not copied (slices_) is copied here: a step reads it.
+  absl::StatusOr<const BoxTensor*> Lookup(int64_t device, const std::string& name);
+  // A copy whose destination is read in place (ParamSliceOf) instead of made.
+  std::optional<ParamSlice> InPlace(const StepIr& step);
   // The buffer (device, name), created zero-filled with box/dtype when absent.
   absl::StatusOr<BoxTensor*> GetOrCreate(int64_t device, const std::string& name,
                                          const BoxIr& box, int dtype);
@@ -103,17 +106,11 @@ class RequestRun : public std::enable_shared_from_this<RequestRun> {
   // Remote sends queued since the last flush (Continue; peer_transport.h).
   std::vector<PeerTransport::Job> pending_sends_;
   KeptBuffers kept_;  // a kFill run's kept buffers, taken at their free
+  // Copies of a param's slice not made: a dot_general reads them in place.
+  absl::flat_hash_map<BufferKey, ParamSlice> slices_;
 };
 
-absl::Status RequestRun::CheckDevice(int64_t device) const {
-  if (model_.HostsDevice(device)) return absl::OkStatus();
-  return InvalidArgument("device ", device, " is not hosted by this worker for model '",
-                         model_.model, "' generation ", model_.generation, " (hosted: ",
-                         model_.DevicesString(), ")");
-}
-
-absl::StatusOr<const BoxTensor*> RequestRun::Lookup(int64_t device,
-                                                    const std::string& name) const {
+absl::StatusOr<const BoxTensor*> RequestRun::Lookup(int64_t device, const std::string& name) {
   MS_RETURN_IF_ERROR(CheckDevice(device));
   if (IsParamBuffer(name)) {
     const auto& params = model_.params.at(device);
@@ -126,6 +123,11 @@ absl::StatusOr<const BoxTensor*> RequestRun::Lookup(int64_t device,
   }
   auto it = buffers_.find(BufferKey(device, name));
   if (it != buffers_.end()) return &it->second;
+  if (auto slice = slices_.find(BufferKey(device, name)); slice != slices_.end()) {
+    MS_ASSIGN_OR_RETURN(BoxTensor copied, CopyParamSlice(slice->second));
+    slices_.erase(slice);
+    return &(buffers_[BufferKey(device, name)] = std::move(copied));
+  }
   if (context_.kept != nullptr) {  // a kUse run: what the kFill run kept
     auto kept = context_.kept->find(BufferKey(device, name));
     if (kept != context_.kept->end()) return &kept->second;
@@ -139,6 +141,7 @@ absl::StatusOr<BoxTensor*> RequestRun::GetOrCreate(int64_t device, const std::st
   if (IsParamBuffer(name)) {
     return InvalidArgument("buffer '", name, "' is a resident parameter (read-only)");
   }
+  if (slices_.contains(BufferKey(device, name))) MS_RETURN_IF_ERROR(Lookup(device, name).status());
   auto it = buffers_.find(BufferKey(device, name));
   if (it != buffers_.end()) {
     if (dtype != kWireInvalid) {
@@ -161,37 +164,16 @@ absl::StatusOr<BoxTensor*> RequestRun::GetOrCreate(int64_t device, const std::st
   return &(buffers_[BufferKey(device, name)] = std::move(created));
 }
 
-absl::Status RequestRun::AddInputs(std::vector<SliceIr> inputs) {
-  for (SliceIr& slice : inputs) {
-    MS_RETURN_IF_ERROR(CheckDevice(slice.device), "input '", slice.name, "'");
-    MS_ASSIGN_OR_RETURN(BoxTensor tensor, BoxTensorFromSlice(slice), "input");
-    slice.data.clear();
-    slice.data.shrink_to_fit();
-    auto [it, inserted] =
-        buffers_.try_emplace(BufferKey(slice.device, InputBuffer(slice.name)));
-    if (!inserted) {
-      return InvalidArgument("input '", slice.name, "' given twice for device ",
-                             slice.device);
-    }
-    it->second = std::move(tensor);
-  }
-  return absl::OkStatus();
-}
-
-// Time in compute steps by op, on the worker's /metrics (op="dot_general" is
-// its GEMM time).
-Counter& ComputeSeconds() {
-  static Counter* const seconds = &GlobalMetricRegistry().AddCounter(
-      "meshserve_worker_compute_seconds_total",
-      "Time in compute steps by op (op=\"dot_general\": the worker's GEMM time).", {"op"});
-  return *seconds;
-}
-// Registered at start-up, so /metrics lists the family before the first step.
-[[maybe_unused]] const Counter& registered_at_start = ComputeSeconds();
-
 absl::Status RequestRun::Run(const ComputeStepIr& step) {
   std::vector<const BoxTensor*> inputs;
+  const ParamSlice* rhs_in_place = nullptr;  // input 1 read in place
   for (const std::string& name : step.inputs) {
+    auto slice = slices_.find(BufferKey(step.device, name));
+    if (step.op == ComputeOp::kDotGeneral && inputs.size() == 1 && slice != slices_.end()) {
+      rhs_in_place = &slice->second;
+      inputs.push_back(nullptr);
+      continue;
+    }
     MS_ASSIGN_OR_RETURN(const BoxTensor* input, Lookup(step.device, name));
     inputs.push_back(input);
   }
@@ -200,11 +182,13 @@ absl::Status RequestRun::Run(const ComputeStepIr& step) {
     return InvalidArgument("buffer '", step.output, "' is a resident parameter (read-only)");
   }
   const absl::Time start = absl::Now();
-  MS_ASSIGN_OR_RETURN(BoxTensor result, RunComputeStep(step, inputs, context_.decode.get()));
+  MS_ASSIGN_OR_RETURN(BoxTensor result, RunComputeStep(step, inputs, context_.decode.get(),
+                                                           rhs_in_place));
   const absl::Duration took = absl::Now() - start;
   compute_ += took;
   ComputeSeconds().Increment({std::string(ComputeOpName(step.op))},
                              absl::ToDoubleSeconds(took));
+  slices_.erase(BufferKey(step.device, step.output));
   buffers_[BufferKey(step.device, step.output)] = std::move(result);
   return absl::OkStatus();
 }
@@ -271,18 +255,12 @@ absl::StatusOr<bool> RequestRun::TryRun(const RecvStepIr& step) {
   Rendezvous::Received& received = *got;
   MS_ASSIGN_OR_RETURN(BoxTensor * dst,
                       GetOrCreate(step.device, step.buffer, step.buffer_box, step.dtype));
+  DType sent = dst->tensor.dtype();  // e.g. float32 partial sums into a bfloat16 buffer
   if (received.dtype != kWireInvalid) {
-    MS_ASSIGN_OR_RETURN(DType sent, DTypeFromProto(received.dtype), "the sender's dtype");
-    if (sent != dst->tensor.dtype()) {
-      // E.g. a float32 partial sum reduced into a bfloat16 buffer.
-      MS_ASSIGN_OR_RETURN(Tensor t, Tensor::FromBytes(sent, box.shape(), received.bytes),
-                          "slice from worker ", step.src_worker);
-      MS_ASSIGN_OR_RETURN(t, ConvertDType(t, dst->tensor.dtype()));
-      MS_RETURN_IF_ERROR(InsertBox(dst, box, t.bytes(), step.accumulate));
-      return true;
-    }
+    MS_ASSIGN_OR_RETURN(sent, DTypeFromProto(received.dtype), "the sender's dtype");
   }
-  MS_RETURN_IF_ERROR(InsertBox(dst, box, received.bytes, step.accumulate));
+  MS_RETURN_IF_ERROR(InsertConverted(dst, box, sent, received.bytes, step.accumulate),
+                     "slice from worker ", step.src_worker);
   return true;
 }
 
@@ -292,21 +270,21 @@ absl::Status RequestRun::Run(const CopyStepIr& step) {
   if (step.src_device == step.dst_device && step.src == step.dst) {
     return InvalidArgument("copy from a buffer onto itself");
   }
+  if (std::optional<ParamSlice> slice = InPlace(step)) {
+    slices_[BufferKey(step.dst_device, step.dst)] = *std::move(slice);
+    return absl::OkStatus();
+  }
   const int dtype = step.dtype != kWireInvalid ? step.dtype : DTypeToProto(src->tensor.dtype());
   MS_ASSIGN_OR_RETURN(BoxTensor * dst,
                       GetOrCreate(step.dst_device, step.dst, step.dst_box, dtype));
-  if (dst->tensor.dtype() != src->tensor.dtype()) {
-    // Converted once per element (e.g. float32 partials into bfloat16).
-    MS_ASSIGN_OR_RETURN(std::string bytes, ExtractBox(*src, box));
-    MS_ASSIGN_OR_RETURN(Tensor t, Tensor::FromBytes(src->tensor.dtype(), box.shape(), bytes));
-    MS_ASSIGN_OR_RETURN(t, ConvertDType(t, dst->tensor.dtype()));
-    return InsertBox(dst, box, t.bytes(), step.accumulate);
-  }
-  return CopyBox(*src, dst, box, step.accumulate);
+  if (dst->tensor.dtype() == src->tensor.dtype()) return CopyBox(*src, dst, box, step.accumulate);
+  MS_ASSIGN_OR_RETURN(std::string bytes, ExtractBox(*src, box));
+  return InsertConverted(dst, box, src->tensor.dtype(), bytes, step.accumulate);
 }
 
 absl::Status RequestRun::Run(const FreeStepIr& step) {
   MS_RETURN_IF_ERROR(CheckDevice(step.device));
+  slices_.erase(BufferKey(step.device, step.buffer));
   // Freeing a buffer that does not exist on this device is a no-op: the
   // compiler frees a value on every device, and some never held a box.
   auto it = buffers_.find(BufferKey(step.device, step.buffer));
@@ -314,8 +292,6 @@ absl::Status RequestRun::Run(const FreeStepIr& step) {
   if (context_.param_cache == ParamCacheMode::kFill &&
       program_->param_only.kept.contains(it->first)) {
     kept_.emplace(it->first, std::move(it->second));  // Finish keeps it with the version
-    buffers_.erase(it);
-    return absl::OkStatus();
   }
   buffers_.erase(it);
   return absl::OkStatus();
@@ -343,7 +319,8 @@ void RequestRun::Continue() {
   while (next_ < steps.size()) {
     const size_t i = next_;
     const StepIr& step = steps[i];
-    if (context_.param_cache == ParamCacheMode::kUse && program_->param_only.marked[i]) {
+    if (context_.param_cache == ParamCacheMode::kUse && program_->param_only.marked[i] &&
+        !InPlace(step).has_value()) {
       ++next_;  // made by a kFill run: context_.kept
       continue;
     }
@@ -374,6 +351,16 @@ void RequestRun::Continue() {
   program_->last_compute_ns.store(absl::ToInt64Nanoseconds(compute_));
   sends_->WhenDone(deadline_,
                    [self = shared_from_this()](absl::Status sent) { self->Finish(sent); });
+}
+
+std::optional<ParamSlice> RequestRun::InPlace(const StepIr& step) {
+  const auto* copy = std::get_if<CopyStepIr>(&step);
+  if (copy == nullptr || !IsParamBuffer(copy->src) ||
+      buffers_.contains(BufferKey(copy->dst_device, copy->dst))) {
+    return std::nullopt;
+  }
+  absl::StatusOr<const BoxTensor*> src = Lookup(copy->src_device, copy->src);
+  return src.ok() ? ParamSliceOf(*copy, **src) : std::nullopt;
 }
 
 void RequestRun::KeepParamOnlyBuffers() {
@@ -422,7 +409,7 @@ void RequestRun::Finish(absl::Status status) {
 }
 
 void RequestRun::Start(std::vector<SliceIr> inputs) {
-  if (absl::Status added = AddInputs(std::move(inputs)); !added.ok()) {
+  if (absl::Status added = AddInputBuffers(model_, std::move(inputs), &buffers_); !added.ok()) {
     return std::move(done_)(std::move(added));
   }
   std::weak_ptr<RequestRun> weak = weak_from_this();

@@ -1,6 +1,9 @@
 // RunProgram's deadline: a request past it stops before its next step with
 // DEADLINE_EXCEEDED naming the request and the step; a receive waits only
-// until it.
+// until it. A copy of a param's slice that a dot_general reads is read in
+// place: the same numbers as naive loops, and a later reader gets the copy.
+#include <cstring>
+#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
@@ -13,6 +16,7 @@
 #include "common/program/ir_conv.h"
 #include "server/worker/rendezvous.h"
 #include "server/worker/model_loader.h"
+#include "server/worker/params/loaded_model.h"
 #include "server/worker/program_run.h"
 #include "tests/testing/status_matchers.h"
 
@@ -134,6 +138,58 @@ TEST(ScheduleSendsTest, LeavesAProgramWithoutReceivesAsItIs) {
   EXPECT_THAT(Order(ScheduleSends(steps)),
               ::testing::ElementsAre("send s1", "compute y",
                                      "send s2", "output out"));
+}
+
+// A one-device model with param w = rows 0:4 x cols 0:6 (w[r][c] = r - 0.5 c).
+std::shared_ptr<LoadedModel> ModelWithParam() {
+  auto model = std::make_shared<LoadedModel>();
+  model->model = "m";
+  model->generation = 1;
+  model->devices = {0};
+  model->device_workers = {0};
+  model->worker_id = 0;
+  std::vector<float> w(24);
+  for (int i = 0; i < 24; ++i) w[i] = static_cast<float>(i / 6) - 0.5f * static_cast<float>(i % 6);
+  model->params[0]["w"] = std::make_shared<const BoxTensor>(*BoxTensor::Wrap(
+      Box({{0, 4}, {0, 6}}), *Tensor::FromValues(DType::kFloat32, {4, 6}, w)));
+  return model;
+}
+
+TEST(ProgramRunParamSliceTest, DotGeneralReadsTheSliceAndOtherReadersACopy) {
+  std::shared_ptr<LoadedModel> model = ModelWithParam();
+  const int f32 = DTypeToProto(DType::kFloat32);
+  // x = [1, 2, 3] (one row); rows 1:3 as W [N, K] over cols 2:5 (strided):
+  // y[n] = sum_k x[k] * w[1 + n][2 + k].
+  std::string x_bytes(12, '\0');
+  const float xs[] = {1, 2, 3};
+  std::memcpy(&x_bytes[0], xs, 12);
+  SliceIr x{"x", 0, IrBox({{0, 1}, {0, 3}}), f32, x_bytes};
+  const BoxIr box = IrBox({{1, 3}, {2, 5}});
+  ComputeStepIr dot =
+      Compute(0, ComputeOp::kDotGeneral, {"in/x", "ws"}, "y", IrBox({{0, 1}, {0, 2}}), f32);
+  dot.lhs_contracting = {1};
+  dot.rhs_contracting = {1};
+  Rendezvous rendezvous;
+  ASSERT_OK(rendezvous.StartRequest("r"));
+  ASSERT_OK_AND_ASSIGN(
+      std::vector<SliceIr> out,
+      RunProgram(ProgramOf("p", "m", 1, 0,
+                           {Copy(0, "param/w", box, 0, "ws", box, f32), dot,
+                            Output(0, "y", IrBox({{0, 1}, {0, 2}}), "y"),
+                            Output(0, "ws", box, "ws"), Free(0, "ws")}),
+                 *model, "r", {x}, absl::Now() + absl::Seconds(60),
+                 RunContext{&rendezvous, nullptr, 0}));
+  rendezvous.FinishRequest("r");
+  ASSERT_EQ(out.size(), 2u);
+  ASSERT_OK_AND_ASSIGN(BoxTensor y, BoxTensorFromSlice(out[0]));
+  for (int n = 0; n < 2; ++n) {
+    float want = 0;
+    for (int k = 0; k < 3; ++k) want += xs[k] * (static_cast<float>(1 + n) - 0.5f * (2 + k));
+    EXPECT_FLOAT_EQ(y.tensor.ToFloatVector()[n], want) << n;
+  }
+  ASSERT_OK_AND_ASSIGN(BoxTensor ws, BoxTensorFromSlice(out[1]));
+  EXPECT_EQ(ws.box, Box({{1, 3}, {2, 5}}));
+  EXPECT_EQ(ws.tensor.ToFloatVector(), (std::vector<float>{0, -0.5, -1, 1, 0.5, 0}));
 }
 
 }  // namespace

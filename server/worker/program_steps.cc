@@ -2,7 +2,8 @@
 // (program_run.h): their names in messages, which ones run while
 // sends queue up, the send schedule and the rest of what InstallProgram
 // prepares (PrepareProgram); and
-// RunProgram, the waiting form of RunProgramAsync (program_run.cc).
+// RunProgram, the waiting form of RunProgramAsync (program_run.cc); the
+// helpers of program_steps.h.
 #include <atomic>
 #include <cstddef>
 #include <memory>
@@ -15,7 +16,10 @@
 #include "absl/synchronization/notification.h"
 #include "common/base/status_macros.h"
 #include "common/program/compute_step.h"
+#include "common/program/ir_conv.h"
+#include "common/tensor/copy_box.h"
 #include "server/worker/program_run.h"
+#include "server/worker/program_steps.h"
 
 namespace meshserve {
 namespace {
@@ -52,6 +56,49 @@ bool Writes(const StepIr& step, int64_t device, const std::string& buffer) {
 }
 
 }  // namespace
+
+Counter& ComputeSeconds() {
+  static Counter* const seconds = &GlobalMetricRegistry().AddCounter(
+      "meshserve_worker_compute_seconds_total",
+      "Time in compute steps by op (op=\"dot_general\": the worker's GEMM time).", {"op"});
+  return *seconds;
+}
+namespace {
+[[maybe_unused]] const Counter& registered_at_start = ComputeSeconds();
+}  // namespace
+
+absl::Status InsertConverted(BoxTensor* dst, const Box& box, DType from,
+                             absl::string_view bytes, bool accumulate) {
+  if (from == dst->tensor.dtype()) return InsertBox(dst, box, bytes, accumulate);
+  MS_ASSIGN_OR_RETURN(Tensor t, Tensor::FromBytes(from, box.shape(), bytes));
+  MS_ASSIGN_OR_RETURN(t, ConvertDType(t, dst->tensor.dtype()));
+  return InsertBox(dst, box, t.bytes(), accumulate);
+}
+
+absl::Status CheckHostsDevice(const LoadedModel& model, int64_t device) {
+  if (model.HostsDevice(device)) return absl::OkStatus();
+  return InvalidArgument("device ", device, " is not hosted by this worker for model '",
+                         model.model, "' generation ", model.generation, " (hosted: ",
+                         model.DevicesString(), ")");
+}
+
+absl::Status AddInputBuffers(const LoadedModel& model, std::vector<SliceIr> inputs,
+                             absl::node_hash_map<RunBufferKey, BoxTensor>* buffers) {
+  for (SliceIr& slice : inputs) {
+    MS_RETURN_IF_ERROR(CheckHostsDevice(model, slice.device), "input '", slice.name, "'");
+    MS_ASSIGN_OR_RETURN(BoxTensor tensor, BoxTensorFromSlice(slice), "input");
+    slice.data.clear();
+    slice.data.shrink_to_fit();
+    auto [it, inserted] =
+        buffers->try_emplace(RunBufferKey(slice.device, InputBuffer(slice.name)));
+    if (!inserted) {
+      return InvalidArgument("input '", slice.name, "' given twice for device ",
+                             slice.device);
+    }
+    it->second = std::move(tensor);
+  }
+  return absl::OkStatus();
+}
 
 std::string DescribeStep(const StepIr& step) { return std::visit(StepName(), step); }
 
