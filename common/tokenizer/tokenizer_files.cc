@@ -3,13 +3,12 @@
 // Thread-safety: pure functions.
 #include "common/tokenizer/tokenizer_files.h"
 
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/base/file_io.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/tokenizer/pretokenizer.h"
@@ -236,12 +235,7 @@ absl::StatusOr<TokenizerJson> ParseTokenizerJson(const Json& root) {
 }  // namespace
 
 absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("cannot open ", path);
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) return InvalidArgument(path, ": read error");
-  return buffer.str();
+  return ReadFileToString(path);
 }
 
 absl::StatusOr<nlohmann::json> ReadJsonFile(const std::string& path) {
