@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <iterator>
 #include <set>
 #include <utility>
 
@@ -97,28 +98,48 @@ Coordinator::~Coordinator() {
 void Coordinator::UninstallEvicted(std::shared_ptr<const CompiledPlan> plan) {
   {
     absl::MutexLock lock(&uninstall_mu_);
+    evicted_.push_back(std::move(plan));
+  }
+  UninstallReleased();
+}
+
+void Coordinator::UninstallReleased() {
+  std::vector<std::shared_ptr<const CompiledPlan>> released;
+  {
+    absl::MutexLock lock(&uninstall_mu_);
+    // Held only here: no request has it, and none can get it (not cached).
+    auto held = [](const std::shared_ptr<const CompiledPlan>& p) { return p.use_count() > 1; };
+    auto first_released = std::stable_partition(evicted_.begin(), evicted_.end(), held);
+    std::move(first_released, evicted_.end(), std::back_inserter(released));
+    evicted_.erase(first_released, evicted_.end());
+    if (released.empty()) return;
     ++uninstalls_pending_;
   }
-  ElasticExecutor::Shared().Schedule([this, plan = std::move(plan)] {
-    std::vector<int64_t> ids;
-    for (const auto& [worker, program] : plan->programs) ids.push_back(worker);
-    ParallelCall(ids, [&](int64_t id) {
-      absl::StatusOr<WorkerInfo> info = registry_.Get(id);
-      if (!info.ok() || !info->alive) return absl::OkStatus();  // nothing to release
-      absl::StatusOr<std::shared_ptr<WorkerClient>> client = connections_.Get(id, info->address);
-      const std::string& program_id = plan->programs.at(id).program_id;
-      absl::Status s = client.ok() ? (*client)->UninstallProgram(program_id,
-                                                                 options_.control_timeout)
-                                   : client.status();
-      // NOT_FOUND: its generation was unloaded already.
-      if (!s.ok() && !absl::IsNotFound(s)) {
-        MS_LOG(WARNING) << "UninstallProgram '" << program_id << "' on worker " << id
-                        << " (evicted; the worker keeps it until its generation unloads): " << s;
-      }
-      return absl::OkStatus();
-    });
+  ElasticExecutor::Shared().Schedule([this, released = std::move(released)] {
+    for (const std::shared_ptr<const CompiledPlan>& plan : released) UninstallPlan(*plan);
     absl::MutexLock lock(&uninstall_mu_);
     --uninstalls_pending_;
+  });
+}
+
+void Coordinator::UninstallPlan(const CompiledPlan& plan) {
+  if (program_cache_.HasProgram(plan.program_id)) return;  // installed again under its id
+  std::vector<int64_t> ids;
+  for (const auto& [worker, program] : plan.programs) ids.push_back(worker);
+  ParallelCall(ids, [&](int64_t id) {
+    absl::StatusOr<WorkerInfo> info = registry_.Get(id);
+    if (!info.ok() || !info->alive) return absl::OkStatus();  // nothing to release
+    absl::StatusOr<std::shared_ptr<WorkerClient>> client = connections_.Get(id, info->address);
+    const std::string& program_id = plan.programs.at(id).program_id;
+    absl::Status s = client.ok()
+                         ? (*client)->UninstallProgram(program_id, options_.control_timeout)
+                         : client.status();
+    // NOT_FOUND: its generation was unloaded already.
+    if (!s.ok() && !absl::IsNotFound(s)) {
+      MS_LOG(WARNING) << "UninstallProgram '" << program_id << "' on worker " << id
+                      << " (evicted; the worker keeps it until its generation unloads): " << s;
+    }
+    return absl::OkStatus();
   });
 }
 
@@ -190,7 +211,10 @@ void Coordinator::ControlLoop() {
   }
 }
 
-void Coordinator::Tick() { placements_.Tick(); }
+void Coordinator::Tick() {
+  placements_.Tick();
+  UninstallReleased();
+}
 
 bool Coordinator::IsReady() const { return placements_.IsReady(); }
 

@@ -133,9 +133,14 @@ class Coordinator {
   // The control thread's next tick runs now (a push ended: its retired
   // version can be unloaded at once, its buffers reused by the next push).
   void WakeControl();
-  // The program cache's on_evict: uninstalls the plan's programs from its
-  // workers on the shared executor, best effort (a failure is logged).
+  // The program cache's on_evict. An evicted plan's programs are uninstalled
+  // from its workers once no request holds the plan (checked here and on
+  // every Tick), unless the cache has a plan of the same program id again
+  // (compiled again: its install replaced them). On the shared executor,
+  // best effort (a failure is logged).
   void UninstallEvicted(std::shared_ptr<const CompiledPlan> plan);
+  void UninstallReleased();
+  void UninstallPlan(const CompiledPlan& plan);
 
   const CoordinatorOptions options_;
   const std::unique_ptr<ModelCompiler> compiler_;
@@ -153,8 +158,10 @@ class Coordinator {
   absl::Mutex wake_mu_;
   bool wake_ ABSL_GUARDED_BY(wake_mu_) = false;
   std::thread control_thread_;
-  // UninstallEvicted's tasks not finished yet (the destructor waits for them).
   absl::Mutex uninstall_mu_;
+  // Evicted plans some request still holds.
+  std::vector<std::shared_ptr<const CompiledPlan>> evicted_ ABSL_GUARDED_BY(uninstall_mu_);
+  // Uninstall tasks not finished yet (the destructor waits for them).
   int64_t uninstalls_pending_ ABSL_GUARDED_BY(uninstall_mu_) = 0;
 };
 

@@ -7,13 +7,16 @@
 // program cache's bound (--max_cached_programs: evicted programs are
 // uninstalled from their workers, a program a worker lost is installed again).
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -260,6 +263,32 @@ TEST_F(LimitsTest, CachedProgramsStayWithinTheirBoundAndEveryRequestIsServed) {
   EXPECT_LE(MostInstalled(cluster_, workers_, 2), 2u);
 }
 
+// Four threads cycling through 3 shapes with a bound of 2: evictions,
+// uninstalls and installs of the same program ids race; every answer is
+// still right (a worker's NOT_FOUND "unknown program" is retried).
+TEST_F(LimitsTest, ConcurrentRequestsOverTheBoundAreAllServed) {
+  max_cached_programs_ = 2;
+  ASSERT_OK(Start(/*max_concurrent_pushes=*/2));
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 24; ++i) {
+        InferRequest r = RowsRequest("m0", 2 * (1 + (i + t) % 3), static_cast<float>(t + i));
+        absl::StatusOr<InferResponse> out = coordinator_->Infer(r);
+        if (!out.ok() || out->outputs.size() != 1 || out->outputs[0].data != r.inputs[0].data) {
+          ++wrong;
+          ADD_FAILURE() << "thread " << t << " request " << i << ": " << out.status();
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_THAT(coordinator_->metrics().registry.Exposition(),
+              ::testing::Not(HasSubstr("meshserve_program_cache_evictions_total 0\n")));
+}
+
 // A worker that lost the plan's program (an uninstall of the evicted plan of
 // the same id arrived after it was installed again) answers NOT_FOUND
 // "unknown program": the request is retried at once, installing it again.
@@ -277,6 +306,19 @@ TEST_F(LimitsTest, AProgramAWorkerLostIsInstalledAgain) {
   EXPECT_EQ(cluster_.Worker(workers_[1])->install_calls(), installs + 1);
   EXPECT_EQ(cluster_.Worker(workers_[1])->programs(), programs);  // the same id
   EXPECT_FALSE(coordinator_->registry().IsSuspect(workers_[1]));
+  // The same through InferAsync (its calls start from the cached plan).
+  ASSERT_OK(cluster_.Worker(workers_[1])->UninstallProgram(programs[0], absl::Seconds(1)));
+  absl::Notification answered;
+  absl::StatusOr<InferResponse> async_out;
+  coordinator_->InferAsync(r, [&](absl::StatusOr<InferResponse> result) {
+    async_out = std::move(result);
+    answered.Notify();
+  });
+  answered.WaitForNotification();
+  ASSERT_OK(async_out.status());
+  ASSERT_EQ(async_out->outputs.size(), 1u);
+  EXPECT_EQ(async_out->outputs[0].data, r.inputs[0].data);
+  EXPECT_EQ(cluster_.Worker(workers_[1])->install_calls(), installs + 2);
 }
 
 TEST_F(LimitsTest, CreateRejectsAProgramBoundBelowOne) {

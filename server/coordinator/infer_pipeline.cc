@@ -221,10 +221,12 @@ absl::StatusOr<InferResponse> InferPipeline::RunAttempts(const ValidatedRequest&
                                                          std::optional<AttemptResult> first) {
   absl::Status last;
   const int attempts = request.decode != nullptr ? 1 : 2;  // a step is not idempotent
+  int lost_retries = 0;  // programs installed again: not counted as attempts
   for (int attempt = 0; attempt < attempts; ++attempt) {
     AttemptResult now;
     if (attempt == 0 && first.has_value()) {
       now = *std::move(first);
+      first.reset();  // a lost program's retry runs attempt 0 again
     } else {
       now.placement = placements_->CurrentPlacement(request.model);
       if (now.placement == nullptr) {
@@ -244,11 +246,17 @@ absl::StatusOr<InferResponse> InferPipeline::RunAttempts(const ValidatedRequest&
                                                 "unknown program '" + now.plan->program_id);
     // The next attempt (or request) installs it again.
     if (lost_program) program_cache_->Forget(*now.plan);
-    if (now.response.ok() || attempt == attempts - 1) return std::move(now.response);
+    const bool reinstall = lost_program && request.decode == nullptr &&
+                           lost_retries < kMaxLostProgramRetries;
+    if (now.response.ok() || (attempt == attempts - 1 && !reinstall)) {
+      return std::move(now.response);
+    }
     last = now.response.status();
-    if (lost_program) {
+    if (reinstall) {
       MS_LOG(INFO) << "retrying request on model '" << request.model << "' (installing its "
                    << "program again) after: " << last;
+      ++lost_retries;
+      --attempt;
       continue;
     }
     if (!absl::IsUnavailable(last)) return std::move(now.response);

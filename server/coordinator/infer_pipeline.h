@@ -26,8 +26,9 @@
 // alive (a transient failure). A worker that answers NOT_FOUND "unknown
 // program" lost the plan's program (e.g. the uninstall of an evicted plan of
 // the same id came after it was installed again): the cache forgets the plan
-// and the request is retried at once, installing it again. The retry's error
-// is final. A call in flight
+// and the request is retried at once, installing it again (up to 3 times,
+// besides the retry after a lost worker). The retry's error is final. A call
+// in flight
 // on a worker the registry declares dead or suspect is given up at once (its
 // peers are cancelled, the request retried) rather than awaited until its
 // deadline. Each worker gets the time left (ExecuteCall.deadline_ms), and a
@@ -110,6 +111,7 @@ class InferPipeline {
   absl::StatusOr<InferResponse> Infer(const InferRequest& request);
 
  private:
+  static constexpr int kMaxLostProgramRetries = 3;
   struct Call;  // one request, from arrival to its answer (infer_pipeline.cc)
   // What one attempt of a request made.
   struct AttemptResult {
@@ -155,7 +157,8 @@ class InferPipeline {
   void ReleaseInflight(const std::string& model) ABSL_LOCKS_EXCLUDED(mu_);
   // The attempts of an admitted request: one, and a second after a worker
   // failed (kUnavailable) once the model moved or the worker proved alive,
-  // or at once after a worker lost the plan's program (NOT_FOUND "unknown
+  // and at once, up to kMaxLostProgramRetries times and not counted as an
+  // attempt, after a worker lost the plan's program (NOT_FOUND "unknown
   // program": an uninstall of the evicted plan of the same id raced its
   // install again; the plan is forgotten, so the retry installs it again).
   // `first`: the first attempt, already run (an asynchronous call's).

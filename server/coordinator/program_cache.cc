@@ -195,6 +195,11 @@ void ProgramCache::Forget(const CompiledPlan& plan) {
   UpdateGauge();
 }
 
+bool ProgramCache::HasProgram(const std::string& program_id) const {
+  absl::MutexLock lock(&mu_);
+  return key_of_id_.count(program_id) > 0;
+}
+
 void ProgramCache::EraseGeneration(const std::string& model, int64_t generation) {
   const std::string prefix = absl::StrCat(model, "|", generation, "|");
   absl::MutexLock lock(&mu_);

@@ -100,6 +100,10 @@ class ProgramCache {
   // was installed again): the next request of its key installs it again.
   void Forget(const CompiledPlan& plan) ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Whether a cached (or compiling) plan has `program_id` now (then an
+  // uninstall of an evicted plan of that id would remove its program).
+  bool HasProgram(const std::string& program_id) const ABSL_LOCKS_EXCLUDED(mu_);
+
   // Drops every plan of `model` at `generation` (its placement is retired).
   void EraseGeneration(const std::string& model, int64_t generation) ABSL_LOCKS_EXCLUDED(mu_);
 
