@@ -251,7 +251,7 @@ constexpr char kLocalUsage[] =
     "[--auth_token_file F] [--max_request_bytes N] [--max_tensor_elements N] "
     "[--max_inflight_per_model N] [--max_live_versions N] [--replicas N] [--param_cache_bytes N] "
     "[--kv_cache_bytes N] [--max_prefill_tokens_per_step N] [--max_running_sequences N] "
-    "[--max_waiting_sequences N]";
+    "[--max_waiting_sequences N] [--max_cached_programs N]";
 
 struct LocalOptions {
   int64_t workers = 1;
@@ -297,9 +297,9 @@ absl::StatusOr<LocalOptions> LocalOptionsFromFlags(const CliArgs& args) {
   o.verbose = args.Has("verbose");
   MS_RETURN_IF_ERROR(args.GetInt("replicas", 1, 0, 16).status());
   for (const char* flag :
-       {"tls_dir", "auth_token_file", "max_request_bytes", "max_tensor_elements",
-        "max_inflight_per_model", "replicas", "param_cache_bytes", "max_prefill_tokens_per_step",
-        "max_running_sequences", "max_waiting_sequences", "max_live_versions"}) {
+       {"tls_dir", "auth_token_file", "max_request_bytes", "max_tensor_elements", "replicas",
+        "max_inflight_per_model", "max_prefill_tokens_per_step", "max_running_sequences",
+        "param_cache_bytes", "max_waiting_sequences", "max_live_versions", "max_cached_programs"}) {
     if (!args.Has(flag)) continue;
     o.coordinator_flags.push_back(absl::StrCat("--", flag));
     o.coordinator_flags.push_back(args.Get(flag));
@@ -441,7 +441,7 @@ MS_REGISTER_COMMAND(FlagCommand{
      {"verbose", FlagDef::kBool}, {"tls_dir"}, {"auth_token_file"}, {"max_request_bytes"},
      {"max_tensor_elements"}, {"max_inflight_per_model"}, {"replicas"}, {"param_cache_bytes"},
      {"kv_cache_bytes"}, {"max_prefill_tokens_per_step"}, {"max_running_sequences"},
-     {"max_waiting_sequences"}, {"max_live_versions"}},
+     {"max_waiting_sequences"}, {"max_live_versions"}, {"max_cached_programs"}},
     RunLocal,
     /*rejects_positional=*/true});
 
