@@ -36,6 +36,7 @@ TSAN_TESTS=(
   compiled_programs_engine_test gemm_small_m_test buffer_pool_test metric_registry_test
   generate_scheduler_test generator_test
   kv_cache_concurrency_test kv_cache_test cached_attention_test tokenizer_test completion_run_test
+  kv_store_test
 )
 
 # allocator_may_return_null: a too-large allocation returns null, as malloc does, so
