@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -74,13 +75,29 @@ class CoordinatorStepExecutor : public StepExecutor {
   }
 
  private:
-  absl::StatusOr<std::shared_ptr<const ModelFile>> Variant(int64_t slots, int64_t rows) {
-    auto it = variants_.find({slots, rows});
-    if (it != variants_.end()) return it->second;
-    MS_ASSIGN_OR_RETURN(ModelFile variant, DecodeVariant(*file_, slots, rows));
+  struct KeyedVariant {
+    std::shared_ptr<const ModelFile> file;
+    std::string key;  // "decode:<slots>x<rows>@<mesh>"
+  };
+
+  // The variant for the current placement's mesh (its LM head sharded over
+  // it: decode_model.h), built once per (slots, rows, mesh); a new mesh
+  // drops the old mesh's variants.
+  absl::StatusOr<KeyedVariant> Variant(int64_t slots, int64_t rows) {
+    MS_ASSIGN_OR_RETURN(ModelStatus status, coordinator_->GetModelStatus(model_));
+    if (status.placement == nullptr) return Unavailable("model '", model_, "' is not placed");
+    const Mesh& mesh = status.placement->mesh;
+    std::string key = absl::StrCat("decode:", slots, "x", rows, "@", mesh.ToString());
+    if (mesh.ToString() != variants_mesh_) {
+      variants_.clear();
+      variants_mesh_ = mesh.ToString();
+    }
+    auto it = variants_.find(key);
+    if (it != variants_.end()) return KeyedVariant{it->second, std::move(key)};
+    MS_ASSIGN_OR_RETURN(ModelFile variant, DecodeVariant(*file_, slots, rows, &mesh));
     auto shared = std::make_shared<const ModelFile>(std::move(variant));
-    variants_.emplace(std::make_pair(slots, rows), shared);
-    return shared;
+    variants_.emplace(key, shared);
+    return KeyedVariant{std::move(shared), std::move(key)};
   }
 
   absl::Status RunBatch(int64_t step, const StepBatch& batch,
@@ -103,12 +120,12 @@ class CoordinatorStepExecutor : public StepExecutor {
       return Internal("step ", step, " packs ", ids.size(), " tokens, past the largest bucket ",
                       max_token_slots_);
     }
-    MS_ASSIGN_OR_RETURN(std::shared_ptr<const ModelFile> variant, Variant(slots, rows));
+    MS_ASSIGN_OR_RETURN(KeyedVariant variant, Variant(slots, rows));
     InferRequest request;
     request.model = model_;
     request.id = absl::StrCat("gen", step);
-    request.variant = variant;
-    request.variant_key = absl::StrCat("decode:", slots, "x", rows);
+    request.variant = std::move(variant.file);
+    request.variant_key = std::move(variant.key);
     request.decode = decode;
     request.param_version = batch.version;
     InferInput input;
@@ -156,7 +173,8 @@ class CoordinatorStepExecutor : public StepExecutor {
   std::vector<int64_t> pending_release_;  // sent with the next batch
   std::weak_ptr<const Placement> placement_;  // of num_blocks_
   int64_t num_blocks_ = 0;
-  std::map<std::pair<int64_t, int64_t>, std::shared_ptr<const ModelFile>> variants_;
+  std::string variants_mesh_;  // the mesh of variants_
+  std::map<std::string, std::shared_ptr<const ModelFile>> variants_;
 };
 
 }  // namespace

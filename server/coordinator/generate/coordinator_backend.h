@@ -2,7 +2,9 @@
 // from its model file (InspectLm) and placement, and a step runs as one
 // request per weight version through Coordinator::Infer on the model's decode
 // variant (server/compiler/decode_model.h), with the step's DecodeStepIr
-// riding along to every worker.
+// riding along to every worker. The variant is built for the current
+// placement's mesh (its LM head sharded over the devices; variant key
+// "decode:<T>x<R>@<mesh>"); a new placement's mesh gets new variants.
 //
 // Buckets. A step's tokens are packed into input_ids [1, T] with T the next
 // power of two >= the step's tokens, and its sampled rows into R = the next
