@@ -29,6 +29,7 @@ SUPP="${ROOT}/tests/sanitizers"
 TSAN_TESTS=(
   elastic_executor_test rendezvous_test deadline_timer_test worker_registry_test fan_out_test batcher_test
   coordinator_test coordinator_reliability_test calls_in_flight_test program_cache_test
+  coordinator_limits_test
   param_push_test
   param_versions_test
   worker_engine_test
