@@ -7,6 +7,11 @@
 //   loop thread:      NextStep -> executor.RunStep -> CompleteStep | FailStep
 //                     (sinks are called here, in step order)
 //
+// When the last sequence ends (or is cancelled) the loop runs one more step
+// at once, of releases only, so that the workers free its KV blocks without
+// waiting for a next request (GenerationScheduler::HasWork counts pending
+// releases as work).
+//
 // A failed step (a worker lost, a program error) is FailStep: the caches are
 // rebuilt by recomputing them from the tokens the scheduler keeps, on the
 // placement the executor uses next, and the streams go on. After a failure
@@ -38,9 +43,13 @@ namespace meshserve {
 class StepExecutor {
  public:
   virtual ~StepExecutor() = default;
-  // Frees plan.release's caches (now, or with the next batch it runs: a plan
-  // may hold releases only), runs each batch as one program and returns one
-  // token per span with `sample`. An error fails the whole step.
+  // Frees plan.release's caches, runs each batch as one program and returns
+  // one token per span with `sample`. An error fails the whole step.
+  // Releases may ride the plan's first batch; a plan of releases only
+  // (StepPlan::release_only: the last sequence ended or was cancelled, and
+  // nothing else runs or waits) must reach the workers now, as a step with
+  // no spans: no later batch may come before the next request, and until
+  // then the workers would hold the sequences' KV blocks.
   virtual absl::StatusOr<std::vector<SampledToken>> RunStep(const StepPlan& plan) = 0;
   // Whether the cluster may recover from a step's `failure` by itself (a
   // worker lost: the coordinator places the model anew), so that sequences

@@ -113,6 +113,10 @@ struct StepPlan {
   std::vector<StepBatch> batches;
   // Nothing to run and nothing to free.
   bool empty() const { return batches.empty() && release.empty(); }
+  // Caches to free and nothing to run: the plan after the last sequence ended
+  // or was cancelled (NextStep plans every running and admissible sequence,
+  // so a plan without batches means nothing else runs or waits to run).
+  bool release_only() const { return batches.empty() && !release.empty(); }
 };
 
 // One sampled token, for a span with `sample`.

@@ -236,6 +236,43 @@ TEST(GenerationSchedulerTest, CancelEndsAtTheStepBoundaryAndFreesTheCache) {
   EXPECT_FALSE(h.scheduler->Cancel(12345));
 }
 
+// The last sequence's end (cancelled, or by length) is followed at once by a
+// plan of releases only, which frees its cache on the workers; while another
+// sequence runs, a release rides that sequence's batch instead.
+TEST(GenerationSchedulerTest, TheLastSequencesReleaseIsAStepOfItsOwn) {
+  Harness h(Options());
+  SequenceId a = h.Add({1, 2, 3, 4, 5}, 50);
+  SequenceId b = h.Add({9}, 3);
+  for (int i = 0; i < 2; ++i) h.Step();
+  EXPECT_TRUE(h.scheduler->Cancel(a));
+  StepPlan plan = h.Step();  // b still runs: a's release rides its batch
+  EXPECT_THAT(plan.release, ElementsAreArray({a}));
+  EXPECT_FALSE(plan.release_only());
+  EXPECT_EQ(h.workers.release_only_steps, 0);
+  while (h.records[b].finish == FinishReason::kNone) h.Step();
+  EXPECT_EQ(h.workers.kv.count(b), 1u);  // b ended by length; its cache is still held
+  ASSERT_TRUE(h.scheduler->HasWork());   // its release is pending work
+  plan = h.Step();
+  EXPECT_TRUE(plan.release_only());
+  EXPECT_THAT(plan.release, ElementsAreArray({b}));
+  EXPECT_EQ(h.workers.kv.count(b), 0u);
+  EXPECT_FALSE(h.scheduler->HasWork());
+  EXPECT_TRUE(h.scheduler->NextStep().empty());
+
+  // The last one cancelled: the next plan frees it and nothing else.
+  SequenceId c = h.Add({4, 4}, 50);
+  for (int i = 0; i < 3; ++i) h.Step();
+  EXPECT_TRUE(h.scheduler->Cancel(c));
+  plan = h.Step();
+  EXPECT_TRUE(plan.release_only());
+  EXPECT_THAT(plan.release, ElementsAreArray({c}));
+  EXPECT_EQ(h.records[c].finish, FinishReason::kCancelled);
+  EXPECT_TRUE(h.workers.released.count(c) > 0 && h.workers.kv.count(c) == 0);
+  EXPECT_EQ(h.workers.release_only_steps, 2);
+  EXPECT_FALSE(h.scheduler->HasWork());
+  EXPECT_EQ(h.scheduler->GetStats().blocks_used, 0);
+}
+
 TEST(GenerationSchedulerTest, AFailedStepRebuildsEveryCacheAndTheTokensStayRight) {
   Harness h(Options());
   SequenceId a = h.Add({3, 1, 4, 1, 5, 9, 2, 6}, 12);
@@ -511,6 +548,42 @@ TEST(GenerationLoopTest, AClusterThatNeverRecoversEndsEveryStreamWithTheError) {
     EXPECT_EQ(run.finish[c], FinishReason::kError);
     EXPECT_THAT(run.errors[c], StatusIs(absl::StatusCode::kUnavailable, "did not recover"));
   }
+}
+
+// A client cancels the only stream: the loop frees its cache on the workers
+// with a step of releases only, without any new request coming.
+TEST(GenerationLoopTest, CancellingTheLastStreamFreesItsCacheOnTheWorkers) {
+  FakeExecutor executor;
+  SequenceId id = 0;
+  absl::Notification first_token, cancel_sent, finished;
+  FinishReason finish = FinishReason::kNone;
+  {
+    GenerationLoop loop(GenerationScheduler::Create(Options(60)).value(), &executor);
+    SequenceRequest r;
+    r.prompt_ids = {3, 1, 4, 1, 5};
+    r.stop.max_tokens = 200;
+    ASSERT_OK_AND_ASSIGN(id, loop.Add(r, 1, [&](const SequenceEvent& e) {
+      if (e.finish != FinishReason::kNone) {
+        finish = e.finish;
+        finished.Notify();
+      } else if (!first_token.HasBeenNotified()) {
+        first_token.Notify();
+        cancel_sent.WaitForNotification();  // the stream is live when cancelled
+      }
+    }));
+    first_token.WaitForNotification();
+    EXPECT_FALSE(executor.Released(id));
+    ASSERT_TRUE(loop.Cancel(id));
+    cancel_sent.Notify();
+    finished.WaitForNotification();
+    EXPECT_EQ(finish, FinishReason::kCancelled);
+    // A bound against a hang: the release comes from the loop by itself.
+    EXPECT_TRUE(executor.AwaitReleased(id, absl::Seconds(30)));
+    EXPECT_EQ(loop.Stats().blocks_used, 0);
+  }
+  EXPECT_EQ(executor.workers.kv.count(id), 0u);
+  EXPECT_EQ(executor.workers.release_only_steps, 1);
+  EXPECT_THAT(executor.workers.errors, ::testing::IsEmpty());
 }
 
 TEST(GenerationLoopTest, StoppingEndsEverySequenceOnce) {

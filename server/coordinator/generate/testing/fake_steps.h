@@ -3,17 +3,21 @@
 // the whole cached history, so a sequence's tokens equal Reference(...) only
 // if every step fed exactly the right tokens at the right positions.
 //
-// Thread-safety: FakeWorkers and FakeExecutor are used from one loop thread.
+// Thread-safety: FakeWorkers and FakeExecutor are used from one loop thread,
+// except FakeExecutor::Released/AwaitReleased (any thread: a mutex).
 #ifndef MESHSERVE_SERVER_COORDINATOR_GENERATE_TESTING_FAKE_STEPS_H_
 #define MESHSERVE_SERVER_COORDINATOR_GENERATE_TESTING_FAKE_STEPS_H_
 
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "server/coordinator/generate/generation_loop.h"
 
 namespace meshserve {
@@ -45,9 +49,15 @@ struct FakeWorkers {
   std::vector<std::string> errors;
   int64_t max_prefill_seen = 0;
   std::map<SequenceId, uint64_t> seeds;  // the seed each sequence's spans carried
+  std::set<SequenceId> released;  // every sequence a step freed
+  int64_t release_only_steps = 0;  // steps with releases and no batch
 
   std::vector<SampledToken> Run(const StepPlan& plan) {
-    for (SequenceId id : plan.release) kv.erase(id);
+    for (SequenceId id : plan.release) {
+      kv.erase(id);
+      released.insert(id);
+    }
+    if (plan.batches.empty() && !plan.release.empty()) ++release_only_steps;
     std::vector<SampledToken> out;
     for (const StepBatch& batch : plan.batches) {
       int64_t prefill = 0;
@@ -84,7 +94,23 @@ class FakeExecutor : public StepExecutor {
       ++failed;
       return failure;
     }
-    return workers.Run(plan);
+    std::vector<SampledToken> tokens = workers.Run(plan);
+    absl::MutexLock lock(&mu_);
+    released_.insert(plan.release.begin(), plan.release.end());
+    return tokens;
+  }
+  // Whether a step that ran freed `seq` on the workers; AwaitReleased waits
+  // up to `timeout` for it (a bound against a hang, not a timing check).
+  bool Released(SequenceId seq) const {
+    absl::MutexLock lock(&mu_);
+    return released_.count(seq) > 0;
+  }
+  bool AwaitReleased(SequenceId seq, absl::Duration timeout) const {
+    absl::MutexLock lock(&mu_);
+    auto freed = [this, seq]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return released_.count(seq) > 0;
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&freed), timeout);
   }
   bool MayRecover(const absl::Status&) const override { return recoverable; }
   FakeWorkers workers;
@@ -94,6 +120,10 @@ class FakeExecutor : public StepExecutor {
   int64_t fail_steps = 1;
   absl::Status failure = absl::UnavailableError("worker 1 lost");
   bool recoverable = false;
+
+ private:
+  mutable absl::Mutex mu_;
+  std::set<SequenceId> released_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace testing
