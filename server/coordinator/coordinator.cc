@@ -228,8 +228,9 @@ void Coordinator::InferAsync(InferRequest request, InferDone done) {
   infer_.InferAsync(std::move(request), std::move(done));
 }
 
-absl::StatusOr<std::unique_ptr<ParamPush>> Coordinator::BeginPush(const std::string& model) {
-  return params_.BeginPush(model);
+absl::StatusOr<std::unique_ptr<ParamPush>> Coordinator::BeginPush(const std::string& model,
+                                                                   absl::Time deadline) {
+  return params_.BeginPush(model, deadline);
 }
 
 absl::Status Coordinator::PullParams(const std::string& model,

@@ -117,7 +117,9 @@ class Coordinator {
   std::vector<WorkerView> Workers();
 
   // Parameters: ParamVersions::BeginPush and PullParams (param_versions.h).
-  absl::StatusOr<std::unique_ptr<ParamPush>> BeginPush(const std::string& model);
+  // `deadline` bounds a commit's wait for --max_live_versions (the call's).
+  absl::StatusOr<std::unique_ptr<ParamPush>> BeginPush(
+      const std::string& model, absl::Time deadline = absl::InfiniteFuture());
   absl::Status PullParams(const std::string& model, const std::vector<std::string>& params,
                           const std::function<absl::Status(PullChunk)>& sink);
 

@@ -197,6 +197,19 @@ grpc::Status ClusterServiceImpl::Status(grpc::ServerContext* context, const Clus
   return grpc::Status::OK;
 }
 
+namespace {
+
+// The deadline a push's commit may wait until for --max_live_versions: the
+// call's, a second early so that the server's message (naming the versions
+// still held) reaches the client before gRPC's own deadline cuts the call.
+absl::Time PushDeadline(const grpc::ServerContext& context) {
+  const auto deadline = context.deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
+  return absl::FromChrono(deadline) - absl::Seconds(1);
+}
+
+}  // namespace
+
 // Reads the stream into the core's ParamPush (param_push.h); the push aborts
 // when this handler returns without committing.
 grpc::Status ClusterServiceImpl::PushParams(grpc::ServerContext* context,
@@ -208,7 +221,7 @@ grpc::Status ClusterServiceImpl::PushParams(grpc::ServerContext* context,
   if (!reader->Read(&message)) {
     return ToGrpcStatus(absl::InvalidArgumentError("PushParams: empty stream"));
   }
-  absl::StatusOr<std::unique_ptr<ParamPush>> push = coordinator_->BeginPush(message.model());
+  absl::StatusOr<std::unique_ptr<ParamPush>> push = coordinator_->BeginPush(message.model(), PushDeadline(*context));
   if (!push.ok()) return ToGrpcStatus(push.status());
   do {
     absl::Status s = (*push)->Add(PushChunkFromProto(&message));
@@ -235,7 +248,7 @@ grpc::Status ClusterServiceImpl::PushDirect(
   if (request.commit()) {
     return ToGrpcStatus(absl::InvalidArgumentError("PushDirect: commit before the boxes"));
   }
-  absl::StatusOr<std::unique_ptr<ParamPush>> push = coordinator_->BeginPush(request.model());
+  absl::StatusOr<std::unique_ptr<ParamPush>> push = coordinator_->BeginPush(request.model(), PushDeadline(*context));
   if (!push.ok()) return ToGrpcStatus(push.status());
   std::vector<PushChunk> boxes;
   boxes.reserve(static_cast<size_t>(request.boxes_size()));
