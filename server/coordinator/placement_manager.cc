@@ -284,6 +284,21 @@ void PlacementManager::UnloadRetired() {
       }
       return false;
     };
+    // Carried versions nothing holds any more (placement_manager.h).
+    for (auto& [name, entry] : models_) {
+      if (entry.placement == nullptr || entry.carried_versions.empty()) continue;
+      const std::map<int64_t, int64_t> held = HeldVersions(name, 0);
+      for (auto v = entry.carried_versions.begin(); v != entry.carried_versions.end();) {
+        if (held.count(*v)) {
+          ++v;
+          continue;
+        }
+        auto carried = std::make_shared<Placement>(*entry.placement);
+        carried->version = *v;
+        done.push_back({std::move(carried), false});
+        v = entry.carried_versions.erase(v);
+      }
+    }
     auto it = retired_.begin();
     while (it != retired_.end()) {
       if (it->use_count() == 1) {

@@ -35,6 +35,18 @@
 // most one scale step runs at any time, beside the pushes (whose commits also
 // take control_mu_).
 //
+// Held versions follow the placement. A generation sequence decodes under
+// one version from first to last token: when a scale step places a new
+// generation while a retired version is still held (by a sequence or
+// request; at most options.max_live_versions), that version is made resident
+// on the new placement too, after the current one, its cells moved from the
+// live holders of its retired placement (or of the current generation, where
+// an earlier scale step loaded it) exactly as the current version's are. A
+// held version whose cells cannot be rebuilt (its only copies were on a lost
+// worker) is logged and left out: requests for it fail on the workers with
+// NOT_FOUND naming the version. A carried version is unloaded from the current
+// generation once nothing holds it (UnloadRetired).
+//
 // Definitions: placement_manager.cc (the model table, the control step,
 // status, commits, unloads) and placement_manager_steps.cc (one scale step:
 // PlaceModel, LoadPlacement, adoption).
@@ -51,6 +63,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -162,6 +175,13 @@ class PlacementManager {
     bool asked_workers = false;  // the first placement asked workers' holdings
     std::vector<ScaleStep> scale_steps;
     int commits_waiting = 0;  // pushes waiting for a version to drain
+    // Held retired versions loaded on placement's generation besides its own.
+    std::set<int64_t> carried_versions;
+  };
+  // A held version to carry to a new placement: its move plan.
+  struct CarriedVersion {
+    int64_t version = 0;
+    ParamMovePlan plan;
   };
   // What live workers report holding of a model (coordinator restart).
   struct WorkerHoldings {
@@ -178,10 +198,24 @@ class PlacementManager {
                   const std::vector<WorkerInfo>& live)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(control_mu_);
   // Loads `placement` with `sources` (PlanParamMoves) on its workers in
-  // parallel; sums what they report into *result.
+  // parallel; sums what they report into *result. A failure unloads what
+  // loaded: the generation, or only the version when `carried`.
   absl::Status LoadPlacement(const ModelFile& model, const Placement& placement,
                              const std::map<int64_t, std::vector<ParamPieceIr>>& sources,
-                             LoadModelResultIr* result);
+                             LoadModelResultIr* result, bool carried = false);
+  // The held versions of `name` other than `current`'s to carry to `next`
+  // (see above), each planned from its live holders; a version that cannot be
+  // rebuilt is logged and left out.
+  std::vector<CarriedVersion> PlanCarriedVersions(const std::string& name, const ModelFile& model,
+                                                  const Placement& next,
+                                                  const std::shared_ptr<const Placement>& current)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Plans (PlanCarriedVersions) and loads each held version to carry on
+  // `next` (loaded: `next`'s own version is); returns the versions that
+  // loaded.
+  std::set<int64_t> CarryHeldVersions(const std::string& name, const ModelFile& model,
+                                      const Placement& next,
+                                      const std::shared_ptr<const Placement>& current);
   // The old holdings of a scale step from `current` (live workers; one that
   // re-registered since `placed_at` only if its Status still lists the
   // placement).
@@ -196,8 +230,8 @@ class PlacementManager {
   // After LoadPlacement of `next`: switches to it (recording the step) or
   // records the failure.
   void FinishLoad(const std::string& name, Placement next, const ParamMoveStats& planned,
-                  const LoadModelResultIr& result, const absl::Status& loaded, double seconds)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                  const LoadModelResultIr& result, const absl::Status& loaded, double seconds,
+                  std::set<int64_t> carried) ABSL_LOCKS_EXCLUDED(mu_);
   // Records the step and switches the model to `next` (mu_ held).
   void SwitchTo(ModelEntry& entry, const std::string& name, Placement next, ScaleStep step)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

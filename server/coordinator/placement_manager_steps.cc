@@ -23,7 +23,8 @@ constexpr size_t kMaxScaleSteps = 16;
 
 absl::Status PlacementManager::LoadPlacement(
     const ModelFile& model, const Placement& placement,
-    const std::map<int64_t, std::vector<ParamPieceIr>>& sources, LoadModelResultIr* total) {
+    const std::map<int64_t, std::vector<ParamPieceIr>>& sources, LoadModelResultIr* total,
+    bool carried) {
   std::vector<int64_t> ids = placement.WorkerIds();
   absl::Mutex sum_mu;
   std::vector<absl::Status> results = ParallelCall(ids, [&](int64_t id) {
@@ -64,7 +65,8 @@ absl::Status PlacementManager::LoadPlacement(
       auto client = connections_->Get(id, placement.worker_addresses.at(id));
       if (client.ok()) {
         (*client)
-            ->UnloadModel(placement.model, placement.generation, 0, options_.control_timeout)
+            ->UnloadModel(placement.model, placement.generation, carried ? placement.version : 0,
+                          options_.control_timeout)
             .IgnoreError();
       }
     }
@@ -156,6 +158,7 @@ void PlacementManager::SwitchTo(ModelEntry& entry, const std::string& name, Plac
                                 ScaleStep step) {
   if (entry.placement != nullptr) retired_.push_back(entry.placement);
   entry.placement = std::make_shared<const Placement>(std::move(next));
+  entry.carried_versions.clear();
   entry.placed_at = absl::Now();
   entry.placement_error = absl::OkStatus();
   entry.scale_steps.push_back(step);
@@ -186,6 +189,74 @@ bool PlacementManager::AdoptOrAsk(const std::string& name, const Placement& plan
   *old = std::move(held.newest);
   *version = held.version;
   return false;
+}
+
+std::vector<PlacementManager::CarriedVersion> PlacementManager::PlanCarriedVersions(
+    const std::string& name, const ModelFile& model, const Placement& next,
+    const std::shared_ptr<const Placement>& current) {
+  std::vector<CarriedVersion> out;
+  if (current == nullptr) return out;
+  // Held version -> placements where it is resident (retired ones, and the
+  // current generation where an earlier step carried it).
+  std::map<int64_t, std::vector<Placement>> where;
+  {
+    absl::MutexLock lock(&mu_);
+    const ModelEntry& entry = models_.at(name);
+    for (const auto& [version, holders] : HeldVersions(name, 0)) {
+      if (version == current->version) continue;
+      std::vector<Placement>& at = where[version];
+      for (const auto& r : retired_) {
+        if (r->model == name && r->version == version) at.push_back(*r);
+      }
+      if (entry.carried_versions.count(version) && entry.placement != nullptr) {
+        at.push_back(*entry.placement);
+        at.back().version = version;
+      }
+    }
+  }
+  for (auto& [version, placements] : where) {
+    std::vector<ParamHolding> old;
+    for (const Placement& p : placements) {
+      for (ParamHolding h : HoldingsOf(p)) {
+        h.live = StillHolds(h.worker_id, p);  // alive, and still has it
+        old.push_back(std::move(h));
+      }
+    }
+    Placement at = next;
+    at.version = version;
+    absl::StatusOr<ParamMovePlan> plan = PlanParamMoves(model, old, at, /*pushed=*/true);
+    if (!plan.ok()) {
+      MS_LOG(ERROR) << "model '" << name << "': held version " << version
+                    << " cannot follow to generation " << next.generation
+                    << "; its sequences will fail: " << plan.status();
+      continue;
+    }
+    out.push_back(CarriedVersion{version, *std::move(plan)});
+  }
+  return out;
+}
+
+std::set<int64_t> PlacementManager::CarryHeldVersions(
+    const std::string& name, const ModelFile& model, const Placement& next,
+    const std::shared_ptr<const Placement>& current) {
+  std::set<int64_t> loaded;
+  for (const CarriedVersion& c : PlanCarriedVersions(name, model, next, current)) {
+    Placement at = next;
+    at.version = c.version;
+    LoadModelResultIr result;
+    absl::Status s = LoadPlacement(model, at, c.plan.sources, &result, /*carried=*/true);
+    if (!s.ok()) {
+      MS_LOG(ERROR) << "model '" << name << "': held version " << c.version
+                    << " did not load on generation " << next.generation
+                    << "; its sequences will fail: " << s;
+      continue;
+    }
+    MS_LOG(INFO) << "model '" << name << "': held version " << c.version << " carried to generation "
+                 << next.generation << " (moved " << result.bytes_fetched << " bytes, local "
+                 << result.bytes_local << ")";
+    loaded.insert(c.version);
+  }
+  return loaded;
 }
 
 void PlacementManager::PlaceModel(const std::string& name, const ModelFile& model,
@@ -261,16 +332,19 @@ void PlacementManager::PlaceModel(const std::string& name, const ModelFile& mode
   const absl::Time load_start = absl::Now();
   LoadModelResultIr result;
   absl::Status loaded = LoadPlacement(model, *next, plan->sources, &result);
+  std::set<int64_t> carried;
+  if (loaded.ok()) carried = CarryHeldVersions(name, model, *next, current);
   const double seconds = absl::ToDoubleSeconds(absl::Now() - load_start);
   metrics_->placement_seconds.Observe({name}, seconds);
   metrics_->placement_events.Increment({name, loaded.ok() ? "loaded" : "failed"});
   metrics_->placement_bytes.Increment({name}, loaded.ok() ? result.param_bytes : 0);
-  FinishLoad(name, *std::move(next), plan->stats, result, loaded, seconds);
+  FinishLoad(name, *std::move(next), plan->stats, result, loaded, seconds, std::move(carried));
 }
 
 void PlacementManager::FinishLoad(const std::string& name, Placement next,
                                   const ParamMoveStats& planned, const LoadModelResultIr& result,
-                                  const absl::Status& loaded, double seconds) {
+                                  const absl::Status& loaded, double seconds,
+                                  std::set<int64_t> carried) {
   absl::MutexLock lock(&mu_);
   ModelEntry& entry = models_[name];
   if (!loaded.ok()) {
@@ -297,6 +371,7 @@ void PlacementManager::FinishLoad(const std::string& name, Placement next,
   step.stats.bytes_moved = result.bytes_fetched;
   step.stats.bytes_local = result.bytes_local;
   SwitchTo(entry, name, std::move(next), step);
+  entry.carried_versions = std::move(carried);
 }
 
 }  // namespace meshserve

@@ -1,7 +1,10 @@
 // The weight-version bound (--max_live_versions) over fake workers: the
 // placements a test holds stand for the generation sequences that pin their
 // version; a push whose commit would make more versions live waits for one
-// to drain, and fails at its deadline naming the bound and the holders.
+// to drain, and fails at its deadline naming the bound and the holders. A
+// scale step after a lost worker carries each held version to the new
+// placement (its bytes moved from the surviving holders), and unloads it there
+// once nothing holds it.
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/program/ir_conv.h"
+#include "common/sharding/box.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/coordinator/coordinator.h"
@@ -170,6 +175,96 @@ TEST_F(LiveVersionsTest, RetiredVersionsNobodyHoldsDoNotCount) {
   for (int v = 2; v <= 5; ++v) ASSERT_OK(Push(static_cast<float>(v)).status()) << v;
   EXPECT_EQ(Status().version, 5);
   EXPECT_TRUE(Status().held_versions.empty());
+}
+
+// b of (generation, version) as worker `id` holds it, read by halves (rows
+// [0:2) and [2:4); each inside a held cell: with replicas a worker holds both).
+std::string ReadB(FakeCluster& cluster, int64_t id, int64_t generation, int64_t version) {
+  std::string out;
+  for (int64_t row : {0, 2}) {
+    ReadParamIr call;
+    call.model = "lv";
+    call.generation = generation;
+    call.version = version;
+    call.param = "b";
+    call.box = BoxToIr(Box({Interval{row, row + 2}, Interval{0, 2}}));
+    absl::StatusOr<std::string> bytes = cluster.Worker(id)->ReadParam(call, absl::Seconds(5));
+    EXPECT_OK(bytes.status());
+    if (bytes.ok()) out += *bytes;
+  }
+  return out;
+}
+
+class CarriedVersionsTest : public LiveVersionsTest {
+ protected:
+  // Kills the second worker of the current placement and runs a control step.
+  void KillOneAndPlace() {
+    const int64_t dead = Status().placement->WorkerIds().back();
+    cluster_.Worker(dead)->SetDown(true);
+    coordinator_->registry().MarkDead(dead);
+    coordinator_->Tick();
+  }
+};
+
+TEST_F(CarriedVersionsTest, AHeldVersionIsLoadedOnTheNewPlacement) {
+  Start(3, absl::Seconds(600));
+  std::shared_ptr<const Placement> v1 = Hold();  // a sequence on version 1
+  const int64_t survivor = v1->WorkerIds().front();
+  const std::string v1_bytes = ReadB(cluster_, survivor, v1->generation, 1);
+  ASSERT_EQ(v1_bytes.size(), 32u);
+  ASSERT_NE(v1_bytes, Fill(2));
+  ASSERT_OK(Push(2).status());
+  KillOneAndPlace();
+  const ModelStatus st = Status();
+  ASSERT_TRUE(st.ready) << st.state;
+  ASSERT_NE(st.generation, v1->generation);
+  EXPECT_EQ(st.version, 2);
+  EXPECT_EQ(st.placement->WorkerIds(), std::vector<int64_t>{survivor});
+  // Both versions resident on the new generation, each with its own values.
+  EXPECT_EQ(cluster_.Worker(survivor)->versions("lv", st.generation),
+            (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(ReadB(cluster_, survivor, st.generation, 1), v1_bytes);
+  EXPECT_EQ(ReadB(cluster_, survivor, st.generation, 2), Fill(2));
+  ExpectServes(2, 2);
+  // The last sequence on version 1 ends: it leaves the new generation too.
+  v1.reset();
+  coordinator_->Tick();
+  EXPECT_EQ(cluster_.Worker(survivor)->versions("lv", st.generation), std::vector<int64_t>{2});
+  // Only `st` holds a placement (the current one).
+  EXPECT_THAT(Status().held_versions, ::testing::ElementsAre(::testing::Pair(2, 1)));
+}
+
+TEST_F(CarriedVersionsTest, AHeldVersionFollowsASecondScaleStep) {
+  Start(3, absl::Seconds(600));
+  std::shared_ptr<const Placement> v1 = Hold();
+  const std::string v1_bytes = ReadB(cluster_, v1->WorkerIds().front(), v1->generation, 1);
+  ASSERT_OK(Push(2).status());
+  KillOneAndPlace();
+  const int64_t second = Status().generation;
+  // A new worker joins: the third generation carries version 1 from the second.
+  ASSERT_OK(coordinator_->RegisterWorker("127.0.0.1:9302", 2, 1 << 30, -1).status());
+  coordinator_->Tick();
+  const ModelStatus st = Status();
+  ASSERT_TRUE(st.ready) << st.state;
+  ASSERT_NE(st.generation, second);
+  ASSERT_EQ(st.placement->WorkerIds().size(), 2u);
+  for (int64_t id : st.placement->WorkerIds()) {
+    EXPECT_EQ(cluster_.Worker(id)->versions("lv", st.generation), (std::vector<int64_t>{1, 2}))
+        << "worker " << id;
+    EXPECT_EQ(ReadB(cluster_, id, st.generation, 1), v1_bytes) << "worker " << id;
+    EXPECT_EQ(ReadB(cluster_, id, st.generation, 2), Fill(2)) << "worker " << id;
+  }
+}
+
+TEST_F(CarriedVersionsTest, AnUnheldVersionIsNotCarried) {
+  Start(3, absl::Seconds(600));
+  ASSERT_OK(Push(2).status());
+  KillOneAndPlace();
+  const ModelStatus st = Status();
+  ASSERT_TRUE(st.ready) << st.state;
+  EXPECT_EQ(cluster_.Worker(st.placement->WorkerIds().front())->versions("lv", st.generation),
+            std::vector<int64_t>{2});
+  ExpectServes(2, 2);
 }
 
 }  // namespace
