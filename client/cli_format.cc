@@ -190,7 +190,7 @@ OutputType OutputTypeResolver::Resolve(const InferOutput& output) {
   return out;
 }
 
-OutputType OutputTypeResolver::Derive(const HostTensor& tensor) {
+OutputType OutputTypeResolver::Derive(const NamedTensor& tensor) {
   const absl::StatusOr<DescribeResponse>& described = Described();
   if (!described.ok()) {
     return {absl::StrCat(DTypeName(tensor.dtype), ShapeToCompactString(tensor.shape), " (sharding unknown: ",

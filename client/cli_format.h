@@ -84,7 +84,7 @@ class OutputTypeResolver {
  private:
   const absl::StatusOr<DescribeResponse>& Described();
   // The type from Describe / TypeFromSpec alone.
-  OutputType Derive(const HostTensor& tensor);
+  OutputType Derive(const NamedTensor& tensor);
 
   InferenceClient& client_;
   std::string model_;

@@ -90,12 +90,12 @@ std::map<std::string, DType> ModelInputDTypes(InferenceClient& client,
 }
 
 // Reads NAME=FILE.npy (npy_files.h).
-absl::StatusOr<HostTensor> ReadInputFlag(const std::string& text,
+absl::StatusOr<NamedTensor> ReadInputFlag(const std::string& text,
                                          const std::map<std::string, DType>& want) {
   MS_ASSIGN_OR_RETURN(auto name_value, SplitNameValue("input", text));
   auto it = want.find(name_value.first);
   MS_ASSIGN_OR_RETURN(
-      HostTensor tensor,
+      NamedTensor tensor,
       ReadNpyInput(name_value.first, name_value.second,
                    it == want.end() ? std::nullopt : std::optional<DType>(it->second)),
       "flag --input ", name_value.first);
@@ -128,11 +128,11 @@ absl::StatusOr<InferRequestFlags> InferRequestFromFlags(const CliArgs& args) {
   return r;
 }
 
-absl::StatusOr<std::vector<HostTensor>> ReadInputFlags(const CliArgs& args,
+absl::StatusOr<std::vector<NamedTensor>> ReadInputFlags(const CliArgs& args,
                                                        const std::map<std::string, DType>& want) {
-  std::vector<HostTensor> inputs;
+  std::vector<NamedTensor> inputs;
   for (const std::string& text : args.GetAll("input")) {
-    MS_ASSIGN_OR_RETURN(HostTensor input, ReadInputFlag(text, want));
+    MS_ASSIGN_OR_RETURN(NamedTensor input, ReadInputFlag(text, want));
     inputs.push_back(std::move(input));
   }
   return inputs;
@@ -156,13 +156,13 @@ absl::Status MakeOutputDir(const std::string& dir) {
 
 // Prints each output's type (and its grid), writing it to --output_dir.
 absl::Status PrintOutputs(InferenceClient& client, const InferRequestFlags& request,
-                          const std::vector<HostTensor>& inputs, InferResult& result) {
+                          const std::vector<NamedTensor>& inputs, InferResult& result) {
   std::map<std::string, std::vector<int64_t>> input_shapes;
-  for (const HostTensor& input : inputs) input_shapes[input.name] = input.shape;
+  for (const NamedTensor& input : inputs) input_shapes[input.name] = input.shape;
   OutputTypeResolver types(client, request.model, input_shapes, request.out_shardings,
                            request.deadline);
   for (InferOutput& output : result.outputs) {
-    HostTensor& tensor = output.tensor;
+    NamedTensor& tensor = output.tensor;
     OutputType type = types.Resolve(output);
     std::printf("%s: %s\n", tensor.name.c_str(), type.type_str.c_str());
     if (!type.visualization.empty()) std::printf("%s\n", type.visualization.c_str());
@@ -234,12 +234,12 @@ int RunStatus(const CliArgs& args) {
 // ---- bench ----
 
 // Random inputs of the given shapes and the model's dtypes (normal(0, 1)).
-absl::StatusOr<std::vector<HostTensor>> RandomInputs(
+absl::StatusOr<std::vector<NamedTensor>> RandomInputs(
     const std::map<std::string, std::vector<int64_t>>& shapes,
     const std::map<std::string, DType>& dtypes, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<HostTensor> inputs;
+  std::vector<NamedTensor> inputs;
   for (const auto& [name, shape] : shapes) {
     auto it = dtypes.find(name);
     DType dtype = it == dtypes.end() ? DType::kFloat32 : it->second;
@@ -252,7 +252,7 @@ absl::StatusOr<std::vector<HostTensor>> RandomInputs(
     }
     MS_ASSIGN_OR_RETURN(Tensor tensor, Tensor::FromValues(dtype, shape, values),
                         "input '", name, "'");
-    MS_ASSIGN_OR_RETURN(HostTensor host, HostTensor::Create(name, dtype, shape,
+    MS_ASSIGN_OR_RETURN(NamedTensor host, NamedTensor::Create(name, dtype, shape,
                                                             std::string(tensor.bytes())));
     inputs.push_back(std::move(host));
   }
@@ -297,12 +297,12 @@ absl::StatusOr<BenchOptions> BenchOptionsFromFlags(const CliArgs& args) {
 
 // A few distinct random inputs, made up front so that generating them is not
 // measured.
-absl::StatusOr<std::vector<std::vector<HostTensor>>> MakeInputVariants(
+absl::StatusOr<std::vector<std::vector<NamedTensor>>> MakeInputVariants(
     const BenchOptions& o, const std::map<std::string, DType>& dtypes) {
   const int num_variants = static_cast<int>(std::min<int64_t>(o.concurrency, 4));
-  std::vector<std::vector<HostTensor>> variants;
+  std::vector<std::vector<NamedTensor>> variants;
   for (int v = 0; v < num_variants; ++v) {
-    MS_ASSIGN_OR_RETURN(std::vector<HostTensor> inputs, RandomInputs(o.shapes, dtypes, o.seed + v));
+    MS_ASSIGN_OR_RETURN(std::vector<NamedTensor> inputs, RandomInputs(o.shapes, dtypes, o.seed + v));
     variants.push_back(std::move(inputs));
   }
   return variants;
@@ -310,7 +310,7 @@ absl::StatusOr<std::vector<std::vector<HostTensor>>> MakeInputVariants(
 
 // Requests that compile and install the program before the measurement.
 void Warmup(InferenceClient& client, const BenchOptions& o,
-            const std::vector<HostTensor>& inputs) {
+            const std::vector<NamedTensor>& inputs) {
   for (int64_t i = 0; i < o.warmup; ++i) {
     auto result = client.Infer(o.model, inputs, o.out_shardings, o.Deadline());
     if (!result.ok()) {
@@ -331,13 +331,13 @@ struct BenchStats {
 // o.requests requests from o.concurrency callers at once (ParallelFor), each
 // sending one variant.
 BenchStats RunLoad(InferenceClient& client, const BenchOptions& o,
-                   const std::vector<std::vector<HostTensor>>& variants) {
+                   const std::vector<std::vector<NamedTensor>>& variants) {
   BenchStats stats;
   stats.latencies_ms.reserve(o.requests);
   std::atomic<int64_t> next{0};
   absl::Mutex mu;
   auto worker = [&](int thread) {
-    const std::vector<HostTensor>& inputs = variants[thread % variants.size()];
+    const std::vector<NamedTensor>& inputs = variants[thread % variants.size()];
     while (next.fetch_add(1) < o.requests) {
       auto start = std::chrono::steady_clock::now();
       auto result = client.Infer(o.model, inputs, o.out_shardings, o.Deadline());

@@ -39,24 +39,6 @@ absl::Status FromGrpc(const grpc::Status& status, absl::string_view rpc,
   return AnnotateStatus(FromGrpcStatus(status), rpc, " on ", target);
 }
 
-float BFloat16BitsToFloat(uint16_t bits) {
-  uint32_t wide = static_cast<uint32_t>(bits) << 16;
-  float value;
-  std::memcpy(&value, &wide, sizeof(value));
-  return value;
-}
-
-template <typename T>
-void Widen(const std::string& bytes, std::vector<float>* out) {
-  size_t n = bytes.size() / sizeof(T);
-  out->resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    T value;
-    std::memcpy(&value, bytes.data() + i * sizeof(T), sizeof(T));
-    (*out)[i] = static_cast<float>(value);
-  }
-}
-
 template <typename T, typename Repeated>
 std::string PackRepeated(const Repeated& values) {
   std::string bytes(values.size() * sizeof(T), '\0');
@@ -74,79 +56,7 @@ std::string NextRequestId() {
 
 }  // namespace
 
-absl::StatusOr<HostTensor> HostTensor::Create(std::string name, DType dtype,
-                                              std::vector<int64_t> shape,
-                                              std::string bytes) {
-  int64_t num_elements = 1;
-  for (int64_t dim : shape) {
-    if (dim < 0) {
-      return InvalidArgument("tensor '", name, "': negative dim in shape ",
-                             ShapeToCompactString(shape));
-    }
-  }
-  // A zero dim makes the tensor empty whatever the other dims are (as
-  // NumElementsOfShape counts, so a .npy ParseNpy accepts is accepted here).
-  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) num_elements = 0;
-  for (int64_t dim : shape) {
-    if (num_elements == 0) break;
-    if (num_elements > (int64_t{1} << 50) / dim) {
-      return InvalidArgument("tensor '", name, "': shape ", ShapeToCompactString(shape),
-                             " is too large");
-    }
-    num_elements *= dim;
-  }
-  int64_t expected = num_elements * DTypeSize(dtype);
-  if (static_cast<int64_t>(bytes.size()) != expected) {
-    return InvalidArgument("tensor '", name, "': ", DTypeName(dtype),
-                           ShapeToCompactString(shape), " needs ", expected,
-                           " bytes, got ", bytes.size());
-  }
-  HostTensor tensor;
-  tensor.name = std::move(name);
-  tensor.dtype = dtype;
-  tensor.shape = std::move(shape);
-  tensor.bytes = std::move(bytes);
-  return tensor;
-}
-
-int64_t HostTensor::NumElements() const {
-  int64_t n = 1;
-  for (int64_t dim : shape) n *= dim;
-  return n;
-}
-
-absl::StatusOr<std::vector<float>> HostTensor::ToFloat32() const {
-  std::vector<float> out;
-  switch (dtype) {
-    case DType::kFloat32:
-      out.resize(bytes.size() / sizeof(float));
-      std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
-      return out;
-    case DType::kBFloat16: {
-      out.resize(bytes.size() / 2);
-      for (size_t i = 0; i < out.size(); ++i) {
-        uint16_t bits;
-        std::memcpy(&bits, bytes.data() + 2 * i, 2);
-        out[i] = BFloat16BitsToFloat(bits);
-      }
-      return out;
-    }
-    case DType::kFloat64:
-      Widen<double>(bytes, &out);
-      return out;
-    case DType::kInt32:
-      Widen<int32_t>(bytes, &out);
-      return out;
-    case DType::kInt64:
-      Widen<int64_t>(bytes, &out);
-      return out;
-    default:
-      return InvalidArgument("tensor '", name, "': cannot convert ",
-                             DTypeName(dtype), " to float32");
-  }
-}
-
-absl::StatusOr<HostTensor> DecodeOutputTensor(
+absl::StatusOr<NamedTensor> DecodeOutputTensor(
     const inference::ModelInferResponse::InferOutputTensor& output, std::string* raw) {
   absl::StatusOr<DType> dtype = ParseDType(output.datatype());
   if (!dtype.ok()) {
@@ -177,8 +87,8 @@ absl::StatusOr<HostTensor> DecodeOutputTensor(
                         " sent without raw_output_contents");
     }
   }
-  absl::StatusOr<HostTensor> tensor =
-      HostTensor::Create(output.name(), *dtype, std::move(shape), std::move(bytes));
+  absl::StatusOr<NamedTensor> tensor =
+      NamedTensor::Create(output.name(), *dtype, std::move(shape), std::move(bytes));
   if (!tensor.ok()) {
     return Internal("malformed reply: ", tensor.status().message());
   }
@@ -301,15 +211,15 @@ absl::StatusOr<InferResult> ResultFromReply(grpc::ByteBuffer reply, const std::s
 }  // namespace
 
 absl::StatusOr<InferResult> InferenceClient::Infer(
-    absl::string_view model, absl::Span<const HostTensor> inputs,
+    absl::string_view model, absl::Span<const NamedTensor> inputs,
     const std::map<std::string, std::string>& out_shardings,
     absl::Time deadline) {
-  std::vector<HostTensor> copies(inputs.begin(), inputs.end());
+  std::vector<NamedTensor> copies(inputs.begin(), inputs.end());
   return InferMovingInputs(model, absl::MakeSpan(copies), out_shardings, deadline);
 }
 
 absl::StatusOr<InferResult> InferenceClient::InferMovingInputs(
-    absl::string_view model, absl::Span<HostTensor> inputs,
+    absl::string_view model, absl::Span<NamedTensor> inputs,
     const std::map<std::string, std::string>& out_shardings, absl::Time deadline) {
   inference::ModelInferRequest request;  // all but raw_input_contents
   request.set_model_name(std::string(model));
@@ -318,8 +228,8 @@ absl::StatusOr<InferResult> InferenceClient::InferMovingInputs(
   // the message nor into gRPC's buffers (common/rpc/zero_copy/bytes_field_wire.h).
   auto contents = std::make_shared<std::vector<std::string>>();
   contents->reserve(inputs.size());
-  for (HostTensor& input : inputs) {
-    // Re-validates: a HostTensor is a plain struct anyone can fill in.
+  for (NamedTensor& input : inputs) {
+    // Re-validates: a NamedTensor is a plain struct anyone can fill in.
     int64_t expected = input.NumElements() * DTypeSize(input.dtype);
     if (static_cast<int64_t>(input.bytes.size()) != expected) {
       return InvalidArgument("input '", input.name, "': ", DTypeName(input.dtype),

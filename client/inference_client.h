@@ -35,6 +35,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/base/dtype.h"
+#include "common/tensor/named_tensor.h"
 #include "grpcpp/security/credentials.h"
 #include "proto/cluster_service.grpc.pb.h"
 #include "proto/inference.grpc.pb.h"
@@ -42,30 +43,11 @@
 namespace meshserve {
 namespace client {
 
-// A named dense tensor held by the client: raw little-endian row-major bytes.
-struct HostTensor {
-  std::string name;
-  DType dtype = DType::kFloat32;
-  std::vector<int64_t> shape;
-  std::string bytes;
-
-  // Checks that bytes.size() == product(shape) * DTypeSize(dtype).
-  // \error kInvalidArgument naming the tensor, shape, dtype and both lengths;
-  //   also for a negative dim.
-  static absl::StatusOr<HostTensor> Create(std::string name, DType dtype,
-                                           std::vector<int64_t> shape,
-                                           std::string bytes);
-  int64_t NumElements() const;
-  // The values widened to float32 (bfloat16 exactly, float64 rounded, ints
-  // converted). \error kInvalidArgument for bool/uint8/int8 tensors.
-  absl::StatusOr<std::vector<float>> ToFloat32() const;
-};
-
 // One output of a request: its tensor and the string parameters the server
 // attached to it (meshserve adds "type", the JAX type string, and
 // "visualization").
 struct InferOutput {
-  HostTensor tensor;
+  NamedTensor tensor;
   std::map<std::string, std::string> parameters;
 };
 
@@ -111,14 +93,14 @@ class InferenceClient {
   //   whose bytes do not match its shape; kInternal for a reply whose raw
   //   contents do not match its outputs.
   absl::StatusOr<InferResult> Infer(
-      absl::string_view model, absl::Span<const HostTensor> inputs,
+      absl::string_view model, absl::Span<const NamedTensor> inputs,
       const std::map<std::string, std::string>& out_shardings,
       absl::Time deadline);
   // Same, moving the inputs' bytes into the request instead of copying them
   // (the inputs keep their names, dtypes and shapes, not their bytes); the
   // bytes go out as they are, with no copy into the message or gRPC's buffers.
   absl::StatusOr<InferResult> InferMovingInputs(
-      absl::string_view model, absl::Span<HostTensor> inputs,
+      absl::string_view model, absl::Span<NamedTensor> inputs,
       const std::map<std::string, std::string>& out_shardings, absl::Time deadline);
 
   // KServe model metadata (inputs/outputs with datatypes and shapes).
@@ -168,9 +150,9 @@ class InferenceClient {
 };
 
 // Decodes one KServe output (raw bytes, moved out of *raw, or typed
-// contents) into a HostTensor. Exposed for tests. \error kInternal naming the
+// contents) into a NamedTensor. Exposed for tests. \error kInternal naming the
 // output on a length mismatch or an unknown datatype.
-absl::StatusOr<HostTensor> DecodeOutputTensor(
+absl::StatusOr<NamedTensor> DecodeOutputTensor(
     const inference::ModelInferResponse::InferOutputTensor& output, std::string* raw);
 
 // Parses "8,4096,2048" (also "[8, 4096, 2048]", "8x4096x2048").

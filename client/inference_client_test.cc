@@ -1,4 +1,4 @@
-// InferenceClient against an in-process fake coordinator on loopback, HostTensor,
+// InferenceClient against an in-process fake coordinator on loopback, NamedTensor,
 // DecodeOutputTensor and ParseDims (inference_client.h).
 #include "client/inference_client.h"
 
@@ -133,11 +133,11 @@ class InferenceClientTest : public ::testing::Test {
 };
 
 TEST_F(InferenceClientTest, InferSendsRawBytesAndDecodesRawOutputs) {
-  ASSERT_OK_AND_ASSIGN(HostTensor x, HostTensor::Create("x", DType::kFloat32, {2, 2},
+  ASSERT_OK_AND_ASSIGN(NamedTensor x, NamedTensor::Create("x", DType::kFloat32, {2, 2},
                                                         FloatBytes({1, 2, 3, 4})));
   ASSERT_OK_AND_ASSIGN(InferResult result, client_->Infer("double", {x}, {}, Deadline()));
   ASSERT_EQ(result.outputs.size(), 1u);
-  const HostTensor& y = result.outputs[0].tensor;
+  const NamedTensor& y = result.outputs[0].tensor;
   EXPECT_EQ(y.name, "y");
   EXPECT_THAT(y.shape, ElementsAre(2, 2));
   ASSERT_OK_AND_ASSIGN(std::vector<float> values, y.ToFloat32());
@@ -151,7 +151,7 @@ TEST_F(InferenceClientTest, InferSendsRawBytesAndDecodesRawOutputs) {
 }
 
 TEST_F(InferenceClientTest, OutShardingRequestsEveryOutputWithItsParameter) {
-  ASSERT_OK_AND_ASSIGN(HostTensor x, HostTensor::Create("x", DType::kFloat32, {2},
+  ASSERT_OK_AND_ASSIGN(NamedTensor x, NamedTensor::Create("x", DType::kFloat32, {2},
                                                         FloatBytes({1, 2})));
   ASSERT_OK(client_->Infer("double", {x}, {{"y", "P('data')"}}, Deadline()).status());
   absl::MutexLock lock(&inference_.mu);
@@ -164,7 +164,7 @@ TEST_F(InferenceClientTest, OutShardingRequestsEveryOutputWithItsParameter) {
 }
 
 TEST_F(InferenceClientTest, ServerErrorsKeepTheirCode) {
-  ASSERT_OK_AND_ASSIGN(HostTensor x, HostTensor::Create("x", DType::kFloat32, {1},
+  ASSERT_OK_AND_ASSIGN(NamedTensor x, NamedTensor::Create("x", DType::kFloat32, {1},
                                                         FloatBytes({1})));
   EXPECT_THAT(client_->Infer("nope", {x}, {}, Deadline()),
               StatusIs(absl::StatusCode::kNotFound, "model 'nope' not found"));
@@ -173,7 +173,7 @@ TEST_F(InferenceClientTest, ServerErrorsKeepTheirCode) {
 }
 
 TEST_F(InferenceClientTest, InferRejectsBytesThatDoNotMatchTheShape) {
-  HostTensor bad{"x", DType::kFloat32, {2, 2}, std::string(3, '\0')};
+  NamedTensor bad{"x", DType::kFloat32, {2, 2}, std::string(3, '\0')};
   EXPECT_THAT(client_->Infer("double", {bad}, {}, Deadline()),
               StatusIs(absl::StatusCode::kInvalidArgument, "needs 16 bytes, got 3"));
 }
@@ -205,29 +205,6 @@ TEST(InferenceClientCreateTest, UnreachableServerIsUnavailable) {
               StatusIs(absl::StatusCode::kUnavailable));
 }
 
-TEST(HostTensorTest, CreateChecksByteLength) {
-  EXPECT_THAT(HostTensor::Create("x", DType::kBFloat16, {3}, std::string(4, '\0')),
-              StatusIs(absl::StatusCode::kInvalidArgument, "needs 6 bytes, got 4"));
-  EXPECT_THAT(HostTensor::Create("x", DType::kFloat32, {-1}, ""),
-              StatusIs(absl::StatusCode::kInvalidArgument, "negative"));
-}
-
-TEST(HostTensorTest, AZeroDimIsEmptyWhateverTheOtherDims) {
-  // npy_fuzz's regression: ParseNpy accepted this shape (0 elements) and
-  // ReadNpyInput refused it as too large.
-  EXPECT_OK(HostTensor::Create("x", DType::kUInt8, {2920000008552922, 2, 0, 7}, "").status());
-  EXPECT_FALSE(HostTensor::Create("x", DType::kUInt8, {int64_t{1} << 40, int64_t{1} << 20}, "")
-                   .ok());
-}
-
-TEST(HostTensorTest, BFloat16WidensExactly) {
-  // 1.0 = 0x3F80, -2.5 = 0xC020 in bfloat16.
-  std::string bytes = {'\x80', '\x3F', '\x20', '\xC0'};
-  ASSERT_OK_AND_ASSIGN(HostTensor t, HostTensor::Create("t", DType::kBFloat16, {2}, bytes));
-  ASSERT_OK_AND_ASSIGN(std::vector<float> values, t.ToFloat32());
-  EXPECT_THAT(values, ElementsAre(1.0f, -2.5f));
-}
-
 TEST(DecodeOutputTensorTest, TypedContentsAndLengthMismatch) {
   inference::ModelInferResponse::InferOutputTensor out;
   out.set_name("y");
@@ -235,7 +212,7 @@ TEST(DecodeOutputTensorTest, TypedContentsAndLengthMismatch) {
   out.add_shape(2);
   out.mutable_contents()->add_fp32_contents(1.5f);
   out.mutable_contents()->add_fp32_contents(-1.0f);
-  ASSERT_OK_AND_ASSIGN(HostTensor t, DecodeOutputTensor(out, nullptr));
+  ASSERT_OK_AND_ASSIGN(NamedTensor t, DecodeOutputTensor(out, nullptr));
   EXPECT_EQ(t.bytes, FloatBytes({1.5f, -1.0f}));
   std::string raw(5, '\0');
   EXPECT_THAT(DecodeOutputTensor(out, &raw), StatusIs(absl::StatusCode::kInternal, "'y'"));

@@ -16,7 +16,7 @@
 namespace meshserve {
 namespace client {
 
-absl::StatusOr<HostTensor> ReadNpyInput(const std::string& name, const std::string& path,
+absl::StatusOr<NamedTensor> ReadNpyInput(const std::string& name, const std::string& path,
                                         std::optional<DType> want) {
   MS_ASSIGN_OR_RETURN(std::string file, ReadFileToString(path), "npy");
   MS_ASSIGN_OR_RETURN(NpyLayout layout, ParseNpyLayout(file, path));
@@ -30,13 +30,13 @@ absl::StatusOr<HostTensor> ReadNpyInput(const std::string& name, const std::stri
       std::memcpy(row.data(), data.data() + at * sizeof(float), static_cast<size_t>(k) * sizeof(float));
       FloatToBFloat16(row.data(), reinterpret_cast<uint16_t*>(bytes.data()) + at, k);
     }
-    return HostTensor::Create(name, DType::kBFloat16, std::move(layout.shape), std::move(bytes));
+    return NamedTensor::Create(name, DType::kBFloat16, std::move(layout.shape), std::move(bytes));
   }
   file.erase(0, layout.data_offset);  // in place: the data is the file's tail
-  return HostTensor::Create(name, layout.dtype, std::move(layout.shape), std::move(file));
+  return NamedTensor::Create(name, layout.dtype, std::move(layout.shape), std::move(file));
 }
 
-absl::Status WriteNpyOutput(const std::string& dir, HostTensor tensor) {
+absl::Status WriteNpyOutput(const std::string& dir, NamedTensor tensor) {
   const std::string path = absl::StrCat(dir, "/", tensor.name, ".npy");
   if (tensor.dtype == DType::kFloat32) {  // the bytes as they are, after the header
     return WriteNpyBytes(path, DType::kFloat32, tensor.shape, tensor.bytes);

@@ -27,10 +27,10 @@ namespace client {
 
 // `want`: the model's dtype for the input, when known.
 // \error kNotFound if the file cannot be read; ParseNpy's errors.
-absl::StatusOr<HostTensor> ReadNpyInput(const std::string& name, const std::string& path,
+absl::StatusOr<NamedTensor> ReadNpyInput(const std::string& name, const std::string& path,
                                         std::optional<DType> want);
 // Writes DIR/NAME.npy (float32); `tensor`'s bytes are released on the way.
-absl::Status WriteNpyOutput(const std::string& dir, HostTensor tensor);
+absl::Status WriteNpyOutput(const std::string& dir, NamedTensor tensor);
 
 }  // namespace client
 }  // namespace meshserve
