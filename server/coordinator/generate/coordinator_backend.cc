@@ -49,6 +49,13 @@ class CoordinatorStepExecutor : public StepExecutor {
   absl::StatusOr<std::vector<SampledToken>> RunStep(const StepPlan& plan) override {
     pending_release_.insert(pending_release_.end(), plan.release.begin(), plan.release.end());
     std::vector<SampledToken> tokens;
+    if (plan.release_only()) {
+      // Nothing else runs: the releases go now, in a step of one padding
+      // token (no span), so a cancelled last sequence's blocks are freed on
+      // the workers at once rather than with the next request.
+      MS_RETURN_IF_ERROR(RunBatch(plan.step, StepBatch{}, &tokens));
+      return tokens;
+    }
     for (const StepBatch& batch : plan.batches) {
       MS_RETURN_IF_ERROR(RunBatch(plan.step, batch, &tokens));
     }
