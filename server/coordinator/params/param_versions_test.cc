@@ -256,6 +256,22 @@ TEST_F(CarriedVersionsTest, AHeldVersionFollowsASecondScaleStep) {
   }
 }
 
+TEST_F(CarriedVersionsTest, AHeldVersionThatCannotBeRebuiltIsLeftOut) {
+  Start(3, absl::Seconds(600));
+  std::shared_ptr<const Placement> v1 = Hold();
+  const int64_t survivor = v1->WorkerIds().front();
+  ASSERT_OK(Push(2).status());
+  // The survivor no longer has version 1: its only other copy dies next.
+  ASSERT_OK(cluster_.Worker(survivor)->UnloadModel("lv", v1->generation, 1, absl::Seconds(5)));
+  KillOneAndPlace();
+  // The scale step goes on with version 2 alone.
+  const ModelStatus st = Status();
+  ASSERT_TRUE(st.ready) << st.state;
+  ASSERT_NE(st.generation, v1->generation);
+  EXPECT_EQ(cluster_.Worker(survivor)->versions("lv", st.generation), std::vector<int64_t>{2});
+  ExpectServes(2, 2);
+}
+
 TEST_F(CarriedVersionsTest, AnUnheldVersionIsNotCarried) {
   Start(3, absl::Seconds(600));
   ASSERT_OK(Push(2).status());
