@@ -36,6 +36,24 @@ using namespace ::meshserve::program_testing;  // NOLINT
 constexpr int64_t kM = 4, kK = 8, kN = 6;
 constexpr auto& B = IrBox;
 
+// A program of the "mm" model: `id` at `generation` for `worker` (-1: any).
+ProgramIr MmProgram(std::string id, std::vector<StepIr> steps = {}, int64_t generation = 1,
+                    int64_t worker = -1) {
+  ProgramIr p;
+  p.program_id = std::move(id);
+  p.model = "mm";
+  p.generation = generation;
+  p.worker = worker;
+  p.steps = std::move(steps);
+  return p;
+}
+
+// One step on worker 0 that waits for tag `tag`, which no peer ever sends
+// unless the test delivers it.
+std::vector<StepIr> WaitForTag(const std::string& tag) {
+  return {Recv(0, "buf", B({{0, 4}}), tag, false, B({{0, 4}}), kWireFloat32, 1)};
+}
+
 // y = x @ w with x [M, K] split over K (P(None, 'x')) and w [K, N] split over
 // K (P('x', None)); y is reduce-scattered to P('x', None).
 std::string MatmulModelJson(const std::string& extra = "") {
@@ -68,11 +86,7 @@ LoadModelIr MatmulLoad(std::vector<int64_t> devices, std::vector<int64_t> device
 ProgramIr MatmulProgram(int64_t worker) {
   const int64_t other = 1 - worker;
   const int64_t half = kM / 2;
-  ProgramIr p;
-  p.program_id = "mm-prog";
-  p.model = "mm";
-  p.generation = 1;
-  p.worker = worker;
+  ProgramIr p = MmProgram("mm-prog", {}, 1, worker);
   ComputeStepIr dot = Compute(worker, ComputeOp::kDotGeneral, {"in/x", "param/w"}, "partial",
                               B({{0, kM}, {0, kN}}));
   dot.lhs_contracting = {1};
@@ -284,11 +298,7 @@ TEST(WorkerEngineTest, DevicesWithIdenticalBoxesShareOneBuffer) {
 TEST(WorkerEngineTest, LocalCopyAndSendToSelfBetweenDevicesOfOneWorker) {
   WorkerEngine engine(WorkerEngine::Options(), nullptr);
   ASSERT_OK(engine.LoadModel(MatmulLoad({0, 1}, {0, 0})).status());
-  ProgramIr p;
-  p.program_id = "local";
-  p.model = "mm";
-  p.generation = 1;
-  p.worker = 0;
+  ProgramIr p = MmProgram("local", {}, 1, 0);
   // w's rows [0:4) live on device 0, [4:8) on device 1: gather them on device 1.
   p.steps.push_back(Copy(0, "param/w", B({{0, 4}, {0, kN}}), 1, "full",
                          B({{0, kK}, {0, kN}}), kWireFloat32));
@@ -309,11 +319,7 @@ TEST(WorkerEngineTest, LocalCopyAndSendToSelfBetweenDevicesOfOneWorker) {
 TEST(WorkerEngineTest, UninstallDropsTheProgram) {
   WorkerEngine engine(WorkerEngine::Options(), nullptr);
   ASSERT_OK(engine.LoadModel(MatmulLoad({0, 1}, {0, 0})).status());
-  ProgramIr p;
-  p.model = "mm";
-  p.generation = 1;
-  p.worker = 0;
-  p.steps.push_back(Output(0, "param/w", B({{0, 4}, {0, kN}}), "w"));
+  ProgramIr p = MmProgram("", {Output(0, "param/w", B({{0, 4}, {0, kN}}), "w")}, 1, 0);
   for (const char* id : {"keep", "drop"}) {
     p.program_id = id;
     ASSERT_OK(engine.InstallProgram(p));
@@ -349,12 +355,7 @@ class EngineErrorTest : public ::testing::Test {
   // Installs a one-worker program with `steps` and runs it with x's slice.
   absl::Status Run(std::vector<StepIr> steps, std::vector<SliceIr> inputs = {},
                    absl::Duration timeout = absl::Seconds(5)) {
-    ProgramIr p;
-    p.program_id = absl::StrCat("p", ++counter_);
-    p.model = "mm";
-    p.generation = 1;
-    p.worker = 0;
-    p.steps = std::move(steps);
+    ProgramIr p = MmProgram(absl::StrCat("p", ++counter_), std::move(steps), 1, 0);
     absl::Status s = engine_.InstallProgram(p);
     if (!s.ok()) return s;
     return engine_.Execute(p.program_id, absl::StrCat("req", counter_), std::move(inputs), timeout)
@@ -372,11 +373,7 @@ TEST_F(EngineErrorTest, UnknownProgramIsNotFound) {
 }
 
 TEST_F(EngineErrorTest, ModelNotLoadedIsFailedPrecondition) {
-  ProgramIr p;
-  p.program_id = "g2";
-  p.model = "mm";
-  p.generation = 2;
-  ASSERT_OK(engine_.InstallProgram(p));
+  ASSERT_OK(engine_.InstallProgram(MmProgram("g2", {}, 2)));
   EXPECT_THAT(engine_.Execute("g2", "r", {}, absl::Seconds(1)),
               StatusIs(absl::StatusCode::kFailedPrecondition, "generation 2 is not loaded"));
 }
@@ -456,13 +453,9 @@ TEST_F(EngineErrorTest, ReceiveWithoutSenderTimesOutThenNextRequestIsServed) {
 // ExecuteAsync does not hold the caller's thread while a receive waits: the
 // slice's delivery runs the rest of the request, and `done`, on its thread.
 TEST_F(EngineErrorTest, ExecuteAsyncReturnsWhileAReceiveWaits) {
-  ProgramIr p;
-  p.program_id = "wait-out";
-  p.model = "mm";
-  p.generation = 1;
-  p.steps = {Recv(0, "buf", B({{0, 4}}), "t", false, B({{0, 4}}), kWireFloat32, 1),
-             Output(0, "buf", B({{0, 4}}), "y")};
-  ASSERT_OK(engine_.InstallProgram(p));
+  std::vector<StepIr> steps = WaitForTag("t");
+  steps.push_back(Output(0, "buf", B({{0, 4}}), "y"));
+  ASSERT_OK(engine_.InstallProgram(MmProgram("wait-out", std::move(steps))));
   absl::Notification done;
   absl::StatusOr<std::vector<SliceIr>> result;
   engine_.ExecuteAsync("wait-out", "ra", {}, absl::Seconds(30), 0,
@@ -493,12 +486,8 @@ TEST(WorkerEngineExecutorTest, QuickProgramsStayOnTheCallersThread) {
   };
   WorkerEngine engine(options, nullptr);
   ASSERT_OK(engine.LoadModel(MatmulLoad({0}, {0, 1})).status());
-  ProgramIr p;
-  p.program_id = "out";
-  p.model = "mm";
-  p.generation = 1;
-  p.steps = {Output(0, "param/w", B({{0, 4}, {0, kN}}), "w")};
-  ASSERT_OK(engine.InstallProgram(p));
+  ASSERT_OK(
+      engine.InstallProgram(MmProgram("out", {Output(0, "param/w", B({{0, 4}, {0, kN}}), "w")})));
   ASSERT_OK(engine.Execute("out", "r1", {}, absl::Seconds(5)).status());
   EXPECT_EQ(scheduled, 1);
   ASSERT_OK(engine.Execute("out", "r2", {}, absl::Seconds(5)).status());
@@ -514,12 +503,7 @@ TEST(WorkerEngineExecutorTest, DestroyingTheEngineEndsWaitingRuns) {
   {
     WorkerEngine engine(WorkerEngine::Options(), nullptr);
     ASSERT_OK(engine.LoadModel(MatmulLoad({0}, {0, 1})).status());
-    ProgramIr p;
-    p.program_id = "wait";
-    p.model = "mm";
-    p.generation = 1;
-    p.steps = {Recv(0, "buf", B({{0, 4}}), "never", false, B({{0, 4}}), kWireFloat32, 1)};
-    ASSERT_OK(engine.InstallProgram(p));
+    ASSERT_OK(engine.InstallProgram(MmProgram("wait", WaitForTag("never"))));
     engine.ExecuteAsync("wait", "rw", {}, absl::Seconds(30), 0,
                         [&](absl::StatusOr<std::vector<SliceIr>> out) {
                           status = out.status();
@@ -532,12 +516,7 @@ TEST(WorkerEngineExecutorTest, DestroyingTheEngineEndsWaitingRuns) {
 }
 
 TEST_F(EngineErrorTest, CancelAbortsAPendingReceive) {
-  ProgramIr p;
-  p.program_id = "wait";
-  p.model = "mm";
-  p.generation = 1;
-  p.steps = {Recv(0, "buf", B({{0, 4}}), "never", false, B({{0, 4}}), kWireFloat32, 1)};
-  ASSERT_OK(engine_.InstallProgram(p));
+  ASSERT_OK(engine_.InstallProgram(MmProgram("wait", WaitForTag("never"))));
   std::thread canceller([this]() {
     absl::SleepFor(absl::Milliseconds(100));
     engine_.Cancel("rc", "peer 1 failed");
@@ -554,11 +533,7 @@ TEST_F(EngineErrorTest, CancelAbortsAPendingReceive) {
 }
 
 TEST_F(EngineErrorTest, SameRequestIdTwiceIsAlreadyExists) {
-  ProgramIr p;
-  p.program_id = "noop";
-  p.model = "mm";
-  p.generation = 1;
-  ASSERT_OK(engine_.InstallProgram(p));
+  ASSERT_OK(engine_.InstallProgram(MmProgram("noop")));
   ASSERT_OK(engine_.Execute("noop", "dup", {}, absl::Seconds(1)).status());
   EXPECT_THAT(engine_.Execute("noop", "dup", {}, absl::Seconds(1)),
               StatusIs(absl::StatusCode::kAlreadyExists));
@@ -570,11 +545,7 @@ TEST_F(EngineErrorTest, SendWithoutTransportIsUnavailable) {
 }
 
 TEST_F(EngineErrorTest, RecvAndCopyConvertBetweenDTypesAndFreeOfAbsentBufferIsANoOp) {
-  ProgramIr p;
-  p.program_id = "convert";
-  p.model = "mm";
-  p.generation = 1;
-  p.worker = 0;
+  ProgramIr p = MmProgram("convert", {}, 1, 0);
   const BoxIr rows = B({{0, 4}, {0, kN}});
   // float32 param -> (send to self) -> bfloat16 buffer -> (copy) -> float32.
   p.steps.push_back(Send(0, "param/w", rows, 0, 0, "t"));
@@ -625,11 +596,7 @@ TEST(WorkerEngineTest, FailedSendFailsTheSenderAndTheReceiverTimesOut) {
 TEST(ProgramValidationTest, BadProgramsAreRejectedAtInstall) {
   WorkerEngine engine(WorkerEngine::Options(), nullptr);
   auto install = [&](std::vector<StepIr> steps) {
-    ProgramIr p;
-    p.program_id = "bad";
-    p.model = "mm";
-    p.steps = std::move(steps);
-    return engine.InstallProgram(p);
+    return engine.InstallProgram(MmProgram("bad", std::move(steps), 0));
   };
   EXPECT_THAT(install({Output(0, "a", B({{2, 1}}), "o")}),
               StatusIs(absl::StatusCode::kInvalidArgument, "step 0"));
