@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/coordinator/generate/testing/char_tokenizer.h"
 #include "server/coordinator/generate/testing/fake_steps.h"
 #include "tests/testing/status_matchers.h"
 
@@ -200,34 +201,17 @@ TEST(GeneratorTest, SeedsAreDrawnWhenNotGiven) {
 
 // 'a'..'z' <-> ids 0..25, one per letter; ids 40..43 are the bytes E2, 82,
 // AC (the three of U+20AC) and FF (never valid in UTF-8); others unknown.
-class LetterTokenizer : public tokenizer::Tokenizer {
+// Text encodes character by character ('C' has no token).
+class LetterTokenizer : public testing::CharTokenizer {
  public:
-  absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const override {
-    static const char* kBytes[] = {"\xE2", "\x82", "\xAC", "\xFF"};
-    std::string out;
-    for (int32_t id : ids) {
-      if (id >= 0 && id < 26) {
-        out += static_cast<char>('a' + id);
-      } else if (id >= 40 && id < 44) {
-        out += kBytes[id - 40];
-      } else {
-        return absl::OutOfRangeError("unknown id " + std::to_string(id));
-      }
-    }
-    return out;
-  }
-  int32_t vocab_size() const override { return 44; }
-  bool IsSpecial(int32_t) const override { return false; }
-  std::optional<int32_t> TokenToId(absl::string_view) const override { return std::nullopt; }
+  LetterTokenizer() : CharTokenizer(Pieces()) {}
 
- protected:
-  absl::StatusOr<std::vector<int32_t>> EncodeText(absl::string_view text) const override {
-    std::vector<int32_t> ids;
-    for (char ch : text) {
-      if (ch < 'a' || ch > 'z') return absl::InvalidArgumentError("not a letter");
-      ids.push_back(ch - 'a');
-    }
-    return ids;
+ private:
+  static std::vector<std::string> Pieces() {
+    std::vector<std::string> pieces = Alphabet("abcdefghijklmnopqrstuvwxyz");
+    pieces.resize(40);
+    for (const char* byte : {"\xE2", "\x82", "\xAC", "\xFF"}) pieces.push_back(byte);
+    return pieces;
   }
 };
 
@@ -270,7 +254,7 @@ TEST(GeneratorTest, TextPromptsAreEncodedWithTheModelsTokenizer) {
               StatusIs(absl::StatusCode::kInvalidArgument, "encodes to no tokens"));
   r.prompt_text = "Cab";
   EXPECT_THAT(generator.Start(r, nullptr).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, "not a letter"));
+              StatusIs(absl::StatusCode::kInvalidArgument, "no token for 'C'"));
 }
 
 TEST(GeneratorTest, ATokenizerThatDidNotLoadRefusesTextWithItsError) {

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -22,6 +23,7 @@
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "common/tokenizer/utf8.h"
+#include "server/coordinator/generate/testing/char_tokenizer.h"
 #include "server/coordinator/http/testing/openai_test_server.h"
 #include "tests/testing/status_matchers.h"
 
@@ -328,42 +330,20 @@ TEST_F(OpenAiHttpTest, WithADetokenizerStreamedTextIsTheWholeTextAndTheBytesDeco
 
 // A tokenizer of one character per id: id i is kChars[i] (the fake model's
 // 50 ids), and text encodes back character by character.
-class CharTokenizer : public tokenizer::Tokenizer {
- public:
-  static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJ.,!?-0123456\n";
-  absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const override {
-    std::string out;
-    for (int32_t id : ids) {
-      if (id < 0 || id >= 50) return absl::OutOfRangeError(absl::StrCat("id ", id));
-      out += kChars[id];
-    }
-    return out;
-  }
-  int32_t vocab_size() const override { return 50; }
-  bool IsSpecial(int32_t) const override { return false; }
-  std::optional<int32_t> TokenToId(absl::string_view) const override { return std::nullopt; }
-
- protected:
-  absl::StatusOr<std::vector<int32_t>> EncodeText(absl::string_view text) const override {
-    std::vector<int32_t> ids;
-    for (char ch : text) {
-      const char* at = std::strchr(kChars, ch);
-      if (ch == 0 || at == nullptr) return absl::InvalidArgumentError("not in the alphabet");
-      ids.push_back(static_cast<int32_t>(at - kChars));
-    }
-    return ids;
-  }
-};
+constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyz ABCDEFGHIJ.,!?-0123456\n";
+std::shared_ptr<testing::CharTokenizer> NewCharTokenizer() {
+  return std::make_shared<testing::CharTokenizer>(testing::CharTokenizer::Alphabet(kChars));
+}
 
 std::string CharText(const std::vector<int64_t>& ids) {
   std::string out;
-  for (int64_t id : ids) out += CharTokenizer::kChars[id];
+  for (int64_t id : ids) out += kChars[id];
   return out;
 }
 
 TEST_F(OpenAiHttpTest, StopStringsCutTheTextAndEndAtTheTokenThatCompletedThem) {
   OpenAiTestServerOptions options;
-  options.backend.tokenizer = std::make_shared<CharTokenizer>();
+  options.backend.tokenizer = NewCharTokenizer();
   Start(options);
   const std::vector<int64_t> prompt = {7, 4, 11};
   const std::vector<int64_t> full = Reference(prompt, 40, {});

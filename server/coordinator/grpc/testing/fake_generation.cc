@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "server/coordinator/generate/generator.h"
+#include "server/coordinator/generate/testing/char_tokenizer.h"
 #include "server/coordinator/generate/testing/fake_steps.h"
 
 namespace meshserve {
@@ -55,34 +56,6 @@ class CountingExecutor : public StepExecutor {
   FakeExecutor fake_;
 };
 
-// One character per id (kFakeTokenChars); text encodes character by character.
-class CharTokenizer : public tokenizer::Tokenizer {
- public:
-  absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const override {
-    std::string out;
-    for (int32_t id : ids) {
-      if (id < 0 || id >= kVocab) return absl::OutOfRangeError("id " + std::to_string(id));
-      out += kFakeTokenChars[id];
-    }
-    return out;
-  }
-  int32_t vocab_size() const override { return static_cast<int32_t>(kVocab); }
-  bool IsSpecial(int32_t) const override { return false; }
-  std::optional<int32_t> TokenToId(absl::string_view) const override { return std::nullopt; }
-
- protected:
-  absl::StatusOr<std::vector<int32_t>> EncodeText(absl::string_view text) const override {
-    std::vector<int32_t> ids;
-    for (char ch : text) {
-      const char* at = ch == 0 ? nullptr : std::strchr(kFakeTokenChars, ch);
-      if (at == nullptr) {
-        return absl::InvalidArgumentError(std::string("no token for '") + ch + "'");
-      }
-      ids.push_back(static_cast<int32_t>(at - kFakeTokenChars));
-    }
-    return ids;
-  }
-};
 
 class Backend : public GenerationBackend {
  public:
@@ -108,7 +81,7 @@ class Backend : public GenerationBackend {
   Counters* const counters_;
   const FakeGenerationOptions options_;
   const std::shared_ptr<const tokenizer::Tokenizer> tokenizer_ =
-      std::make_shared<CharTokenizer>();
+      std::make_shared<CharTokenizer>(CharTokenizer::Alphabet(kFakeTokenChars));
 };
 
 }  // namespace
