@@ -3,6 +3,7 @@
 // in-process half of the end-to-end tests (test_*.py run the cluster).
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/model/model_file.h"
@@ -30,52 +31,54 @@ std::string TypeStr(const TypedModel& typed, const std::string& name) {
   return type == nullptr ? "<missing>" : type->ToString();
 }
 
-TEST(ExampleModelsTest, LinearIsTheSeedsFirstExample) {
-  ASSERT_OK_AND_ASSIGN(ModelFile model, LoadModelFile(ExamplePath("linear")));
+using Shapes = std::map<std::string, std::vector<int64_t>>;
+using Expected = std::vector<std::pair<std::string, std::string>>;
+
+// Loads examples/models/<name>.json, checks that it validates, types it on
+// 8 devices with `inputs` (and `out_shardings`) and expects each array's type.
+void ExpectExampleTypes(const std::string& name, const Shapes& inputs, const Expected& expected,
+                        const std::map<std::string, PartitionSpec>& out_shardings = {}) {
+  SCOPED_TRACE(name);
+  ASSERT_OK_AND_ASSIGN(ModelFile model, LoadModelFile(ExamplePath(name)));
   EXPECT_OK(ValidateModel(model));
   ASSERT_OK_AND_ASSIGN(Mesh mesh, ResolveMesh(model, 8));
-  ASSERT_OK_AND_ASSIGN(TypedModel typed, TypeModel(model, mesh, {{"x", {64, 32}}}));
-  EXPECT_EQ(TypeStr(typed, "kernel"), "float32[32,32@data]");
-  EXPECT_EQ(TypeStr(typed, "x"), "float32[64@data,32]");
-  EXPECT_EQ(TypeStr(typed, "y"), "float32[64@data,32]");
+  ASSERT_OK_AND_ASSIGN(TypedModel typed, TypeModel(model, mesh, inputs, out_shardings));
+  for (const auto& [array, type] : expected) EXPECT_EQ(TypeStr(typed, array), type) << array;
+}
+
+TEST(ExampleModelsTest, LinearIsTheSeedsFirstExample) {
+  ExpectExampleTypes("linear", {{"x", {64, 32}}},
+                     {{"kernel", "float32[32,32@data]"},
+                      {"x", "float32[64@data,32]"},
+                      {"y", "float32[64@data,32]"}});
 }
 
 TEST(ExampleModelsTest, SwigluTypesAsInTheSeed) {
-  ASSERT_OK_AND_ASSIGN(ModelFile model, LoadModelFile(ExamplePath("swiglu")));
-  EXPECT_OK(ValidateModel(model));
-  ASSERT_OK_AND_ASSIGN(Mesh mesh, ResolveMesh(model, 8));
-  ASSERT_OK_AND_ASSIGN(TypedModel typed,
-                       TypeModel(model, mesh, {{"x", {8, 4096, 2048}}}));
-  EXPECT_EQ(TypeStr(typed, "gate"), "float32[8@fsdp,4096,8192@model]");
-  EXPECT_EQ(TypeStr(typed, "up"), "float32[8@fsdp,4096,8192@model]");
-  EXPECT_EQ(TypeStr(typed, "h"), "float32[8@fsdp,4096,8192@model]");
-  EXPECT_EQ(TypeStr(typed, "y"), "float32[8@fsdp,4096,2048@model]");
-  EXPECT_EQ(TypeStr(typed, "down_proj.kernel"), "float32[8192@model,2048@fsdp]");
+  ExpectExampleTypes("swiglu", {{"x", {8, 4096, 2048}}},
+                     {{"gate", "float32[8@fsdp,4096,8192@model]"},
+                      {"up", "float32[8@fsdp,4096,8192@model]"},
+                      {"h", "float32[8@fsdp,4096,8192@model]"},
+                      {"y", "float32[8@fsdp,4096,2048@model]"},
+                      {"down_proj.kernel", "float32[8192@model,2048@fsdp]"}});
 }
 
 TEST(ExampleModelsTest, SwigluPerRequestOutSharding) {
-  ASSERT_OK_AND_ASSIGN(ModelFile model, LoadModelFile(ExamplePath("swiglu")));
-  ASSERT_OK_AND_ASSIGN(Mesh mesh, ResolveMesh(model, 8));
   ASSERT_OK_AND_ASSIGN(PartitionSpec spec, ParsePartitionSpec("P('fsdp', None, None)"));
-  ASSERT_OK_AND_ASSIGN(TypedModel typed,
-                       TypeModel(model, mesh, {{"x", {8, 16, 2048}}}, {{"y", spec}}));
-  EXPECT_EQ(TypeStr(typed, "y"), "float32[8@fsdp,16,2048]");
+  ExpectExampleTypes("swiglu", {{"x", {8, 16, 2048}}}, {{"y", "float32[8@fsdp,16,2048]"}},
+                     {{"y", spec}});
 }
 
 TEST(ExampleModelsTest, TransformerBlockTypes) {
-  ASSERT_OK_AND_ASSIGN(ModelFile model, LoadModelFile(ExamplePath("transformer")));
-  EXPECT_OK(ValidateModel(model));
-  ASSERT_OK_AND_ASSIGN(Mesh mesh, ResolveMesh(model, 8));
-  ASSERT_OK_AND_ASSIGN(TypedModel typed, TypeModel(model, mesh, {{"x", {4, 16, 64}}}));
-  EXPECT_EQ(TypeStr(typed, "q_flat"), "float32[4@fsdp,16,64@model]");
-  EXPECT_EQ(TypeStr(typed, "q"), "float32[4@fsdp,16,4@model,16]");
-  EXPECT_EQ(TypeStr(typed, "scores"), "float32[4@fsdp,4@model,16,16]");
-  EXPECT_EQ(TypeStr(typed, "weights"), "float32[4@fsdp,4@model,16,16]");
-  EXPECT_EQ(TypeStr(typed, "attn"), "float32[4@fsdp,16,4@model,16]");
-  EXPECT_EQ(TypeStr(typed, "attn_flat"), "float32[4@fsdp,16,64@model]");
-  EXPECT_EQ(TypeStr(typed, "attn_out"), "float32[4@fsdp,16,64]");
-  EXPECT_EQ(TypeStr(typed, "gate"), "float32[4@fsdp,16,256@model]");
-  EXPECT_EQ(TypeStr(typed, "y"), "float32[4@fsdp,16,64]");
+  ExpectExampleTypes("transformer", {{"x", {4, 16, 64}}},
+                     {{"q_flat", "float32[4@fsdp,16,64@model]"},
+                      {"q", "float32[4@fsdp,16,4@model,16]"},
+                      {"scores", "float32[4@fsdp,4@model,16,16]"},
+                      {"weights", "float32[4@fsdp,4@model,16,16]"},
+                      {"attn", "float32[4@fsdp,16,4@model,16]"},
+                      {"attn_flat", "float32[4@fsdp,16,64@model]"},
+                      {"attn_out", "float32[4@fsdp,16,64]"},
+                      {"gate", "float32[4@fsdp,16,256@model]"},
+                      {"y", "float32[4@fsdp,16,64]"}});
 }
 
 TEST(ExampleModelsTest, TransformerNeedsItsOutShardings) {
