@@ -58,6 +58,20 @@ void ExpectEnvelope(const Json& j) {
   EXPECT_EQ(j.at("system_fingerprint"), "v3");
 }
 
+// The first choice of `j` (the caller asserted there is one), after checking
+// the envelope: it has `index`, `text`, null logprobs and `finish_reason`
+// (JSON null when it is null).
+const Json& ExpectFirstChoice(const Json& j, int index, const std::string& text,
+                              const Json& finish_reason) {
+  ExpectEnvelope(j);
+  const Json& ch = j.at("choices")[0];
+  EXPECT_EQ(ch.at("index"), index);
+  EXPECT_EQ(ch.at("text"), text);
+  EXPECT_TRUE(ch.at("logprobs").is_null());
+  EXPECT_EQ(ch.at("finish_reason"), finish_reason);
+  return ch;
+}
+
 TEST(MakeCompletionIdTest, IsCmplAndSixteenHexDigits) {
   EXPECT_EQ(MakeCompletionId(0), "cmpl-0000000000000000");
   EXPECT_EQ(MakeCompletionId(UINT64_MAX), "cmpl-ffffffffffffffff");
@@ -67,13 +81,8 @@ TEST(EncodeCompletionResponseTest, WritesEveryField) {
   const Json j = Json::parse(EncodeCompletionResponse(
       Meta(false), {Choice(0, " world", {995}, "length"), Choice(1, ".", {13}, "stop")},
       {2, 2}));
-  ExpectEnvelope(j);
   ASSERT_EQ(j.at("choices").size(), 2u);
-  const Json& ch = j.at("choices")[0];
-  EXPECT_EQ(ch.at("index"), 0);
-  EXPECT_EQ(ch.at("text"), " world");
-  EXPECT_TRUE(ch.at("logprobs").is_null());
-  EXPECT_EQ(ch.at("finish_reason"), "length");
+  const Json& ch = ExpectFirstChoice(j, 0, " world", "length");
   EXPECT_FALSE(ch.contains("token_ids"));  // only with return_token_ids
   EXPECT_FALSE(ch.contains("prompt_token_ids"));
   EXPECT_EQ(j.at("choices")[1].at("index"), 1);
@@ -125,13 +134,8 @@ TEST(EncodeCompletionResponseTest, InvalidUtf8IsReplacedNotThrown) {
 TEST(EncodeCompletionChunkTest, OneChoicesNewTextWithNullFinishAndUsage) {
   const Json j = EventJson(
       EncodeCompletionChunk(Meta(true), Choice(2, " wor", {995}, ""), /*first_of_choice=*/true));
-  ExpectEnvelope(j);
   ASSERT_EQ(j.at("choices").size(), 1u);
-  const Json& ch = j.at("choices")[0];
-  EXPECT_EQ(ch.at("index"), 2);
-  EXPECT_EQ(ch.at("text"), " wor");
-  EXPECT_TRUE(ch.at("finish_reason").is_null());
-  EXPECT_TRUE(ch.at("logprobs").is_null());
+  const Json& ch = ExpectFirstChoice(j, 2, " wor", nullptr);
   EXPECT_EQ(ch.at("token_ids"), Json::array({995}));
   EXPECT_EQ(ch.at("prompt_token_ids"), Json::array({15496, 11}));
   EXPECT_TRUE(j.at("usage").is_null());
