@@ -311,18 +311,19 @@ TEST_F(WorkerServiceTest, RoundsOfManyRequestsShareOnePeerStream) {
   EXPECT_EQ(nodes_[0].transport->streams_opened(), 1);
 }
 
-// Worker 1's program: receive 4 float32 under tag "four" from worker 0.
-Program ReceiveFourProgram() {
+// Worker 1's program `id`: one receive of 4 float32 values from worker 0
+// into buffer `tag` under tag `tag`.
+Program ReceiveFourProgram(const std::string& id = "four", const std::string& tag = "four") {
   Program p;
-  p.set_program_id("four");
+  p.set_program_id(id);
   p.set_model("mm");
   p.set_generation(1);
   p.set_worker(1);
   auto* recv = p.add_steps()->mutable_recv();
-  recv->set_buffer("four");
+  recv->set_buffer(tag);
   SetBoxOf({{0, 4}}, recv->mutable_box());
   SetBoxOf({{0, 4}}, recv->mutable_buffer_box());
-  recv->set_tag("four");
+  recv->set_tag(tag);
   recv->set_dtype(FLOAT32);
   recv->set_src_worker(0);
   recv->set_device(1);
@@ -465,20 +466,7 @@ TEST_F(WorkerServiceTest, TwoWorkerDotGeneralOverGrpcMatchesNaive) {
 }
 
 TEST_F(WorkerServiceTest, ReceiveWithoutSenderFailsThenNextRequestIsServed) {
-  Program p;
-  p.set_program_id("wait");
-  p.set_model("mm");
-  p.set_generation(1);
-  p.set_worker(1);
-  auto* recv = AddStep(&p)->mutable_recv();
-  recv->set_buffer("never");
-  SetBoxOf({{0, 4}}, recv->mutable_box());
-  SetBoxOf({{0, 4}}, recv->mutable_buffer_box());
-  recv->set_tag("never");
-  recv->set_dtype(FLOAT32);
-  recv->set_src_worker(0);
-  recv->set_device(1);
-  ASSERT_OK(Install(1, p));
+  ASSERT_OK(Install(1, ReceiveFourProgram("wait", "never")));
   ExecuteRequest request;
   request.set_program_id("wait");
   request.set_request_id("w1");
