@@ -57,22 +57,22 @@ InferRequest Concatenate(const std::vector<const InferRequest*>& requests,
   batch.requested_outputs = first.requested_outputs;
   batch.out_shardings = first.out_shardings;
   batch.timeout = timeout;
-  for (const InferInput& in : first.inputs) {
-    InferInput& out = batch.inputs.emplace_back();
+  for (const NamedTensor& in : first.inputs) {
+    NamedTensor& out = batch.inputs.emplace_back();
     out.name = in.name;
     out.dtype = in.dtype;
     out.shape = in.shape;
     out.shape[0] = 0;
     size_t bytes = 0;
     for (const InferRequest* r : requests) {
-      for (const InferInput& x : r->inputs) bytes += x.name == in.name ? x.data.size() : 0;
+      for (const NamedTensor& x : r->inputs) bytes += x.name == in.name ? x.bytes.size() : 0;
     }
-    out.data.reserve(bytes);
+    out.bytes.reserve(bytes);
     for (const InferRequest* r : requests) {
-      for (const InferInput& x : r->inputs) {
+      for (const NamedTensor& x : r->inputs) {
         if (x.name != in.name) continue;
         out.shape[0] += x.shape[0];
-        out.data.append(x.data);
+        out.bytes.append(x.bytes);
       }
     }
   }

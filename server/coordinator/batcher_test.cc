@@ -76,14 +76,14 @@ class BatcherTest : public ::testing::Test {
     InferOutput& y = out.outputs.emplace_back();
     y.name = "y";
     y.shape = r.inputs[0].shape;
-    y.data = r.inputs[0].data;
+    y.data = r.inputs[0].bytes;
     float* f = reinterpret_cast<float*>(y.data.data());
     for (size_t i = 0; i < y.data.size() / 4; ++i) f[i] *= 2;
     return out;
   }
   // Unbatched reference of `r`.
   std::string Expected(const InferRequest& r) {
-    std::string d = r.inputs[0].data;
+    std::string d = r.inputs[0].bytes;
     float* f = reinterpret_cast<float*>(d.data());
     for (size_t i = 0; i < d.size() / 4; ++i) f[i] *= 2;
     return d;
@@ -240,7 +240,7 @@ TEST_F(BatcherTest, BadRequestFailsAloneBeforeBatching) {
   std::vector<InferRequest> requests = {Request("b", 1, 4, 1), Request("b", 1, 4, 2),
                                         Request("b", 1, 4, 3)};
   requests[1].inputs[0].dtype = DType::kInt32;  // bad dtype
-  requests[2].inputs[0].data.pop_back();        // bad byte count
+  requests[2].inputs[0].bytes.pop_back();        // bad byte count
   std::vector<absl::StatusOr<InferResponse>> got = InferAll(requests);
   ASSERT_OK(got[0].status());
   EXPECT_EQ(got[0]->outputs[0].data, Expected(requests[0]));
@@ -323,7 +323,7 @@ TEST(BatchingCoordinatorTest, BatchedModelAnswersEqualUnbatched) {
     ASSERT_OK(got[i].status());
     ASSERT_EQ(got[i]->outputs.size(), 1u);
     EXPECT_EQ(got[i]->outputs[0].shape, requests[i].inputs[0].shape);
-    EXPECT_EQ(got[i]->outputs[0].data, requests[i].inputs[0].data) << i;
+    EXPECT_EQ(got[i]->outputs[0].data, requests[i].inputs[0].bytes) << i;
     largest = std::max(largest, got[i]->batch_size);
   }
   EXPECT_GT(largest, 1);

@@ -65,7 +65,7 @@ int64_t SliceBytes(const std::vector<SliceIr>& slices) {
 }
 
 absl::StatusOr<std::map<int64_t, ExecuteCall>> BuildCalls(
-    const CompiledPlan& plan, const std::map<std::string, const InferInput*>& inputs,
+    const CompiledPlan& plan, const std::map<std::string, const NamedTensor*>& inputs,
     const std::string& request_id, int64_t deadline_ms) {
   std::map<int64_t, ExecuteCall> calls;
   for (const auto& [worker, program] : plan.programs) {
@@ -77,16 +77,16 @@ absl::StatusOr<std::map<int64_t, ExecuteCall>> BuildCalls(
   for (const InputSlice& s : plan.input_slices) {
     auto it = inputs.find(s.input);
     if (it == inputs.end()) return Internal("plan slices unknown input '", s.input, "'");
-    const InferInput& in = *it->second;
+    const NamedTensor& in = *it->second;
     SliceIr slice;
     slice.name = s.input;
     slice.device = s.device;
     slice.box = BoxToIr(s.box);
     slice.dtype = DTypeToProto(in.dtype);
     slice.data.resize(static_cast<size_t>(s.box.NumElements() * DTypeSize(in.dtype)));
-    // ValidateInferRequest checked in.data against in.shape; the box lies in it.
+    // ValidateInferRequest checked in.bytes against in.shape; the box lies in it.
     MS_RETURN_IF_ERROR(
-        ExtractBoxBytes(in.data.data(), in.shape, DTypeSize(in.dtype), s.box, slice.data.data()),
+        ExtractBoxBytes(in.bytes.data(), in.shape, DTypeSize(in.dtype), s.box, slice.data.data()),
         "input '", s.input, "'");
     auto call = calls.find(s.worker);
     if (call == calls.end()) {

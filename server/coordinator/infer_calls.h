@@ -27,7 +27,7 @@ int64_t SliceBytes(const std::vector<SliceIr>& slices);
 // One Execute per worker with all of its input slices, cut from the request.
 // \error kInternal when the plan slices an input the request lacks.
 absl::StatusOr<std::map<int64_t, ExecuteCall>> BuildCalls(
-    const CompiledPlan& plan, const std::map<std::string, const InferInput*>& inputs,
+    const CompiledPlan& plan, const std::map<std::string, const NamedTensor*>& inputs,
     const std::string& request_id, int64_t deadline_ms);
 
 // The bytes of the output pieces each worker returns under `plan`.

@@ -20,26 +20,26 @@ bool IsIdPair(DType a, DType b) {
 }
 
 // The value of element i of an int32 or int64 tensor's bytes.
-int64_t IdAt(const InferInput& in, size_t i) {
+int64_t IdAt(const NamedTensor& in, size_t i) {
   if (in.dtype == DType::kInt32) {
     int32_t v;
-    std::memcpy(&v, in.data.data() + i * sizeof(v), sizeof(v));
+    std::memcpy(&v, in.bytes.data() + i * sizeof(v), sizeof(v));
     return v;
   }
   int64_t v;
-  std::memcpy(&v, in.data.data() + i * sizeof(v), sizeof(v));
+  std::memcpy(&v, in.bytes.data() + i * sizeof(v), sizeof(v));
   return v;
 }
 
 // `in` (validated, INT32 or INT64) in dtype `to`.
-absl::StatusOr<std::shared_ptr<const InferInput>> ConvertIds(const ModelFile& model,
-                                                             const InferInput& in, DType to) {
-  auto out = std::make_shared<InferInput>();
+absl::StatusOr<std::shared_ptr<const NamedTensor>> ConvertIds(const ModelFile& model,
+                                                             const NamedTensor& in, DType to) {
+  auto out = std::make_shared<NamedTensor>();
   out->name = in.name;
   out->dtype = to;
   out->shape = in.shape;
-  const size_t n = in.data.size() / DTypeSize(in.dtype);
-  out->data.resize(n * DTypeSize(to));
+  const size_t n = in.bytes.size() / DTypeSize(in.dtype);
+  out->bytes.resize(n * DTypeSize(to));
   for (size_t i = 0; i < n; ++i) {
     const int64_t v = IdAt(in, i);
     if (to == DType::kInt32) {
@@ -48,21 +48,21 @@ absl::StatusOr<std::shared_ptr<const InferInput>> ConvertIds(const ModelFile& mo
                                " = ", v, " is outside the int32 range of the input");
       }
       const int32_t w = static_cast<int32_t>(v);
-      std::memcpy(&out->data[i * sizeof(w)], &w, sizeof(w));
+      std::memcpy(&out->bytes[i * sizeof(w)], &w, sizeof(w));
     } else {
-      std::memcpy(&out->data[i * sizeof(v)], &v, sizeof(v));
+      std::memcpy(&out->bytes[i * sizeof(v)], &v, sizeof(v));
     }
   }
-  return std::shared_ptr<const InferInput>(std::move(out));
+  return std::shared_ptr<const NamedTensor>(std::move(out));
 }
 
 // Ids read straight from an input by an embed layer lie in [0, vocab).
-absl::Status CheckEmbedIds(const ModelFile& model, const InferInput& in) {
+absl::Status CheckEmbedIds(const ModelFile& model, const NamedTensor& in) {
   for (const LayerDef& l : model.layers) {
     const ParamDef* table = model.FindParam(l.table);
     if (l.kind != ModelOp::kEmbed || l.inputs[0] != in.name || table == nullptr) continue;
     const int64_t vocab = table->shape[0];
-    const size_t n = in.data.size() / DTypeSize(in.dtype);
+    const size_t n = in.bytes.size() / DTypeSize(in.dtype);
     for (size_t i = 0; i < n; ++i) {
       const int64_t id = IdAt(in, i);
       if (id < 0 || id >= vocab) {
@@ -76,7 +76,7 @@ absl::Status CheckEmbedIds(const ModelFile& model, const InferInput& in) {
 }
 
 absl::Status ValidateInput(const ModelFile& model, const InputDef& def,
-                           const InferInput& in) {
+                           const NamedTensor& in) {
   const std::string where = absl::StrCat("model '", model.name, "' input '", in.name, "'");
   if (in.dtype != def.dtype && !IsIdPair(in.dtype, def.dtype)) {
     return InvalidArgument(where, ": dtype ", DTypeName(in.dtype), ", expected ",
@@ -104,8 +104,8 @@ absl::Status ValidateInput(const ModelFile& model, const InputDef& def,
       return InvalidArgument(where, ": shape ", ShapeToCompactString(in.shape), " overflows int64");
     }
   }
-  if (static_cast<int64_t>(in.data.size()) != bytes) {
-    return InvalidArgument(where, ": ", in.data.size(), " bytes of data, expected ", bytes,
+  if (static_cast<int64_t>(in.bytes.size()) != bytes) {
+    return InvalidArgument(where, ": ", in.bytes.size(), " bytes of data, expected ", bytes,
                            " (shape ", ShapeToCompactString(in.shape), " ", DTypeName(in.dtype),
                            ")");
   }
@@ -153,7 +153,7 @@ absl::StatusOr<ValidatedRequest> ValidateInferRequest(
   ValidatedRequest v;
   v.model = std::move(model_file);
   const ModelFile& model = *v.model;
-  for (const InferInput& in : request.inputs) {
+  for (const NamedTensor& in : request.inputs) {
     const InputDef* def = model.FindInput(in.name);
     if (def == nullptr) {
       std::vector<std::string> names;
@@ -166,7 +166,7 @@ absl::StatusOr<ValidatedRequest> ValidateInferRequest(
     }
     MS_RETURN_IF_ERROR(ValidateInput(model, *def, in));
     if (in.dtype != def->dtype) {
-      MS_ASSIGN_OR_RETURN(std::shared_ptr<const InferInput> c, ConvertIds(model, in, def->dtype));
+      MS_ASSIGN_OR_RETURN(std::shared_ptr<const NamedTensor> c, ConvertIds(model, in, def->dtype));
       v.inputs[in.name] = c.get();
       v.converted.push_back(std::move(c));
     }

@@ -32,23 +32,29 @@
 #include "common/program/decode_step.h"
 #include "common/base/dtype.h"
 #include "common/model/model_file.h"
+#include "common/tensor/named_tensor.h"
 #include "server/compiler/model_compiler.h"
 
 namespace meshserve {
 
-// One input tensor of a request (the client's HostTensor on the wire).
+// Transition only, for server/coordinator/generate/coordinator_backend.cc
+// (being edited by another change): the old input record, moved into a
+// request's inputs as a NamedTensor. Goes when that file fills a NamedTensor.
 struct InferInput {
   std::string name;
   DType dtype = DType::kFloat32;
   std::vector<int64_t> shape;
-  std::string data;  // raw little-endian, row-major
+  std::string data;
+  operator NamedTensor() && {
+    return NamedTensor{std::move(name), dtype, std::move(shape), std::move(data)};
+  }
 };
 
 // What the inference service hands to Coordinator::Infer.
 struct InferRequest {
   std::string model;
   std::string id;
-  std::vector<InferInput> inputs;
+  std::vector<NamedTensor> inputs;
   std::vector<std::string> requested_outputs;  // empty: all
   std::map<std::string, std::string> out_shardings;  // output -> JAX spec text
   absl::Duration timeout = absl::ZeroDuration();     // <= 0: options default
@@ -91,10 +97,10 @@ struct ValidatedRequest {
   InputShapes shapes;
   OutShardings out_specs;
   std::vector<std::string> outputs;  // requested, in model order
-  std::map<std::string, const InferInput*> inputs;
+  std::map<std::string, const NamedTensor*> inputs;
   // Inputs converted to the model's dtype (an INT64 request tensor for an
   // int32 input, or INT32 for int64); `inputs` points here for those.
-  std::vector<std::shared_ptr<const InferInput>> converted;
+  std::vector<std::shared_ptr<const NamedTensor>> converted;
   // Identifies (shapes, out_specs) in the program cache (program_cache.h).
   std::string cache_key_suffix;
 };

@@ -106,7 +106,7 @@ TEST(InferRequestTest, BadRequestsGetInvalidArgumentNamingTheValue) {
        "dtype bfloat16, expected float32"},
       {[](InferRequest* r) { r->inputs[0].shape = {48}; }, "rank 1, expected rank 2"},
       {[](InferRequest* r) { r->inputs[0].shape = {6, 8}; }, "dim 0 is 6, expected 8"},
-      {[](InferRequest* r) { r->inputs[0].data.pop_back(); },
+      {[](InferRequest* r) { r->inputs[0].bytes.pop_back(); },
        "191 bytes of data, expected 192"},
       {[](InferRequest* r) { r->out_shardings["y"] = "P('data'"; },
        "bad out_sharding 'P('data''"},
@@ -173,11 +173,11 @@ InferRequest IdsRequest(DType dtype, std::vector<T> ids) {
 TEST(InferRequestTest, Int64IdsForAnInt32InputAreConverted) {
   InferRequest r = IdsRequest<int64_t>(DType::kInt64, {3, 0, 9});
   ASSERT_OK_AND_ASSIGN(ValidatedRequest v, ValidateInferRequest(IdsModel(DType::kInt32), r));
-  const InferInput& in = *v.inputs.at("ids");
+  const NamedTensor& in = *v.inputs.at("ids");
   EXPECT_EQ(in.dtype, DType::kInt32);
-  ASSERT_EQ(in.data.size(), 3 * sizeof(int32_t));
+  ASSERT_EQ(in.bytes.size(), 3 * sizeof(int32_t));
   std::vector<int32_t> got(3);
-  std::memcpy(got.data(), in.data.data(), in.data.size());
+  std::memcpy(got.data(), in.bytes.data(), in.bytes.size());
   EXPECT_THAT(got, ElementsAre(3, 0, 9));
   InferRequest big = IdsRequest<int64_t>(DType::kInt64, {1, int64_t{1} << 40});
   EXPECT_THAT(ValidateInferRequest(IdsModel(DType::kInt32), big),
@@ -188,10 +188,10 @@ TEST(InferRequestTest, Int64IdsForAnInt32InputAreConverted) {
 TEST(InferRequestTest, Int32IdsForAnInt64InputAreConverted) {
   InferRequest r = IdsRequest<int32_t>(DType::kInt32, {7, 2});
   ASSERT_OK_AND_ASSIGN(ValidatedRequest v, ValidateInferRequest(IdsModel(DType::kInt64), r));
-  const InferInput& in = *v.inputs.at("ids");
+  const NamedTensor& in = *v.inputs.at("ids");
   EXPECT_EQ(in.dtype, DType::kInt64);
   std::vector<int64_t> got(2);
-  std::memcpy(got.data(), in.data.data(), in.data.size());
+  std::memcpy(got.data(), in.bytes.data(), in.bytes.size());
   EXPECT_THAT(got, ElementsAre(7, 2));
   InferRequest f = FixedRequest();
   f.model = "lm";

@@ -20,7 +20,7 @@ absl::Status ValidateRequestLimits(const RequestLimits& limits) {
 }
 
 absl::Status CheckRequestLimits(const InferRequest& request, const RequestLimits& limits) {
-  for (const InferInput& input : request.inputs) {
+  for (const NamedTensor& input : request.inputs) {
     int64_t elements = 1;
     bool overflow = false;
     for (int64_t d : input.shape) overflow |= !CheckedMul(elements, d < 0 ? 0 : d, &elements);
@@ -31,9 +31,9 @@ absl::Status CheckRequestLimits(const InferRequest& request, const RequestLimits
           ShapeToString(input.shape), ") exceed --max_tensor_elements=",
           limits.max_tensor_elements));
     }
-    if (static_cast<int64_t>(input.data.size()) > limits.max_request_bytes) {
+    if (static_cast<int64_t>(input.bytes.size()) > limits.max_request_bytes) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "model '", request.model, "' input '", input.name, "': ", input.data.size(),
+          "model '", request.model, "' input '", input.name, "': ", input.bytes.size(),
           " bytes exceed --max_request_bytes=", limits.max_request_bytes));
     }
   }

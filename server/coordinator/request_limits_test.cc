@@ -12,10 +12,10 @@ using ::meshserve::testing::StatusIs;
 InferRequest RequestWithShape(std::vector<int64_t> shape, size_t bytes = 0) {
   InferRequest r;
   r.model = "linear";
-  InferInput in;
+  NamedTensor in;
   in.name = "x";
   in.shape = std::move(shape);
-  in.data.assign(bytes, '\0');
+  in.bytes.assign(bytes, '\0');
   r.inputs.push_back(std::move(in));
   return r;
 }

@@ -64,12 +64,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (valid.status().code() != absl::StatusCode::kInvalidArgument) __builtin_trap();
     return 0;
   }
-  for (const meshserve::InferInput& in : request->inputs) {
+  for (const meshserve::NamedTensor& in : request->inputs) {
     const meshserve::InputDef* def = Model()->FindInput(in.name);
     if (def == nullptr || in.shape.size() != def->shape.size()) __builtin_trap();
     int64_t n = meshserve::DTypeSize(in.dtype);
     for (int64_t d : in.shape) n *= d;
-    if (static_cast<int64_t>(in.data.size()) != n) __builtin_trap();
+    if (static_cast<int64_t>(in.bytes.size()) != n) __builtin_trap();
   }
   return 0;
 }

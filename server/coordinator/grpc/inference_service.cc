@@ -64,7 +64,7 @@ absl::StatusOr<InferRequest> InferRequestFromProto(inference::ModelInferRequest*
   }
   for (int i = 0; i < proto.inputs_size(); ++i) {
     const auto& in = proto.inputs(i);
-    InferInput input;
+    NamedTensor input;
     input.name = in.name();
     MS_ASSIGN_OR_RETURN(input.dtype, ParseDType(in.datatype()), "input '", in.name(), "'");
     input.shape.assign(in.shape().begin(), in.shape().end());
@@ -73,9 +73,9 @@ absl::StatusOr<InferRequest> InferRequestFromProto(inference::ModelInferRequest*
         return InvalidArgument("input '", in.name(),
                                "': contents given with raw_input_contents");
       }
-      input.data = std::move(*mutable_proto->mutable_raw_input_contents(i));
+      input.bytes = std::move(*mutable_proto->mutable_raw_input_contents(i));
     } else {
-      MS_ASSIGN_OR_RETURN(input.data, TypedContents(in.name(), input.dtype, in.contents()));
+      MS_ASSIGN_OR_RETURN(input.bytes, TypedContents(in.name(), input.dtype, in.contents()));
     }
     r.inputs.push_back(std::move(input));
   }

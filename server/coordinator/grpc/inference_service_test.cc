@@ -33,7 +33,7 @@ TEST(InferenceProtoTest, RawContents) {
   EXPECT_EQ(core.id, "abc");
   ASSERT_EQ(core.inputs.size(), 1u);
   EXPECT_EQ(core.inputs[0].dtype, DType::kFloat32);
-  EXPECT_EQ(core.inputs[0].data, std::string(8, '\1'));
+  EXPECT_EQ(core.inputs[0].bytes, std::string(8, '\1'));
   EXPECT_EQ(core.out_shardings.at("y"), "P('data')");
   EXPECT_THAT(core.requested_outputs, ::testing::ElementsAre("y"));
 }
@@ -44,8 +44,8 @@ TEST(InferenceProtoTest, TypedContents) {
   r.mutable_inputs(0)->mutable_contents()->add_fp32_contents(-2.0f);
   ASSERT_OK_AND_ASSIGN(InferRequest core, InferRequestFromProto(&r));
   float v[2];
-  ASSERT_EQ(core.inputs[0].data.size(), sizeof(v));
-  std::memcpy(v, core.inputs[0].data.data(), sizeof(v));
+  ASSERT_EQ(core.inputs[0].bytes.size(), sizeof(v));
+  std::memcpy(v, core.inputs[0].bytes.data(), sizeof(v));
   EXPECT_EQ(v[0], 1.5f);
   EXPECT_EQ(v[1], -2.0f);
   r.mutable_inputs(0)->set_datatype("INT32");
@@ -53,7 +53,7 @@ TEST(InferenceProtoTest, TypedContents) {
   r.mutable_inputs(0)->mutable_contents()->add_int_contents(7);
   ASSERT_OK_AND_ASSIGN(core, InferRequestFromProto(&r));
   int32_t i;
-  std::memcpy(&i, core.inputs[0].data.data(), sizeof(i));
+  std::memcpy(&i, core.inputs[0].bytes.data(), sizeof(i));
   EXPECT_EQ(i, 7);
 }
 

@@ -96,11 +96,11 @@ Json DataToJson(DType dtype, const std::string& bytes) {
   return out;
 }
 
-absl::StatusOr<InferInput> InputFromJson(const Json& in) {
+absl::StatusOr<NamedTensor> InputFromJson(const Json& in) {
   if (!in.is_object() || !in.contains("name") || !in["name"].is_string()) {
     return InvalidArgument("each input needs a string \"name\"");
   }
-  InferInput input;
+  NamedTensor input;
   input.name = in["name"].get<std::string>();
   if (!in.contains("datatype") || !in["datatype"].is_string()) {
     return InvalidArgument("input '", input.name, "': a string \"datatype\" is required");
@@ -118,7 +118,7 @@ absl::StatusOr<InferInput> InputFromJson(const Json& in) {
     input.shape.push_back(d.get<int64_t>());
   }
   if (!in.contains("data")) return InvalidArgument("input '", input.name, "': no \"data\"");
-  MS_RETURN_IF_ERROR(AppendData(in["data"], input.dtype, &input.data), "input '", input.name,
+  MS_RETURN_IF_ERROR(AppendData(in["data"], input.dtype, &input.bytes), "input '", input.name,
                      "' data");
   return input;
 }
@@ -184,7 +184,7 @@ absl::StatusOr<InferRequest> InferRequestFromJson(absl::string_view model,
     return InvalidArgument("\"inputs\" must be an array");
   }
   for (const Json& in : j["inputs"]) {
-    MS_ASSIGN_OR_RETURN(InferInput input, InputFromJson(in));
+    MS_ASSIGN_OR_RETURN(NamedTensor input, InputFromJson(in));
     r.inputs.push_back(std::move(input));
   }
   if (j.contains("outputs")) MS_RETURN_IF_ERROR(OutputsFromJson(j["outputs"], &r));

@@ -34,7 +34,7 @@ TEST(InferRequestFromJsonTest, ParsesInputsOutputsAndOutSharding) {
   EXPECT_EQ(r->inputs[0].name, "x");
   EXPECT_EQ(r->inputs[0].dtype, DType::kFloat32);
   EXPECT_THAT(r->inputs[0].shape, ElementsAre(2, 2));
-  EXPECT_THAT(Floats(r->inputs[0].data), ElementsAre(1, 2, 3, 4.5));
+  EXPECT_THAT(Floats(r->inputs[0].bytes), ElementsAre(1, 2, 3, 4.5));
   EXPECT_THAT(r->requested_outputs, ElementsAre("y"));
   EXPECT_EQ(r->out_shardings.at("y"), "P('data', None)");
 }
@@ -46,11 +46,11 @@ TEST(InferRequestFromJsonTest, IntegerAndBoolDatatypes) {
       {"name": "c", "shape": [1], "datatype": "UINT8", "data": [255]}]})j");
   ASSERT_TRUE(r.ok()) << r.status();
   int32_t a[2];
-  std::memcpy(a, r->inputs[0].data.data(), 8);
+  std::memcpy(a, r->inputs[0].bytes.data(), 8);
   EXPECT_EQ(a[0], -1);
   EXPECT_EQ(a[1], 7);
-  EXPECT_EQ(r->inputs[1].data, std::string("\x01\x00", 2));
-  EXPECT_EQ(r->inputs[2].data, "\xff");
+  EXPECT_EQ(r->inputs[1].bytes, std::string("\x01\x00", 2));
+  EXPECT_EQ(r->inputs[2].bytes, "\xff");
 }
 
 TEST(InferRequestFromJsonTest, RejectsBadRequests) {
