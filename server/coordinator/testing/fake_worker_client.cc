@@ -302,31 +302,11 @@ void FakeWorkerClient::SetExecuteDelay(absl::Duration delay) {
   absl::MutexLock lock(&mu_);
   execute_delay_ = delay;
 }
-int FakeWorkerClient::execute_calls() const {
-  absl::MutexLock lock(&mu_);
-  return execute_calls_;
-}
-std::vector<ParamCacheMode> FakeWorkerClient::param_cache_modes() const {
-  absl::MutexLock lock(&mu_);
-  return param_cache_modes_;
-}
-int FakeWorkerClient::install_calls() const {
-  absl::MutexLock lock(&mu_);
-  return install_calls_;
-}
 std::vector<std::string> FakeWorkerClient::programs() const {
   absl::MutexLock lock(&mu_);
   std::vector<std::string> ids;
   for (const auto& [id, program] : programs_) ids.push_back(id);
   return ids;
-}
-std::vector<std::string> FakeWorkerClient::uninstalled() const {
-  absl::MutexLock lock(&mu_);
-  return uninstalled_;
-}
-std::vector<std::string> FakeWorkerClient::cancelled() const {
-  absl::MutexLock lock(&mu_);
-  return cancelled_;
 }
 std::map<std::pair<std::string, int64_t>, std::vector<int64_t>> FakeWorkerClient::loaded()
     const {
@@ -341,27 +321,6 @@ std::vector<std::pair<std::string, int64_t>> FakeWorkerClient::unloaded() const 
   for (const auto& [m, g, v] : unloaded_) out.push_back({m, g});
   return out;
 }
-std::vector<std::tuple<std::string, int64_t, int64_t>> FakeWorkerClient::unloaded_versions()
-    const {
-  absl::MutexLock lock(&mu_);
-  return unloaded_;
-}
-std::vector<LoadModelIr> FakeWorkerClient::load_calls() const {
-  absl::MutexLock lock(&mu_);
-  return load_calls_;
-}
-int64_t FakeWorkerClient::staged_bytes() const {
-  absl::MutexLock lock(&mu_);
-  return staged_bytes_;
-}
-std::vector<CommitParamsIr> FakeWorkerClient::commit_calls() const {
-  absl::MutexLock lock(&mu_);
-  return commit_calls_;
-}
-int FakeWorkerClient::abort_calls() const {
-  absl::MutexLock lock(&mu_);
-  return abort_calls_;
-}
 std::vector<int64_t> FakeWorkerClient::versions(const std::string& model,
                                                 int64_t generation) const {
   absl::MutexLock lock(&mu_);
@@ -370,10 +329,6 @@ std::vector<int64_t> FakeWorkerClient::versions(const std::string& model,
     if (std::get<0>(key) == model && std::get<1>(key) == generation) out.push_back(std::get<2>(key));
   }
   return out;
-}
-int64_t FakeWorkerClient::max_concurrent_executes() const {
-  absl::MutexLock lock(&mu_);
-  return max_running_;
 }
 
 }  // namespace meshserve

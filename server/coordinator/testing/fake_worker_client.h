@@ -91,27 +91,34 @@ class FakeWorkerClient : public WorkerClient {
   // A restarted process: forgets every resident, staging and program.
   void Restart();
 
-  int execute_calls() const;
+  int execute_calls() const { return Locked(&FakeWorkerClient::execute_calls_); }
   // The param_cache mode of every Execute so far, in order (failed ones too).
-  std::vector<ParamCacheMode> param_cache_modes() const;
-  int install_calls() const;
+  std::vector<ParamCacheMode> param_cache_modes() const {
+    return Locked(&FakeWorkerClient::param_cache_modes_);
+  }
+  int install_calls() const { return Locked(&FakeWorkerClient::install_calls_); }
   // Program ids installed now, and the ids of every UninstallProgram so far.
   std::vector<std::string> programs() const;
-  std::vector<std::string> uninstalled() const;
-  std::vector<std::string> cancelled() const;
+  std::vector<std::string> uninstalled() const { return Locked(&FakeWorkerClient::uninstalled_); }
+  std::vector<std::string> cancelled() const { return Locked(&FakeWorkerClient::cancelled_); }
   // (model, generation) pairs loaded now (any version); devices of each.
   std::map<std::pair<std::string, int64_t>, std::vector<int64_t>> loaded() const;
   // (model, generation) of every UnloadModel (version dropped).
   std::vector<std::pair<std::string, int64_t>> unloaded() const;
   // (model, generation, version) of every UnloadModel.
-  std::vector<std::tuple<std::string, int64_t, int64_t>> unloaded_versions() const;
-  std::vector<LoadModelIr> load_calls() const;
-  int64_t staged_bytes() const;  // data bytes received through StageParams
-  std::vector<CommitParamsIr> commit_calls() const;
-  int abort_calls() const;
+  std::vector<std::tuple<std::string, int64_t, int64_t>> unloaded_versions() const {
+    return Locked(&FakeWorkerClient::unloaded_);
+  }
+  std::vector<LoadModelIr> load_calls() const { return Locked(&FakeWorkerClient::load_calls_); }
+  // Data bytes received through StageParams.
+  int64_t staged_bytes() const { return Locked(&FakeWorkerClient::staged_bytes_); }
+  std::vector<CommitParamsIr> commit_calls() const {
+    return Locked(&FakeWorkerClient::commit_calls_);
+  }
+  int abort_calls() const { return Locked(&FakeWorkerClient::abort_calls_); }
   // Resident versions of (model, generation), ascending.
   std::vector<int64_t> versions(const std::string& model, int64_t generation) const;
-  int64_t max_concurrent_executes() const;
+  int64_t max_concurrent_executes() const { return Locked(&FakeWorkerClient::max_running_); }
 
  private:
   friend class FakeStageWriter;
@@ -127,6 +134,13 @@ class FakeWorkerClient : public WorkerClient {
     std::map<std::pair<std::string, Box>, int64_t> received;
   };
 
+  // A copy of the guarded member `field`, read under mu_ (the counters'
+  // and call logs' getters).
+  template <typename T>
+  T Locked(T FakeWorkerClient::*field) const {
+    absl::MutexLock lock(&mu_);
+    return this->*field;
+  }
   absl::Status CheckUp() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::shared_ptr<FakeWorkerClient>> Peer(int64_t worker_id) const;
   // ReadParam of `piece` from its source worker.
