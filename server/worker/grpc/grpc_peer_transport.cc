@@ -375,19 +375,9 @@ absl::Status GrpcPeerTransport::ReadParam(int64_t worker, const ReadParamIr& req
   }
 }
 
-int64_t GrpcPeerTransport::chunks_sent() const {
+int64_t GrpcPeerTransport::Counter(int64_t GrpcPeerTransport::*counter) const {
   absl::MutexLock lock(&mu_);
-  return chunks_sent_;
-}
-
-int64_t GrpcPeerTransport::slices_sent() const {
-  absl::MutexLock lock(&mu_);
-  return slices_sent_;
-}
-
-int64_t GrpcPeerTransport::streams_opened() const {
-  absl::MutexLock lock(&mu_);
-  return streams_opened_;
+  return this->*counter;
 }
 
 }  // namespace meshserve

@@ -87,11 +87,14 @@ class GrpcPeerTransport : public PeerTransport {
   absl::Status ReadParam(int64_t worker, const ReadParamIr& request, absl::Time deadline,
                          const ParamChunkSink& on_chunk) override;
 
-  int64_t chunks_sent() const;
-  int64_t slices_sent() const;
-  int64_t streams_opened() const;
+  int64_t chunks_sent() const { return Counter(&GrpcPeerTransport::chunks_sent_); }
+  int64_t slices_sent() const { return Counter(&GrpcPeerTransport::slices_sent_); }
+  int64_t streams_opened() const { return Counter(&GrpcPeerTransport::streams_opened_); }
 
  private:
+  // The counter `counter` read under mu_.
+  int64_t Counter(int64_t GrpcPeerTransport::*counter) const;
+
   struct Peer {
     std::string address;
     std::shared_ptr<WorkerService::Stub> stub;  // created on first use

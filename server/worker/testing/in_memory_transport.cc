@@ -105,24 +105,9 @@ absl::Status InMemoryTransport::ReadParam(int64_t worker, const ReadParamIr& req
   return absl::OkStatus();
 }
 
-int64_t InMemoryTransport::param_bytes_read() const {
+int64_t InMemoryTransport::Counter(int64_t InMemoryTransport::*counter) const {
   absl::MutexLock lock(&mu_);
-  return param_bytes_read_;
-}
-
-int64_t InMemoryTransport::param_reads() const {
-  absl::MutexLock lock(&mu_);
-  return param_reads_;
-}
-
-int64_t InMemoryTransport::bytes_sent() const {
-  absl::MutexLock lock(&mu_);
-  return bytes_sent_;
-}
-
-int64_t InMemoryTransport::slices_sent() const {
-  absl::MutexLock lock(&mu_);
-  return slices_sent_;
+  return this->*counter;
 }
 
 }  // namespace meshserve

@@ -36,12 +36,16 @@ class InMemoryTransport : public PeerTransport {
   absl::Status ReadParam(int64_t worker, const ReadParamIr& request, absl::Time deadline,
                          const ParamChunkSink& on_chunk) override;
 
-  int64_t bytes_sent() const;
-  int64_t slices_sent() const;
-  int64_t param_bytes_read() const;  // by ReadParam
-  int64_t param_reads() const;
+  int64_t bytes_sent() const { return Counter(&InMemoryTransport::bytes_sent_); }
+  int64_t slices_sent() const { return Counter(&InMemoryTransport::slices_sent_); }
+  // Bytes and calls of ReadParam.
+  int64_t param_bytes_read() const { return Counter(&InMemoryTransport::param_bytes_read_); }
+  int64_t param_reads() const { return Counter(&InMemoryTransport::param_reads_); }
 
  private:
+  // The counter `counter` read under mu_.
+  int64_t Counter(int64_t InMemoryTransport::*counter) const;
+
   const int64_t chunk_bytes_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<int64_t, WorkerEngine*> engines_ ABSL_GUARDED_BY(mu_);
