@@ -14,6 +14,8 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/base/logging.h"
 
 namespace meshserve {
 namespace {
@@ -53,6 +55,12 @@ void ParseFlags(int argc, char** argv, absl::string_view usage) {
     }
   }
   absl::ParseCommandLine(argc, argv);
+}
+
+void StartServerMain(int argc, char** argv, absl::string_view usage) {
+  SetMinLogSeverityByName(std::getenv("MESHSERVE_LOG_LEVEL"));
+  ParseFlags(argc, argv, usage);
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 }
 
 }  // namespace meshserve

@@ -321,15 +321,11 @@ int Run() {
 }  // namespace meshserve
 
 int main(int argc, char** argv) {
-  meshserve::SetMinLogSeverityByName(std::getenv("MESHSERVE_LOG_LEVEL"));
-  meshserve::ParseFlags(
+  meshserve::StartServerMain(
       argc, argv,
       "meshserve-worker: one shard worker process; it hosts the devices the coordinator\n"
       "places on it and runs their programs.\n\n"
       "  meshserve-worker --port 0 --coordinator 127.0.0.1:7000");
-  // Abseil's lock-order graph (on in Debian's build) costs every nested lock
-  // a graph update on the request path; the unit tests keep it on.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   const char* gemm_isa = std::getenv("MESHSERVE_GEMM_ISA");
   meshserve::SetSmallMIsaCap(gemm_isa == nullptr ? "" : gemm_isa);
   meshserve::BlasOptions blas = meshserve::BlasOptionsFromEnvironment(std::getenv);

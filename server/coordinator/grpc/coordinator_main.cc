@@ -274,14 +274,11 @@ void Stop(meshserve::CoordinatorServer* server,
 }  // namespace
 
 int main(int argc, char** argv) {
-  meshserve::SetMinLogSeverityByName(std::getenv("MESHSERVE_LOG_LEVEL"));
-  meshserve::ParseFlags(
+  meshserve::StartServerMain(
       argc, argv,
       "meshserve-coordinator: serves the models of --model_dir to clients (KServe v2 gRPC,\n"
       "generation) and places them on the workers that register with it.\n\n"
       "  meshserve-coordinator --port 8500 --model_dir examples/models --min_workers 2");
-  // Abseil's lock-order graph costs every nested lock a graph update.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   if (absl::Status s = ConfigureMemory(); !s.ok()) {
     std::cerr << "meshserve-coordinator: " << s.message() << "\n";
     return 2;
