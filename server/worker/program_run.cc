@@ -64,6 +64,14 @@ class RequestRun : public std::enable_shared_from_this<RequestRun> {
   absl::Status CheckDevice(int64_t device) const { return CheckHostsDevice(model_, device); }
   // A param slice not copied (slices_) is copied here: a step reads it.
   absl::StatusOr<const BoxTensor*> Lookup(int64_t device, const std::string& name);
+  // The bytes (row-major) of `box` of buffer `name` on `device`, with the box
+  // and the buffer's wire dtype: what a send or an output step carries.
+  struct Extracted {
+    Box box;
+    std::string bytes;
+    int dtype = kWireInvalid;
+  };
+  absl::StatusOr<Extracted> Extract(int64_t device, const std::string& name, const BoxIr& box);
   // A copy whose destination is read in place (ParamSliceOf) instead of made.
   std::optional<ParamSlice> InPlace(const StepIr& step);
   // The buffer (device, name), created zero-filled with box/dtype when absent.
@@ -109,6 +117,16 @@ class RequestRun : public std::enable_shared_from_this<RequestRun> {
   // Copies of a param's slice not made: a dot_general reads them in place.
   absl::flat_hash_map<BufferKey, ParamSlice> slices_;
 };
+
+absl::StatusOr<RequestRun::Extracted> RequestRun::Extract(int64_t device, const std::string& name,
+                                                          const BoxIr& box) {
+  MS_ASSIGN_OR_RETURN(const BoxTensor* src, Lookup(device, name));
+  Extracted out;
+  MS_ASSIGN_OR_RETURN(out.box, BoxFromIr(box));
+  MS_ASSIGN_OR_RETURN(out.bytes, ExtractBox(*src, out.box));
+  out.dtype = DTypeToProto(src->tensor.dtype());
+  return out;
+}
 
 absl::StatusOr<const BoxTensor*> RequestRun::Lookup(int64_t device, const std::string& name) {
   MS_RETURN_IF_ERROR(CheckDevice(device));
@@ -194,12 +212,11 @@ absl::Status RequestRun::Run(const ComputeStepIr& step) {
 }
 
 absl::Status RequestRun::Run(const SendStepIr& step) {
-  MS_ASSIGN_OR_RETURN(const BoxTensor* src, Lookup(step.device, step.buffer));
-  MS_ASSIGN_OR_RETURN(Box box, BoxFromIr(step.box));
-  OutgoingSlice slice;
-  MS_ASSIGN_OR_RETURN(slice.bytes, ExtractBox(*src, box));
   const int64_t self = program_->ir.worker >= 0 ? program_->ir.worker : context_.worker_id;
-  slice.dtype = DTypeToProto(src->tensor.dtype());
+  MS_ASSIGN_OR_RETURN(Extracted part, Extract(step.device, step.buffer, step.box));
+  OutgoingSlice slice;
+  slice.bytes = std::move(part.bytes);
+  slice.dtype = part.dtype;
   if (step.dst_worker == self) {  // a local copy: no network
     return context_.rendezvous->DeliverSlice(request_id_, step.tag, std::move(slice.bytes),
                                              self, slice.dtype);
@@ -298,14 +315,13 @@ absl::Status RequestRun::Run(const FreeStepIr& step) {
 }
 
 absl::Status RequestRun::Run(const OutputStepIr& step) {
-  MS_ASSIGN_OR_RETURN(const BoxTensor* src, Lookup(step.device, step.buffer));
-  MS_ASSIGN_OR_RETURN(Box box, BoxFromIr(step.box));
+  MS_ASSIGN_OR_RETURN(Extracted part, Extract(step.device, step.buffer, step.box));
   SliceIr out;
-  MS_ASSIGN_OR_RETURN(out.data, ExtractBox(*src, box));
+  out.data = std::move(part.bytes);
   out.name = step.output;
   out.device = step.device;
-  out.box = BoxToIr(box);
-  out.dtype = DTypeToProto(src->tensor.dtype());
+  out.box = BoxToIr(part.box);
+  out.dtype = part.dtype;
   outputs_.push_back(std::move(out));
   return absl::OkStatus();
 }
