@@ -66,14 +66,20 @@ def push(env, target, params):
     return env.cli.run("push", "--target", target, "--model", MODEL, "--checkpoint", path)
 
 
+def hand_started_cluster(env, name):
+    """For a cluster the test starts process by process: the model written to
+    models-<name>, a new logs-<name> folder, a free port and its target."""
+    model, model_dir = write_model(env.root, "models-" + name)
+    logs = os.path.join(env.root, "logs-" + name)
+    os.makedirs(logs)
+    port = mslib.free_port()
+    return model, model_dir, logs, port, "127.0.0.1:%d" % port
+
+
 def coordinator_restart(env):
     c, cli = env.c, env.cli
     rng = np.random.default_rng(21)
-    model, model_dir = write_model(env.root, "models-restart")
-    logs = os.path.join(env.root, "logs-restart")
-    os.makedirs(logs)
-    port = mslib.free_port()
-    target = "127.0.0.1:%d" % port
+    model, model_dir, logs, port, target = hand_started_cluster(env, "restart")
     coordinator = mslib.start_coordinator(env.bin_dir, port, model_dir, 3,
                                           os.path.join(logs, "coordinator.log"))
     workers = [mslib.start_worker(env.bin_dir, target, os.path.join(logs, "worker-%d.log" % i))
@@ -151,11 +157,7 @@ def coordinator_stop_under_traffic(env, restarts=3, threads=6):
     that arrive while it runs), and every answer must be right."""
     c = env.c
     rng = np.random.default_rng(41)
-    model, model_dir = write_model(env.root, "models-sigterm")
-    logs = os.path.join(env.root, "logs-sigterm")
-    os.makedirs(logs)
-    port = mslib.free_port()
-    target = "127.0.0.1:%d" % port
+    model, model_dir, logs, port, target = hand_started_cluster(env, "sigterm")
     log = lambda n: os.path.join(logs, "coordinator-%d.log" % n)  # noqa: E731
     coordinator = mslib.start_coordinator(env.bin_dir, port, model_dir, 2, log(0))
     workers = [mslib.start_worker(env.bin_dir, target, os.path.join(logs, "worker-%d.log" % i))
