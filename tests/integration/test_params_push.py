@@ -116,6 +116,15 @@ class State:
                      what + ": status version %d" % self.version,
                      "    got %s" % (m.version if m else None))
 
+    def check_unchanged(self, what):
+        """check_serving, and a pull gives self.current's bytes."""
+        self.check_serving(what)
+        rc, out, err, pulled = self.pull()
+        self.c.check(rc == 0 and pulled is not None
+                     and all(pulled[n].tobytes() == self.current[n].tobytes()
+                             for n in self.current),
+                     "%s: pull gives version %d's bytes" % (what, self.version))
+
 
 def start(st):
     env = st.env
@@ -303,11 +312,7 @@ def stage_direct_refused(st):
             "    %s %s" % (code, details))
     code, details = direct(whole, lambda plan: False)
     c.check(code == "CANCELLED", "PushDirect dropped after its plan", "    %s" % code)
-    st.check_serving("after the refused direct pushes")
-    rc, out, err, pulled = st.pull()
-    c.check(rc == 0 and pulled is not None
-            and all(pulled[n].tobytes() == st.current[n].tobytes() for n in st.current),
-            "after the refused direct pushes: pull gives version %d's bytes" % st.version)
+    st.check_unchanged("after the refused direct pushes")
 
 
 def stage_refused(st):
@@ -358,11 +363,7 @@ def stage_refused(st):
                                   "--checkpoint", "x.safetensors")
     c.check(rc == 2 and "nohost" in err, "push --target nohost: usage error naming it",
             "    rc=%d %s" % (rc, err))
-    st.check_serving("after the refused pushes")
-    rc, out, err, pulled = st.pull()
-    c.check(rc == 0 and pulled is not None
-            and all(pulled[n].tobytes() == st.current[n].tobytes() for n in st.current),
-            "after the refused pushes: pull gives version %d's bytes" % st.version)
+    st.check_unchanged("after the refused pushes")
 
 
 def stage_concurrent(st):
