@@ -85,21 +85,22 @@ absl::StatusOr<InferResponse> SplitRows(const InferResponse& batch, int64_t row,
   r.model = batch.model;
   r.generation = batch.generation;
   r.compute_us = batch.compute_us;
-  for (const InferOutput& out : batch.outputs) {
+  for (const InferOutput& batched : batch.outputs) {
+    const NamedTensor& out = batched.tensor;
     if (out.shape.empty() || out.shape[0] != total || total <= 0) {
       return Internal("batched output '", out.name, "' has leading dim ",
                       out.shape.empty() ? 0 : out.shape[0], ", expected the batch's ", total,
                       " rows");
     }
-    const size_t row_bytes = out.data.size() / static_cast<size_t>(total);
+    const size_t row_bytes = out.bytes.size() / static_cast<size_t>(total);
     InferOutput& o = r.outputs.emplace_back();
-    o.name = out.name;
-    o.dtype = out.dtype;
-    o.shape = out.shape;
-    o.shape[0] = rows;
-    o.type_str = out.type_str;
-    o.data = out.data.substr(static_cast<size_t>(row) * row_bytes,
-                             static_cast<size_t>(rows) * row_bytes);
+    o.tensor.name = out.name;
+    o.tensor.dtype = out.dtype;
+    o.tensor.shape = out.shape;
+    o.tensor.shape[0] = rows;
+    o.type_str = batched.type_str;
+    o.tensor.bytes = out.bytes.substr(static_cast<size_t>(row) * row_bytes,
+                                      static_cast<size_t>(rows) * row_bytes);
   }
   return r;
 }

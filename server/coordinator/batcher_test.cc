@@ -74,11 +74,11 @@ class BatcherTest : public ::testing::Test {
     out.model = r.model;
     out.id = r.id;
     InferOutput& y = out.outputs.emplace_back();
-    y.name = "y";
-    y.shape = r.inputs[0].shape;
-    y.data = r.inputs[0].bytes;
-    float* f = reinterpret_cast<float*>(y.data.data());
-    for (size_t i = 0; i < y.data.size() / 4; ++i) f[i] *= 2;
+    y.tensor.name = "y";
+    y.tensor.shape = r.inputs[0].shape;
+    y.tensor.bytes = r.inputs[0].bytes;
+    float* f = reinterpret_cast<float*>(y.tensor.bytes.data());
+    for (size_t i = 0; i < y.tensor.bytes.size() / 4; ++i) f[i] *= 2;
     return out;
   }
   // Unbatched reference of `r`.
@@ -138,8 +138,8 @@ TEST_F(BatcherTest, ConcurrentRequestsRunAsOneBatchWithUnbatchedAnswers) {
     EXPECT_EQ(got[i]->id, requests[i].id);
     EXPECT_EQ(got[i]->batch_size, 6);
     ASSERT_EQ(got[i]->outputs.size(), 1u);
-    EXPECT_EQ(got[i]->outputs[0].shape, requests[i].inputs[0].shape);
-    EXPECT_EQ(got[i]->outputs[0].data, Expected(requests[i])) << i;
+    EXPECT_EQ(got[i]->outputs[0].tensor.shape, requests[i].inputs[0].shape);
+    EXPECT_EQ(got[i]->outputs[0].tensor.bytes, Expected(requests[i])) << i;
   }
 }
 
@@ -176,7 +176,7 @@ TEST_F(BatcherTest, ConcurrentBatchesUpToTheLimitExecuteAtOnce) {
     for (size_t i = 0; i < got.size(); ++i) {
       ASSERT_OK(got[i].status());
       EXPECT_EQ(got[i]->batch_size, 2);
-      EXPECT_EQ(got[i]->outputs[0].data, Expected(requests[i])) << i;
+      EXPECT_EQ(got[i]->outputs[0].tensor.bytes, Expected(requests[i])) << i;
     }
     absl::MutexLock lock(&mu_);
     EXPECT_EQ(peak_executing_, limit) << "max_concurrent_batches " << limit;
@@ -213,8 +213,8 @@ TEST_F(BatcherTest, WaitingBatchTakesTheRowsSentWhenASlotFrees) {
   EXPECT_EQ(got_a->batch_size, 1);
   EXPECT_EQ(got_b->batch_size, 2);
   EXPECT_EQ(got_c->batch_size, 2);
-  EXPECT_EQ(got_b->outputs[0].data, Expected(b));
-  EXPECT_EQ(got_c->outputs[0].data, Expected(c));
+  EXPECT_EQ(got_b->outputs[0].tensor.bytes, Expected(b));
+  EXPECT_EQ(got_c->outputs[0].tensor.bytes, Expected(c));
 }
 
 TEST_F(BatcherTest, MixedShapesBatchSeparately) {
@@ -225,7 +225,7 @@ TEST_F(BatcherTest, MixedShapesBatchSeparately) {
   std::vector<absl::StatusOr<InferResponse>> got = InferAll(requests);
   for (size_t i = 0; i < requests.size(); ++i) {
     ASSERT_OK(got[i].status());
-    EXPECT_EQ(got[i]->outputs[0].data, Expected(requests[i])) << i;
+    EXPECT_EQ(got[i]->outputs[0].tensor.bytes, Expected(requests[i])) << i;
   }
   std::vector<int64_t> runs = Runs();
   std::sort(runs.begin(), runs.end());
@@ -243,7 +243,7 @@ TEST_F(BatcherTest, BadRequestFailsAloneBeforeBatching) {
   requests[2].inputs[0].bytes.pop_back();        // bad byte count
   std::vector<absl::StatusOr<InferResponse>> got = InferAll(requests);
   ASSERT_OK(got[0].status());
-  EXPECT_EQ(got[0]->outputs[0].data, Expected(requests[0]));
+  EXPECT_EQ(got[0]->outputs[0].tensor.bytes, Expected(requests[0]));
   EXPECT_THAT(got[1].status(), StatusIs(absl::StatusCode::kInvalidArgument, "dtype"));
   EXPECT_THAT(got[2].status(), StatusIs(absl::StatusCode::kInvalidArgument, "bytes"));
   EXPECT_EQ(Runs(), (std::vector<int64_t>{1}));
@@ -257,8 +257,8 @@ TEST_F(BatcherTest, DeadlineThatPassesInTheQueueFailsOnlyThatRequestWithoutRunni
       InferAll(requests, {absl::Seconds(10), absl::Milliseconds(1), absl::Seconds(10)});
   ASSERT_OK(got[0].status());
   ASSERT_OK(got[2].status());
-  EXPECT_EQ(got[0]->outputs[0].data, Expected(requests[0]));
-  EXPECT_EQ(got[2]->outputs[0].data, Expected(requests[2]));
+  EXPECT_EQ(got[0]->outputs[0].tensor.bytes, Expected(requests[0]));
+  EXPECT_EQ(got[2]->outputs[0].tensor.bytes, Expected(requests[2]));
   EXPECT_THAT(got[1].status(),
               StatusIs(absl::StatusCode::kDeadlineExceeded, "queued for batching"));
   EXPECT_EQ(Runs(), (std::vector<int64_t>{2}));  // without the expired request's 2 rows
@@ -322,8 +322,8 @@ TEST(BatchingCoordinatorTest, BatchedModelAnswersEqualUnbatched) {
   for (size_t i = 0; i + 1 < requests.size(); ++i) {
     ASSERT_OK(got[i].status());
     ASSERT_EQ(got[i]->outputs.size(), 1u);
-    EXPECT_EQ(got[i]->outputs[0].shape, requests[i].inputs[0].shape);
-    EXPECT_EQ(got[i]->outputs[0].data, requests[i].inputs[0].bytes) << i;
+    EXPECT_EQ(got[i]->outputs[0].tensor.shape, requests[i].inputs[0].shape);
+    EXPECT_EQ(got[i]->outputs[0].tensor.bytes, requests[i].inputs[0].bytes) << i;
     largest = std::max(largest, got[i]->batch_size);
   }
   EXPECT_GT(largest, 1);

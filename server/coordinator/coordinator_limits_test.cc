@@ -171,7 +171,7 @@ TEST_F(LimitsTest, AWorkersResourceExhaustedGoesToTheClientWithoutSuspectOrRetry
   absl::StatusOr<InferResponse> served = coordinator_->Infer(Request("m0"));
   ASSERT_OK(served.status());
   ASSERT_EQ(served->outputs.size(), 1u);
-  EXPECT_EQ(served->outputs[0].data, FloatBytes({1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(served->outputs[0].tensor.bytes, FloatBytes({1, 2, 3, 4, 5, 6, 7, 8}));
 }
 
 TEST_F(LimitsTest, AParamCacheUseAWorkerRefusesRunsOnceMoreAsAFill) {
@@ -185,7 +185,7 @@ TEST_F(LimitsTest, AParamCacheUseAWorkerRefusesRunsOnceMoreAsAFill) {
   absl::StatusOr<InferResponse> served = coordinator_->Infer(Request("m0"));
   ASSERT_OK(served.status());
   ASSERT_EQ(served->outputs.size(), 1u);
-  EXPECT_EQ(served->outputs[0].data, FloatBytes({1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(served->outputs[0].tensor.bytes, FloatBytes({1, 2, 3, 4, 5, 6, 7, 8}));
   EXPECT_FALSE(coordinator_->registry().IsSuspect(workers_[0]));
   ASSERT_OK(coordinator_->Infer(Request("m0")).status());
   using M = ParamCacheMode;
@@ -241,8 +241,8 @@ TEST_F(LimitsTest, CachedProgramsStayWithinTheirBoundAndEveryRequestIsServed) {
       ASSERT_OK_AND_ASSIGN(InferResponse out, coordinator_->Infer(r));
       ++requests;
       ASSERT_EQ(out.outputs.size(), 1u);
-      EXPECT_EQ(out.outputs[0].shape, (std::vector<int64_t>{rows, 2}));
-      EXPECT_EQ(out.outputs[0].data, r.inputs[0].bytes) << "rows " << rows << " round " << round;
+      EXPECT_EQ(out.outputs[0].tensor.shape, (std::vector<int64_t>{rows, 2}));
+      EXPECT_EQ(out.outputs[0].tensor.bytes, r.inputs[0].bytes) << "rows " << rows << " round " << round;
       EXPECT_LE(MostInstalled(cluster_, workers_, 2), 2u) << "after request " << requests;
     }
   }
@@ -276,7 +276,7 @@ TEST_F(LimitsTest, ConcurrentRequestsOverTheBoundAreAllServed) {
       for (int i = 0; i < 24; ++i) {
         InferRequest r = RowsRequest("m0", 2 * (1 + (i + t) % 3), static_cast<float>(t + i));
         absl::StatusOr<InferResponse> out = coordinator_->Infer(r);
-        if (!out.ok() || out->outputs.size() != 1 || out->outputs[0].data != r.inputs[0].bytes) {
+        if (!out.ok() || out->outputs.size() != 1 || out->outputs[0].tensor.bytes != r.inputs[0].bytes) {
           ++wrong;
           ADD_FAILURE() << "thread " << t << " request " << i << ": " << out.status();
         }
@@ -302,7 +302,7 @@ TEST_F(LimitsTest, AProgramAWorkerLostIsInstalledAgain) {
   const int installs = cluster_.Worker(workers_[1])->install_calls();
   ASSERT_OK_AND_ASSIGN(InferResponse out, coordinator_->Infer(r));
   ASSERT_EQ(out.outputs.size(), 1u);
-  EXPECT_EQ(out.outputs[0].data, r.inputs[0].bytes);
+  EXPECT_EQ(out.outputs[0].tensor.bytes, r.inputs[0].bytes);
   EXPECT_EQ(cluster_.Worker(workers_[1])->install_calls(), installs + 1);
   EXPECT_EQ(cluster_.Worker(workers_[1])->programs(), programs);  // the same id
   EXPECT_FALSE(coordinator_->registry().IsSuspect(workers_[1]));
@@ -317,7 +317,7 @@ TEST_F(LimitsTest, AProgramAWorkerLostIsInstalledAgain) {
   answered.WaitForNotification();
   ASSERT_OK(async_out.status());
   ASSERT_EQ(async_out->outputs.size(), 1u);
-  EXPECT_EQ(async_out->outputs[0].data, r.inputs[0].bytes);
+  EXPECT_EQ(async_out->outputs[0].tensor.bytes, r.inputs[0].bytes);
   EXPECT_EQ(cluster_.Worker(workers_[1])->install_calls(), installs + 2);
 }
 

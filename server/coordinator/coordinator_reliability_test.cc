@@ -242,7 +242,7 @@ TEST_P(ReliabilityTest, UnbatchedModelRejectsBeyondItsInflightBound) {
     pool.emplace_back([&, t] {
       InferRequest r = Request("pair", 10 * t);
       absl::StatusOr<InferResponse> response = Run(r);
-      if (response.ok() && response->outputs[0].data == r.inputs[0].bytes) ++ok;
+      if (response.ok() && response->outputs[0].tensor.bytes == r.inputs[0].bytes) ++ok;
     });
   }
   // Both are admitted and held on worker 0.
@@ -289,7 +289,7 @@ TEST_P(ReliabilityTest, WorkersGetTheRequestsBudgetAndTheRetryOnlyWhatIsLeft) {
   InferRequest r = Request("pair");
   r.timeout = absl::Seconds(20);
   ASSERT_OK_AND_ASSIGN(InferResponse response, Run(r));
-  EXPECT_EQ(response.outputs[0].data, r.inputs[0].bytes);
+  EXPECT_EQ(response.outputs[0].tensor.bytes, r.inputs[0].bytes);
   const std::vector<int64_t> first = Client(workers_[0])->deadlines_ms();
   ASSERT_EQ(first.size(), 2u);  // the failed attempt and the retry
   EXPECT_LE(first[0], 20000);
@@ -337,7 +337,7 @@ TEST_P(ReliabilityTest, CallOnAWorkerDeclaredDeadIsAbandonedAndRetriedAtOnce) {
   stop.join();
   ASSERT_TRUE(silent);
   ASSERT_OK(response.status());
-  EXPECT_EQ(response->outputs[0].data, r.inputs[0].bytes);
+  EXPECT_EQ(response->outputs[0].tensor.bytes, r.inputs[0].bytes);
   EXPECT_GT(response->generation, before.generation);
   EXPECT_FALSE(coordinator_->registry().IsAlive(workers_[1]));
   // Answered while the stalled call is still held: it was given up, not awaited.
@@ -356,7 +356,7 @@ TEST_P(ReliabilityTest, CompiledPlansAnswerWithoutAThreadAndOthersOnOne) {
     InferRequest r = Request(model, -4.5f);
     ASSERT_OK_AND_ASSIGN(InferResponse response, Run(r));
     ASSERT_EQ(response.outputs.size(), 1u);
-    EXPECT_EQ(response.outputs[0].data, r.inputs[0].bytes) << model;
+    EXPECT_EQ(response.outputs[0].tensor.bytes, r.inputs[0].bytes) << model;
   }
   if (GetParam()) {
     // pair's plan was compiled (Start), other's by its first request, which

@@ -233,9 +233,9 @@ TEST_F(CoordinatorTest, InferSlicesRunsAndAssembles) {
     if (*spec) r.out_shardings["y"] = spec;
     ASSERT_OK_AND_ASSIGN(InferResponse response, coordinator_->Infer(r));
     ASSERT_EQ(response.outputs.size(), 1u) << spec;
-    EXPECT_EQ(response.outputs[0].name, "y");
-    EXPECT_EQ(response.outputs[0].shape, (std::vector<int64_t>{8, 6}));
-    EXPECT_EQ(response.outputs[0].data, r.inputs[0].bytes) << spec;
+    EXPECT_EQ(response.outputs[0].tensor.name, "y");
+    EXPECT_EQ(response.outputs[0].tensor.shape, (std::vector<int64_t>{8, 6}));
+    EXPECT_EQ(response.outputs[0].tensor.bytes, r.inputs[0].bytes) << spec;
     EXPECT_EQ(response.id, "t");
   }
   InferRequest r = FixedRequest();
@@ -307,7 +307,7 @@ TEST_F(CoordinatorTest, WorkerJoinMakesNewGenerationAndUnloadsOld) {
   r.inputs.push_back({"x", DType::kFloat32, {6, 4}, FloatBytes(Iota(24))});
   ASSERT_OK_AND_ASSIGN(InferResponse response, coordinator_->Infer(r));
   EXPECT_EQ(response.generation, g2);
-  EXPECT_EQ(response.outputs[0].data, r.inputs[0].bytes);
+  EXPECT_EQ(response.outputs[0].tensor.bytes, r.inputs[0].bytes);
 }
 
 TEST_F(CoordinatorTest, DeadWorkerIsReplacedAfterMissedHeartbeats) {
@@ -463,7 +463,7 @@ TEST_F(CoordinatorTest, RequestsInFlightFinishOnTheirGeneration) {
   request.join();
   ASSERT_OK(slow.status());
   EXPECT_EQ(slow->generation, g1);
-  EXPECT_EQ(slow->outputs[0].data, FixedRequest().inputs[0].bytes);
+  EXPECT_EQ(slow->outputs[0].tensor.bytes, FixedRequest().inputs[0].bytes);
   coordinator_->Tick();
   EXPECT_THAT(cluster_.Worker(w0)->unloaded(), Contains(Pair("fixed", g1)));
   cluster_.Worker(w0)->SetExecuteDelay(absl::ZeroDuration());
@@ -506,7 +506,7 @@ TEST_F(CoordinatorTest, TransientWorkerFailureIsRetriedOnSameGeneration) {
       absl::UnavailableError("connect to peer 127.0.0.1:9000 timed out"), /*times=*/1);
   ASSERT_OK_AND_ASSIGN(InferResponse response, coordinator_->Infer(FixedRequest()));
   EXPECT_EQ(response.generation, g1);
-  EXPECT_EQ(response.outputs[0].data, FixedRequest().inputs[0].bytes);
+  EXPECT_EQ(response.outputs[0].tensor.bytes, FixedRequest().inputs[0].bytes);
   EXPECT_EQ(cluster_.Worker(w1)->execute_calls(), 2);
   EXPECT_TRUE(coordinator_->registry().IsAlive(w1));
 }
@@ -521,7 +521,7 @@ TEST_F(CoordinatorTest, DeadWorkerMidRequestIsRetriedOnNewGeneration) {
   KeepBeating({w0});
   ASSERT_OK_AND_ASSIGN(InferResponse response, coordinator_->Infer(FixedRequest()));
   EXPECT_GT(response.generation, g1);
-  EXPECT_EQ(response.outputs[0].data, FixedRequest().inputs[0].bytes);
+  EXPECT_EQ(response.outputs[0].tensor.bytes, FixedRequest().inputs[0].bytes);
   EXPECT_FALSE(coordinator_->registry().IsAlive(w1));
 }
 
@@ -545,7 +545,7 @@ TEST_P(CoordinatorConcurrencyTest, ManyRequestsInFlight) {
         for (float& f : v) f += t * 100 + i;
         r.inputs[0].bytes = FloatBytes(v);
         absl::StatusOr<InferResponse> response = coordinator_->Infer(r);
-        if (response.ok() && response->outputs[0].data == r.inputs[0].bytes) ++ok;
+        if (response.ok() && response->outputs[0].tensor.bytes == r.inputs[0].bytes) ++ok;
       }
     });
   }

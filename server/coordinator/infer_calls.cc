@@ -21,12 +21,12 @@ namespace {
 absl::StatusOr<InferOutput> AssembleOutput(const PlanOutput& out, const CompiledPlan& plan,
                                            const std::map<int64_t, ExecuteResult>& by_worker) {
   InferOutput result;
-  result.name = out.name;
-  result.dtype = out.dtype;
-  result.shape = out.shape;
+  result.tensor.name = out.name;
+  result.tensor.dtype = out.dtype;
+  result.tensor.shape = out.shape;
   result.type_str = out.type_str;
   const int64_t elem = DTypeSize(out.dtype);
-  result.data.resize(static_cast<size_t>(Box::FromShape(out.shape).NumElements() * elem));
+  result.tensor.bytes.resize(static_cast<size_t>(Box::FromShape(out.shape).NumElements() * elem));
   for (const OutputPiece& piece : plan.output_pieces) {
     if (piece.output != out.name) continue;
     const BoxIr want = BoxToIr(piece.box);
@@ -51,7 +51,7 @@ absl::StatusOr<InferOutput> AssembleOutput(const PlanOutput& out, const Compiled
                              piece.box.ToString(), ", expected ", piece.box.NumElements() * elem);
     }
     MS_RETURN_IF_ERROR(
-        InsertBoxBytes(result.data.data(), out.shape, elem, piece.box, found->data.data()), where);
+        InsertBoxBytes(result.tensor.bytes.data(), out.shape, elem, piece.box, found->data.data()), where);
   }
   return result;
 }

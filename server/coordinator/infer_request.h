@@ -37,19 +37,6 @@
 
 namespace meshserve {
 
-// Transition only, for server/coordinator/generate/coordinator_backend.cc
-// (being edited by another change): the old input record, moved into a
-// request's inputs as a NamedTensor. Goes when that file fills a NamedTensor.
-struct InferInput {
-  std::string name;
-  DType dtype = DType::kFloat32;
-  std::vector<int64_t> shape;
-  std::string data;
-  operator NamedTensor() && {
-    return NamedTensor{std::move(name), dtype, std::move(shape), std::move(data)};
-  }
-};
-
 // What the inference service hands to Coordinator::Infer.
 struct InferRequest {
   std::string model;
@@ -70,12 +57,10 @@ struct InferRequest {
   std::string variant_key;
 };
 
-// One output tensor, assembled; type_str is its JAX type (float32[8@data,6]).
+// One output of a request: the tensor, assembled, and its JAX type
+// (float32[8@data,6]).
 struct InferOutput {
-  std::string name;
-  DType dtype = DType::kFloat32;
-  std::vector<int64_t> shape;
-  std::string data;
+  NamedTensor tensor;
   std::string type_str;
 };
 

@@ -135,16 +135,16 @@ class CoordinatorStepExecutor : public StepExecutor {
     request.variant_key = std::move(variant.key);
     request.decode = decode;
     request.param_version = batch.version;
-    InferInput input;
+    NamedTensor input;
     input.name = lm_.input;
     input.dtype = file_->inputs[0].dtype;
     input.shape = {1, slots};
     ids.resize(slots, 0);
     if (input.dtype == DType::kInt32) {
       std::vector<int32_t> narrow(ids.begin(), ids.end());
-      input.data.assign(reinterpret_cast<const char*>(narrow.data()), narrow.size() * 4);
+      input.bytes.assign(reinterpret_cast<const char*>(narrow.data()), narrow.size() * 4);
     } else {
-      input.data.assign(reinterpret_cast<const char*>(ids.data()), ids.size() * 8);
+      input.bytes.assign(reinterpret_cast<const char*>(ids.data()), ids.size() * 8);
     }
     request.inputs.push_back(std::move(input));
     absl::StatusOr<InferResponse> answered = coordinator_->Infer(request);
@@ -157,12 +157,12 @@ class CoordinatorStepExecutor : public StepExecutor {
     }
     InferResponse& response = *answered;
     if (response.outputs.size() != 1 ||
-        response.outputs[0].data.size() !=
+        response.outputs[0].tensor.bytes.size() !=
             static_cast<size_t>(rows * kSampleRecordWidth * sizeof(float))) {
       return Internal("step ", step, ": the decode program answered ", response.outputs.size(),
                       " outputs");
     }
-    const float* rec = reinterpret_cast<const float*>(response.outputs[0].data.data());
+    const float* rec = reinterpret_cast<const float*>(response.outputs[0].tensor.bytes.data());
     for (size_t r = 0; r < sampled.size(); ++r) {
       const float* row = rec + r * kSampleRecordWidth;
       if (row[0] < 0) return Internal("step ", step, ": row ", r, " was not sampled");

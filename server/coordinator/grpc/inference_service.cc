@@ -102,12 +102,12 @@ void InferResponseToProto(InferResponse response, inference::ModelInferResponse*
   }
   for (InferOutput& out : response.outputs) {
     auto* o = proto->add_outputs();
-    o->set_name(out.name);
-    o->set_datatype(std::string(DTypeWireName(out.dtype)));
-    for (int64_t d : out.shape) o->add_shape(d);
+    o->set_name(out.tensor.name);
+    o->set_datatype(std::string(DTypeWireName(out.tensor.dtype)));
+    for (int64_t d : out.tensor.shape) o->add_shape(d);
     (*o->mutable_parameters())["type"].set_string_param(out.type_str);
     (*o->mutable_parameters())["generation"].set_int64_param(response.generation);
-    proto->add_raw_output_contents(std::move(out.data));
+    proto->add_raw_output_contents(std::move(out.tensor.bytes));
   }
 }
 

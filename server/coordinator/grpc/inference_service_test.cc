@@ -89,8 +89,8 @@ TEST(InferenceProtoTest, ResponseCarriesRawBytesAndType) {
   response.model = "m";
   response.id = "abc";
   response.generation = 7;
-  response.outputs.push_back({"y", DType::kBFloat16, {2, 2}, std::string(8, '\2'),
-                              "bfloat16[2@data,2]"});
+  response.outputs.push_back(
+      {{"y", DType::kBFloat16, {2, 2}, std::string(8, '\2')}, "bfloat16[2@data,2]"});
   inference::ModelInferResponse proto;
   InferResponseToProto(response, &proto);
   ASSERT_EQ(proto.outputs_size(), 1);

@@ -194,12 +194,12 @@ absl::StatusOr<InferRequest> InferRequestFromJson(absl::string_view model,
 std::string InferResponseToJson(const InferResponse& response) {
   Json outputs = Json::array();
   for (const InferOutput& out : response.outputs) {
-    outputs.push_back({{"name", out.name},
-                       {"datatype", std::string(DTypeWireName(out.dtype))},
-                       {"shape", out.shape},
+    outputs.push_back({{"name", out.tensor.name},
+                       {"datatype", std::string(DTypeWireName(out.tensor.dtype))},
+                       {"shape", out.tensor.shape},
                        {"parameters", {{"type", out.type_str},
                                        {"generation", response.generation}}},
-                       {"data", DataToJson(out.dtype, out.data)}});
+                       {"data", DataToJson(out.tensor.dtype, out.tensor.bytes)}});
   }
   Json j = {{"model_name", response.model}, {"model_version", "1"}, {"outputs", outputs}};
   if (!response.id.empty()) j["id"] = response.id;

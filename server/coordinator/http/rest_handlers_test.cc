@@ -82,12 +82,12 @@ TEST(InferResponseToJsonTest, FlatDataTypeAndGeneration) {
   response.id = "r1";
   response.generation = 3;
   InferOutput out;
-  out.name = "y";
-  out.dtype = DType::kFloat32;
-  out.shape = {1, 2};
+  out.tensor.name = "y";
+  out.tensor.dtype = DType::kFloat32;
+  out.tensor.shape = {1, 2};
   out.type_str = "float32[1,2]";
   const float values[2] = {0.5f, -2};
-  out.data.assign(reinterpret_cast<const char*>(values), sizeof(values));
+  out.tensor.bytes.assign(reinterpret_cast<const char*>(values), sizeof(values));
   response.outputs.push_back(out);
   const Json j = Json::parse(InferResponseToJson(response));
   EXPECT_EQ(j["model_name"], "linear");

@@ -530,7 +530,7 @@ TEST_F(ParamTest, VersionSwitchIsAtomicForConcurrentRequests) {
           ++failed;
           continue;
         }
-        const std::string& y = got->outputs[0].data;
+        const std::string& y = got->outputs[0].tensor.bytes;
         auto it = std::find(versions.begin(), versions.end(), y);
         // One whole version, never older than what was committed before the start.
         if (it == versions.end() || it - versions.begin() < floor) ++mixed;
@@ -651,7 +651,7 @@ TEST_F(ParamTest, RestartedCoordinatorAdoptsWhatWorkersHold) {
   r.model = "pm";
   r.inputs.push_back({"x", DType::kFloat32, {8, 4}, std::string(128, '\0')});
   ASSERT_OK_AND_ASSIGN(InferResponse y, coordinator_->Infer(r));
-  EXPECT_EQ(y.outputs[0].data, offset);
+  EXPECT_EQ(y.outputs[0].tensor.bytes, offset);
   // A later scale step gets a new generation number and moves, not re-reads.
   AddWorker(2);
   AddWorker(3);
