@@ -528,7 +528,9 @@ class LinClient:
 
 class Traffic:
     """`clients` threads sending small requests (1-3 times `row_multiple` rows)
-    in a loop until stop(); outcomes are collected as (time, code, detail)."""
+    in a loop until stop(); outcomes are collected as (sent, code, detail), `sent`
+    the time the request was sent (a request sent while a server was away may
+    return its error seconds later)."""
 
     def __init__(self, client, clients=4, timeout=30, width=64, row_multiple=1):
         self.client = client
@@ -548,9 +550,10 @@ class Traffic:
         while not self._stop.is_set():
             rows = self.row_multiple * (1 + int(rng.integers(0, 3)))
             x = rng.standard_normal((rows, self.width)).astype(np.float32)
+            sent = time.time()
             code, detail = self.client.infer(x, timeout=self.timeout)
             with self._lock:
-                self.outcomes.append((time.time(), code, detail))
+                self.outcomes.append((sent, code, detail))
             if code != "ok":
                 time.sleep(0.05)
 

@@ -152,8 +152,9 @@ def coordinator_restart(env):
                 "restart: clients saw UNAVAILABLE while it was gone (%d)" %
                 counts.get("UNAVAILABLE", 0), "    %s" % counts)
         print("    e.g. %s" % traffic.details("UNAVAILABLE", 1), flush=True)
-        # From shortly after the new coordinator is ready (the clients' channels
-        # reconnect within their backoff), every answer is right.
+        # Every request sent from shortly after the new coordinator is ready (the
+        # clients' channels reconnect within their backoff) is answered right; one
+        # sent while it was away may fail later (CI saw a handshake cut 3 s after).
         after = [(code, d) for t, code, d in traffic.outcomes if t > ready_at + 3]
         c.check(before > 0 and after and {code for code, _ in after} == {"ok"},
                 "restart: right answers before (%d) and after (%d) the restart" % (
