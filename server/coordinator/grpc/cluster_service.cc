@@ -288,28 +288,6 @@ grpc::Status ClusterServiceImpl::PushDirect(
   return grpc::Status::OK;
 }
 
-grpc::Status ClusterServiceImpl::PullParams(grpc::ServerContext* context,
-                                            const PullParamsRequest* request,
-                                            grpc::ServerWriter<PullParamsChunk>* writer) {
-  absl::StatusOr<CallGate::Pass> pass = AdmitClientCall(edge_, gate_, *context);
-  if (!pass.ok()) return ToGrpcStatus(pass.status());
-  std::vector<std::string> params(request->params().begin(), request->params().end());
-  absl::Status s = coordinator_->PullParams(
-      request->model(), params, [&](PullChunk chunk) -> absl::Status {
-        PullParamsChunk message;
-        message.set_param(chunk.param);
-        for (int64_t d : chunk.shape) message.add_shape(d);
-        message.set_dtype(static_cast<DTypeProto>(chunk.dtype));
-        message.set_total_bytes(chunk.total_bytes);
-        message.set_byte_offset(chunk.byte_offset);
-        message.set_data(std::move(chunk.data));
-        message.set_version(chunk.version);
-        if (!writer->Write(message)) return absl::CancelledError("PullParams: client gone");
-        return absl::OkStatus();
-      });
-  return ToGrpcStatus(s);
-}
-
 grpc::Status MembershipServiceImpl::Register(grpc::ServerContext* context,
                                              const RegisterRequest* request,
                                              RegisterResponse* response) {

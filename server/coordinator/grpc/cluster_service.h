@@ -59,6 +59,21 @@ class ClusterServiceImpl final : public ClusterService::Service {
   grpc::Status PullParams(grpc::ServerContext*, const PullParamsRequest*,
                           grpc::ServerWriter<PullParamsChunk>*) override;
 
+  // Push sessions (cluster_push_service.cc).
+  grpc::Status BeginPush(grpc::ServerContext*, const BeginPushRequest*, PushSession*) override;
+  grpc::Status JoinPush(grpc::ServerContext*, const JoinPushRequest*, PushSession*) override;
+  grpc::Status PlanPut(grpc::ServerContext*, const PlanPutRequest*, PlanPutReply*) override;
+  grpc::Status StageThrough(grpc::ServerContext*, grpc::ServerReader<StageThroughChunk>*,
+                            StageThroughReply*) override;
+  grpc::Status CommitPush(grpc::ServerContext*, const CommitPushRequest*,
+                          PushParamsResponse*) override;
+  grpc::Status AbortPush(grpc::ServerContext*, const AbortPushRequest*,
+                         AbortPushReply*) override;
+
+  // Box pulls (cluster_pull_service.cc; PullParams too).
+  grpc::Status PlanPull(grpc::ServerContext*, const PlanPullRequest*, PlanPullReply*) override;
+  grpc::Status EndPull(grpc::ServerContext*, const EndPullRequest*, EndPullReply*) override;
+
  private:
   Coordinator* const coordinator_;
   CallGate* const gate_;  // admits each call (call_gate.h)
