@@ -320,9 +320,50 @@ absl::Status ParseGeneration(const Json& root, ModelFile& m) {
   return absl::OkStatus();
 }
 
+// "checkpoint_tied" {name: twin} and "checkpoint_ignored" [names] (model_file.h).
+absl::Status ParseCheckpointNames(const Json& root, ModelFile& m) {
+  absl::flat_hash_set<std::string> read;  // params and the tensors they read
+  for (const ParamDef& p : m.params) read.insert({p.name, p.from});
+  auto check_new = [&](const std::string& name, absl::string_view field) -> absl::Status {
+    if (name.empty()) return InvalidArgument(field, " has an empty name");
+    if (read.count(name) > 0) {
+      return InvalidArgument(field, " names '", name, "', which a param is or reads");
+    }
+    return absl::OkStatus();
+  };
+  if (root.contains("checkpoint_tied")) {
+    const Json& t = root["checkpoint_tied"];
+    if (!t.is_object()) {
+      return InvalidArgument("checkpoint_tied must be an object {name: twin}, got ", ShowJson(t));
+    }
+    for (auto it = t.begin(); it != t.end(); ++it) {
+      MS_RETURN_IF_ERROR(check_new(it.key(), "checkpoint_tied"));
+      MS_ASSIGN_OR_RETURN(std::string twin,
+                          JsonString(it.value(), absl::StrCat("checkpoint_tied '", it.key(), "'")));
+      if (read.count(twin) == 0) {
+        return InvalidArgument("checkpoint_tied '", it.key(), "' -> '", twin,
+                               "': the twin is no param and no tensor a param reads");
+      }
+      m.checkpoint_tied[it.key()] = std::move(twin);
+    }
+  }
+  if (!root.contains("checkpoint_ignored")) return absl::OkStatus();
+  MS_ASSIGN_OR_RETURN(m.checkpoint_ignored,
+                      JsonStringList(root["checkpoint_ignored"], "checkpoint_ignored"));
+  absl::flat_hash_set<std::string> seen;
+  for (const std::string& name : m.checkpoint_ignored) {
+    MS_RETURN_IF_ERROR(check_new(name, "checkpoint_ignored"));
+    if (m.checkpoint_tied.count(name) > 0 || !seen.insert(name).second) {
+      return InvalidArgument("checkpoint_ignored names '", name, "' twice or as tied too");
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseBody(const Json& root, ModelFile& m) {
   MS_RETURN_IF_ERROR(CheckJsonKeys(root, {"name", "mesh", "dtype", "seed", "checkpoint", "inputs",
-                                      "params", "layers", "outputs", "batching", "generation"},
+                                      "params", "layers", "outputs", "batching", "generation",
+                                      "checkpoint_tied", "checkpoint_ignored"},
                                "top level"));
   MS_RETURN_IF_ERROR(ParseMeshField(root, m));
   if (root.contains("dtype")) {
@@ -346,6 +387,7 @@ absl::Status ParseBody(const Json& root, ModelFile& m) {
   MS_RETURN_IF_ERROR(model_file_internal::ParseLayers(root, m));
   MS_RETURN_IF_ERROR(ParseOutputs(root, m));
   MS_RETURN_IF_ERROR(ParseGeneration(root, m));
+  MS_RETURN_IF_ERROR(ParseCheckpointNames(root, m));
   return ParseBatchingConfig(root, &m.batching);
 }
 

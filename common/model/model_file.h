@@ -7,7 +7,8 @@
 // known init kinds, the op fields of docs/model-format.md (softmax scale /
 // causal / where, positions axis, rope theta / seq_axis, reshape's 0 and -1,
 // einsum bias), a param's from / from_offset (rank, >= 0; `from` needs a
-// checkpoint). The layer part is model_file_layers.cc. Every error is kInvalidArgument and names the model, the
+// checkpoint), checkpoint_tied / checkpoint_ignored (names that are no param
+// and no `from`; a tied name's twin is one). The layer part is model_file_layers.cc. Every error is kInvalidArgument and names the model, the
 // field and the offending value ("model 'swiglu': layer 'y': unknown op 'lineer'").
 //
 // Thread-safety: plain values.
@@ -15,6 +16,7 @@
 #define MESHSERVE_COMMON_MODEL_MODEL_FILE_H_
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -100,6 +102,15 @@ struct ModelFile {
   // importer). 0 / empty when absent.
   int64_t context_length = 0;
   std::vector<int64_t> eos_token_ids;
+  // Checkpoint names the params do not read (written by `meshserve import`),
+  // so a whole checkpoint or state_dict can be pushed and pulled by name:
+  // "checkpoint_tied": name -> the param or checkpoint tensor (some param's
+  // `from`) it must equal, e.g. GPT-2's "lm_head.weight" -> "wte.weight";
+  // "checkpoint_ignored": tensors the model does not read (buffers such as
+  // GPT-2's "h.0.attn.bias"). A name in either is neither a param nor a
+  // `from`, and is in at most one of them.
+  std::map<std::string, std::string> checkpoint_tied;
+  std::vector<std::string> checkpoint_ignored;
 
   const ParamDef* FindParam(absl::string_view name) const;
   const InputDef* FindInput(absl::string_view name) const;

@@ -124,6 +124,17 @@ TEST(ModelFileTest, AbsoluteCheckpointIsKept) {
   EXPECT_EQ(m.checkpoint, "/data/w.safetensors");
 }
 
+TEST(ModelFileTest, ParsesCheckpointTiedAndIgnored) {
+  ASSERT_OK_AND_ASSIGN(
+      ModelFile m,
+      ParseModelFile(Edited(R"("outputs": ["y"])",
+                            R"("outputs": ["y"], "checkpoint_tied": {"head.w": "up_proj.kernel"},
+                               "checkpoint_ignored": ["h.0.attn.bias", "h.0.attn.masked_bias"])"),
+                     ""));
+  EXPECT_EQ(m.checkpoint_tied.at("head.w"), "up_proj.kernel");
+  EXPECT_THAT(m.checkpoint_ignored, ElementsAre("h.0.attn.bias", "h.0.attn.masked_bias"));
+}
+
 struct BadCase {
   const char* from;
   const char* to;
@@ -211,6 +222,15 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{R"("seed": 0)", R"("seed": "zero")", "seed must be an integer, got \"zero\""},
         BadCase{R"("seed": 0)", R"("sede": 0)", "top level: unknown field 'sede'"},
         BadCase{R"("name": "swiglu",)", "", "model file: missing or empty string field 'name'"},
+        BadCase{R"("outputs": ["y"])", R"("outputs": ["y"], "checkpoint_tied": {"a": "nope"})",
+                "checkpoint_tied 'a' -> 'nope': the twin is no param"},
+        BadCase{R"("outputs": ["y"])",
+                R"("outputs": ["y"], "checkpoint_tied": {"up_proj.kernel": "gate_proj.kernel"})",
+                "checkpoint_tied names 'up_proj.kernel', which a param is or reads"},
+        BadCase{R"("outputs": ["y"])", R"("outputs": ["y"], "checkpoint_ignored": ["b", "b"])",
+                "checkpoint_ignored names 'b' twice"},
+        BadCase{R"("outputs": ["y"])", R"("outputs": ["y"], "checkpoint_ignored": "b")",
+                "checkpoint_ignored must be a list of strings"},
         BadCase{R"("outputs": ["y"]
 })", R"("outputs": ["y"])", "model file: "}));
 
