@@ -1,8 +1,10 @@
 #include "client/cli_args.h"
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/base/status_util.h"
 
@@ -110,6 +112,21 @@ absl::StatusOr<double> CliArgs::GetDouble(absl::string_view name,
     return InvalidArgument("flag --", name, ": '", text, "' is not a number");
   }
   return value;
+}
+
+absl::StatusOr<std::vector<int64_t>> CliArgs::GetDims(absl::string_view name) const {
+  std::vector<int64_t> dims;
+  if (!Has(name)) return dims;
+  const std::string text = Get(name);
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int64_t d;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &d) || d < 0) {
+      return InvalidArgument("flag --", name, ": '", text, "' is not a list of integers >= 0 (",
+                             "entry '", part, "')");
+    }
+    dims.push_back(d);
+  }
+  return dims;
 }
 
 absl::StatusOr<std::pair<std::string, std::string>> SplitNameValue(

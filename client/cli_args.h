@@ -52,6 +52,10 @@ class CliArgs {
   absl::StatusOr<int64_t> GetInt(absl::string_view name, int64_t fallback,
                                  int64_t min_value, int64_t max_value) const;
   absl::StatusOr<double> GetDouble(absl::string_view name, double fallback) const;
+  // A comma-separated list of integers >= 0 ("4,0,16"), e.g. a box's offset
+  // or shape; absent: empty. \error kInvalidArgument naming the flag and the
+  // text for an empty list, a non-integer or a negative entry.
+  absl::StatusOr<std::vector<int64_t>> GetDims(absl::string_view name) const;
   const std::vector<std::string>& positional() const { return positional_; }
 
  private:

@@ -3,7 +3,8 @@
 //   meshserve push --target HOST:PORT --model NAME --checkpoint FILE.safetensors
 //       [--timeout_s S] [--chunk_bytes N] [--direct auto|on|off]
 //   meshserve pull --target HOST:PORT --model NAME --output FILE.safetensors
-//       [--params a,b,...] [--timeout_s S]
+//       [--params a,b,...] [--offset D0,D1,..] [--shape D0,D1,..] [--version N]
+//       [--timeout_s S]
 //
 // push sends every tensor of the file as one whole box of the param of that
 // name, in --chunk_bytes chunks (default 1 MiB) read from the file as they
@@ -20,6 +21,14 @@
 // pull writes the current version's params (every param, or --params) as a
 // safetensors file in the model's dtype, with the version in its metadata:
 //   pulled model mlp: version 2, 3 params, 8448 bytes -> out.safetensors (0.002 s)
+// --params may name params or checkpoint tensors the model was imported from
+// (GPT-2's fused c_attn); each is read straight from its holders
+// (PullBoxesToFile, params_client.h: PlanPull, ReadParam, EndPull), through
+// the coordinator when they cannot be reached or under TLS. --offset and
+// --shape pull a box of the one name given (offset default the origin, shape
+// default the rest of the tensor); --version N pulls that version while the
+// server holds it (NOT_FOUND otherwise); both need --params. Then also
+//   path: direct from 4 workers
 //
 // Exit codes: 0 success, 1 the server refused or a file failed (the error is
 // printed as "CODE: message"), 2 bad flags.
@@ -28,6 +37,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -40,6 +50,7 @@
 #include "client/params_client.h"
 #include "client/params_direct.h"
 #include "client/params_files.h"
+#include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 
 namespace meshserve {
@@ -51,7 +62,7 @@ constexpr char kPushUsage[] =
     "[--chunk_bytes N] [--direct auto|on|off]";
 constexpr char kPullUsage[] =
     "pull --target HOST:PORT --model NAME --output FILE.safetensors [--params a,b,...] "
-    "[--timeout_s S]";
+    "[--offset D0,D1,..] [--shape D0,D1,..] [--version N] [--timeout_s S]";
 
 absl::StatusOr<absl::Time> DeadlineFromArgs(const CliArgs& args) {
   auto timeout = args.GetDouble("timeout_s", 600);
@@ -140,30 +151,58 @@ int RunPush(const CliArgs& args) {
   return 0;
 }
 
+// The box flags of pull into *pull. \error kInvalidArgument naming the flag.
+absl::Status BoxFromArgs(const CliArgs& args, BoxPull* pull) {
+  MS_ASSIGN_OR_RETURN(pull->offset, args.GetDims("offset"));
+  MS_ASSIGN_OR_RETURN(pull->shape, args.GetDims("shape"));
+  MS_ASSIGN_OR_RETURN(pull->version,
+                      args.GetInt("version", 0, 1, std::numeric_limits<int64_t>::max()));
+  const bool box = args.Has("offset") || args.Has("shape");
+  if ((box || args.Has("version")) && pull->names.empty()) {
+    return InvalidArgument("flags --offset, --shape and --version need --params naming what to "
+                           "pull");
+  }
+  if (box && pull->names.size() != 1) {
+    return InvalidArgument("flags --offset and --shape: --params '", args.Get("params"),
+                           "' names ", pull->names.size(), " tensors, not one");
+  }
+  return absl::OkStatus();
+}
+
 int RunPull(const CliArgs& args) {
   auto deadline = DeadlineFromArgs(args);
   if (!deadline.ok()) return UsageError("pull", kPullUsage, deadline.status());
-  std::vector<std::string> params;
+  BoxPull pull;
+  pull.model = args.Get("model");
   if (args.Has("params")) {
-    params = absl::StrSplit(args.Get("params"), ',', absl::SkipWhitespace());
-    if (params.empty()) {
+    pull.names = absl::StrSplit(args.Get("params"), ',', absl::SkipWhitespace());
+    if (pull.names.empty()) {
       return UsageError("pull", kPullUsage,
                         InvalidArgument("flag --params: '", args.Get("params"),
                                         "' names no param"));
     }
   }
+  const absl::Status box = BoxFromArgs(args, &pull);
+  if (!box.ok()) return UsageError("pull", kPullUsage, box);
+  pull.direct = !(args.Has("tls_dir") || args.Has("ca"));
   auto client = ConnectFromArgs(args);
   if (!client.ok()) return UsageError("pull", kPullUsage, client.status());
   const std::string path = args.Get("output");
-  auto writer = PulledFileWriter::Create(path);
-  if (!writer.ok()) return Fail("pull", AnnotateStatus(writer.status(), "flag --output"));
-  auto pulled = PullParamsToFile(**client, args.Get("model"), params, **writer, *deadline);
+  absl::StatusOr<PullResult> pulled = Unavailable("not pulled");
+  if (pull.names.empty()) {
+    auto writer = PulledFileWriter::Create(path);
+    if (!writer.ok()) return Fail("pull", AnnotateStatus(writer.status(), "flag --output"));
+    pulled = PullParamsToFile(**client, pull.model, {}, **writer, *deadline);
+  } else {
+    pulled = PullBoxesToFile(**client, pull, path, *deadline);
+  }
   if (!pulled.ok()) return Fail("pull", pulled.status());
   std::printf("pulled model %s: version %lld, %zu params, %lld bytes -> %s (%.3f s)\n",
               args.Get("model").c_str(), static_cast<long long>(pulled->version),
               pulled->params.size(), static_cast<long long>(pulled->bytes), path.c_str(),
               pulled->seconds);
   std::printf("params: %s\n", absl::StrJoin(pulled->params, ",").c_str());
+  if (!pulled->path.empty()) std::printf("path: %s\n", pulled->path.c_str());
   std::fflush(stdout);
   return 0;
 }
@@ -184,6 +223,9 @@ MS_REGISTER_COMMAND(FlagCommand{"pull",
                                                   {"model", FlagDef::kValue, true},
                                                   {"output", FlagDef::kValue, true},
                                                   {"params"},
+                                                  {"offset"},
+                                                  {"shape"},
+                                                  {"version"},
                                                   {"timeout_s"}}),
                                 RunPull,
                                 /*rejects_positional=*/true});

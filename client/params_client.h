@@ -8,6 +8,19 @@
 //   PullParamsToFile    one PullParams call into a PulledFileWriter, then
 //                       Finish (the file appears only when the stream is
 //                       complete and consistent).
+//   PullBoxesToFile     boxes of params (or of checkpoint tensors the model
+//                       imported) at one version: PlanPull per name (the
+//                       first answer's version pins the others), then every
+//                       holder read at once (WorkerService.ReadParam, one
+//                       thread per worker), each chunk written into its
+//                       place in the file (BoxFileWriter: memory stays a
+//                       chunk per worker), then EndPull. Falls back through
+//                       the coordinator (PullParams with offset, shape and
+//                       version, one call per name; with neither box nor
+//                       version, one call for every name as before) when
+//                       PlanPull is kUnimplemented (an older server), a
+//                       holder cannot be reached within connect_timeout, or
+//                       direct is false (TLS: workers admit only members).
 //
 // Errors: the server's status with its code, prefixed with the RPC and the
 // target ("PushParams on 127.0.0.1:8500: ..."); the file's own errors as
@@ -54,6 +67,7 @@ struct PullResult {
   int64_t bytes = 0;
   std::vector<std::string> params;
   double seconds = 0;
+  std::string path;  // "direct from N workers" or "through the coordinator (why)"
 };
 
 // `params` empty: every param. \error the server's status; kInternal when
@@ -61,6 +75,24 @@ struct PullResult {
 absl::StatusOr<PullResult> PullParamsToFile(InferenceClient& client, absl::string_view model,
                                             const std::vector<std::string>& params,
                                             PulledFileWriter& writer, absl::Time deadline);
+
+struct BoxPull {
+  std::string model;
+  std::vector<std::string> names;  // param or checkpoint tensor names, at least one
+  std::vector<int64_t> offset;     // empty: the origin
+  std::vector<int64_t> shape;      // empty: the whole tensor from offset
+  int64_t version = 0;             // 0: the current one
+  bool direct = true;              // false: through the coordinator only
+  absl::Duration connect_timeout = absl::Seconds(2);
+};
+
+// Each name's box is one tensor of the file, under the name asked for.
+// \error the server's status (kNotFound for an unknown name or a version no
+//   longer held, kInvalidArgument / kOutOfRange for a bad box), prefixed with
+//   the RPC; "ReadParam on worker N at ADDR: ..." for a holder's refusal;
+//   kInternal for a plan whose pieces do not tile the box.
+absl::StatusOr<PullResult> PullBoxesToFile(InferenceClient& client, const BoxPull& pull,
+                                           const std::string& path, absl::Time deadline);
 
 }  // namespace client
 }  // namespace meshserve

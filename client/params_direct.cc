@@ -224,26 +224,25 @@ absl::StatusOr<std::map<std::string, WorkerShare>> SharesOf(
   return shares;
 }
 
-// Connects to every worker at once. \error kUnavailable naming the first one
-// not connected by `by` (*unreachable says which).
-absl::Status ConnectAll(std::map<std::string, WorkerShare>& shares, absl::Time by,
-                        std::string* unreachable) {
-  for (auto& [address, share] : shares) {
+}  // namespace
+
+absl::StatusOr<std::map<std::string, std::shared_ptr<grpc::Channel>>> ConnectWorkers(
+    const std::map<std::string, int64_t>& workers, absl::Time by, std::string* unreachable) {
+  std::map<std::string, std::shared_ptr<grpc::Channel>> channels;
+  for (const auto& [address, id] : workers) {
     absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = CreateChannel(address);
     if (channel.ok()) (*channel)->GetState(/*try_to_connect=*/true);
-    share.channel = channel.ok() ? *channel : nullptr;
+    channels[address] = channel.ok() ? *channel : nullptr;
   }
-  for (const auto& [address, share] : shares) {
-    if (share.channel == nullptr || !share.channel->WaitForConnected(absl::ToChronoTime(by))) {
-      *unreachable = absl::StrCat("worker ", share.id, " at ", address,
-                                  " is not reachable from here");
-      return Unavailable(*unreachable, "; nothing was pushed");
+  for (const auto& [address, id] : workers) {
+    const std::shared_ptr<grpc::Channel>& channel = channels[address];
+    if (channel == nullptr || !channel->WaitForConnected(absl::ToChronoTime(by))) {
+      *unreachable = absl::StrCat("worker ", id, " at ", address, " is not reachable from here");
+      return Unavailable(*unreachable);
     }
   }
-  return absl::OkStatus();
+  return channels;
 }
-
-}  // namespace
 
 absl::StatusOr<PushResult> PushDirectFromFile(InferenceClient& client, const std::string& path,
                                               const std::string& model,
@@ -280,9 +279,14 @@ absl::StatusOr<PushResult> PushDirectFromFile(InferenceClient& client, const std
   absl::StatusOr<std::map<std::string, WorkerShare>> shares = SharesOf(plan, entries, path);
   if (!shares.ok()) return cancel(AnnotateStatus(shares.status(), rpc));
   // Every worker reachable before any byte goes out; then all workers at once.
-  absl::Status connected = ConnectAll(
-      *shares, std::min(deadline, absl::Now() + options.connect_timeout), fallback_reason);
-  if (!connected.ok()) return cancel(AnnotateStatus(connected, rpc));
+  std::map<std::string, int64_t> ids;
+  for (const auto& [address, share] : *shares) ids[address] = share.id;
+  auto channels = ConnectWorkers(
+      ids, std::min(deadline, absl::Now() + options.connect_timeout), fallback_reason);
+  if (!channels.ok()) {
+    return cancel(AnnotateStatus(Unavailable(*fallback_reason, "; nothing was pushed"), rpc));
+  }
+  for (auto& [address, share] : *shares) share.channel = (*channels)[address];
   std::vector<WorkerShare*> staging;
   for (auto& [address, share] : *shares) staging.push_back(&share);
   ParallelFor(staging.size(), [&](size_t i) {

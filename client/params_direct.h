@@ -38,6 +38,8 @@
 #define MESHSERVE_CLIENT_PARAMS_DIRECT_H_
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -45,6 +47,7 @@
 #include "client/inference_client.h"
 #include "client/params_client.h"
 #include "client/params_files.h"
+#include "grpcpp/channel.h"
 
 namespace meshserve {
 namespace client {
@@ -58,6 +61,13 @@ absl::StatusOr<PushResult> PushDirectFromFile(InferenceClient& client, const std
                                               const std::string& model,
                                               const DirectPushOptions& options,
                                               absl::Time deadline, std::string* fallback_reason);
+
+// Channels to workers (address -> worker id), all dialled at once (direct
+// pushes here, box pulls in params_client.h). \error kUnavailable "worker N
+// at ADDR is not reachable from here" for the first one not connected by
+// `by`; *unreachable is set to that text then.
+absl::StatusOr<std::map<std::string, std::shared_ptr<grpc::Channel>>> ConnectWorkers(
+    const std::map<std::string, int64_t>& workers, absl::Time by, std::string* unreachable);
 
 }  // namespace client
 }  // namespace meshserve

@@ -21,6 +21,47 @@ namespace meshserve {
 namespace client {
 namespace {
 
+// Checked at BoxFileWriter::Create (no overflow).
+int64_t TensorBytes(const PulledTensor& t) {
+  int64_t bytes = DTypeSize(t.dtype);
+  for (int64_t d : t.shape) bytes *= d;
+  return bytes;
+}
+
+// The safetensors prefix: 8-byte little-endian length, then the JSON header
+// (version in the metadata unless 0), padded so that the data starts
+// 8-aligned. begins[i] is tensors[i]'s first byte in the data region.
+std::string SafetensorsPrefix(int64_t version, const std::vector<PulledTensor>& tensors,
+                              const std::vector<int64_t>& begins) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (version != 0) header["__metadata__"] = {{"version", absl::StrCat(version)}};
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const PulledTensor& t = tensors[i];
+    const int64_t bytes = TensorBytes(t);
+    header[t.name] = {{"dtype", std::string(SafetensorsDTypeName(t.dtype))},
+                      {"shape", t.shape},
+                      {"data_offsets", {begins[i], begins[i] + bytes}}};
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string prefix(8, '\0');
+  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+  return prefix + text;
+}
+
+absl::Status PwriteFully(int fd, const char* data, int64_t size, int64_t offset,
+                         absl::string_view path) {
+  while (size > 0) {
+    const ssize_t n = ::pwrite(fd, data, static_cast<size_t>(size), static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Unavailable("cannot write '", path, "': ", std::strerror(errno));
+    data += n;
+    size -= n;
+    offset += n;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status WriteFully(std::FILE* file, const char* data, size_t size, absl::string_view path) {
   if (size > 0 && std::fwrite(data, 1, size, file) != size) {
     return Unavailable("cannot write '", path, "': ", std::strerror(errno));
@@ -183,16 +224,13 @@ absl::Status PulledFileWriter::Add(const PullParamsChunk& chunk) {
 }
 
 std::string PulledFileWriter::HeaderJson() const {
-  nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (version_ != 0) header["__metadata__"] = {{"version", absl::StrCat(version_)}};
+  std::vector<PulledTensor> tensors;
+  std::vector<int64_t> begins;
   for (const Param& p : params_) {
-    header[p.name] = {{"dtype", std::string(SafetensorsDTypeName(p.dtype))},
-                      {"shape", p.shape},
-                      {"data_offsets", {p.begin, p.begin + p.total_bytes}}};
+    tensors.push_back(PulledTensor{p.name, p.dtype, p.shape});
+    begins.push_back(p.begin);
   }
-  std::string text = header.dump();
-  text.append((8 - text.size() % 8) % 8, ' ');  // the data region starts 8-aligned
-  return text;
+  return SafetensorsPrefix(version_, tensors, begins);
 }
 
 absl::Status PulledFileWriter::Finish() {
@@ -215,9 +253,6 @@ absl::Status PulledFileWriter::Finish() {
     return Unavailable("cannot create '", tmp_path, "': ", std::strerror(errno));
   }
   const std::string header = HeaderJson();
-  char length[8];
-  for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
-  MS_RETURN_IF_ERROR(WriteFully(out.get(), length, 8, tmp_path));
   MS_RETURN_IF_ERROR(WriteFully(out.get(), header.data(), header.size(), tmp_path));
   std::string buffer(4 << 20, '\0');
   size_t n;
@@ -230,6 +265,132 @@ absl::Status PulledFileWriter::Finish() {
   }
   if (std::rename(tmp_path.c_str(), path_.c_str()) != 0) {
     return Unavailable("cannot rename '", tmp_path, "' to '", path_, "': ", std::strerror(errno));
+  }
+  finished_ = true;
+  return absl::OkStatus();
+}
+
+// ---- box pull ----
+
+absl::StatusOr<std::unique_ptr<BoxFileWriter>> BoxFileWriter::Create(
+    const std::string& path, std::vector<PulledTensor> tensors, int64_t version) {
+  std::vector<int64_t> begins;
+  int64_t total = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const PulledTensor& t = tensors[i];
+    for (size_t j = 0; j < i; ++j) {
+      if (tensors[j].name == t.name) return InvalidArgument("pull: tensor '", t.name, "' twice");
+    }
+    int64_t bytes = DTypeSize(t.dtype);
+    for (int64_t d : t.shape) {
+      if (d < 0 || !CheckedMul(bytes, d, &bytes)) {
+        return InvalidArgument("pull: tensor '", t.name, "' has a bad shape ",
+                               ShapeToCompactString(t.shape));
+      }
+    }
+    begins.push_back(total);
+    total += bytes;
+  }
+  std::unique_ptr<BoxFileWriter> writer(new BoxFileWriter(path, std::move(tensors)));
+  const std::string tmp = path + ".tmp";
+  writer->fd_ = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (writer->fd_ < 0) return Unavailable("cannot create '", tmp, "': ", std::strerror(errno));
+  const std::string prefix = SafetensorsPrefix(version, writer->tensors_, begins);
+  const int64_t start = static_cast<int64_t>(prefix.size());
+  for (int64_t& b : begins) b += start;
+  writer->begin_ = std::move(begins);
+  MS_RETURN_IF_ERROR(PwriteFully(writer->fd_, prefix.data(), start, 0, tmp));
+  if (::ftruncate(writer->fd_, static_cast<off_t>(start + total)) != 0) {
+    return Unavailable("cannot size '", tmp, "' to ", start + total, " bytes: ",
+                       std::strerror(errno));
+  }
+  return writer;
+}
+
+BoxFileWriter::~BoxFileWriter() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!finished_) std::remove((path_ + ".tmp").c_str());
+}
+
+int64_t BoxFileWriter::data_bytes() const {
+  int64_t total = 0;
+  for (const PulledTensor& t : tensors_) total += TensorBytes(t);
+  return total;
+}
+
+absl::Status BoxFileWriter::Place(size_t tensor, absl::Span<const int64_t> dst_offset,
+                                  absl::Span<const int64_t> piece_shape, int64_t byte_offset,
+                                  absl::string_view data) {
+  if (tensor >= tensors_.size()) {
+    return OutOfRange("pull: tensor index ", tensor, " is outside the file's ", tensors_.size(),
+                      " tensors");
+  }
+  const PulledTensor& t = tensors_[tensor];
+  const size_t rank = t.shape.size();
+  if (dst_offset.size() != rank || piece_shape.size() != rank) {
+    return InvalidArgument("pull: piece at ", ShapeToCompactString(dst_offset), " of shape ",
+                           ShapeToCompactString(piece_shape), " is not of rank ", rank,
+                           " (tensor '", t.name, "')");
+  }
+  int64_t elements = 1;
+  for (size_t d = 0; d < rank; ++d) {
+    if (dst_offset[d] < 0 || piece_shape[d] < 0 || dst_offset[d] > t.shape[d] - piece_shape[d]) {
+      return OutOfRange("pull: piece at ", ShapeToCompactString(dst_offset), " of shape ",
+                        ShapeToCompactString(piece_shape), " is outside tensor '", t.name,
+                        "' of shape ", ShapeToCompactString(t.shape));
+    }
+    elements *= piece_shape[d];
+  }
+  const int64_t elem = DTypeSize(t.dtype);
+  const int64_t size = static_cast<int64_t>(data.size());
+  if (byte_offset % elem != 0 || size % elem != 0) {
+    return InvalidArgument("pull: ", size, " bytes at byte ", byte_offset, " of a piece of '",
+                           t.name, "' are not whole ", DTypeName(t.dtype), " elements");
+  }
+  if (byte_offset < 0 || byte_offset > elements * elem - size) {
+    return OutOfRange("pull: ", size, " bytes at byte ", byte_offset, " pass the ",
+                      elements * elem, " bytes of the piece of '", t.name, "' at ",
+                      ShapeToCompactString(dst_offset));
+  }
+  std::vector<int64_t> stride(rank, 1);
+  for (size_t d = rank; d-- > 1;) stride[d - 1] = stride[d] * t.shape[d];
+  // Dims after k span the whole tensor: a piece's elements come in runs of
+  // piece_shape[k] * stride[k] that are contiguous in the file.
+  size_t k = rank == 0 ? 0 : rank - 1;
+  while (k > 0 && piece_shape[k] == t.shape[k]) --k;
+  const int64_t run = rank == 0 ? 1 : piece_shape[k] * stride[k];
+  const char* src = data.data();
+  for (int64_t e = byte_offset / elem, end = e + size / elem; e < end;) {
+    const int64_t n = std::min(run - e % run, end - e);
+    int64_t rest = e;
+    int64_t dst = 0;
+    for (size_t d = rank; d-- > 0;) {
+      dst += (dst_offset[d] + rest % piece_shape[d]) * stride[d];
+      rest /= piece_shape[d];
+    }
+    MS_RETURN_IF_ERROR(
+        PwriteFully(fd_, src, n * elem, begin_[tensor] + dst * elem, path_ + ".tmp"));
+    src += n * elem;
+    e += n;
+  }
+  placed_[tensor] += size;
+  return absl::OkStatus();
+}
+
+absl::Status BoxFileWriter::Finish() {
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const int64_t bytes = TensorBytes(tensors_[i]);
+    if (placed_[i].load() != bytes) {
+      return absl::DataLossError(absl::StrCat("pull: tensor '", tensors_[i].name, "' got ",
+                                              placed_[i].load(), " of its ", bytes, " bytes"));
+    }
+  }
+  const std::string tmp = path_ + ".tmp";
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) return Unavailable("cannot write '", tmp, "': ", std::strerror(errno));
+  if (std::rename(tmp.c_str(), path_.c_str()) != 0) {
+    return Unavailable("cannot rename '", tmp, "' to '", path_, "': ", std::strerror(errno));
   }
   finished_ = true;
   return absl::OkStatus();

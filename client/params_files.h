@@ -14,6 +14,21 @@
 //                     it to PATH (a failed pull leaves no PATH). Tensors are
 //                     stored in arrival order (the model's param order).
 //
+//   BoxFileWriter     pulled boxes (PlanPull + WorkerService.ReadParam, or a
+//                     PullParams box) as a .safetensors file whose tensors
+//                     are known up front: Create writes the header and sizes
+//                     PATH.tmp; Place writes a chunk of a piece's row-major
+//                     bytes straight into its place in a tensor (pwrite of
+//                     each run of the chunk that is contiguous in the file:
+//                     a piece spanning every trailing dim of the tensor is
+//                     one run per chunk, else one run per row of the piece),
+//                     so memory stays one chunk however large the box; Finish
+//                     checks that every byte was placed and renames to PATH.
+//                     Placement math: element e of a piece of shape s at
+//                     offset o in a tensor of shape t (strides st, row-major)
+//                     has multi-index i = unravel(e, s) and lands at element
+//                     sum_d (o_d + i_d) * st_d of the tensor's data.
+//
 // The writer checks the stream: a param's first chunk names a new param and
 // gives its shape, a valid dtype and total_bytes == elements * dtype size;
 // chunks of a param arrive in order (byte_offset == bytes so far) and do not
@@ -21,11 +36,14 @@
 // left short, or two versions in one stream are kInternal (a server that does
 // not keep the contract), naming the param and the counts.
 //
-// Thread-safety: neither class is thread-safe; use one from one thread.
+// Thread-safety: PushChunkReader and PulledFileWriter are not thread-safe;
+// use one from one thread. BoxFileWriter::Place is thread-safe (pwrite of
+// disjoint ranges, an atomic byte count); Create and Finish are not.
 #ifndef MESHSERVE_CLIENT_PARAMS_FILES_H_
 #define MESHSERVE_CLIENT_PARAMS_FILES_H_
 
 #include <cstdint>
+#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -33,6 +51,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "common/tensor/safetensors.h"
 #include "proto/cluster_service.pb.h"
 
@@ -112,6 +132,52 @@ class PulledFileWriter {
   std::vector<Param> params_;
   int64_t data_bytes_ = 0;
   int64_t version_ = 0;
+  bool finished_ = false;
+};
+
+// One tensor of a box pull's file.
+struct PulledTensor {
+  std::string name;
+  DType dtype = DType::kFloat32;
+  std::vector<int64_t> shape;
+};
+
+class BoxFileWriter {
+ public:
+  // `version` (0: none) goes in the metadata. \error kInvalidArgument for a
+  //   tensor named twice or a negative dim; kUnavailable naming PATH.tmp when
+  //   it cannot be created or sized.
+  static absl::StatusOr<std::unique_ptr<BoxFileWriter>> Create(
+      const std::string& path, std::vector<PulledTensor> tensors, int64_t version);
+  ~BoxFileWriter();  // removes PATH.tmp unless Finish succeeded
+  BoxFileWriter(const BoxFileWriter&) = delete;
+  BoxFileWriter& operator=(const BoxFileWriter&) = delete;
+
+  // `data` is bytes [byte_offset, byte_offset + data.size()) of the row-major
+  // bytes of a piece of shape `piece_shape` at `dst_offset` in tensor
+  // `tensor`. \error kOutOfRange for a tensor index outside the file, a piece
+  //   outside the tensor or bytes past the piece's end; kInvalidArgument for
+  //   a rank that is not the tensor's or bytes not on element boundaries;
+  //   kUnavailable on a write failure (all naming the tensor and the values).
+  absl::Status Place(size_t tensor, absl::Span<const int64_t> dst_offset,
+                     absl::Span<const int64_t> piece_shape, int64_t byte_offset,
+                     absl::string_view data);
+  // \error kDataLoss naming the first tensor with bytes not placed (counts
+  //   given); kUnavailable on an I/O failure.
+  absl::Status Finish();
+
+  const std::vector<PulledTensor>& tensors() const { return tensors_; }
+  int64_t data_bytes() const;  // of every tensor
+
+ private:
+  BoxFileWriter(std::string path, std::vector<PulledTensor> tensors)
+      : path_(std::move(path)), tensors_(std::move(tensors)), placed_(tensors_.size()) {}
+
+  std::string path_;
+  std::vector<PulledTensor> tensors_;
+  std::vector<int64_t> begin_;           // each tensor's first byte in the file
+  std::vector<std::atomic<int64_t>> placed_;  // bytes placed per tensor
+  int fd_ = -1;                          // PATH.tmp
   bool finished_ = false;
 };
 
