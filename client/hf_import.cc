@@ -148,6 +148,8 @@ absl::StatusOr<std::string> LmModelFileText(const std::string& name, const LmCon
   LmModelBuilder b(config, PlanShardings(config, mesh), checkpoint,
                    {gpt2 ? "transformer." : "model."});
   MS_RETURN_IF_ERROR(gpt2 ? BuildGpt2Model(b) : BuildLlamaModel(b));
+  Json names = Json::object();  // checkpoint_tied / _ignored, before params move out
+  b.WriteCheckpointNames(names);
   Json root = Json::object();
   root["name"] = name;
   root["mesh"] = Json::object();
@@ -164,6 +166,7 @@ absl::StatusOr<std::string> LmModelFileText(const std::string& name, const LmCon
   root["outputs"] = {"logits"};
   root["generation"] = {{"context_length", config.context_length},
                         {"eos_token_ids", config.eos_token_ids}};
+  for (auto& [key, value] : names.items()) root[key] = std::move(value);
   if (unused_tensors != nullptr) *unused_tensors = b.UnusedTensors();
   return root.dump(1) + "\n";
 }

@@ -83,6 +83,8 @@ absl::StatusOr<std::string> Gpt2Block(LmModelBuilder& b, int64_t i, const std::s
   const LmConfig& c = b.config();
   const std::string p = absl::StrCat("h.", i, ".");
   const double proj_stddev = c.initializer_range / std::sqrt(2.0 * c.num_layers);
+  b.Buffer(p + "attn.bias");  // the causal mask buffers: not params
+  b.Buffer(p + "attn.masked_bias");
   MS_RETURN_IF_ERROR(LayerNorm(b, p + "ln_1", x));
   MS_RETURN_IF_ERROR(QkvFromCAttn(b, p, p + "ln_1"));
   double scale = c.scale_attn_weights ? 1.0 / std::sqrt(static_cast<double>(c.head_dim)) : 1.0;

@@ -119,6 +119,8 @@ absl::Status LmModelBuilder::Param(const std::string& name, std::vector<int64_t>
   p["from"] = found;
   if (!source.offset.empty()) p["from_offset"] = source.offset;
   used_.insert(found);
+  for (const std::string& prefix : prefixes_) tied_[prefix + source.tensor] = found;
+  tied_[source.tensor] = found;
   params_[name] = std::move(p);
   return absl::OkStatus();
 }
@@ -146,6 +148,7 @@ absl::Status LmModelBuilder::LmHead(const std::string& input, const std::string&
   const bool own_head = checkpoint_ != nullptr ? !CheckpointName("lm_head.weight").empty()
                                                : !config_.tie_word_embeddings;
   std::string head = tied_table;
+  if (!own_head) tied_["lm_head.weight"] = tied_table;
   if (own_head) {
     head = "lm_head.weight";
     const std::vector<int64_t> shape = {config_.vocab, config_.hidden};
@@ -171,6 +174,33 @@ std::vector<std::string> LmModelBuilder::UnusedTensors() const {
     if (!used_.count(name) && !IsKnownBuffer(name)) out.push_back(name);
   }
   return out;
+}
+
+
+void LmModelBuilder::Buffer(const std::string& canonical) {
+  buffers_.insert(canonical);
+  for (const std::string& prefix : prefixes_) buffers_.insert(prefix + canonical);
+}
+
+void LmModelBuilder::WriteCheckpointNames(Json& root) const {
+  auto read = [&](const std::string& name) {
+    return params_.contains(name) || used_.count(name) > 0;
+  };
+  Json tied = Json::object();
+  for (const auto& [name, twin] : tied_) {
+    if (name != twin && !read(name)) tied[name] = twin;
+  }
+  std::set<std::string> ignored;
+  for (const std::string& name : buffers_) {
+    if (!read(name) && !tied.contains(name)) ignored.insert(name);
+  }
+  if (checkpoint_ != nullptr) {
+    for (const auto& [name, info] : checkpoint_->tensors()) {
+      if (!read(name) && !tied.contains(name)) ignored.insert(name);
+    }
+  }
+  if (!tied.empty()) root["checkpoint_tied"] = std::move(tied);
+  if (!ignored.empty()) root["checkpoint_ignored"] = ignored;
 }
 
 }  // namespace client

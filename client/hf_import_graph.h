@@ -24,6 +24,7 @@
 #define MESHSERVE_CLIENT_HF_IMPORT_GRAPH_H_
 
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -114,6 +115,19 @@ class LmModelBuilder {
   // attn.bias / attn.masked_bias, rotary_emb.inv_freq).
   std::vector<std::string> UnusedTensors() const;
 
+  // A buffer the architecture's checkpoints and state_dicts may carry
+  // (GPT-2's h.N.attn.bias), by its canonical name: checkpoint_ignored.
+  void Buffer(const std::string& canonical);
+  // The model file's checkpoint_tied and checkpoint_ignored (model_file.h),
+  // so a whole checkpoint or state_dict pushes and pulls by name:
+  //   tied: lm_head.weight -> the table when the head is tied; every other
+  //     spelling of a tensor a param reads (with or without the prefix: the
+  //     file's names are the checkpoint's, a state_dict's may differ) -> it;
+  //   ignored: every spelling of each Buffer, and the checkpoint's tensors no
+  //     param reads.
+  // A name that is a param or a tensor a param reads is left out of both.
+  void WriteCheckpointNames(Json& root) const;
+
   Json& params() { return params_; }
   Json& layers() { return layers_; }
 
@@ -123,6 +137,8 @@ class LmModelBuilder {
   const HfCheckpoint* checkpoint_;
   std::vector<std::string> prefixes_;
   std::set<std::string> used_;
+  std::map<std::string, std::string> tied_;  // name -> twin
+  std::set<std::string> buffers_;            // every spelling
   Json params_ = Json::object();
   Json layers_ = Json::array();
 };

@@ -60,6 +60,7 @@ absl::Status Attention(LmModelBuilder& b, const std::string& p, const std::strin
   const int64_t d = c.hidden, hd = c.head_dim, kv = c.num_kv_heads;
   const bool sharded = b.plan().attn, bias = c.attention_bias;
   const std::string a = p + "self_attn.";
+  b.Buffer(a + "rotary_emb.inv_freq");  // older checkpoints' RoPE buffer: not a param
   MS_RETURN_IF_ERROR(HfLinear(b, a + "q", input, a + "q_proj", d, c.num_heads * hd, true,
                               sharded, bias));
   MS_RETURN_IF_ERROR(HfLinear(b, a + "k", input, a + "k_proj", d, kv * hd, true, sharded, bias));

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/model/model_file.h"
 #include "common/tensor/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -158,6 +159,27 @@ TEST(LmModelFileTest, Gpt2SplitsCAttnIntoColumnBoxes) {
   EXPECT_EQ(m["outputs"], Json::array({"logits"}));
 }
 
+// A state_dict's names (prefixed "transformer.", lm_head.weight, the mask
+// buffers) resolve through checkpoint_tied / checkpoint_ignored.
+TEST(LmModelFileTest, Gpt2WritesTiedAndIgnoredCheckpointNames) {
+  const std::string dir = TempDir("gpt2_names");
+  auto tensors = Gpt2Tensors("");
+  tensors["h.0.attn.extra"] = {2};  // read by no param
+  WriteTensors(dir + "/model.safetensors", tensors);
+  ASSERT_OK_AND_ASSIGN(Json m, ModelJson(dir, kGpt2Config, {{"model", -1}}));
+  const Json& tied = m["checkpoint_tied"];
+  EXPECT_EQ(tied["lm_head.weight"], "wte.weight");
+  EXPECT_EQ(tied["transformer.h.0.attn.c_attn.weight"], "h.0.attn.c_attn.weight");
+  EXPECT_EQ(tied["transformer.wte.weight"], "wte.weight");
+  EXPECT_FALSE(tied.contains("wte.weight"));              // a param itself
+  EXPECT_FALSE(tied.contains("h.0.attn.c_attn.weight"));  // read by q, k, v
+  EXPECT_EQ(m["checkpoint_ignored"],
+            Json::array({"h.0.attn.bias", "h.0.attn.extra", "h.0.attn.masked_bias",
+                         "transformer.h.0.attn.bias", "transformer.h.0.attn.masked_bias"}));
+  // The server's parser accepts what the importer wrote.
+  EXPECT_OK(ParseModelFile(m.dump(), dir).status());
+}
+
 TEST(LmModelFileTest, Gpt2ErrorsNameTheTensor) {
   const std::string dir = TempDir("gpt2_bad");
   auto tensors = Gpt2Tensors("");
@@ -202,6 +224,10 @@ TEST(LmModelFileTest, LlamaShardedIndexAndTiedHead) {
   EXPECT_EQ(m["params"]["layers.0.mlp.down_proj.weight"]["sharding"],
             Json::array({nullptr, "model"}));
   EXPECT_EQ(m["layers"].back()["inputs"], Json::array({"final_norm", "embed_tokens.weight"}));
+  EXPECT_EQ(m["checkpoint_tied"]["lm_head.weight"], "embed_tokens.weight");
+  EXPECT_FALSE(m["checkpoint_tied"].contains("layers.0.mlp.up_proj.weight"));  // a param
+  EXPECT_EQ(m["checkpoint_ignored"], Json::array({"layers.0.self_attn.rotary_emb.inv_freq",
+                                                  "model.layers.0.self_attn.rotary_emb.inv_freq"}));
   // A weight_map entry pointing at a shard that lacks the tensor.
   index["weight_map"]["model.norm.weight"] = "model-00001-of-00002.safetensors";
   WriteText(dir + "/model.safetensors.index.json", index.dump());
