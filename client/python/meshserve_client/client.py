@@ -125,8 +125,13 @@ class MeshserveClient:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._metadata = {}  # model -> ModelMetadataResponse
+        self._workers = None  # params.WorkerChannels, made by the first push or pull
 
     def close(self):
+        with self._lock:
+            workers, self._workers = self._workers, None
+        if workers is not None:
+            workers.close()
         self._channel.close()
 
     def __enter__(self):
@@ -224,6 +229,45 @@ class MeshserveClient:
         return self._call("Status", self._cluster.Status,
                           cluster_service_pb2.ClusterStatusRequest(), timeout_s)
 
+
+    # ---- parameters: push sessions and box pulls (meshserve_client.params) ----
+
+    def begin_push(self, model, direct=True, timeout_s=None):
+        """BeginPush: a params.Push of a new version of `model`; its
+        `push_id` lets other processes join_push it. direct=False stages
+        every byte through the coordinator (StageThrough)."""
+        from . import params
+        session = self._call("BeginPush", self._cluster.BeginPush,
+                             cluster_service_pb2.BeginPushRequest(model=model), timeout_s)
+        return params.Push(self, session, direct)
+
+    def join_push(self, model, push_id, direct=True, timeout_s=None):
+        """JoinPush: the params.Push of the session `push_id` (as begin_push
+        gave it, or str() of it) begun by any process."""
+        from . import params
+        session = self._call("JoinPush", self._cluster.JoinPush, cluster_service_pb2.JoinPushRequest(
+            model=model, push_id=str(push_id)), timeout_s)
+        return params.Push(self, session, direct)
+
+    def pull(self, model, name, offset=None, shape=None, version=None, out=None, timeout_s=None):
+        """A box of param (or imported checkpoint tensor) `name`: at `offset`
+        (default the origin) of `shape` (default the rest of the tensor), at
+        `version` (default the current one; a version no longer held raises
+        MeshserveError NOT_FOUND), read from the workers holding it in
+        parallel. Into `out` when given (float32, float16, float64 or uint16 =
+        bfloat16 bits, of the box's shape; converted), else a new array of the
+        param's dtype (bfloat16 as uint16 bits). Returns the array."""
+        from . import params
+        return params.pull(self, model, name, offset, shape, version, out, timeout_s)
+
+    def _worker_channels(self):
+        from . import params
+        with self._lock:
+            if self._workers is None:
+                self._workers = params.WorkerChannels(
+                    [("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
+            return self._workers
 
     # ---- generation ----
 

@@ -1,0 +1,480 @@
+#!/usr/bin/python3
+"""e2e_python_params: the Python client's push sessions and box pulls (issue
+34; meshserve_client.params) on `meshserve local --workers 4`, every value
+checked against NumPy.
+
+Two models read their params from fused checkpoint tensors, as GPT-2's c_attn
+feeds q/k/v: `gate` and `up` [16, 48] are the column halves of `c_fc`
+[16, 96], `down` [48, 16] is `proj`, `b2` [16] is `b`, on mesh {model: 4}
+(gate/up column-sharded, down row-sharded, b2 replicated); the checkpoint also
+holds a buffer `attn.bias` the model does not read. `fused` is float32,
+`fused_bf` bfloat16.
+
+  1. The test process begins a push of each model; two rank processes join
+     them (push_id as a string), put halves of every param in their own
+     layouts (rank 0: checkpoint names, FSDP rows of c_fc, TP columns of proj,
+     b and the ignored attn.bias; rank 1: model names, the other rows of gate
+     and up, the other columns of down, the replicated b2 again) and exit;
+     a third process joins and commits. bfloat16 puts come as float32
+     (rounded to nearest even by the client), float16 and uint16 bits.
+  2. After the commit: status shows the new version; pulls of whole params
+     and of boxes (by model and checkpoint name, across the gate/up seam,
+     into out= arrays of float32/float16/float64/uint16) equal the NumPy
+     slices of what was pushed (bfloat16: mslib.to_bf16_bits of it); a pull
+     pinned at version 1 gives the checkpoint's values; inference equals the
+     NumPy reference with the new weights.
+  3. A push with direct=False stages every byte through the coordinator
+     (StageThrough) and commits the same way.
+  4. Bad inputs raise MeshserveError with the right code and change nothing
+     (the cluster keeps serving the same version): an unknown name
+     (NOT_FOUND, at put and pull), a bad offset (INVALID_ARGUMENT), a commit
+     that does not cover a param (refused naming it; the push is over), puts
+     of one replicated param that differ (refused), an unheld version
+     (NOT_FOUND), a dtype the client cannot carry (TypeError, no RPC); an
+     abort drops the staged puts.
+
+RPCs the server answers UNIMPLEMENTED (probed first) skip their stages with
+the reason printed; with every push and pull RPC unimplemented the test exits
+77 (skipped).
+
+Usage: test_python_params.py --bin_dir build/bin [--keep]
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+import e2e_common as e2e
+import mslib
+
+D, HIDDEN = 16, 48
+MODELS = ("fused", "fused_bf")
+
+
+# ---- the client package ----
+
+def import_client(bin_dir):
+    """The built package (BUILD/python), with meshserve_client.params found in
+    client/python when the build does not copy it yet."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(bin_dir)), "python"))
+    import meshserve_client
+    try:
+        from meshserve_client import params  # noqa: F401
+    except ImportError:
+        meshserve_client.__path__.append(os.path.join(e2e.ROOT, "client", "python",
+                                                      "meshserve_client"))
+        from meshserve_client import params  # noqa: F401
+    return meshserve_client
+
+
+# ---- the models ----
+
+def fused_model(name, dtype):
+    return {
+        "name": name, "mesh": {"model": -1}, "dtype": dtype, "seed": 5,
+        "checkpoint": name + ".safetensors",
+        "inputs": {"x": {"shape": [-1, D], "sharding": [None, None]}},
+        "params": {
+            "gate": {"shape": [D, HIDDEN], "sharding": [None, "model"], "from": "c_fc",
+                     "from_offset": [0, 0]},
+            "up": {"shape": [D, HIDDEN], "sharding": [None, "model"], "from": "c_fc",
+                   "from_offset": [0, HIDDEN]},
+            "down": {"shape": [HIDDEN, D], "sharding": ["model", None], "from": "proj"},
+            "b2": {"shape": [D], "sharding": [None], "from": "b"},
+        },
+        "layers": [
+            {"name": "g", "op": "linear", "input": "x", "kernel": "gate"},
+            {"name": "u", "op": "linear", "input": "x", "kernel": "up"},
+            {"name": "a", "op": "silu", "input": "g"},
+            {"name": "h", "op": "mul", "inputs": ["a", "u"]},
+            {"name": "y", "op": "linear", "input": "h", "kernel": "down", "bias": "b2",
+             "out_sharding": [None, None]},
+        ],
+        "outputs": ["y"],
+    }
+
+
+def random_ckpt(rng, exact=False):
+    """{c_fc, proj, b}: float32; exact: multiples of 1/64 in [-1, 1), exactly
+    representable in bfloat16 and float16."""
+    def draw(shape):
+        if exact:
+            return (rng.integers(-64, 64, size=shape) / 64.0).astype(np.float32)
+        return (rng.standard_normal(shape) / 4).astype(np.float32)
+    return {"c_fc": draw((D, 2 * HIDDEN)), "proj": draw((HIDDEN, D)), "b": draw((D,))}
+
+
+def as_params(ckpt):
+    return {"gate": ckpt["c_fc"][:, :HIDDEN], "up": ckpt["c_fc"][:, HIDDEN:],
+            "down": ckpt["proj"], "b2": ckpt["b"]}
+
+
+def ref(ckpt, x):
+    p = {k: np.asarray(v, np.float64) for k, v in as_params(ckpt).items()}
+    x = np.asarray(x, np.float64)
+    return (mslib.silu(x @ p["gate"]) * (x @ p["up"])) @ p["down"] + p["b2"]
+
+
+def stored(model, ckpt):
+    """The server's values of ckpt in model's dtype: float32, or bf16 bits."""
+    if model == "fused":
+        return {k: v.copy() for k, v in ckpt.items()}
+    return {k: mslib.to_bf16_bits(v) for k, v in ckpt.items()}
+
+
+# ---- the child processes (ranks and the committer) ----
+
+def rank_puts(rank, data, model):
+    """[(name, array, offset)] of one rank: halves in its own layout."""
+    c_fc, proj, b = data["c_fc"], data["proj"], data["b"]
+    half = D // 2
+    if rank == 0:
+        puts = [("c_fc", c_fc[:half], [0, 0]), ("proj", proj[:, :half], [0, 0]), ("b", b, None),
+                ("attn.bias", np.tril(np.ones((4, 4), np.float32)), None)]
+        return puts  # float32: the client rounds to bfloat16 for fused_bf
+    if model == "fused":
+        return [("gate", c_fc[half:, :HIDDEN], [half, 0]), ("up", c_fc[half:, HIDDEN:], [half, 0]),
+                ("down", proj[:, half:], [0, half]), ("b2", b, None)]
+    return [("gate", mslib.to_bf16_bits(c_fc[half:, :HIDDEN]), [half, 0]),
+            ("up", c_fc[half:, HIDDEN:].astype(np.float16), [half, 0]),  # exact values
+            ("down", proj[:, half:].astype(np.float16), [0, half]),
+            ("b2", mslib.to_bf16_bits(b), None)]
+
+
+def child_main(argv):
+    """`rank TARGET BIN_DIR DATA_DIR PUSH_IDS_JSON N` or `commit TARGET BIN_DIR
+    PUSH_IDS_JSON`: prints one JSON line."""
+    role, target, bin_dir = argv[0], argv[1], argv[2]
+    mc = import_client(bin_dir)
+    out = {}
+    with mc.MeshserveClient(target, timeout_s=60) as client:
+        if role == "rank":
+            data_dir, push_ids, rank = argv[3], json.loads(argv[4]), int(argv[5])
+            for model in MODELS:
+                push = client.join_push(model, str(push_ids[model]))
+                data = np.load(os.path.join(data_dir, model + ".npz"))
+                for name, array, offset in rank_puts(rank, data, model):
+                    push.put(name, array, offset=offset)
+                out[model] = {"notes": push.notes, "direct": push.bytes_direct,
+                              "through": push.bytes_through}
+        else:
+            push_ids = json.loads(argv[3])
+            for model in MODELS:
+                out[model] = client.join_push(model, push_ids[model]).commit()
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+def run_child(args, timeout=120):
+    cmd = [sys.executable, os.path.abspath(__file__)] + [str(a) for a in args]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    last = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else ""
+    try:
+        return p.returncode, json.loads(last), p.stdout + p.stderr
+    except ValueError:
+        return p.returncode, None, p.stdout + p.stderr
+
+
+# ---- the scenario ----
+
+class State:
+    def __init__(self, env):
+        self.env, self.c = env, env.c
+        self.rng = np.random.default_rng(34)
+        self.model_dir = os.path.join(env.root, "models")
+        os.makedirs(self.model_dir)
+        self.current = {}  # model -> ckpt-named float32 values pushed last
+        self.version = {m: 1 for m in MODELS}
+        for model, dtype in zip(MODELS, ("float32", "bfloat16")):
+            ckpt = random_ckpt(self.rng, exact=False)
+            ckpt_file = dict(ckpt, **{"attn.bias": np.tril(np.ones((4, 4), np.float32))})
+            if dtype == "bfloat16":
+                ckpt_file = {k: ("BF16", mslib.to_bf16_bits(v)) for k, v in ckpt_file.items()}
+                ckpt = {k: mslib.from_bf16_bits(mslib.to_bf16_bits(v)) for k, v in ckpt.items()}
+            mslib.write_safetensors(os.path.join(self.model_dir, model + ".safetensors"),
+                                    ckpt_file)
+            with open(os.path.join(self.model_dir, model + ".json"), "w") as f:
+                json.dump(fused_model(model, dtype), f)
+            self.current[model] = ckpt
+        self.first = {m: dict(v) for m, v in self.current.items()}
+        self.x = self.rng.standard_normal((5, D)).astype(np.float32)
+        self.mc = None
+        self.client = None
+        self.cluster = None
+        self.skip = {}  # RPC -> reason
+
+    def status_version(self, model):
+        for m in self.client.status().models:
+            if m.name == model:
+                return m.version
+        return None
+
+    def expect_error(self, what, call, code, text=None):
+        """call() raises MeshserveError `code` whose message names `text`."""
+        import grpc
+        try:
+            call()
+            return self.c.check(False, "%s -> MeshserveError %s" % (what, code), "    no error")
+        except self.mc.MeshserveError as e:
+            codes = [code] if isinstance(code, str) else code
+            ok = (e.code in [getattr(grpc.StatusCode, k) for k in codes]
+                  and (text is None or any(t in e.message for t in
+                                           ([text] if isinstance(text, str) else text))))
+            return self.c.check(ok, "%s -> MeshserveError %s naming %s" % (
+                what, "/".join(codes), text), "    got %s" % e)
+
+    def check_serving(self, what):
+        """fused answers the reference of its current params; versions held."""
+        y = self.client.infer("fused", {"x": self.x})["y"]
+        self.c.close(y, ref(self.current["fused"], self.x), what + ": fused infer equals NumPy")
+        for model in MODELS:
+            v = self.status_version(model)
+            self.c.check(v == self.version[model], "%s: %s at version %d" % (
+                what, model, self.version[model]), "    got %s" % v)
+
+    def check_pulls(self, what, model, values, version=None):
+        """Whole params and boxes pulled equal NumPy slices of `values`."""
+        c, want = self.c, stored(model, values)
+        wire = np.float32 if model == "fused" else np.uint16
+        params = {"gate": want["c_fc"][:, :HIDDEN], "up": want["c_fc"][:, HIDDEN:],
+                  "down": want["proj"], "b2": want["b"]}
+        pull = self.client.pull
+        named = list(params.items())
+        boxes = [("c_fc", [3, 40], [10, 20]), ("gate", [1, 5], [15, 30]),
+                 ("down", [5, 2], [30, 9]), ("b", [4], [9]), ("proj", [47, 0], [1, 16])]
+        if "PlanPull" in self.skip:  # PullParams of whole params by model name only
+            print("SKIP pulls of boxes and checkpoint names: PlanPull UNIMPLEMENTED")
+            boxes = []
+        else:
+            named += [("c_fc", want["c_fc"]), ("proj", want["proj"]), ("b", want["b"])]
+        for name, value in named:
+            got = pull(model, name, version=version)
+            c.check(got.dtype == wire and np.array_equal(got, value),
+                    "%s: %s pull '%s' equals what was pushed" % (what, model, name),
+                    "    got %s\n    want %s" % (got, value))
+        srcs = {"c_fc": want["c_fc"], "gate": params["gate"], "down": want["proj"],
+                "b": want["b"], "proj": want["proj"]}
+        for name, offset, shape in boxes:
+            index = tuple(slice(o, o + s) for o, s in zip(offset, shape))
+            box = srcs[name][index]
+            got = pull(model, name, offset=offset, shape=shape, version=version)
+            c.check(np.array_equal(got, box), "%s: %s pull '%s' box %s+%s equals NumPy" % (
+                what, model, name, offset, shape), "    got %s\n    want %s" % (got, box))
+            for dtype in (np.float32, np.float64, np.float16, np.uint16):
+                out = np.full(shape, 7, dtype)
+                back = pull(model, name, offset=offset, shape=shape, version=version, out=out)
+                exact = box if model == "fused" else mslib.from_bf16_bits(box)
+                if dtype == np.uint16:
+                    expect = mslib.to_bf16_bits(exact) if model == "fused" else box
+                else:
+                    expect = np.asarray(exact, np.float32).astype(dtype)
+                c.check(back is out and np.array_equal(out, expect),
+                        "%s: %s pull '%s' box into out=%s" % (what, model, name,
+                                                              np.dtype(dtype).name),
+                        "    got %s\n    want %s" % (out, expect))
+
+    def check_all(self, what, version=None):
+        for model in MODELS:
+            self.check_pulls(what, model, self.current[model], version)
+        self.check_serving(what)
+
+
+def start(st):
+    env = st.env
+    st.mc = import_client(env.bin_dir)
+    st.cluster = env.cluster(4, st.model_dir, "python_params")
+    st.client = st.mc.MeshserveClient(st.cluster.target, timeout_s=60)
+    probes = {
+        "BeginPush": lambda: st.client.begin_push("fused").abort(),
+        "PlanPull": lambda: st.client._cluster.PlanPull(
+            st.mc.proto.cluster_service_pb2.PlanPullRequest(model="fused", name="b2"),
+            timeout=30),
+    }
+    import grpc
+    for rpc, probe in probes.items():
+        try:
+            probe()
+        except st.mc.MeshserveError as e:
+            if e.code == grpc.StatusCode.UNIMPLEMENTED:
+                st.skip[rpc] = e.message
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.UNIMPLEMENTED:
+                st.skip[rpc] = e.details()
+    for rpc, why in st.skip.items():
+        print("SKIP: %s answers UNIMPLEMENTED (%s): its stages are skipped" % (rpc, why),
+              flush=True)
+
+
+def stage_ranks(st):
+    """1 + 2: two rank processes put halves, a third commits; pulls, infer."""
+    c = st.c
+    new = {"fused": random_ckpt(st.rng), "fused_bf": random_ckpt(st.rng, exact=False)}
+    # fused_bf: rank 1's float16 puts must be exact, so those parts are exact values.
+    exact = random_ckpt(st.rng, exact=True)
+    new["fused_bf"]["c_fc"][D // 2:, HIDDEN:] = exact["c_fc"][D // 2:, HIDDEN:]
+    new["fused_bf"]["proj"][:, D // 2:] = exact["proj"][:, D // 2:]
+    data_dir = os.path.join(st.env.root, "push-data")
+    os.makedirs(data_dir)
+    for model, values in new.items():
+        np.savez(os.path.join(data_dir, model + ".npz"), **values)
+    pushes = {m: st.client.begin_push(m) for m in MODELS}
+    ids = json.dumps({m: p.push_id for m, p in pushes.items()})
+    common = [st.cluster.target, st.env.bin_dir]
+    results = [run_child(["rank"] + common + [data_dir, ids, r]) for r in (0, 1)]
+    for r, (rc, out, log) in enumerate(results):
+        c.check(rc == 0 and out is not None, "rank %d process joined, put its halves, exited 0"
+                % r, log)
+    rc, out, log = results[0]
+    for model in MODELS:
+        notes = (out or {}).get(model, {}).get("notes", [])
+        c.check(any(n[0] == "attn.bias" for n in notes),
+                "%s: put of the buffer attn.bias is ignored with a note" % model,
+                "    notes %s" % notes)
+    for r, (rc, out, log) in enumerate(results):
+        for model in MODELS:
+            info = (out or {}).get(model, {})
+            c.check(info.get("direct", 0) > 0 and info.get("through", 1) == 0,
+                    "rank %d %s: staged straight on the workers" % (r, model), "    %s" % info)
+    c.check(all(st.status_version(m) == 1 for m in MODELS),
+            "before the commit: both models still at version 1")
+    rc, out, log = run_child(["commit"] + common + [ids])
+    ok = c.check(rc == 0 and out == {m: 2 for m in MODELS},
+                 "a third process joins and commits: version 2 for both", log)
+    if not ok:
+        return
+    st.current = {m: {k: (np.asarray(mslib.from_bf16_bits(mslib.to_bf16_bits(v)), np.float32)
+                          if m == "fused_bf" else v) for k, v in new[m].items()}
+                  for m in MODELS}
+    st.version = {m: 2 for m in MODELS}
+    st.check_all("after the ranks' push")
+    # Version 1 while the server still holds it; an unheld version: NOT_FOUND.
+    for model in MODELS:
+        st.check_pulls("pinned version 1", model, st.first[model], version=1)
+    st.expect_error("pull at version 99", lambda: st.client.pull("fused", "gate", version=99),
+                    "NOT_FOUND", "99")
+
+
+def stage_through(st):
+    """3: direct=False stages through the coordinator; same commit."""
+    c = st.c
+    new = random_ckpt(st.rng)
+    push = st.client.begin_push("fused", direct=False)
+    for name, value in new.items():
+        push.put(name, value)
+    c.check(push.bytes_through == sum(v.nbytes for v in as_params(new).values())
+            and push.bytes_direct == 0, "direct=False: every byte through StageThrough",
+            "    through %d direct %d" % (push.bytes_through, push.bytes_direct))
+    v = push.commit()
+    if c.check(v == st.version["fused"] + 1, "StageThrough push commits version %d" % (
+            st.version["fused"] + 1), "    got %d" % v):
+        st.version["fused"] = v
+        st.current["fused"] = new
+    st.check_all("after the StageThrough push")
+
+
+def stage_refusals(st):
+    """4: refused inputs change nothing, the cluster keeps serving."""
+    client, mc, c = st.client, st.mc, st.c
+    good = st.current["fused"]
+    push = client.begin_push("fused")
+    st.expect_error("put of an unknown name",
+                    lambda: push.put("no_such_param", np.zeros((2, 2), np.float32)),
+                    "NOT_FOUND", "no_such_param")
+    st.expect_error("put of a box past the end",
+                    lambda: push.put("c_fc", good["c_fc"][:8], offset=[12, 0]),
+                    "INVALID_ARGUMENT", ["12", "c_fc"])
+    st.expect_error("put with an offset of the wrong rank",
+                    lambda: push.put("proj", good["proj"], offset=[0]), "INVALID_ARGUMENT")
+    try:
+        push.put("b", np.zeros(D, np.int32))
+        c.check(False, "put of int32 -> TypeError before any RPC")
+    except TypeError as e:
+        c.check("int32" in str(e), "put of int32 -> TypeError before any RPC", str(e))
+    push.put("c_fc", good["c_fc"][:8])  # rows 8.. of gate and up stay uncovered
+    st.expect_error("commit of a push that covers half of gate",
+                    push.commit, "INVALID_ARGUMENT", ["gate", "up", "c_fc"])
+    st.expect_error("the refused push is over: join_push", lambda: client.join_push(
+        "fused", push.push_id), "NOT_FOUND", push.push_id)
+    st.check_serving("after the refused commit")
+
+    push = client.begin_push("fused")
+    for name, value in good.items():
+        push.put(name, value)
+    refused = False
+    try:
+        push.put("b2", good["b"] + 1)  # the replicated b2 again, different bytes
+        push.commit()
+    except mc.MeshserveError as e:
+        refused = "b2" in e.message or "'b'" in e.message or " b " in e.message
+        c.check(refused, "puts of b2 that differ are refused naming it", "    got %s" % e)
+    if not refused:
+        c.check(False, "puts of b2 that differ are refused", "    the push committed")
+        st.version["fused"] += 1
+    try:
+        push.abort()
+    except mc.MeshserveError:
+        pass  # already ended by the refusal
+    st.check_serving("after the differing overlap")
+
+    push = client.begin_push("fused")
+    for name, value in random_ckpt(st.rng).items():
+        push.put(name, value)
+    push.abort()
+    st.expect_error("put after abort", lambda: push.put("b", good["b"]), "NOT_FOUND")
+    st.expect_error("pull of an unknown name", lambda: client.pull("fused", "nope"),
+                    "NOT_FOUND", "nope")
+    st.expect_error("pull of a box past the end",
+                    lambda: client.pull("fused", "gate", offset=[10, 0], shape=[8, 48]),
+                    ["INVALID_ARGUMENT", "OUT_OF_RANGE"], ["10", "gate"])
+    st.expect_error("pull from an unknown model", lambda: client.pull("nomodel", "gate"),
+                    "NOT_FOUND", "nomodel")
+    try:
+        client.pull("fused", "gate", out=np.zeros((3, 3), np.float32))
+        c.check(False, "pull into an out= of the wrong shape -> ValueError")
+    except ValueError as e:
+        c.check("[3, 3]" in str(e), "pull into an out= of the wrong shape -> ValueError", str(e))
+    st.check_all("after the refusals and the abort")
+
+
+def stages(env):
+    st = State(env)
+    out = [("start", lambda: start(st))]
+
+    def when(rpcs, name, fn):
+        def run():
+            missing = [r for r in rpcs if r in st.skip]
+            if missing:
+                print("SKIP %s: %s UNIMPLEMENTED on the server" % (name, ", ".join(missing)))
+                return
+            fn(st)
+        return (name, run)
+    out += [("pulls at load", lambda: st.check_all("at load")),
+            when(["BeginPush"], "ranks push, a third process commits", stage_ranks),
+            when(["BeginPush"], "push through the coordinator", stage_through),
+            when(["BeginPush"], "refusals", stage_refusals),
+            ("stop", lambda: st.cluster.stop() if st.cluster else None)]
+    env.state = st
+    return out
+
+
+def main():
+    holder = {}
+
+    def keep(env):
+        result = stages(env)
+        holder["env"] = env
+        return result
+    rc = e2e.main("python_params", keep, doc=__doc__)
+    env = holder.get("env")
+    if rc == 0 and env is not None and "BeginPush" in env.state.skip:
+        print("SKIP: the push RPCs are not implemented by this server")
+        return 77
+    return rc
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] in ("rank", "commit"):
+        sys.exit(child_main(sys.argv[1:]))
+    sys.exit(main())
