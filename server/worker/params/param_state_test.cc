@@ -395,18 +395,16 @@ TEST(ParamStagingTest, ChunksAcrossMessagesAndSubBoxesAssemble) {
   EXPECT_EQ(ReadFloats(engine, 1, 1, "w", kTop), SeedW(kTop));  // v1 unchanged
 }
 
-TEST(ParamStagingTest, OverlapsGapsAndBadChunksAreRefused) {
+TEST(ParamStagingTest, GapsAndBadChunksAreRefused) {
   WorkerEngine engine(WorkerEngine::Options(), nullptr);
   ASSERT_OK(engine.LoadModel(Load(1, {0}, {0, 1})).status());
   const BoxIr head = B({{0, 2}, {0, kCols}});
   ASSERT_OK(Stage(engine, 2, "w", head, Pattern(head, 2)));
-  EXPECT_THAT(Stage(engine, 2, "w", B({{1, 3}, {0, kCols}}), Pattern(B({{1, 3}, {0, kCols}}), 2)),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       "box [1:3, 0:6] overlaps box [0:2, 0:6] already staged"));
   // The gap [2:4] is found at commit; nothing becomes resident.
   EXPECT_THAT(engine.CommitParams(Commit(2, {"w"})),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       "param 'w' cell [0:4, 0:6]: 12 of 24 elements missing"));
+                       "param 'w' cell [0:4, 0:6]: 12 of 24 elements missing ([2:4, 0:6] is "
+                       "not staged)"));
   EXPECT_THAT(engine.CommitParams(Commit(2, {})),
               StatusIs(absl::StatusCode::kInvalidArgument, "'w' is staged but not in params"));
   EXPECT_THAT(Read(engine, 1, 2, "w", kTop),
@@ -433,8 +431,6 @@ TEST(ParamStagingTest, OverlapsGapsAndBadChunksAreRefused) {
   ASSERT_OK(engine.StageParams(chunk("w", tail, 48, 0, 8)).status());
   EXPECT_THAT(engine.StageParams(chunk("w", tail, 48, 16, 8)),
               StatusIs(absl::StatusCode::kInvalidArgument, "offset 16 but 8 bytes have arrived"));
-  EXPECT_THAT(engine.StageParams(chunk("w", B({{3, 4}, {0, kCols}}), 24, 0, 8)),
-              StatusIs(absl::StatusCode::kInvalidArgument, "being staged"));
   StageChunkIr resident = chunk("w", tail, 48, 0, 8);
   resident.version = 1;
   EXPECT_THAT(engine.StageParams(resident), StatusIs(absl::StatusCode::kAlreadyExists));
@@ -468,13 +464,115 @@ TEST(ParamStagingTest, OverlapsGapsAndBadChunksAreRefused) {
   EXPECT_EQ(ReadFloats(engine, 1, 0, "w", kTop), SeedW(kTop));
 }
 
+// One chunk [offset, offset + n) of `values` put as `box` of w.
+StageChunkIr WChunk(int64_t version, const BoxIr& box, const std::vector<float>& values,
+                    int64_t offset, int64_t n) {
+  const std::string bytes = Bytes(values);
+  return StageChunkIr{"pm", 1, version, "w", box, static_cast<int64_t>(bytes.size()), offset,
+                      bytes.substr(offset, n)};
+}
+
+// Puts of `box` in `chunk_bytes` chunks, the chunks of all puts interleaved
+// (put 0's first, put 1's first, put 0's second, ...).
+absl::Status StageInterleaved(WorkerEngine& engine, int64_t version, const BoxIr& box,
+                              const std::vector<std::vector<float>>& puts, int64_t chunk_bytes) {
+  const int64_t total = static_cast<int64_t>(puts[0].size() * sizeof(float));
+  for (int64_t offset = 0; offset < total; offset += chunk_bytes) {
+    for (const std::vector<float>& put : puts) {
+      absl::StatusOr<int64_t> staged =
+          engine.StageParams(WChunk(version, box, put, offset, chunk_bytes));
+      if (!staged.ok()) return staged.status();
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Push sessions: several ranks put the same replicated box, a tied twin is
+// put over its twin. Overlapping puts are accepted when byte-identical and
+// the commit covers each element at least once; a difference refuses the
+// commit naming param, both boxes and the first differing element (row-major
+// over the overlap), and the staging stays until aborted.
+TEST(ParamStagingTest, OverlappingPutsMustBeByteIdentical) {
+  WorkerEngine engine(WorkerEngine::Options(), nullptr);
+  ASSERT_OK(engine.LoadModel(Load(1, {0}, {0, 1})).status());
+  const BoxIr head = B({{0, 2}, {0, kCols}}), middle = B({{1, 3}, {0, kCols}});
+  // Version 2: sub-boxes overlapping, then the whole cell over both.
+  ASSERT_OK(Stage(engine, 2, "w", head, Pattern(head, 2)));
+  ASSERT_OK(Stage(engine, 2, "w", middle, Pattern(middle, 2), /*chunk_bytes=*/7));
+  ASSERT_OK(Stage(engine, 2, "w", kTop, Pattern(kTop, 2), 5));
+  ASSERT_OK(Stage(engine, 2, "r", kR, Pattern(kR, 2)));
+  ASSERT_OK(Stage(engine, 2, "r", kR, Pattern(kR, 2)));  // a second rank, same bytes
+  ASSERT_OK(engine.CommitParams(Commit(2, {"w", "r"})).status());
+  EXPECT_EQ(ReadFloats(engine, 1, 2, "w", kTop), Pattern(kTop, 2));
+  EXPECT_EQ(ReadFloats(engine, 1, 2, "r", kR), Pattern(kR, 2));
+
+  // Version 3: a whole-cell put written straight into the buffer while a
+  // sub-box completes (it waits) and a second put of the whole cell arrives
+  // interleaved chunk by chunk with the first.
+  ASSERT_OK(engine.StageParams(WChunk(3, kTop, Pattern(kTop, 3), 0, 8)).status());
+  ASSERT_OK(Stage(engine, 3, "w", middle, Pattern(middle, 3)));
+  EXPECT_THAT(Read(engine, 1, 3, "w", middle),  // waits for the whole cell
+              StatusIs(absl::StatusCode::kFailedPrecondition, "only 0 of 12 elements"));
+  ASSERT_OK(engine.StageParams(WChunk(3, kTop, Pattern(kTop, 3), 0, 8)).status());
+  for (int64_t offset = 8; offset < 96; offset += 8) {
+    ASSERT_OK(engine.StageParams(WChunk(3, kTop, Pattern(kTop, 3), offset, 8)).status());
+    ASSERT_OK(engine.StageParams(WChunk(3, kTop, Pattern(kTop, 3), offset, 8)).status());
+  }
+  EXPECT_EQ(ReadFloats(engine, 1, 3, "w", middle), Pattern(middle, 3));
+  ASSERT_OK(engine.CommitParams(CommitParamsIr{"pm", 1, 2, 3, {"w"}, {}}).status());
+  EXPECT_EQ(ReadFloats(engine, 1, 3, "w", kTop), Pattern(kTop, 3));
+
+  // Version 4: a row put over the whole cell with one element changed.
+  std::vector<float> row = Pattern(B({{2, 3}, {0, kCols}}), 4);
+  row[4] += 1;
+  ASSERT_OK(Stage(engine, 4, "w", kTop, Pattern(kTop, 4)));
+  ASSERT_OK(Stage(engine, 4, "w", B({{2, 3}, {0, kCols}}), row));  // accepted here
+  const CommitParamsIr commit4{"pm", 1, 3, 4, {"w"}, {}};
+  EXPECT_THAT(engine.CommitParams(commit4),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "param 'w': overlapping puts differ: box [2:3, 0:6] and box [0:4, 0:6] "
+                       "first differ at element [2, 4]"));
+  EXPECT_THAT(Read(engine, 1, 4, "w", kTop),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "first differ at element [2, 4]"));
+  EXPECT_THAT(engine.CommitParams(commit4), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(engine.Status().models.size(), 3u);  // versions 1-3: nothing committed
+  ASSERT_OK(engine.AbortParams("pm", 1, 4));
+
+  // Two puts of the whole cell interleaved, differing at [3, 1]: found.
+  std::vector<float> other = Pattern(kTop, 4);
+  other[3 * kCols + 1] = -1;
+  ASSERT_OK(StageInterleaved(engine, 4, kTop, {Pattern(kTop, 4), other}, 12));
+  EXPECT_THAT(engine.CommitParams(commit4),
+              StatusIs(absl::StatusCode::kInvalidArgument, "first differ at element [3, 1]"));
+  ASSERT_OK(engine.AbortParams("pm", 1, 4));
+  // A differing box that waited for the whole cell is compared when it ends.
+  std::vector<float> first_row = Pattern(head, 4);
+  first_row[2] = 0.25f;
+  ASSERT_OK(engine.StageParams(WChunk(4, kTop, Pattern(kTop, 4), 0, 16)).status());
+  ASSERT_OK(Stage(engine, 4, "w", head, first_row));
+  ASSERT_OK(engine.StageParams(WChunk(4, kTop, Pattern(kTop, 4), 16, 80)).status());
+  EXPECT_THAT(engine.CommitParams(commit4),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "box [0:2, 0:6] and box [0:4, 0:6] first differ at element [0, 2]"));
+  ASSERT_OK(engine.AbortParams("pm", 1, 4));
+  // After the abort the same version is pushed again, identical puts only.
+  ASSERT_OK(StageInterleaved(engine, 4, kTop, {Pattern(kTop, 4), Pattern(kTop, 4)}, 12));
+  ASSERT_OK(Stage(engine, 4, "w", head, Pattern(head, 4)));
+  ASSERT_OK(engine.CommitParams(commit4).status());
+  EXPECT_EQ(ReadFloats(engine, 1, 4, "w", kTop), Pattern(kTop, 4));
+  EXPECT_EQ(ReadFloats(engine, 1, 3, "w", kTop), Pattern(kTop, 3));  // v3 unchanged
+}
+
 TEST(ParamStagingTest, ReplicasAreFilledFromThePeersStaging) {
   Engines engines(2, /*chunk_bytes=*/16);
   // Each worker hosts one device and holds the other's cells as a replica.
   ASSERT_OK(engines[0].LoadModel(Load(1, {0}, {0, 1}, {1})).status());
   ASSERT_OK(engines[1].LoadModel(Load(1, {1}, {0, 1}, {0})).status());
-  // The client sends each worker only its own devices' cells.
+  // The client sends each worker its own devices' cells, and worker 0 also a
+  // part of its replica kBottom (as a second rank would): the fill of
+  // kBottom overlaps it with the same bytes.
   ASSERT_OK(Stage(engines[0], 2, "w", kTop, Pattern(kTop, 2)));
+  ASSERT_OK(Stage(engines[0], 2, "w", B({{5, 7}, {1, 4}}), Pattern(B({{5, 7}, {1, 4}}), 2)));
   ASSERT_OK(Stage(engines[1], 2, "w", kBottom, Pattern(kBottom, 2)));
   // Worker 0 commits first (reads worker 1's staging), worker 1 then reads
   // worker 0's new resident version.
@@ -495,10 +593,18 @@ TEST(ParamStagingTest, ReplicasAreFilledFromThePeersStaging) {
   ASSERT_OK(Stage(engines[0], 3, "w", kTop, Pattern(kTop, 3)));
   EXPECT_THAT(engines[0].CommitParams(Commit(3, {"w"}, {Piece("w", kBottom, 1, 1, 3)})),
               StatusIs(absl::StatusCode::kNotFound, "version 3 is neither resident"));
+  // A fill over a staged box with other bytes (version 2's against version
+  // 3's) refuses the commit, naming both boxes and the first element; the
+  // staging stays, refusing reads, until it is aborted.
   EXPECT_THAT(engines[0].CommitParams(Commit(3, {"w"}, {Piece("w", kTop, 1, 1, 2)})),
-              StatusIs(absl::StatusCode::kInvalidArgument, "overlaps box [0:4, 0:6]"));
-  EXPECT_THAT(Read(engines[0], 1, 3, "w", kTop), IsOk());  // the staging is intact
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "param 'w': overlapping puts differ: box [0:4, 0:6] and box [0:4, 0:6] "
+                       "first differ at element [0, 0]"));
+  EXPECT_THAT(Read(engines[0], 1, 3, "w", kTop),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "overlapping puts differ"));
   EXPECT_EQ(engines[0].Status().models.size(), 2u);
+  ASSERT_OK(engines[0].AbortParams("pm", 1, 3));
+  EXPECT_THAT(Read(engines[0], 1, 3, "w", kTop), StatusIs(absl::StatusCode::kNotFound));
 }
 
 // A push streams a box as row slabs, each a box of its own in one chunk, in

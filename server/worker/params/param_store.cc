@@ -12,6 +12,7 @@
 #include "common/base/status_util.h"
 #include "common/program/ir_conv.h"
 #include "common/tensor/copy_box.h"
+#include "server/worker/params/box_overlap.h"
 
 namespace meshserve {
 
@@ -45,20 +46,6 @@ absl::StatusOr<std::pair<const HeldParam*, Box>> ParamStore::Locate(const Stagin
   return std::make_pair(&held, held.cells[i]->box);
 }
 
-absl::Status ParamStore::CheckNoOverlap(absl::string_view param, const Cell& cell,
-                                        const Box& box) {
-  for (const std::vector<Box>* boxes : {&cell.staged, &cell.pending}) {
-    for (const Box& other : *boxes) {
-      if (!Intersect(other, box).IsEmpty()) {
-        return InvalidArgument("param '", param, "': box ", box.ToString(), " overlaps box ",
-                               other.ToString(), boxes == &cell.staged ? " already staged"
-                                                                       : " being staged");
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status ParamStore::Allocate(const HeldParam& held, const Box& cell_box, Cell* cell) {
   if (cell->values != nullptr) return absl::OkStatus();
   MS_ASSIGN_OR_RETURN(Tensor values, Tensor::CreateUninitialized(held.dtype, cell_box.shape()),
@@ -82,7 +69,82 @@ void AppendParts(const std::vector<absl::string_view>& parts, char* dst, std::st
   }
 }
 
+std::string IndexString(const std::vector<int64_t>& index) {
+  return absl::StrCat("[", absl::StrJoin(index, ", "), "]");
+}
+
 }  // namespace
+
+void ParamStore::Place(Staging* staging, absl::string_view param, DType dtype, Cell* cell,
+                       const Box& box, const char* bytes) {
+  const int64_t elem = DTypeSize(dtype);
+  const Box& cell_box = cell->values->box;
+  char* buffer = cell->values->tensor.raw_data();
+  // The staged part of `box`, each element compared once: the overlap with
+  // staged box i minus its overlaps with boxes 0..i-1.
+  std::vector<Box> seen;
+  bool differs = false;
+  for (const Box& other : cell->staged) {
+    const Box overlap = Intersect(other, box);
+    if (overlap.IsEmpty()) continue;
+    for (const Box& piece : SubtractBoxes(overlap, seen)) {
+      std::optional<std::vector<int64_t>> at =
+          FirstDifference(bytes, box, buffer, cell_box, piece, elem);
+      if (!at.has_value()) continue;
+      differs = true;
+      if (staging->conflict.ok()) {
+        staging->conflict = InvalidArgument(
+            "param '", param, "': overlapping puts differ: box ", box.ToString(),
+            " and box ", other.ToString(), " first differ at element ", IndexString(*at));
+      }
+      break;
+    }
+    if (differs) break;
+    seen.push_back(overlap);
+  }
+  for (const Box& piece : SubtractBoxes(box, cell->staged)) {
+    CopyRegion(bytes, box, buffer, cell_box, piece, elem);
+  }
+  cell->staged.push_back(box);
+}
+
+void ParamStore::Complete(Staging* staging, absl::string_view param, DType dtype, Cell* cell,
+                          const Box& box, absl::string_view bytes) {
+  if (cell->direct_pending) {
+    cell->waiting.emplace_back(box, std::string(bytes));
+    return;
+  }
+  Place(staging, param, dtype, cell, box, bytes.data());
+}
+
+void ParamStore::FinishDirect(Staging* staging, absl::string_view param, DType dtype,
+                              Cell* cell) {
+  cell->direct_pending = false;
+  cell->staged.push_back(cell->values->box);  // nothing else was staged meanwhile
+  for (const auto& [box, bytes] : cell->waiting) {
+    Place(staging, param, dtype, cell, box, bytes.data());
+  }
+  cell->waiting.clear();
+}
+
+absl::StatusOr<ParamStore::Puts::iterator> ParamStore::FindPut(Puts* puts,
+                                                              const std::string& param,
+                                                              const Box& box, int64_t offset,
+                                                              absl::string_view what) {
+  auto put = puts->end();
+  std::vector<int64_t> received;
+  const auto [first, last] = puts->equal_range({param, box});
+  for (auto it = first; it != last; ++it) {
+    if (it->second.received == offset) put = it;  // an empty put at 0 is continued too
+    received.push_back(it->second.received);
+  }
+  if (put != puts->end() || offset == 0) return put;
+  if (received.empty()) {
+    return InvalidArgument(what, ": first chunk at offset ", offset, " (expected 0)");
+  }
+  return InvalidArgument(what, ": chunk at offset ", offset, " but ",
+                         absl::StrJoin(received, " or "), " bytes have arrived");
+}
 
 absl::StatusOr<int64_t> ParamStore::Stage(const StageChunkIr& chunk,
                                           std::shared_ptr<const LoadedModel> geometry) {
@@ -110,55 +172,44 @@ absl::StatusOr<int64_t> ParamStore::Stage(const StageChunkIr& chunk,
     return InvalidArgument(what, ": chunk [", chunk.offset, ", ", chunk.offset + n,
                            ") is outside its ", expected, " bytes");
   }
-  auto assembly = staging.assembling.find({chunk.param, box});
+  MS_ASSIGN_OR_RETURN(auto assembly,
+                      FindPut(&staging.assembling, chunk.param, box, chunk.offset, what));
   Cell* cell = nullptr;
   if (assembly == staging.assembling.end()) {
-    if (chunk.offset != 0) {
-      return InvalidArgument(what, ": first chunk at offset ", chunk.offset,
-                             " (expected 0)");
-    }
-    // Checked before anything is created, so a refused chunk leaves no trace.
-    auto param_cells = staging.cells.find(chunk.param);
-    if (param_cells != staging.cells.end()) {
-      auto c = param_cells->second.find(cell_box);
-      if (c != param_cells->second.end()) {
-        MS_RETURN_IF_ERROR(CheckNoOverlap(chunk.param, c->second, box));
-      }
-    }
+    // Everything is checked before anything is created: a refused chunk
+    // leaves no trace.
     if (found == staging_.end()) found = staging_.emplace(key, std::move(fresh)).first;
     Staging& live = found->second;
     cell = &live.cells[chunk.param][cell_box];
     MS_RETURN_IF_ERROR(Allocate(*held, cell_box, cell), what);
-    if (n == expected && box != cell_box) {  // a whole box in one chunk: no assembly
+    if (n == expected) {  // a whole box in one chunk: no assembly
       std::string joined;
       if (parts.size() > 1) joined = absl::StrJoin(parts, "");
-      MS_RETURN_IF_ERROR(
-          InsertBox(cell->values.get(), box, parts.size() > 1 ? joined : parts[0], false), what);
-      cell->staged.push_back(box);
-      cell->staged_elements += box.NumElements();
+      Complete(&live, chunk.param, held->dtype, cell, box, parts.size() > 1 ? joined : parts[0]);
       return n;
     }
-    cell->pending.push_back(box);
     Assembly a;
     a.cell = cell_box;
-    if (box != cell_box) a.bytes.reserve(expected);
-    assembly = live.assembling.emplace(std::make_pair(chunk.param, box), std::move(a)).first;
-  } else {
-    if (chunk.offset != assembly->second.received) {
-      return InvalidArgument(what, ": chunk at offset ", chunk.offset, " but ",
-                             assembly->second.received, " bytes have arrived");
+    a.direct = box == cell_box && cell->staged.empty() && !cell->direct_pending;
+    if (a.direct) {
+      cell->direct_pending = true;
+    } else {
+      a.bytes.reserve(expected);
     }
+    assembly = live.assembling.emplace(std::make_pair(chunk.param, box), std::move(a));
+  } else {
     cell = &found->second.cells[chunk.param][cell_box];
   }
   Assembly& a = assembly->second;
-  AppendParts(parts, box == cell_box ? cell->values->tensor.raw_data() + a.received : nullptr,
+  AppendParts(parts, a.direct ? cell->values->tensor.raw_data() + a.received : nullptr,
               &a.bytes);
   a.received += n;
   if (a.received == expected) {
-    if (box != cell_box) MS_RETURN_IF_ERROR(InsertBox(cell->values.get(), box, a.bytes, false));
-    cell->pending.erase(std::find(cell->pending.begin(), cell->pending.end(), box));
-    cell->staged.push_back(box);
-    cell->staged_elements += box.NumElements();
+    if (a.direct) {
+      FinishDirect(&found->second, chunk.param, held->dtype, cell);
+    } else {
+      Complete(&found->second, chunk.param, held->dtype, cell, box, a.bytes);
+    }
     found->second.assembling.erase(assembly);
   }
   return n;
@@ -180,19 +231,6 @@ absl::Status ParamStore::StageBoxes(const Key& key, std::shared_ptr<const Loaded
                              DTypeName(tensor.tensor.dtype()), " but the param is ",
                              DTypeName(located.first->dtype));
     }
-    auto param_cells = staging.cells.find(param);
-    if (param_cells != staging.cells.end()) {
-      auto c = param_cells->second.find(located.second);
-      if (c != param_cells->second.end()) {
-        MS_RETURN_IF_ERROR(CheckNoOverlap(param, c->second, tensor.box));
-      }
-    }
-    for (size_t j = 0; j < i; ++j) {
-      if (boxes[j].first == param && !Intersect(boxes[j].second.box, tensor.box).IsEmpty()) {
-        return InvalidArgument("param '", param, "': fills ", boxes[j].second.box.ToString(),
-                               " and ", tensor.box.ToString(), " overlap");
-      }
-    }
     where.push_back(std::move(located));
   }
   if (found == staging_.end()) found = staging_.emplace(key, std::move(fresh)).first;
@@ -202,12 +240,12 @@ absl::Status ParamStore::StageBoxes(const Key& key, std::shared_ptr<const Loaded
     const Box box = tensor.box;
     if (cell.values == nullptr && box == where[i].second) {
       cell.values = std::make_shared<BoxTensor>(std::move(tensor));  // no copy
-    } else {
-      MS_RETURN_IF_ERROR(Allocate(*where[i].first, where[i].second, &cell));
-      MS_RETURN_IF_ERROR(CopyBox(tensor, cell.values.get(), box, false));
+      cell.staged.push_back(box);
+      continue;
     }
-    cell.staged.push_back(box);
-    cell.staged_elements += box.NumElements();
+    MS_RETURN_IF_ERROR(Allocate(*where[i].first, where[i].second, &cell));
+    Complete(&found->second, param, where[i].first->dtype, &cell, box,
+             tensor.tensor.bytes());
   }
   return absl::OkStatus();
 }
@@ -239,15 +277,22 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> ParamStore::Commit(
     auto c = p->second.find(box);
     return c == p->second.end() ? nullptr : &c->second;
   };
+  if (staging != nullptr && !staging->conflict.ok()) {
+    return InvalidArgument("commit of ", KeyString(key), ": ", staging->conflict.message());
+  }
   for (const std::string& name : names) {
     for (const auto& held_cell : base.held.at(name).cells) {
       const Cell* cell = cell_of(name, held_cell->box);
-      const int64_t staged = cell == nullptr ? 0 : cell->staged_elements;
-      if (staged != held_cell->box.NumElements()) {
+      const std::vector<Box> missing =
+          cell == nullptr ? SubtractBoxes(held_cell->box, {})
+                          : SubtractBoxes(held_cell->box, cell->staged);
+      if (!missing.empty()) {
+        int64_t num_missing = 0;
+        for (const Box& box : missing) num_missing += box.NumElements();
         return InvalidArgument("commit of ", KeyString(key), ": param '", name, "' cell ",
-                               held_cell->box.ToString(), ": ",
-                               held_cell->box.NumElements() - staged, " of ",
-                               held_cell->box.NumElements(), " elements missing");
+                               held_cell->box.ToString(), ": ", num_missing, " of ",
+                               held_cell->box.NumElements(), " elements missing (",
+                               missing.front().ToString(), " is not staged)");
       }
     }
   }
@@ -289,10 +334,10 @@ absl::StatusOr<ParamBytes> ParamStore::Read(const Key& key, absl::string_view pa
     auto c = p->second.find(located->second);
     if (c != p->second.end()) cell = &c->second;
   }
-  int64_t covered = 0;
-  if (cell != nullptr) {
-    for (const Box& staged : cell->staged) covered += Intersect(staged, box).NumElements();
+  if (!staging.conflict.ok()) {
+    return FailedPrecondition(KeyString(key), ": ", staging.conflict.message());
   }
+  const int64_t covered = cell == nullptr ? 0 : CoveredElements(box, cell->staged);
   if (covered != box.NumElements() || (cell == nullptr && !box.IsEmpty())) {
     return FailedPrecondition("param '", param, "' box ", box.ToString(), " of ",
                               KeyString(key), ": only ", covered, " of ", box.NumElements(),

@@ -54,11 +54,12 @@ class ParamStore {
   // the staging. Returns the chunk's data bytes.
   // \error kInvalidArgument naming the value: unknown param, bad box, box not
   //   inside one held cell, total_bytes != box bytes, offset/length outside
-  //   the box or out of order, a box overlapping one staged or being staged.
+  //   the box or out of order. An overlap is not an error here (see the top).
   absl::StatusOr<int64_t> Stage(const StageChunkIr& chunk,
                                 std::shared_ptr<const LoadedModel> geometry);
 
   // Stages whole boxes of params at once (CommitParams' fills): all or none.
+  // Fills may overlap each other and staged boxes (same rule as puts).
   // \error as Stage, and kInvalidArgument for a dtype other than the param's.
   absl::Status StageBoxes(const Key& key, std::shared_ptr<const LoadedModel> geometry,
                           std::vector<std::pair<std::string, BoxTensor>> boxes);
@@ -66,8 +67,9 @@ class ParamStore {
   // `base` with every held cell of `params` replaced by the staged buffers, as
   // `version`; drops the staging. Nothing changes on an error.
   // \error kInvalidArgument: unknown param, a held cell of `params` not fully
-  //   staged (naming param, cell and the elements missing), a staged param
-  //   not in `params`.
+  //   covered (naming param, cell, the elements missing and an uncovered
+  //   box), a staged param not in `params`, overlapping puts that differ
+  //   (naming param, both boxes and the first differing element).
   absl::StatusOr<std::shared_ptr<const LoadedModel>> Commit(
       const Key& key, const LoadedModel& base, int64_t version,
       const std::vector<std::string>& params);
@@ -77,7 +79,8 @@ class ParamStore {
   // else a copy.
   // \error kNotFound when `key` has no staging or the param is unknown;
   //   kOutOfRange when the box is not inside one held cell; kFailedPrecondition
-  //   when it is not fully staged; kInvalidArgument for a bad box.
+  //   when it is not fully staged or the staging holds differing puts;
+  //   kInvalidArgument for a bad box.
   absl::StatusOr<ParamBytes> Read(const Key& key, absl::string_view param,
                                   const BoxIr& box) const;
 
@@ -89,28 +92,43 @@ class ParamStore {
  private:
   struct Cell {
     std::shared_ptr<BoxTensor> values;  // allocated at first touch; Read shares it
-    std::vector<Box> staged;            // complete, pairwise disjoint
-    std::vector<Box> pending;           // being assembled
-    int64_t staged_elements = 0;
+    std::vector<Box> staged;            // complete; may overlap (identical bytes)
+    bool direct_pending = false;        // the whole cell is being written into values
+    std::vector<std::pair<Box, std::string>> waiting;  // complete while direct_pending
   };
-  struct Assembly {  // a box whose chunks are arriving
+  struct Assembly {  // a put of a box whose chunks are arriving
     Box cell;
     int64_t received = 0;
-    std::string bytes;  // unused when the box is the whole cell
+    bool direct = false;  // written straight into the cell's buffer
+    std::string bytes;    // unused when direct
   };
+  using Puts = std::multimap<std::pair<std::string, Box>, Assembly>;
   struct Staging {
     std::shared_ptr<const LoadedModel> geometry;
     absl::flat_hash_map<std::string, std::map<Box, Cell>> cells;
-    std::map<std::pair<std::string, Box>, Assembly> assembling;
+    Puts assembling;
+    absl::Status conflict;  // the first difference between overlapping puts
   };
   // The held param and the cell containing `box` of `staging`'s geometry.
   static absl::StatusOr<std::pair<const HeldParam*, Box>> Locate(const Staging& staging,
                                                                  absl::string_view param,
                                                                  const Box& box);
-  // kInvalidArgument when `box` overlaps a staged or pending box of `cell`.
-  static absl::Status CheckNoOverlap(absl::string_view param, const Cell& cell,
-                                     const Box& box);
   static absl::Status Allocate(const HeldParam& held, const Box& cell_box, Cell* cell);
+  // The put of `box` a chunk at `offset` continues: one whose received bytes
+  // equal the offset; end() for a new put (offset 0).
+  static absl::StatusOr<Puts::iterator> FindPut(Puts* puts, const std::string& param,
+                                                const Box& box, int64_t offset,
+                                                absl::string_view what);
+  // A complete put `box` of `param` (`bytes` row-major): waits while the cell
+  // is being written directly, else Place.
+  static void Complete(Staging* staging, absl::string_view param, DType dtype, Cell* cell,
+                       const Box& box, absl::string_view bytes);
+  // Compares `bytes` over the staged part of `box`, writes the rest, records
+  // a difference in staging->conflict, and marks `box` staged.
+  static void Place(Staging* staging, absl::string_view param, DType dtype, Cell* cell,
+                    const Box& box, const char* bytes);
+  // The direct put of `cell` completed: stage it and place the waiting boxes.
+  static void FinishDirect(Staging* staging, absl::string_view param, DType dtype, Cell* cell);
 
   mutable absl::Mutex mu_;
   std::map<Key, Staging> staging_ ABSL_GUARDED_BY(mu_);

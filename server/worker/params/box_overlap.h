@@ -1,0 +1,52 @@
+// Box arithmetic for staging overlapping puts: the part of a box that other
+// boxes leave uncovered, and walks over the elements of a region shared by
+// two row-major buffers (compare, copy) that touch only that region.
+//
+// Math: a box minus a box is at most 2 * rank disjoint boxes (per dim d, the
+// slab below and above the cut, restricted to the cut in dims < d), so
+// SubtractBoxes keeps a list of disjoint pieces and cuts each by each box.
+//
+//   SubtractBoxes([0:4, 0:6], {[0:2, 0:6], [1:3, 2:4]})
+//     == {[2:4, 0:2], [3:4, 2:4], [2:4, 4:6]}   (12 elements, disjoint)
+//
+// A buffer "of box b" holds b's elements row-major, `elem` bytes each (the
+// layout of Tensor and of a staged chunk). The region walk moves one
+// contiguous run at a time: the innermost dims that the region spans fully in
+// both boxes are merged into one run, so full rows are one memcmp/memcpy.
+//
+// Thread-safety: pure functions.
+#ifndef MESHSERVE_SERVER_WORKER_PARAMS_BOX_OVERLAP_H_
+#define MESHSERVE_SERVER_WORKER_PARAMS_BOX_OVERLAP_H_
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "common/sharding/box.h"
+
+namespace meshserve {
+
+// Disjoint boxes covering exactly the elements of `from` that no box of
+// `minus` covers (empty when `from` is covered). Precondition: equal ranks.
+std::vector<Box> SubtractBoxes(const Box& from, absl::Span<const Box> minus);
+
+// The number of elements of `from` covered by at least one box of `boxes`.
+int64_t CoveredElements(const Box& from, absl::Span<const Box> boxes);
+
+// The global index of the first element (row-major over `region`) whose
+// bytes differ between `a` (a buffer of a_box) and `b` (a buffer of b_box),
+// or nullopt when the region is byte-identical. Precondition: `region` lies
+// in both boxes.
+std::optional<std::vector<int64_t>> FirstDifference(const char* a, const Box& a_box,
+                                                    const char* b, const Box& b_box,
+                                                    const Box& region, int64_t elem);
+
+// dst[region] = src[region]: `src` a buffer of src_box, `dst` of dst_box.
+// Precondition: `region` lies in both boxes.
+void CopyRegion(const char* src, const Box& src_box, char* dst, const Box& dst_box,
+                const Box& region, int64_t elem);
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_SERVER_WORKER_PARAMS_BOX_OVERLAP_H_
