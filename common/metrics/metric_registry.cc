@@ -95,6 +95,11 @@ double ScalarFamily::Value(const LabelValues& labels) const {
   return it == values_.end() ? 0 : it->second;
 }
 
+std::map<LabelValues, double> ScalarFamily::Values() const {
+  absl::MutexLock lock(&mu_);
+  return values_;
+}
+
 void ScalarFamily::Clear() {
   absl::MutexLock lock(&mu_);
   values_.clear();
@@ -157,6 +162,20 @@ double Histogram::Sum(const LabelValues& labels) const {
   return it == series_.end() ? 0 : it->second.sum;
 }
 
+HistogramSnapshot Histogram::SnapshotOf(const Series& s) const {
+  HistogramSnapshot out{bounds_, {}, s.sum, s.count};
+  int64_t cumulative = 0;
+  for (int64_t n : s.buckets) out.cumulative.push_back(cumulative += n);
+  return out;
+}
+
+std::map<LabelValues, HistogramSnapshot> Histogram::Snapshot() const {
+  std::map<LabelValues, HistogramSnapshot> out;
+  absl::MutexLock lock(&mu_);
+  for (const auto& [labels, s] : series_) out.emplace(labels, SnapshotOf(s));
+  return out;
+}
+
 void Histogram::Clear() {
   absl::MutexLock lock(&mu_);
   series_.clear();
@@ -164,17 +183,34 @@ void Histogram::Clear() {
 
 void Histogram::AppendSeries(std::string* out) const {
   absl::MutexLock lock(&mu_);
-  for (const auto& [labels, s] : series_) {
-    int64_t cumulative = 0;
-    for (size_t i = 0; i <= bounds_.size(); ++i) {
-      cumulative += s.buckets[i];
-      const std::string le = i < bounds_.size() ? FormatValue(bounds_[i]) : "+Inf";
+  for (const auto& [labels, series] : series_) {
+    const HistogramSnapshot s = SnapshotOf(series);
+    for (size_t i = 0; i < s.cumulative.size(); ++i) {
+      const std::string le = i < s.bounds.size() ? FormatValue(s.bounds[i]) : "+Inf";
       absl::StrAppend(out, name(), "_bucket", LabelText(labels, absl::StrCat("le=\"", le, "\"")),
-                      " ", cumulative, "\n");
+                      " ", s.cumulative[i], "\n");
     }
     absl::StrAppend(out, name(), "_sum", LabelText(labels), " ", FormatValue(s.sum), "\n",
                     name(), "_count", LabelText(labels), " ", s.count, "\n");
   }
+}
+
+double HistogramQuantile(double q, const HistogramSnapshot& h) {
+  if (h.cumulative.empty() || h.cumulative.back() <= 0) return std::nan("");
+  const double rank = q * static_cast<double>(h.cumulative.back());
+  double lower = 0, below = 0;
+  for (size_t i = 0; i < h.cumulative.size(); ++i) {
+    const double count = static_cast<double>(h.cumulative[i]);
+    if (count >= rank) {
+      if (i >= h.bounds.size()) return lower;  // +Inf: the last finite bound
+      const double le = h.bounds[i];
+      if (count == below) return le;
+      return lower + (le - lower) * (rank - below) / (count - below);
+    }
+    if (i < h.bounds.size()) lower = h.bounds[i];
+    below = count;
+  }
+  return lower;
 }
 
 std::vector<double> LatencyBucketsSeconds() {
@@ -214,6 +250,14 @@ std::string MetricRegistry::Exposition() const {
   absl::MutexLock lock(&mu_);
   for (const auto& family : families_) family->AppendTo(&out);
   return out;
+}
+
+const MetricFamily* MetricRegistry::FindFamily(absl::string_view name) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& family : families_) {
+    if (family->name() == name) return family.get();
+  }
+  return nullptr;
 }
 
 MetricRegistry& GlobalMetricRegistry() {

@@ -17,6 +17,18 @@
 // added, series in label-value order. A histogram series renders cumulative
 // `_bucket{le="..."}` lines ending with le="+Inf", then `_sum` and `_count`.
 //
+// Reading back: ScalarFamily::Values and Histogram::Snapshot give every
+// series as numbers (a histogram's buckets cumulative, as _bucket renders
+// them), and MetricRegistry::Find<T>(name) a registered family, so a page
+// shows the numbers /metrics serves without parsing the text.
+//
+// HistogramQuantile(q, h) is Prometheus' histogram_quantile over one series'
+// cumulative buckets (upper bound le, count <= le), the last one +Inf: the
+// rank r = q * total falls in the first bucket whose count >= r, and the
+// value is interpolated linearly inside it, from the previous bound (0 for
+// the first) to its le; in the +Inf bucket it is the last finite le; NaN
+// without observations.
+//
 // Names are the code's own (not input): Add* DCHECKs that a name matches
 // [a-zA-Z_:][a-zA-Z0-9_:]* and is not registered twice, and a call with the
 // wrong number of label values is ignored (DCHECK in debug builds).
@@ -79,6 +91,8 @@ class ScalarFamily : public MetricFamily {
       : MetricFamily(std::move(name), std::move(help), std::move(type),
                      std::move(label_names)) {}
   double Value(const LabelValues& labels) const;
+  // Every series' value, by label values.
+  std::map<LabelValues, double> Values() const;
   void Clear() override;
 
  protected:
@@ -105,6 +119,17 @@ class Gauge final : public ScalarFamily {
   void Add(const LabelValues& labels, double delta);
 };
 
+// One histogram series as numbers.
+struct HistogramSnapshot {
+  std::vector<double> bounds;       // the finite upper bounds (le), ascending
+  std::vector<int64_t> cumulative;  // observations <= bounds[i]; last: +Inf (all)
+  double sum = 0;
+  int64_t count = 0;
+};
+
+// Prometheus' histogram_quantile of `h` (see the file comment).
+double HistogramQuantile(double q, const HistogramSnapshot& h);
+
 class Histogram final : public MetricFamily {
  public:
   // `bounds`: ascending upper bounds (le) of the buckets; +Inf is implied.
@@ -114,6 +139,8 @@ class Histogram final : public MetricFamily {
   // Count and sum of one series (0, 0 when it does not exist).
   int64_t Count(const LabelValues& labels) const;
   double Sum(const LabelValues& labels) const;
+  // Every series, by label values.
+  std::map<LabelValues, HistogramSnapshot> Snapshot() const;
   void Clear() override;
 
  protected:
@@ -125,6 +152,7 @@ class Histogram final : public MetricFamily {
     double sum = 0;
     int64_t count = 0;
   };
+  HistogramSnapshot SnapshotOf(const Series& s) const;
   const std::vector<double> bounds_;
   mutable absl::Mutex mu_;
   std::map<LabelValues, Series> series_ ABSL_GUARDED_BY(mu_);
@@ -150,7 +178,16 @@ class MetricRegistry {
   // The text exposition format 0.0.4 of every family.
   std::string Exposition() const;
 
+  // The family registered as `name` when it is a T (Counter, Gauge,
+  // ScalarFamily, Histogram), else null.
+  template <typename T>
+  const T* Find(absl::string_view name) const {
+    return dynamic_cast<const T*>(FindFamily(name));
+  }
+
  private:
+  const MetricFamily* FindFamily(absl::string_view name) const;
+
   template <typename T, typename... Args>
   T& Add(Args&&... args);
 

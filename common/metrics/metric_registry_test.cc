@@ -1,5 +1,7 @@
 #include "common/metrics/metric_registry.h"
 
+#include <cmath>
+#include <map>
 #include <thread>
 #include <vector>
 
@@ -9,6 +11,7 @@
 namespace meshserve {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 TEST(MetricRegistryTest, CounterExpositionWithLabels) {
@@ -79,6 +82,56 @@ TEST(MetricRegistryTest, HistogramBucketsAreCumulative) {
             "lat_seconds_count{model=\"m\"} 4\n");
   EXPECT_EQ(h.Count({"m"}), 4);
   EXPECT_DOUBLE_EQ(h.Sum({"m"}), 3.65);
+  // The snapshot holds the numbers the _bucket lines print.
+  const std::map<LabelValues, HistogramSnapshot> snapshot = h.Snapshot();
+  ASSERT_EQ(snapshot.size(), 1u);
+  const HistogramSnapshot& s = snapshot.at({"m"});
+  EXPECT_THAT(s.bounds, ElementsAre(0.1, 1));
+  EXPECT_THAT(s.cumulative, ElementsAre(2, 3, 4));
+  EXPECT_DOUBLE_EQ(s.sum, 3.65);
+  EXPECT_EQ(s.count, 4);
+}
+
+TEST(MetricRegistryTest, ScalarValuesAndFindByName) {
+  MetricRegistry registry;
+  Gauge& g = registry.AddGauge("g", "g", {"model", "state"});
+  registry.AddHistogram("h_seconds", "h", {"model"});
+  g.Set({"a", "used"}, 3);
+  g.Set({"b", "used"}, 4);
+  EXPECT_EQ(registry.Find<Gauge>("g"), &g);
+  EXPECT_EQ(registry.Find<ScalarFamily>("g"), &g);
+  EXPECT_EQ(registry.Find<Histogram>("g"), nullptr);  // not a histogram
+  EXPECT_EQ(registry.Find<Gauge>("missing"), nullptr);
+  ASSERT_NE(registry.Find<Histogram>("h_seconds"), nullptr);
+  EXPECT_TRUE(registry.Find<Histogram>("h_seconds")->Snapshot().empty());
+  const std::map<LabelValues, double> values = g.Values();
+  ASSERT_EQ(values.size(), 2u);
+  EXPECT_EQ(values.at({"a", "used"}), 3);
+  EXPECT_EQ(values.at({"b", "used"}), 4);
+}
+
+TEST(HistogramQuantileTest, InterpolatesInsideTheBucketAsPrometheusDoes) {
+  // 10 observations: 2 <= 0.1, 4 in (0.1, 0.2], 4 in (0.2, 0.4].
+  const HistogramSnapshot h{{0.1, 0.2, 0.4}, {2, 6, 10, 10}, 2.5, 10};
+  // rank 5: 3 of the 4 in (0.1, 0.2] -> 0.1 + 0.1 * 3/4.
+  EXPECT_DOUBLE_EQ(HistogramQuantile(0.5, h), 0.175);
+  // rank 1: half of the first bucket, which starts at 0.
+  EXPECT_DOUBLE_EQ(HistogramQuantile(0.1, h), 0.05);
+  // rank 9.9: 0.2 + 0.2 * 3.9/4.
+  EXPECT_DOUBLE_EQ(HistogramQuantile(0.99, h), 0.395);
+  // In the +Inf bucket: the last finite bound.
+  EXPECT_DOUBLE_EQ(HistogramQuantile(0.5, {{0.1}, {1, 4}, 9, 4}), 0.1);
+  EXPECT_TRUE(std::isnan(HistogramQuantile(0.5, {{0.1}, {0, 0}, 0, 0})));
+  EXPECT_TRUE(std::isnan(HistogramQuantile(0.5, HistogramSnapshot{})));
+}
+
+TEST(HistogramQuantileTest, AgreesWithTheObservationsOfAHistogram) {
+  MetricRegistry registry;
+  Histogram& h = registry.AddHistogram("q_seconds", "q", {}, {0.01, 0.02});
+  for (double v : {0.005, 0.015, 0.02, 0.06}) h.Observe({}, v);
+  // cumulative 1, 3, 4: rank 2 is half of the 2 in (0.01, 0.02] -> 0.015.
+  EXPECT_DOUBLE_EQ(HistogramQuantile(0.5, h.Snapshot().at({})), 0.015);
+  EXPECT_DOUBLE_EQ(HistogramQuantile(0.99, h.Snapshot().at({})), 0.02);  // +Inf bucket
 }
 
 TEST(MetricRegistryTest, HistogramWithoutLabels) {

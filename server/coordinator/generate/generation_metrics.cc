@@ -1,27 +1,63 @@
 // GenerationMetrics (generation_metrics.h).
 #include "server/coordinator/generate/generation_metrics.h"
 
+#include <cmath>
 #include <memory>
 #include <utility>
 
 #include "absl/time/clock.h"
 
 namespace meshserve {
+namespace {
+
+// The families' names (the header's list), for adding and for finding them.
+constexpr const char *kTtft = "meshserve_generation_time_to_first_token_seconds",
+                     *kItl = "meshserve_generation_inter_token_seconds",
+                     *kTokens = "meshserve_generation_tokens_total",
+                     *kSequences = "meshserve_generation_sequences",
+                     *kKvBytes = "meshserve_generation_kv_cache_bytes";
+
+int64_t Count(double value) { return static_cast<int64_t>(std::llround(value)); }
+
+}  // namespace
 
 GenerationMetrics::GenerationMetrics(MetricRegistry* registry)
-    : ttft_(&registry->AddHistogram("meshserve_generation_time_to_first_token_seconds",
-                                    "Time from a sequence's start to its first token.",
+    : ttft_(&registry->AddHistogram(kTtft, "Time from a sequence's start to its first token.",
                                     {"model"})),
-      itl_(&registry->AddHistogram("meshserve_generation_inter_token_seconds",
-                                   "Time between a sequence's tokens.", {"model"})),
-      tokens_(&registry->AddCounter("meshserve_generation_tokens_total", "Tokens generated.",
-                                    {"model"})),
-      sequences_(&registry->AddGauge("meshserve_generation_sequences",
+      itl_(&registry->AddHistogram(kItl, "Time between a sequence's tokens.", {"model"})),
+      tokens_(&registry->AddCounter(kTokens, "Tokens generated.", {"model"})),
+      sequences_(&registry->AddGauge(kSequences,
                                      "Sequences running (decoded each step) or waiting.",
                                      {"model", "state"})),
       kv_bytes_(&registry->AddGauge(
-          "meshserve_generation_kv_cache_bytes",
-          "KV cache bytes per device of the model: used and capacity.", {"model", "state"})) {}
+          kKvBytes, "KV cache bytes per device of the model: used and capacity.",
+          {"model", "state"})) {}
+
+std::map<std::string, GenerationSnapshot> GenerationMetrics::Snapshot(
+    const MetricRegistry& registry) {
+  std::map<std::string, GenerationSnapshot> out;  // labels[0] is the model
+  if (const Counter* tokens = registry.Find<Counter>(kTokens)) {
+    for (const auto& [l, v] : tokens->Values()) out[l[0]].tokens_generated = Count(v);
+  }
+  if (const Gauge* sequences = registry.Find<Gauge>(kSequences)) {
+    for (const auto& [l, v] : sequences->Values()) {
+      (l[1] == "running" ? out[l[0]].running : out[l[0]].waiting) = Count(v);
+    }
+  }
+  if (const Gauge* kv = registry.Find<Gauge>(kKvBytes)) {
+    for (const auto& [l, v] : kv->Values()) {
+      (l[1] == "used" ? out[l[0]].kv_cache_bytes_used : out[l[0]].kv_cache_bytes_capacity) =
+          Count(v);
+    }
+  }
+  if (const Histogram* ttft = registry.Find<Histogram>(kTtft)) {
+    for (auto& [l, h] : ttft->Snapshot()) out[l[0]].time_to_first_token = std::move(h);
+  }
+  if (const Histogram* itl = registry.Find<Histogram>(kItl)) {
+    for (auto& [l, h] : itl->Snapshot()) out[l[0]].inter_token = std::move(h);
+  }
+  return out;
+}
 
 SequenceSink GenerationMetrics::Observe(const std::string& model, SequenceSink sink,
                                         std::function<void()> after) const {

@@ -7,11 +7,17 @@
 //     (the scheduler's count of blocks, times the bytes a block takes on the
 //     fullest device: what each of the model's devices holds at most)
 //
+// Snapshot(registry) reads those families back as numbers, per model (the
+// status page's "text_generation"; server/coordinator/http/status_json.h), so
+// the page and /metrics show the same figures.
+//
 // Thread-safety: thread-safe (the families are).
 #ifndef MESHSERVE_SERVER_COORDINATOR_GENERATE_GENERATION_METRICS_H_
 #define MESHSERVE_SERVER_COORDINATOR_GENERATE_GENERATION_METRICS_H_
 
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 
 #include "common/metrics/metric_registry.h"
@@ -19,8 +25,23 @@
 
 namespace meshserve {
 
+// One model's generation numbers, as the families hold them.
+struct GenerationSnapshot {
+  int64_t running = 0;
+  int64_t waiting = 0;
+  int64_t tokens_generated = 0;
+  HistogramSnapshot time_to_first_token;  // seconds
+  HistogramSnapshot inter_token;          // seconds
+  int64_t kv_cache_bytes_used = 0;
+  int64_t kv_cache_bytes_capacity = 0;
+};
+
 class GenerationMetrics {
  public:
+  // Each model's numbers in the families a GenerationMetrics registered in
+  // `registry` (models in no series are absent; none registered: empty).
+  static std::map<std::string, GenerationSnapshot> Snapshot(const MetricRegistry& registry);
+
   // Registers the families in `registry` (which must outlive this).
   explicit GenerationMetrics(MetricRegistry* registry);
 

@@ -1,16 +1,11 @@
 #include "server/coordinator/http/status_json.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <map>
 #include <utility>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/sharding/shard_layout.h"
 #include "nlohmann/json.hpp"
@@ -37,89 +32,6 @@ Json IntervalsJson(const std::vector<Interval>& v) {
   Json out = Json::array();
   for (const Interval& iv : v) out.push_back({iv.begin, iv.end});
   return out;
-}
-
-// One exposition line: `name{k="v",...} value` (or `name value`).
-struct Sample {
-  std::string name;
-  std::map<std::string, std::string> labels;
-  double value = 0;
-};
-
-bool ParseValue(absl::string_view text, double* value) {
-  if (text == "+Inf") {
-    *value = std::numeric_limits<double>::infinity();
-    return true;
-  }
-  return absl::SimpleAtod(text, value);
-}
-
-// False for comments, blank lines and anything malformed.
-bool ParseSample(absl::string_view line, Sample* sample) {
-  if (line.empty() || line[0] == '#') return false;
-  const size_t name_end = line.find_first_of("{ ");
-  if (name_end == absl::string_view::npos) return false;
-  sample->name = std::string(line.substr(0, name_end));
-  sample->labels.clear();
-  size_t i = name_end;
-  if (line[i] == '{') {
-    ++i;
-    while (i < line.size() && line[i] != '}') {
-      const size_t eq = line.find("=\"", i);
-      if (eq == absl::string_view::npos) return false;
-      std::string key(line.substr(i, eq - i)), value;
-      for (i = eq + 2; i < line.size() && line[i] != '"'; ++i) {
-        if (line[i] == '\\' && i + 1 < line.size()) {
-          ++i;
-          value += line[i] == 'n' ? '\n' : line[i];
-        } else {
-          value += line[i];
-        }
-      }
-      if (i >= line.size()) return false;
-      sample->labels[key] = std::move(value);
-      ++i;  // the closing quote
-      if (i < line.size() && line[i] == ',') ++i;
-    }
-    if (i >= line.size()) return false;
-    ++i;  // '}'
-  }
-  return ParseValue(absl::StripAsciiWhitespace(line.substr(i)), &sample->value);
-}
-
-struct HistogramSeries {
-  std::vector<std::pair<double, double>> buckets;
-  double sum = 0;
-  double count = 0;
-};
-
-LatencySummary Summarize(HistogramSeries h) {
-  std::sort(h.buckets.begin(), h.buckets.end());
-  LatencySummary s;
-  s.count = static_cast<int64_t>(h.count);
-  if (h.count <= 0) return s;
-  s.mean = h.sum / h.count;
-  s.p50 = HistogramQuantile(0.5, h.buckets);
-  s.p90 = HistogramQuantile(0.9, h.buckets);
-  s.p99 = HistogramQuantile(0.99, h.buckets);
-  return s;
-}
-
-// Adds `sample` to a histogram named `family` (its _bucket, _sum, _count).
-void AddToHistogram(const Sample& sample, const std::string& family,
-                    std::map<std::string, HistogramSeries>* series) {
-  if (sample.name.rfind(family, 0) != 0) return;
-  const std::string part = sample.name.substr(family.size());
-  auto model = sample.labels.find("model");
-  if (model == sample.labels.end()) return;
-  HistogramSeries& h = (*series)[model->second];
-  if (part == "_sum") h.sum = sample.value;
-  if (part == "_count") h.count = sample.value;
-  auto le = sample.labels.find("le");
-  double bound = 0;
-  if (part == "_bucket" && le != sample.labels.end() && ParseValue(le->second, &bound)) {
-    h.buckets.push_back({bound, sample.value});
-  }
 }
 
 Json LatencyJson(const LatencySummary& s) {
@@ -191,7 +103,7 @@ Json ParamJson(const ParamDef& p, const Placement& placement) {
 }
 
 Json ModelJson(const ModelStatus& m, const CoordinatorMetrics& metrics,
-               const std::map<std::string, GenerationView>& generation) {
+               const std::map<std::string, GenerationSnapshot>& generation) {
   Json j = {{"name", m.name},
             {"state", m.state},
             {"ready", m.ready},
@@ -201,7 +113,7 @@ Json ModelJson(const ModelStatus& m, const CoordinatorMetrics& metrics,
             {"requests", metrics.requests.Value({m.name})},
             {"in_flight", metrics.in_flight.Value({m.name})}};
   if (auto g = generation.find(m.name); g != generation.end()) {
-    j["text_generation"] = GenerationJson(g->second);
+    j["text_generation"] = GenerationJson(SummarizeGeneration(g->second));
   }
   if (m.placement == nullptr || m.model == nullptr) return j;
   j["mesh"] = MeshText(m.placement->mesh);
@@ -257,47 +169,27 @@ std::string MeshText(const Mesh& mesh) {
   return absl::StrJoin(axes, ", ");
 }
 
-double HistogramQuantile(double q, const std::vector<std::pair<double, double>>& buckets) {
-  if (buckets.empty() || buckets.back().second <= 0) return std::nan("");
-  const double rank = q * buckets.back().second;
-  double lower = 0, below = 0;
-  for (const auto& [le, count] : buckets) {
-    if (count >= rank) {
-      if (std::isinf(le)) return lower;  // the last finite bound
-      if (count == below) return le;
-      return lower + (le - lower) * (rank - below) / (count - below);
-    }
-    lower = le;
-    below = count;
-  }
-  return lower;
+LatencySummary SummarizeLatency(const HistogramSnapshot& h) {
+  LatencySummary s;
+  s.count = h.count;
+  if (h.count <= 0) return s;
+  s.mean = h.sum / static_cast<double>(h.count);
+  s.p50 = HistogramQuantile(0.5, h);
+  s.p90 = HistogramQuantile(0.9, h);
+  s.p99 = HistogramQuantile(0.99, h);
+  return s;
 }
 
-std::map<std::string, GenerationView> GenerationViewsFromExposition(absl::string_view text) {
-  std::map<std::string, GenerationView> views;
-  std::map<std::string, HistogramSeries> ttft, itl;
-  Sample sample;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    if (!ParseSample(line, &sample) || sample.name.rfind("meshserve_generation_", 0) != 0) {
-      continue;
-    }
-    const std::string model = sample.labels["model"];
-    const std::string state = sample.labels["state"];
-    const int64_t value = static_cast<int64_t>(std::llround(sample.value));
-    if (sample.name == "meshserve_generation_sequences") {
-      (state == "running" ? views[model].running : views[model].waiting) = value;
-    } else if (sample.name == "meshserve_generation_kv_cache_bytes") {
-      (state == "used" ? views[model].kv_cache_bytes_used
-                       : views[model].kv_cache_bytes_capacity) = value;
-    } else if (sample.name == "meshserve_generation_tokens_total") {
-      views[model].tokens_generated = value;
-    }
-    AddToHistogram(sample, "meshserve_generation_time_to_first_token_seconds", &ttft);
-    AddToHistogram(sample, "meshserve_generation_inter_token_seconds", &itl);
-  }
-  for (auto& [model, h] : ttft) views[model].time_to_first_token = Summarize(std::move(h));
-  for (auto& [model, h] : itl) views[model].inter_token = Summarize(std::move(h));
-  return views;
+GenerationView SummarizeGeneration(const GenerationSnapshot& g) {
+  GenerationView v;
+  v.running = g.running;
+  v.waiting = g.waiting;
+  v.tokens_generated = g.tokens_generated;
+  v.time_to_first_token = SummarizeLatency(g.time_to_first_token);
+  v.inter_token = SummarizeLatency(g.inter_token);
+  v.kv_cache_bytes_used = g.kv_cache_bytes_used;
+  v.kv_cache_bytes_capacity = g.kv_cache_bytes_capacity;
+  return v;
 }
 
 std::string ClusterStatusJson(const std::vector<WorkerView>& workers,
@@ -308,8 +200,8 @@ std::string ClusterStatusJson(const std::vector<WorkerView>& workers,
   Json w = Json::array();
   for (const WorkerView& v : workers) w.push_back(WorkerJson(v, now));
   Json m = Json::array();
-  const std::map<std::string, GenerationView> generation =
-      GenerationViewsFromExposition(metrics.registry.Exposition());
+  const std::map<std::string, GenerationSnapshot> generation =
+      GenerationMetrics::Snapshot(metrics.registry);
   for (const ModelStatus& s : models) m.push_back(ModelJson(s, metrics, generation));
   Json r = Json::array();
   for (const RecentRequest& q : recent) {

@@ -8,15 +8,9 @@
 // histogram_quantile gives from the buckets, in ms) and KV cache bytes used
 // and capacity. The numbers are the meshserve_generation_* families
 // (server/coordinator/generate/generation_metrics.h) read back from the
-// coordinator's registry (its exposition text: the registry has no other read
-// path), so the page and /metrics always agree.
-//
-// HistogramQuantile(q, buckets) is Prometheus' histogram_quantile over
-// cumulative buckets (upper bound le, count <= le), the last one +Inf: the
-// rank r = q * total falls in the first bucket whose count >= r, and the
-// value is interpolated linearly inside it, from the previous bound (0 for
-// the first) to its le; in the +Inf bucket it is the last finite le; NaN
-// without observations.
+// coordinator's registry as numbers (GenerationMetrics::Snapshot), so the page
+// and /metrics always agree; the quantiles are HistogramQuantile's
+// (common/metrics/metric_registry.h).
 //
 // ShardingGrid is the layout jax.debug.visualize_array_sharding draws
 // (common/sharding/visualize.h draws it as text): rank 2, rows are the
@@ -30,17 +24,16 @@
 #define MESHSERVE_SERVER_COORDINATOR_HTTP_STATUS_JSON_H_
 
 #include <cstdint>
-#include <map>
 #include <string>
-#include <utility>
 #include <vector>
 
-#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/metrics/metric_registry.h"
 #include "common/sharding/box.h"
 #include "common/sharding/named_sharding.h"
 #include "server/coordinator/coordinator.h"
 #include "server/coordinator/coordinator_metrics.h"
+#include "server/coordinator/generate/generation_metrics.h"
 
 namespace meshserve {
 
@@ -81,12 +74,10 @@ struct GenerationView {
   int64_t kv_cache_bytes_capacity = 0;
 };
 
-// `buckets`: (le, cumulative count) by ascending le, the last le +Inf.
-double HistogramQuantile(double q, const std::vector<std::pair<double, double>>& buckets);
-
-// Each model's generation numbers in a registry's exposition text (models
-// that appear in no meshserve_generation_* series are absent).
-std::map<std::string, GenerationView> GenerationViewsFromExposition(absl::string_view text);
+// Count, mean and quantiles of one latency histogram.
+LatencySummary SummarizeLatency(const HistogramSnapshot& h);
+// A model's generation numbers, the histograms summarised.
+GenerationView SummarizeGeneration(const GenerationSnapshot& g);
 
 // The JSON of GET /v1/status.
 std::string ClusterStatusJson(const std::vector<WorkerView>& workers,

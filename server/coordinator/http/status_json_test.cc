@@ -1,7 +1,7 @@
 #include "server/coordinator/http/status_json.h"
 
-#include <cmath>
-#include <limits>
+#include <map>
+#include <string>
 
 #include "common/sharding/testing/fixtures.h"
 #include "gmock/gmock.h"
@@ -83,38 +83,43 @@ TEST(ClusterStatusJsonTest, WorkersModelsAndRecent) {
   EXPECT_EQ(j["recent"][0]["code"], "NOT_FOUND");
 }
 
-TEST(HistogramQuantileTest, InterpolatesInsideTheBucketAsPrometheusDoes) {
+TEST(SummarizeLatencyTest, MeanAndPrometheusQuantilesOfTheBuckets) {
   // 10 observations: 2 <= 0.1, 4 in (0.1, 0.2], 4 in (0.2, 0.4].
-  const double inf = std::numeric_limits<double>::infinity();
-  const std::vector<std::pair<double, double>> b = {{0.1, 2}, {0.2, 6}, {0.4, 10}, {inf, 10}};
+  const HistogramSnapshot h{{0.1, 0.2, 0.4}, {2, 6, 10, 10}, 2.5, 10};
+  const LatencySummary s = SummarizeLatency(h);
+  EXPECT_EQ(s.count, 10);
+  EXPECT_DOUBLE_EQ(s.mean, 0.25);
   // rank 5: 3 of the 4 in (0.1, 0.2] -> 0.1 + 0.1 * 3/4.
-  EXPECT_DOUBLE_EQ(HistogramQuantile(0.5, b), 0.175);
-  // rank 1: half of the first bucket, which starts at 0.
-  EXPECT_DOUBLE_EQ(HistogramQuantile(0.1, b), 0.05);
+  EXPECT_DOUBLE_EQ(s.p50, 0.175);
+  // rank 9: 0.2 + 0.2 * 3/4.
+  EXPECT_DOUBLE_EQ(s.p90, 0.35);
   // rank 9.9: 0.2 + 0.2 * 3.9/4.
-  EXPECT_DOUBLE_EQ(HistogramQuantile(0.99, b), 0.395);
-  // In the +Inf bucket: the last finite bound.
-  EXPECT_DOUBLE_EQ(HistogramQuantile(0.5, {{0.1, 1}, {inf, 4}}), 0.1);
-  EXPECT_TRUE(std::isnan(HistogramQuantile(0.5, {{0.1, 0}, {inf, 0}})));
+  EXPECT_DOUBLE_EQ(s.p99, 0.395);
+  const LatencySummary none = SummarizeLatency(HistogramSnapshot{{0.1}, {0, 0}, 0, 0});
+  EXPECT_EQ(none.count, 0);
+  EXPECT_EQ(none.mean, 0);
+  EXPECT_EQ(none.p50, 0);
 }
 
 TEST(GenerationViewsTest, ReadsEveryFamilyOfEachModel) {
-  const std::string text =
-      "# TYPE meshserve_generation_sequences gauge\n"
-      "meshserve_generation_sequences{model=\"a\\\"b\",state=\"running\"} 7\n"
-      "meshserve_generation_sequences{model=\"a\\\"b\",state=\"waiting\"} 2\n"
-      "meshserve_generation_tokens_total{model=\"a\\\"b\"} 120\n"
-      "meshserve_generation_kv_cache_bytes{model=\"a\\\"b\",state=\"capacity\"} 1048576\n"
-      "meshserve_generation_kv_cache_bytes{model=\"a\\\"b\",state=\"used\"} 65536\n"
-      "meshserve_generation_inter_token_seconds_bucket{model=\"a\\\"b\",le=\"0.01\"} 1\n"
-      "meshserve_generation_inter_token_seconds_bucket{model=\"a\\\"b\",le=\"0.02\"} 3\n"
-      "meshserve_generation_inter_token_seconds_bucket{model=\"a\\\"b\",le=\"+Inf\"} 4\n"
-      "meshserve_generation_inter_token_seconds_sum{model=\"a\\\"b\"} 0.1\n"
-      "meshserve_generation_inter_token_seconds_count{model=\"a\\\"b\"} 4\n"
-      "meshserve_inference_requests_total{model=\"other\"} 3\n";
-  const std::map<std::string, GenerationView> views = GenerationViewsFromExposition(text);
-  ASSERT_EQ(views.size(), 1u);
-  const GenerationView& g = views.at("a\"b");
+  // The families by their /metrics names (generation_metrics.h), filled by hand.
+  MetricRegistry registry;
+  const std::string m = "a\"b";
+  Gauge& sequences = registry.AddGauge("meshserve_generation_sequences", "s", {"model", "state"});
+  sequences.Set({m, "running"}, 7);
+  sequences.Set({m, "waiting"}, 2);
+  registry.AddCounter("meshserve_generation_tokens_total", "t", {"model"}).Increment({m}, 120);
+  Gauge& kv = registry.AddGauge("meshserve_generation_kv_cache_bytes", "k", {"model", "state"});
+  kv.Set({m, "capacity"}, 1048576);
+  kv.Set({m, "used"}, 65536);
+  Histogram& itl = registry.AddHistogram("meshserve_generation_inter_token_seconds", "i",
+                                         {"model"}, {0.01, 0.02});
+  for (double seconds : {0.005, 0.015, 0.02, 0.06}) itl.Observe({m}, seconds);
+  registry.AddCounter("meshserve_inference_requests_total", "other", {"model"})
+      .Increment({"other"}, 3);
+  const std::map<std::string, GenerationSnapshot> snapshot = GenerationMetrics::Snapshot(registry);
+  ASSERT_EQ(snapshot.size(), 1u);
+  const GenerationView g = SummarizeGeneration(snapshot.at(m));
   EXPECT_EQ(g.running, 7);
   EXPECT_EQ(g.waiting, 2);
   EXPECT_EQ(g.tokens_generated, 120);
@@ -122,10 +127,16 @@ TEST(GenerationViewsTest, ReadsEveryFamilyOfEachModel) {
   EXPECT_EQ(g.kv_cache_bytes_capacity, 1048576);
   EXPECT_EQ(g.inter_token.count, 4);
   EXPECT_DOUBLE_EQ(g.inter_token.mean, 0.025);
-  // rank 2 of 4: half of the 2 in (0.01, 0.02] -> 0.015.
+  // Cumulative 1, 3, 4: rank 2 of 4 is half of the 2 in (0.01, 0.02] -> 0.015.
   EXPECT_DOUBLE_EQ(g.inter_token.p50, 0.015);
   EXPECT_DOUBLE_EQ(g.inter_token.p99, 0.02);  // in the +Inf bucket
   EXPECT_EQ(g.time_to_first_token.count, 0);
+}
+
+TEST(GenerationViewsTest, NoGenerationFamiliesNoModels) {
+  MetricRegistry registry;
+  registry.AddCounter("meshserve_inference_requests_total", "r", {"model"}).Increment({"m"});
+  EXPECT_TRUE(GenerationMetrics::Snapshot(registry).empty());
 }
 
 TEST(ClusterStatusJsonTest, GenerationNumbersOfAGeneratingModel) {
