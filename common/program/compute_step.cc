@@ -183,13 +183,8 @@ std::optional<absl::StatusOr<Tensor>> DotInPlace(const ComputeStepIr& step, cons
 }  // namespace
 
 std::optional<ParamSlice> ParamSliceOf(const CopyStepIr& copy, const BoxTensor& src) {
-  if (!IsParamBuffer(copy.src) || copy.src_device != copy.dst_device || copy.accumulate ||
-      src.tensor.dtype() != DType::kFloat32 || src.tensor.rank() != 2 ||
-      (copy.dtype != kWireInvalid && copy.dtype != DTypeToProto(DType::kFloat32))) {
-    return std::nullopt;
-  }
-  absl::StatusOr<Box> box = BoxFromIr(copy.box), dst_box = BoxFromIr(copy.dst_box);
-  if (!box.ok() || !dst_box.ok() || *box != *dst_box || box->rank() != 2 ||
+  std::optional<Box> box = ParamSliceBoxOf(copy);
+  if (!box.has_value() || src.tensor.dtype() != DType::kFloat32 || src.tensor.rank() != 2 ||
       !src.box.Contains(*box)) {
     return std::nullopt;
   }

@@ -94,6 +94,7 @@ struct ParamSlice {
 // float32, box == dst_box, inside src's box. The slice when so, else nullopt
 // (the copy must run). E.g. the LM head's slice of a replicated table
 // (server/compiler/decode_model.h): rows [a, b) or columns [a, b) of [V, d].
+// The conditions on `copy` alone are ParamSliceBoxOf's (ir_conv.h).
 std::optional<ParamSlice> ParamSliceOf(const CopyStepIr& copy, const BoxTensor& src);
 
 // The slice's elements in a buffer of their own: what the copy makes.

@@ -132,4 +132,14 @@ absl::StatusOr<BoxTensor> BoxTensorFromSlice(const SliceIr& slice) {
   return BoxTensor::Wrap(std::move(box), std::move(tensor));
 }
 
+std::optional<Box> ParamSliceBoxOf(const CopyStepIr& copy) {
+  if (!IsParamBuffer(copy.src) || copy.src_device != copy.dst_device || copy.accumulate ||
+      (copy.dtype != kWireInvalid && copy.dtype != DTypeToProto(DType::kFloat32))) {
+    return std::nullopt;
+  }
+  absl::StatusOr<Box> box = BoxFromIr(copy.box), dst_box = BoxFromIr(copy.dst_box);
+  if (!box.ok() || !dst_box.ok() || *box != *dst_box || box->rank() != 2) return std::nullopt;
+  return *std::move(box);
+}
+
 }  // namespace meshserve

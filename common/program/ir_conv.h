@@ -7,6 +7,7 @@
 #ifndef MESHSERVE_COMMON_PROGRAM_IR_CONV_H_
 #define MESHSERVE_COMMON_PROGRAM_IR_CONV_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,14 @@ std::vector<MeshAxisIr> MeshToIr(const Mesh& mesh);
 // \error kInvalidArgument for a bad box or dtype, or a byte length that is not
 //   box elements * dtype size (naming the slice and both counts).
 absl::StatusOr<BoxTensor> BoxTensorFromSlice(const SliceIr& slice);
+
+// The half of compute_step.h's ParamSliceOf rule that `copy` alone decides
+// (all but the source's dtype, rank and box): `copy.box` when the copy takes
+// a rank-2 box of a "param/" buffer whole onto the same device, unchanged
+// (no accumulate, dtype unset or float32, box == dst_box), else nullopt.
+// What a plan without the params' tensors can tell (the compiler's
+// server/compiler/param_only.h); bad boxes are nullopt.
+std::optional<Box> ParamSliceBoxOf(const CopyStepIr& copy);
 
 }  // namespace meshserve
 

@@ -91,7 +91,7 @@ class ParamOnlyGraph {
   int64_t MaxKeptBytes() const {
     std::map<int64_t, int64_t> by_worker;
     for (size_t b = 0; b < buffers_.size(); ++b) {
-      if (!ParamOnly(static_cast<int>(b))) continue;
+      if (!ParamOnly(static_cast<int>(b)) || ReadInPlace(static_cast<int>(b))) continue;
       const std::vector<int>& readers = buffers_[b].readers;
       bool kept = std::any_of(readers.begin(), readers.end(), [&](int r) { return !marked_[r]; });
       if (kept) by_worker[buffers_[b].worker] += BufferBytes(static_cast<int>(b));
@@ -213,6 +213,26 @@ class ParamOnlyGraph {
     const PoBuffer& buf = buffers_[b];
     if (buf.named_param || buf.named_input || buf.writers.empty()) return false;
     return std::all_of(buf.writers.begin(), buf.writers.end(), [&](int w) { return marked_[w]; });
+  }
+
+  // A buffer the worker never makes (param_only.h): its one writer is a copy
+  // of a resident param's slice that ParamSliceBoxOf accepts (ir_conv.h),
+  // and every step reading it is a dot_general reading it as input 1 only.
+  bool ReadInPlace(int b) const {
+    const PoBuffer& buf = buffers_[b];
+    if (buf.writers.size() != 1) return false;
+    const PoStep& writer = steps_[buf.writers[0]];
+    const auto* copy = std::get_if<CopyStepIr>(writer.step);
+    if (copy == nullptr || !ParamSliceBoxOf(*copy).has_value() ||
+        !buffers_[writer.reads[0]].Resident()) {
+      return false;
+    }
+    return std::all_of(buf.readers.begin(), buf.readers.end(), [&](int r) {
+      const auto* c = std::get_if<ComputeStepIr>(steps_[r].step);
+      const std::vector<int>& in = steps_[r].reads;
+      return c != nullptr && c->op == ComputeOp::kDotGeneral && in.size() == 2 && in[1] == b &&
+             in[0] != b;
+    });
   }
 
   // The writer whose box and dtype the buffer has: a compute replaces the

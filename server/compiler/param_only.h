@@ -43,7 +43,13 @@
 // partial compute is float32, else a compute takes its first input's dtype and
 // a copy its source's; a resident param's dtype is not in the plan and counts
 // as float32 (the compiler always sets out_dtype, so compiled plans never need
-// it). A rank-0 box is one element.
+// it). A rank-0 box is one element. A buffer the worker reads in place
+// counts 0 bytes: its one writer is a copy of a resident param's slice that
+// the worker does not make but reads from the param (ParamSliceBoxOf,
+// common/program/ir_conv.h; the param taken as float32, as above), and
+// every step reading it is a dot_general reading it as input 1 only (any
+// other reader makes it a buffer of its own, server/worker/program_run.cc).
+// E.g. the LM head's table slice of a generation step (decode_model.h).
 //
 // Thread-safety: pure function over the plan.
 #ifndef MESHSERVE_SERVER_COMPILER_PARAM_ONLY_H_

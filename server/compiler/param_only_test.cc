@@ -387,6 +387,41 @@ TEST(ParamOnlyTest, KeptBytesFollowTheMakersBoxAndDType) {
   EXPECT_EQ(plan.kept_param_bytes, 64 + 64 + 64 + 8 + 32);
 }
 
+// A param's slice copied onto its own device, box == dst_box, float32, rank 2,
+// is not made by the worker but read in place by a dot_general's rhs
+// (ParamSliceOf, common/program/compute_step.h): the copy is marked, and the
+// slice counts no kept bytes unless another step reads it (which makes it).
+TEST(ParamOnlyTest, AParamSliceReadInPlaceByADotKeepsNoBytes) {
+  const BoxIr rows = IrBox({{0, 4}, {0, 8}}), out = IrBox({{0, 2}, {0, 4}});
+  auto head = [&](std::vector<StepIr> readers) {
+    std::vector<StepIr> steps = {Copy(0, "param/head", rows, 0, "t/head", rows, kF32)};
+    for (StepIr& r : readers) steps.push_back(std::move(r));
+    CompiledPlan plan = PlanOf({{0, std::move(steps)}});
+    MarkParamOnlySteps(&plan);
+    return plan;
+  };
+  // x [2, 8] . head slice [4, 8] over dim 1 of each: the LM head's logits.
+  ComputeStepIr logits = Dot(0, "in/x", "t/head", "t/y", out);
+  logits.rhs_contracting = {1};
+  CompiledPlan in_place = head({logits, Free(0, "t/head")});
+  EXPECT_EQ(Marks(in_place), (MarkMap{{0, {0, 2}}})) << Describe(in_place);
+  EXPECT_EQ(in_place.kept_param_bytes, 0);
+  // Read by an add too, or as a dot's lhs: the worker makes the buffer.
+  CompiledPlan also_add = head({logits, Compute(0, ComputeOp::kAdd, {"in/x", "t/head"}, "t/z",
+                                                rows)});
+  EXPECT_EQ(also_add.kept_param_bytes, 4 * 8 * 4) << Describe(also_add);
+  CompiledPlan as_lhs = head({Dot(0, "t/head", "in/x", "t/y", out)});
+  EXPECT_EQ(as_lhs.kept_param_bytes, 4 * 8 * 4) << Describe(as_lhs);
+  // Copies the worker runs: to bfloat16, or a box that is not dst_box.
+  for (const CopyStepIr& copy : {Copy(0, "param/head", rows, 0, "t/head", rows, kWireBFloat16),
+                                 Copy(0, "param/head", out, 0, "t/head", rows, kF32)}) {
+    CompiledPlan plan = PlanOf({{0, {copy, logits}}});
+    MarkParamOnlySteps(&plan);
+    EXPECT_EQ(Marks(plan), (MarkMap{{0, {0}}})) << Describe(plan);
+    EXPECT_GT(plan.kept_param_bytes, 0) << Describe(plan);
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Compiled models.
 
