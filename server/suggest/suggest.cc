@@ -1,0 +1,234 @@
+// `meshserve suggest`'s search (suggest.h).
+#include "server/suggest/suggest.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "common/base/status_util.h"
+
+namespace meshserve {
+namespace {
+
+constexpr double kRejected = std::numeric_limits<double>::infinity();
+
+// Evaluates layouts once per LayoutKey and remembers the kept ones.
+class Evaluator {
+ public:
+  Evaluator(const ModelFile& model, const LayoutSpace& space, const SuggestOptions& options)
+      : model_(model), space_(space), options_(options) {}
+
+  // The layout's mean predicted ms on `mesh`, kRejected when it is not kept.
+  double Score(const Layout& layout, const Mesh& mesh, const std::string& name) {
+    ModelFile m = Materialize(model_, space_, layout, mesh);
+    std::string key = LayoutKey(m, mesh);
+    auto it = scores_.find(key);
+    if (it != scores_.end()) return it->second;
+    ++num_evaluated_;
+    double score = Evaluate(std::move(m), mesh, name, key);
+    scores_[key] = score;
+    return score;
+  }
+
+  std::vector<Suggestion> Ranked() const {
+    std::vector<const Suggestion*> all;
+    for (const auto& [key, s] : kept_) all.push_back(&s);
+    // Best first; on a tie fewer param bytes, then a named layout.
+    std::sort(all.begin(), all.end(), [](const Suggestion* a, const Suggestion* b) {
+      const int64_t pa = a->per_shape[0].param_bytes_per_worker;
+      const int64_t pb = b->per_shape[0].param_bytes_per_worker;
+      const bool sa = a->name == "search", sb = b->name == "search";
+      return std::tie(a->mix_ms, pa, sa, a->key) < std::tie(b->mix_ms, pb, sb, b->key);
+    });
+    std::vector<Suggestion> out;
+    std::set<std::string> seen;  // types keys: the first of equal layouts only
+    for (const Suggestion* s : all) {
+      if (seen.insert(s->per_shape[0].types_key).second) out.push_back(*s);
+    }
+    return out;
+  }
+
+  const Suggestion* Find(const std::string& key) const {
+    auto it = kept_.find(key);
+    return it == kept_.end() ? nullptr : &it->second;
+  }
+  int64_t num_evaluated() const { return num_evaluated_; }
+  int64_t num_rejected_rules() const { return num_rejected_rules_; }
+  int64_t num_rejected_memory() const { return num_rejected_memory_; }
+  const absl::Status& first_rejection() const { return first_rejection_; }
+  int64_t least_param_bytes() const { return least_param_bytes_; }
+
+ private:
+  double Evaluate(ModelFile m, const Mesh& mesh, const std::string& name, const std::string& key) {
+    Suggestion s{name, mesh, std::move(m), {}, 0, key};
+    for (const ShapeSet& shapes : options_.input_shapes) {
+      absl::StatusOr<Prediction> p = PredictAtShape(s.model, mesh, shapes, options_.figures);
+      if (!p.ok()) {
+        ++num_rejected_rules_;
+        if (first_rejection_.ok()) {
+          first_rejection_ = absl::Status(p.status().code(),
+                                          absl::StrCat(name, " on ", mesh.ToString(), ": ",
+                                                       p.status().message()));
+        }
+        return kRejected;
+      }
+      s.per_shape.push_back(*p);
+      s.mix_ms += p->predicted_ms / static_cast<double>(options_.input_shapes.size());
+    }
+    const int64_t bytes = s.per_shape[0].param_bytes_per_worker;
+    least_param_bytes_ = std::min(least_param_bytes_, bytes);
+    if (options_.memory_per_worker > 0 && bytes > options_.memory_per_worker) {
+      ++num_rejected_memory_;
+      return kRejected;
+    }
+    const double score = s.mix_ms;
+    kept_.emplace(key, std::move(s));
+    return score;
+  }
+
+  const ModelFile& model_;
+  const LayoutSpace& space_;
+  const SuggestOptions& options_;
+  std::map<std::string, double> scores_;
+  std::map<std::string, Suggestion> kept_;
+  int64_t num_evaluated_ = 0, num_rejected_rules_ = 0, num_rejected_memory_ = 0;
+  int64_t least_param_bytes_ = std::numeric_limits<int64_t>::max();
+  absl::Status first_rejection_;
+};
+
+// Every layout of the space (odometer over the roles' options).
+void Exhaustive(const LayoutSpace& space, const Mesh& mesh, Evaluator& eval) {
+  Layout layout(space.roles.size(), 0);
+  while (true) {
+    eval.Score(layout, mesh, "search");
+    size_t r = 0;
+    for (; r < layout.size(); ++r) {
+      if (++layout[r] < static_cast<int>(space.roles[r].options.size())) break;
+      layout[r] = 0;
+    }
+    if (r == layout.size()) return;
+  }
+}
+
+// One role's options (and jointly its coupled out roles'); true if improved.
+bool ImproveRole(const LayoutSpace& space, const Mesh& mesh, size_t r, Evaluator& eval,
+                 Layout& best, double& best_score) {
+  bool improved = false;
+  auto consider = [&](const Layout& layout) {
+    const double s = eval.Score(layout, mesh, "search");
+    if (s < best_score) {
+      best_score = s;
+      best = layout;
+      improved = true;
+    }
+  };
+  const Layout start = best;
+  for (size_t o = 0; o < space.roles[r].options.size(); ++o) {
+    Layout l = start;
+    l[r] = static_cast<int>(o);
+    consider(l);
+    for (int c : space.coupled[r]) {
+      for (size_t oc = 0; oc < space.roles[c].options.size(); ++oc) {
+        l[c] = static_cast<int>(oc);
+        consider(l);
+      }
+      l[c] = start[c];
+    }
+  }
+  return improved;
+}
+
+void CoordinateDescent(const LayoutSpace& space, const Mesh& mesh, Layout best,
+                       double best_score, int max_passes, Evaluator& eval) {
+  for (int pass = 0; pass < max_passes; ++pass) {
+    bool improved = false;
+    for (size_t r = 0; r < space.roles.size(); ++r) {
+      improved = ImproveRole(space, mesh, r, eval, best, best_score) || improved;
+    }
+    if (!improved) return;
+  }
+}
+
+}  // namespace
+
+std::string Suggestion::LayoutText() const {
+  std::string out = mesh.ToString();
+  for (const InputDef& in : model.inputs) absl::StrAppend(&out, "  ", in.name, "=", in.sharding.ToString());
+  for (const ParamDef& p : model.params) absl::StrAppend(&out, "  ", p.name, "=", p.sharding.ToString());
+  for (const LayerDef& l : model.layers) {
+    if (l.out_sharding.has_value()) absl::StrAppend(&out, "  ", l.name, ">", l.out_sharding->ToString());
+  }
+  return out;
+}
+
+absl::StatusOr<SuggestResult> Suggest(const ModelFile& model, const SuggestOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  if (options.input_shapes.empty()) return InvalidArgument("no --input_shape given");
+  MS_ASSIGN_OR_RETURN(LayoutSpace space, BuildLayoutSpace(model, options.num_workers));
+  const std::vector<NamedLayout> named = NamedLayouts(model, space);
+  Evaluator eval(model, space, options);
+  SuggestResult result;
+  const bool exhaustive = space.NumLayouts() <= options.exhaustive_limit;
+  result.method = exhaustive ? "exhaustive" : "coordinate descent";
+  std::map<std::string, std::pair<double, std::string>> baseline_best;  // name -> (ms, key)
+  for (const Mesh& mesh : space.meshes) {
+    Layout seed(space.roles.size(), 0);
+    double seed_score = eval.Score(seed, mesh, "search");
+    for (const NamedLayout& n : named) {
+      const double s = eval.Score(n.layout, mesh, n.name);
+      if (s < seed_score) {
+        seed_score = s;
+        seed = n.layout;
+      }
+      const std::string key = LayoutKey(Materialize(model, space, n.layout, mesh), mesh);
+      auto it = baseline_best.find(n.name);
+      if (s < kRejected && (it == baseline_best.end() || s < it->second.first)) {
+        baseline_best[n.name] = {s, key};
+      }
+    }
+    if (exhaustive) {
+      Exhaustive(space, mesh, eval);
+    } else {
+      CoordinateDescent(space, mesh, seed, seed_score, options.max_passes, eval);
+    }
+  }
+  result.num_evaluated = eval.num_evaluated();
+  result.num_rejected_rules = eval.num_rejected_rules();
+  result.num_rejected_memory = eval.num_rejected_memory();
+  std::vector<Suggestion> ranked = eval.Ranked();
+  if (ranked.empty()) {
+    if (result.num_rejected_memory > 0) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "no layout of model '", model.name, "' on ", options.num_workers,
+          " workers fits --memory_per_worker ", options.memory_per_worker,
+          " bytes: the smallest needs ", eval.least_param_bytes(), " param bytes per worker"));
+    }
+    return InvalidArgument("no layout of model '", model.name, "' on ", options.num_workers,
+                           " workers types under JAX's rules; first: ",
+                           eval.first_rejection().message());
+  }
+  result.choice = ranked[0];
+  for (size_t i = 1; i < ranked.size() && static_cast<int>(i) <= options.num_alternatives; ++i) {
+    result.alternatives.push_back(ranked[i]);
+  }
+  for (const NamedLayout& n : named) {
+    auto it = baseline_best.find(n.name);
+    if (it == baseline_best.end()) continue;
+    if (const Suggestion* s = eval.Find(it->second.second)) {
+      result.baselines.push_back(*s);
+      result.baselines.back().name = n.name;
+    }
+  }
+  result.search_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+}  // namespace meshserve

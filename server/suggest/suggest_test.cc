@@ -1,0 +1,217 @@
+// Tests of `meshserve suggest`'s search (suggest.h) on small models: the
+// choice types under JAX's rules (parsed back from the written file), the
+// memory limit, one spec per tied role, the baselines' predicted order, the
+// search method, and the bad-input errors.
+#include "server/suggest/suggest.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "common/model/typed_model.h"
+#include "gtest/gtest.h"
+#include "tests/testing/status_matchers.h"
+
+namespace meshserve {
+namespace {
+
+using ::meshserve::testing::StatusIs;
+
+ModelFile LoadExample(const std::string& name) {
+  absl::StatusOr<ModelFile> m =
+      LoadModelFile(absl::StrCat(MESHSERVE_SOURCE_DIR, "/examples/models/", name, ".json"));
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? *m : ModelFile{};
+}
+
+// The example SwiGLU at d_model 64 / hidden 256 (tests/integration/testdata).
+ModelFile SmallSwiglu() {
+  absl::StatusOr<ModelFile> m = LoadModelFile(absl::StrCat(
+      MESHSERVE_SOURCE_DIR, "/tests/integration/testdata/swiglu_small.json"));
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? *m : ModelFile{};
+}
+
+// Two MLP blocks "blocks.0" and "blocks.1" (d 64, hidden 128) and a head.
+ModelFile TwoBlocks() {
+  std::string blocks;
+  std::string params;
+  std::string in = "x";
+  for (int b = 0; b < 2; ++b) {
+    const std::string p = absl::StrCat("blocks.", b);
+    absl::StrAppend(&params, "'", p, ".up.kernel': {'shape': [64, 128], 'init': 'lecun_normal'},",
+                    "'", p, ".down.kernel': {'shape': [128, 64], 'init': 'lecun_normal'},");
+    absl::StrAppend(&blocks, "{'name': '", p, ".up', 'op': 'linear', 'input': '", in,
+                    "', 'kernel': '", p, ".up.kernel'},", "{'name': '", p,
+                    ".act', 'op': 'relu', 'input': '", p, ".up'},", "{'name': '", p,
+                    ".down', 'op': 'linear', 'input': '", p, ".act', 'kernel': '", p,
+                    ".down.kernel'},");
+    in = p + ".down";
+  }
+  const std::string text = absl::StrCat(
+      "{'name': 'two_blocks', 'mesh': {'data': 2, 'model': 2}, 'inputs': {'x': {'shape': [-1, "
+      "64], 'sharding': ['data']}}, 'params': {",
+      params, "'head.kernel': {'shape': [64, 64]}}, 'layers': [", blocks,
+      "{'name': 'y', 'op': 'linear', 'input': '", in,
+      "', 'kernel': 'head.kernel'}], 'outputs': ['y']}");
+  absl::StatusOr<ModelFile> m = ParseModelFile(absl::StrReplaceAll(text, {{"'", "\""}}), "");
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? *m : ModelFile{};
+}
+
+SuggestOptions Options(int64_t workers, std::vector<ShapeSet> shapes) {
+  SuggestOptions o;
+  o.num_workers = workers;
+  o.input_shapes = std::move(shapes);
+  return o;
+}
+
+// Param bytes on one device, from the specs and the mesh (independent of the
+// cost model): each param's elements over the sizes of the axes it uses.
+int64_t ParamBytesFromSpecs(const Suggestion& s) {
+  int64_t total = 0;
+  for (const ParamDef& p : s.model.params) {
+    int64_t n = 4;
+    for (int64_t d : p.shape) n *= d;
+    for (const std::string& axis : p.sharding.AxesUsed()) {
+      for (const MeshAxis& a : s.mesh.axes()) {
+        if (a.name == axis) n /= a.size;
+      }
+    }
+    total += n;
+  }
+  return total;
+}
+
+const Suggestion* Baseline(const SuggestResult& r, const std::string& name) {
+  for (const Suggestion& s : r.baselines) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+TEST(SuggestTest, WrittenChoiceTypesUnderJaxRulesOnNWorkers) {
+  const ModelFile model = SmallSwiglu();
+  const ShapeSet shapes = {{"x", {4, 8, 64}}};
+  ASSERT_OK_AND_ASSIGN(SuggestResult r, Suggest(model, Options(4, {shapes})));
+  EXPECT_EQ(r.choice.mesh.num_devices(), 4);
+  ASSERT_OK_AND_ASSIGN(std::string text, SuggestedModelText(model, r.choice));
+  ASSERT_OK_AND_ASSIGN(ModelFile written, ParseModelFile(text, "/tmp"));
+  EXPECT_OK(ValidateModel(written));
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, ResolveMesh(written, 4));
+  EXPECT_EQ(mesh, r.choice.mesh);
+  ASSERT_OK_AND_ASSIGN(TypedModel typed, TypeModel(written, mesh, shapes));
+  EXPECT_EQ(typed.TypeOf("y").shape, (std::vector<int64_t>{4, 8, 64}));
+  for (const ParamDef& p : written.params) {
+    EXPECT_EQ(p.sharding, r.choice.model.FindParam(p.name)->sharding) << p.name;
+  }
+  EXPECT_LE(r.alternatives.size(), 3u);
+  for (const Suggestion& alt : r.alternatives) {
+    EXPECT_GE(alt.mix_ms, r.choice.mix_ms);
+    EXPECT_NE(alt.key, r.choice.key);
+  }
+  EXPECT_GT(r.num_evaluated, 10);
+  EXPECT_GT(r.num_rejected_rules, 0);  // e.g. a kernel P(D, M) after x P(D, ...)
+}
+
+TEST(SuggestTest, MemoryLimitRulesOutReplication) {
+  const ModelFile model = SmallSwiglu();
+  const int64_t replicated = 3 * 64 * 256 * 4;
+  SuggestOptions o = Options(2, {{{"x", {1, 1, 64}}}});
+  ASSERT_OK_AND_ASSIGN(SuggestResult free_choice, Suggest(model, o));
+  // At one token the tiny model's best layout exchanges nothing between
+  // workers (a hop costs more than any GEMM here), and replication is kept.
+  EXPECT_EQ(free_choice.choice.per_shape[0].rounds, 0) << free_choice.choice.LayoutText();
+  EXPECT_NE(Baseline(free_choice, "replicated"), nullptr);
+  o.memory_per_worker = replicated - 1;
+  ASSERT_OK_AND_ASSIGN(SuggestResult r, Suggest(model, o));
+  EXPECT_LE(ParamBytesFromSpecs(r.choice), o.memory_per_worker) << r.choice.LayoutText();
+  EXPECT_EQ(ParamBytesFromSpecs(r.choice), r.choice.per_shape[0].param_bytes_per_worker);
+  for (const Suggestion& alt : r.alternatives) {
+    EXPECT_LE(ParamBytesFromSpecs(alt), o.memory_per_worker) << alt.LayoutText();
+  }
+  EXPECT_EQ(Baseline(r, "replicated"), nullptr);
+  EXPECT_GT(r.num_rejected_memory, 0);
+  o.memory_per_worker = replicated / 4;  // below even a 2-way split of every param
+  EXPECT_THAT(Suggest(model, o).status(),
+              StatusIs(absl::StatusCode::kResourceExhausted, "param bytes per worker"));
+}
+
+TEST(SuggestTest, TiedRolesGetOneSpec) {
+  const ModelFile model = TwoBlocks();
+  ASSERT_OK_AND_ASSIGN(LayoutSpace space, BuildLayoutSpace(model, 4));
+  int tied = 0;
+  for (const Role& role : space.roles) {
+    if (role.key == "blocks.#.up.kernel" || role.key == "blocks.#.down.kernel") {
+      EXPECT_EQ(role.members.size(), 2u) << role.key;
+      ++tied;
+    }
+  }
+  EXPECT_EQ(tied, 2);
+  for (const ShapeSet& shapes : {ShapeSet{{"x", {1, 64}}}, ShapeSet{{"x", {64, 64}}}}) {
+    ASSERT_OK_AND_ASSIGN(SuggestResult r, Suggest(model, Options(4, {shapes})));
+    for (const Suggestion* s : {&r.choice}) {
+      for (const char* p : {"up", "down"}) {
+        EXPECT_EQ(s->model.FindParam(absl::StrCat("blocks.0.", p, ".kernel"))->sharding,
+                  s->model.FindParam(absl::StrCat("blocks.1.", p, ".kernel"))->sharding)
+            << s->LayoutText();
+      }
+    }
+    for (const Suggestion& s : r.alternatives) {
+      EXPECT_EQ(s.model.FindParam("blocks.0.up.kernel")->sharding,
+                s.model.FindParam("blocks.1.up.kernel")->sharding);
+    }
+  }
+}
+
+// The big SwiGLU at one token is memory-bound: Megatron reads half the
+// weights per worker and moves one row, so it is predicted faster than
+// replication; at d_model 64 the exchange costs more than the read saved.
+TEST(SuggestTest, PredictionOrderingReplicatedVsMegatronAtBatchOne) {
+  ASSERT_OK_AND_ASSIGN(SuggestResult big,
+                       Suggest(LoadExample("swiglu"), Options(2, {{{"x", {1, 1, 2048}}}})));
+  const Suggestion* rep = Baseline(big, "replicated");
+  const Suggestion* meg = Baseline(big, "megatron_column_row");
+  ASSERT_NE(rep, nullptr);
+  ASSERT_NE(meg, nullptr);
+  EXPECT_LT(meg->mix_ms, rep->mix_ms);
+  EXPECT_EQ(meg->per_shape[0].param_bytes_per_worker * 2, rep->per_shape[0].param_bytes_per_worker);
+  EXPECT_GT(meg->per_shape[0].rounds, 0);
+  EXPECT_EQ(rep->per_shape[0].rounds, 0);
+  EXPECT_LE(big.choice.mix_ms, meg->mix_ms);
+  EXPECT_EQ(big.method, "coordinate descent");
+
+  ASSERT_OK_AND_ASSIGN(SuggestResult small, Suggest(SmallSwiglu(), Options(2, {{{"x", {1, 1, 64}}}})));
+  rep = Baseline(small, "replicated");
+  meg = Baseline(small, "megatron_column_row");
+  ASSERT_NE(rep, nullptr);
+  ASSERT_NE(meg, nullptr);
+  EXPECT_LT(rep->mix_ms, meg->mix_ms);
+}
+
+TEST(SuggestTest, SmallSpaceIsSearchedExhaustively) {
+  ASSERT_OK_AND_ASSIGN(SuggestResult r,
+                       Suggest(LoadExample("linear"), Options(2, {{{"x", {16, 32}}}})));
+  EXPECT_EQ(r.method, "exhaustive");
+  EXPECT_EQ(r.choice.mesh.num_devices(), 2);
+}
+
+TEST(SuggestTest, MixOfShapesIsTheMean) {
+  const ShapeSet prefill = {{"x", {4, 8, 64}}}, decode = {{"x", {4, 1, 64}}};
+  ASSERT_OK_AND_ASSIGN(SuggestResult r, Suggest(SmallSwiglu(), Options(2, {prefill, decode})));
+  ASSERT_EQ(r.choice.per_shape.size(), 2u);
+  EXPECT_DOUBLE_EQ(r.choice.mix_ms, (r.choice.per_shape[0].predicted_ms +
+                                     r.choice.per_shape[1].predicted_ms) / 2);
+}
+
+TEST(SuggestTest, BadInputsAreInvalidArgument) {
+  EXPECT_THAT(Suggest(SmallSwiglu(), Options(0, {{{"x", {1, 1, 64}}}})).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "workers must be >= 1, got 0"));
+  EXPECT_THAT(Suggest(SmallSwiglu(), Options(2, {})).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "no --input_shape"));
+  EXPECT_THAT(Suggest(SmallSwiglu(), Options(2, {{{"x", {1, 64}}}})).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "input 'x'"));
+}
+
+}  // namespace
+}  // namespace meshserve
