@@ -7,7 +7,8 @@ Two models read their params from fused checkpoint tensors, as GPT-2's c_attn
 feeds q/k/v: `gate` and `up` [16, 48] are the column halves of `c_fc`
 [16, 96], `down` [48, 16] is `proj`, `b2` [16] is `b`, on mesh {model: 4}
 (gate/up column-sharded, down row-sharded, b2 replicated); the checkpoint also
-holds a buffer `attn.bias` the model does not read. `fused` is float32,
+holds a buffer `attn.bias` the model does not read (checkpoint_ignored), and
+`tied.proj` is tied to `proj` (checkpoint_tied). `fused` is float32,
 `fused_bf` bfloat16.
 
   1. The test process begins a push of each model; two rank processes join
@@ -75,6 +76,8 @@ def fused_model(name, dtype):
     return {
         "name": name, "mesh": {"model": -1}, "dtype": dtype, "seed": 5,
         "checkpoint": name + ".safetensors",
+        "checkpoint_ignored": ["attn.bias"],
+        "checkpoint_tied": {"tied.proj": "proj"},
         "inputs": {"x": {"shape": [-1, D], "sharding": [None, None]}},
         "params": {
             "gate": {"shape": [D, HIDDEN], "sharding": [None, "model"], "from": "c_fc",
@@ -132,7 +135,8 @@ def rank_puts(rank, data, model):
     half = D // 2
     if rank == 0:
         puts = [("c_fc", c_fc[:half], [0, 0]), ("proj", proj[:, :half], [0, 0]), ("b", b, None),
-                ("attn.bias", np.tril(np.ones((4, 4), np.float32)), None)]
+                ("attn.bias", np.tril(np.ones((4, 4), np.float32)), None),
+                ("tied.proj", proj, None)]  # over both ranks' puts of proj: identical
         return puts  # float32: the client rounds to bfloat16 for fused_bf
     if model == "fused":
         return [("gate", c_fc[half:, :HIDDEN], [half, 0]), ("up", c_fc[half:, HIDDEN:], [half, 0]),
@@ -248,7 +252,8 @@ class State:
             print("SKIP pulls of boxes and checkpoint names: PlanPull UNIMPLEMENTED")
             boxes = []
         else:
-            named += [("c_fc", want["c_fc"]), ("proj", want["proj"]), ("b", want["b"])]
+            named += [("c_fc", want["c_fc"]), ("proj", want["proj"]), ("b", want["b"]),
+                      ("tied.proj", want["proj"])]
         for name, value in named:
             got = pull(model, name, version=version)
             c.check(got.dtype == wire and np.array_equal(got, value),

@@ -177,11 +177,12 @@ def _box_proto(begin, extent):
 
 # ---- piece bytes ----
 
-def piece_chunks(src, src_offset, extent, wire, what, chunk_bytes=CHUNK_BYTES):
+def piece_chunks(src, src_offset, extent, wire, what, chunk_bytes=None):
     """(total bytes, iterator of (byte offset, memoryview)) of the piece of
     `src` at src_offset with `extent`, as row-major bytes of wire dtype: slices
     of the (converted) array, gathered a slab of rows at a time when the
     piece is not contiguous in `src`."""
+    chunk_bytes = chunk_bytes or CHUNK_BYTES
     index = tuple(slice(int(o), int(o) + int(e)) for o, e in zip(src_offset, extent))
     sub = src[index] if index else src
     elem = WIRE_DTYPES[wire].itemsize
@@ -324,6 +325,30 @@ def _extent(box):
 
 # ---- push ----
 
+def stage_messages(model, generation, version, pieces, src, name):
+    """Raw StageParamChunk messages of `pieces` (PutPiece-like: param, dtype,
+    src_offset, box) of the put `src`: per piece its header serialized once,
+    then per ~1 MiB chunk header + offset + data joined in one copy."""
+    for p in pieces:
+        what = "put '%s' piece of '%s'" % (name, p.param)
+        total, chunks = piece_chunks(src, p.src_offset, _extent(p.box), p.dtype, what)
+        header = worker_service_pb2.StageParamChunk(
+            model=model, generation=generation, version=version, param=p.param, box=p.box,
+            total_bytes=total).SerializeToString()
+        for off, data in chunks:
+            yield b"".join((header, b"\x38", _varint(off), b"\x42", _varint(len(data)), data))
+
+
+def start_stage(channel, model, generation, version, pieces, src, name, timeout_s):
+    """WorkerService.StageParams of `pieces` on `channel`'s worker, started:
+    a grpc future (its request iterator runs on gRPC's thread)."""
+    stage = channel.stream_unary(
+        _STAGE_PARAMS, request_serializer=None,
+        response_deserializer=worker_service_pb2.StageParamsResponse.FromString)
+    return stage.future(stage_messages(model, generation, version, pieces, src, name),
+                        timeout=timeout_s)
+
+
 class Push:
     """One push session of `model` (BeginPush or JoinPush). `push_id` (a
     string) lets other processes join; `version` is what commit() makes.
@@ -440,21 +465,8 @@ class Push:
 
     def _start_direct(self, address, pieces, src, name, timeout_s):
         c = self._client
-        stage = c._worker_channels().channel(address).stream_unary(
-            _STAGE_PARAMS, request_serializer=None,
-            response_deserializer=worker_service_pb2.StageParamsResponse.FromString)
-
-        def messages():
-            for p in pieces:
-                what = "put '%s' piece of '%s'" % (name, p.param)
-                total, chunks = piece_chunks(src, p.src_offset, _extent(p.box), p.dtype, what)
-                header = worker_service_pb2.StageParamChunk(
-                    model=self.model, generation=self.generation, version=self.version,
-                    param=p.param, box=p.box, total_bytes=total).SerializeToString()
-                for off, data in chunks:
-                    yield b"".join((header, b"\x38", _varint(off), b"\x42", _varint(len(data)),
-                                    data))
-        return stage.future(messages(), timeout=timeout_s or c.timeout_s)
+        return start_stage(c._worker_channels().channel(address), self.model, self.generation,
+                           self.version, pieces, src, name, timeout_s or c.timeout_s)
 
     def _stage_through(self, worker_id, pieces, src, name, timeout_s):
         c = self._client
