@@ -20,7 +20,7 @@ JOBS="${JOBS:-$(nproc)}"
 SEEDS="${ROOT}/tests/fuzz/corpus"
 TARGETS=(partition_spec_fuzz sharding_text_fuzz rules_case_fuzz model_file_fuzz safetensors_fuzz
          npy_fuzz infer_request_fuzz program_fuzz data_chunk_fuzz bytes_field_wire_fuzz
-         openai_request_fuzz generate_request_fuzz tokenizer_fuzz)
+         openai_request_fuzz rest_infer_request_fuzz generate_request_fuzz tokenizer_fuzz)
 
 MESHSERVE_ASAN_DIR="${BUILD}" "${ROOT}/scripts/sanitizer_tests.sh" configure asan || exit 1
 start=${SECONDS}
@@ -65,6 +65,7 @@ cp "${SEEDS}"/safetensors/* "${ROOT}"/tests/integration/models_bad/*.safetensors
 cp "${SEEDS}"/npy/* "${CORPUS}/npy/"
 cp "${SEEDS}"/data_chunk/* "${CORPUS}/data_chunk/"
 cp "${SEEDS}"/openai_request/* "${CORPUS}/openai_request/"
+cp "${SEEDS}"/rest_infer_request/* "${CORPUS}/rest_infer_request/"
 encode() {  # dir message proto
   for f in "${SEEDS}/$1"/*.txtpb; do
     protoc --proto_path="${ROOT}/proto" --encode="$2" "${ROOT}/proto/$3" <"${f}" \
