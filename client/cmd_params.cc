@@ -77,7 +77,7 @@ double MiBPerSecond(int64_t bytes, double seconds) {
   return seconds > 0 ? static_cast<double>(bytes) / (1 << 20) / seconds : 0.0;
 }
 
-// A direct push maps the checkpoint (params_direct.h): a file that shrinks
+// A push maps the checkpoint (params_direct.h): a file that shrinks
 // under it raises SIGBUS on the read past its end. Say so and exit 1; the
 // coordinator sees the calls break and aborts the push.
 void ExitOnSigbus(int) {
@@ -111,11 +111,11 @@ int RunPush(const CliArgs& args) {
   absl::StatusOr<PushResult> pushed = Unavailable("not pushed");
   std::string path_line = "through the coordinator";
   bool relay = direct == "off" || tls;
+  struct sigaction action;  // both pushes send slices of the mapped file
+  std::memset(&action, 0, sizeof(action));
+  action.sa_handler = ExitOnSigbus;
+  ::sigaction(SIGBUS, &action, nullptr);
   if (!relay) {
-    struct sigaction action;
-    std::memset(&action, 0, sizeof(action));
-    action.sa_handler = ExitOnSigbus;
-    ::sigaction(SIGBUS, &action, nullptr);
     std::string fallback;
     pushed = PushDirectFromFile(**client, path, args.Get("model"),
                                 DirectPushOptions{*chunk_bytes, absl::Seconds(2)}, *deadline,
@@ -133,7 +133,9 @@ int RunPush(const CliArgs& args) {
   if (relay) {
     auto reader = PushChunkReader::Open(path, args.Get("model"), *chunk_bytes);
     if (!reader.ok()) return Fail("push", AnnotateStatus(reader.status(), "flag --checkpoint"));
-    pushed = PushParamsFromFile(**client, **reader, *deadline);
+    auto options = ClientOptionsFromArgs(args);
+    if (!options.ok()) return UsageError("push", kPushUsage, options.status());
+    pushed = PushParamsFromFile(**client, *options, **reader, *deadline);
   }
   if (!pushed.ok()) return Fail("push", pushed.status());
   const PushParamsResponse& r = pushed->response;

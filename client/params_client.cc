@@ -15,38 +15,66 @@
 #include "common/program/ir_conv.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
+#include "common/rpc/zero_copy/bytes_field_wire.h"
+#include "common/rpc/zero_copy/raw_method.h"
 #include "common/sharding/box.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/worker_service.grpc.pb.h"
 
 namespace meshserve {
 namespace client {
+namespace {
+
+// PushParams with each chunk as a byte buffer whose data is a slice of the
+// mapped file (common/rpc/zero_copy/): no read into a buffer, no copy into a
+// serialised message.
+constexpr char kPushParamsMethod[] = "/meshserve.ClusterService/PushParams";
+
+}  // namespace
+
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-absl::StatusOr<PushResult> PushParamsFromFile(InferenceClient& client, PushChunkReader& reader,
-                                              absl::Time deadline) {
+absl::StatusOr<PushResult> PushParamsFromFile(InferenceClient& client,
+                                              const InferenceClient::Options& options,
+                                              PushChunkReader& reader, absl::Time deadline) {
+  MS_ASSIGN_OR_RETURN(std::shared_ptr<MappedFile> mapped, MapFile(reader.file()));
+  ChannelOptions channel_options;  // the client's channel, for a raw method
+  channel_options.max_message_bytes = options.max_message_bytes;
+  channel_options.credentials = options.credentials;
+  channel_options.server_name_override = options.server_name_override;
+  channel_options.bearer_token = options.bearer_token;
+  MS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                      CreateChannel(client.target(), channel_options));
+  const char* base = static_cast<const char*>(mapped->addr);
   grpc::ClientContext context;
   SetDeadlineAt(&context, deadline);
   PushResult result;
   const auto start = std::chrono::steady_clock::now();
-  std::unique_ptr<grpc::ClientWriter<PushParamsChunk>> stream =
-      client.cluster_stub().PushParams(&context, &result.response);
+  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> stream = StartRawClientStream(
+      channel.get(), kPushParamsMethod, &context, &result.response);
   PushParamsChunk chunk;
   absl::Status read_status;
+  int64_t at = 0;
+  int64_t n = 0;
   while (true) {
-    absl::StatusOr<bool> more = reader.Next(&chunk);
+    absl::StatusOr<bool> more = reader.NextRange(&chunk, &at, &n);
     if (!more.ok()) {
       read_status = more.status();
       context.TryCancel();  // a half-sent push must not commit
       break;
     }
     if (!*more) break;
-    result.bytes_sent += static_cast<int64_t>(chunk.data().size());
+    result.bytes_sent += n;
     ++result.messages;
     // false: the server ended the call (Finish below returns its status).
-    if (!stream->Write(chunk)) break;
+    if (!stream->Write(EncodeWithBytesField(chunk.SerializeAsString(),
+                                            PushParamsChunk::kDataFieldNumber,
+                                            absl::string_view(base + at, static_cast<size_t>(n)),
+                                            mapped))) {
+      break;
+    }
   }
   if (read_status.ok()) stream->WritesDone();
   grpc::Status status = stream->Finish();
@@ -269,6 +297,12 @@ absl::StatusOr<PullResult> PullThroughCoordinator(InferenceClient& client, const
     for (int64_t d : pull.shape) request.add_shape(d);
     request.set_version(writer->version() != 0 ? writer->version() : pull.version);
     MS_RETURN_IF_ERROR(StreamPull(client, request, *writer, deadline));
+    if (!pull.shape.empty() && writer->last_shape() != pull.shape) {
+      return Internal("PullParams on ", client.target(), ": the box of '", name, "' comes back ",
+                      ShapeToCompactString(writer->last_shape()), ", not the shape ",
+                      ShapeToCompactString(pull.shape), " asked for (a server without box "
+                      "pulls?)");
+    }
   }
   MS_RETURN_IF_ERROR(writer->Finish());
   PullResult result;

@@ -56,11 +56,14 @@ struct PushResult {
 // Seconds from `start` until now (the push and pull timings).
 double SecondsSince(std::chrono::steady_clock::time_point start);
 
-// \error the server's status (code kept) when it refuses the push; the
-//   reader's kDataLoss when the file cannot be read (the stream is then
-//   cancelled, so nothing is committed).
-absl::StatusOr<PushResult> PushParamsFromFile(InferenceClient& client, PushChunkReader& reader,
-                                              absl::Time deadline);
+// \error the server's status (code kept) when it refuses the push;
+//   kDataLoss when the file is shorter than its header says (MapFile; a
+//   file that shrinks while it is sent raises SIGBUS, as for a direct push).
+// The chunks go out as slices of the mapped file (zero-copy), on a channel
+// to client.target() made with `options` (the client's own).
+absl::StatusOr<PushResult> PushParamsFromFile(InferenceClient& client,
+                                              const InferenceClient::Options& options,
+                                              PushChunkReader& reader, absl::Time deadline);
 
 struct PullResult {
   int64_t version = 0;

@@ -46,46 +46,6 @@ absl::Status FileDataLoss(const Parts&... parts) {
   return absl::DataLossError(absl::StrCat(parts...));
 }
 
-// The file, mapped read-only; the data region starts at data_start.
-struct MappedFile {
-  ~MappedFile() {
-    if (addr != nullptr) ::munmap(addr, size);
-  }
-  void* addr = nullptr;
-  size_t size = 0;
-  int64_t data_start = 0;
-  const char* data() const { return static_cast<const char*>(addr) + data_start; }
-};
-
-absl::StatusOr<std::shared_ptr<MappedFile>> MapFile(const SafetensorsFile& file) {
-  const std::string& path = file.path();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return NotFound("cannot open '", path, "': ", std::strerror(errno));
-  auto mapped = std::make_shared<MappedFile>();
-  struct stat st {};
-  absl::Status s;
-  mapped->data_start = file.data_start();
-  if (::fstat(fd, &st) != 0) {
-    s = FileDataLoss("cannot stat '", path, "': ", std::strerror(errno));
-  } else {
-    mapped->size = static_cast<size_t>(st.st_size);
-    mapped->addr = ::mmap(nullptr, mapped->size, PROT_READ, MAP_SHARED, fd, 0);
-    if (mapped->addr == MAP_FAILED) {
-      mapped->addr = nullptr;
-      s = FileDataLoss("cannot map '", path, "': ", std::strerror(errno));
-    }
-  }
-  ::close(fd);
-  MS_RETURN_IF_ERROR(s);
-  for (const SafetensorsFile::Entry& e : file.entries()) {
-    if (mapped->data_start + e.end > st.st_size) {
-      return FileDataLoss("'", path, "' is ", st.st_size, " bytes, too short for tensor '", e.name,
-                      "' (its data ends at byte ", mapped->data_start + e.end, ")");
-    }
-  }
-  return mapped;
-}
-
 struct Route {
   const SafetensorsFile::Entry* entry = nullptr;
   Box piece;
@@ -225,6 +185,39 @@ absl::StatusOr<std::map<std::string, WorkerShare>> SharesOf(
 }
 
 }  // namespace
+
+MappedFile::~MappedFile() {
+  if (addr != nullptr) ::munmap(addr, size);
+}
+
+absl::StatusOr<std::shared_ptr<MappedFile>> MapFile(const SafetensorsFile& file) {
+  const std::string& path = file.path();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return NotFound("cannot open '", path, "': ", std::strerror(errno));
+  auto mapped = std::make_shared<MappedFile>();
+  struct stat st {};
+  absl::Status s;
+  mapped->data_start = file.data_start();
+  if (::fstat(fd, &st) != 0) {
+    s = FileDataLoss("cannot stat '", path, "': ", std::strerror(errno));
+  } else {
+    mapped->size = static_cast<size_t>(st.st_size);
+    mapped->addr = ::mmap(nullptr, mapped->size, PROT_READ, MAP_SHARED, fd, 0);
+    if (mapped->addr == MAP_FAILED) {
+      mapped->addr = nullptr;
+      s = FileDataLoss("cannot map '", path, "': ", std::strerror(errno));
+    }
+  }
+  ::close(fd);
+  MS_RETURN_IF_ERROR(s);
+  for (const SafetensorsFile::Entry& e : file.entries()) {
+    if (mapped->data_start + e.end > st.st_size) {
+      return FileDataLoss("'", path, "' is ", st.st_size, " bytes, too short for tensor '", e.name,
+                      "' (its data ends at byte ", mapped->data_start + e.end, ")");
+    }
+  }
+  return mapped;
+}
 
 absl::StatusOr<std::map<std::string, std::shared_ptr<grpc::Channel>>> ConnectWorkers(
     const std::map<std::string, int64_t>& workers, absl::Time by, std::string* unreachable) {

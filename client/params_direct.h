@@ -47,6 +47,7 @@
 #include "client/inference_client.h"
 #include "client/params_client.h"
 #include "client/params_files.h"
+#include "common/tensor/safetensors.h"
 #include "grpcpp/channel.h"
 
 namespace meshserve {
@@ -61,6 +62,19 @@ absl::StatusOr<PushResult> PushDirectFromFile(InferenceClient& client, const std
                                               const std::string& model,
                                               const DirectPushOptions& options,
                                               absl::Time deadline, std::string* fallback_reason);
+
+// A safetensors file mapped read-only (data() is its data region); the
+// chunks of both pushes are slices of it. \error kNotFound when it cannot be
+// opened; kDataLoss when it cannot be mapped or is shorter than its header
+// says.
+struct MappedFile {
+  ~MappedFile();
+  void* addr = nullptr;
+  size_t size = 0;
+  int64_t data_start = 0;
+  const char* data() const { return static_cast<const char*>(addr) + data_start; }
+};
+absl::StatusOr<std::shared_ptr<MappedFile>> MapFile(const SafetensorsFile& file);
 
 // Channels to workers (address -> worker id), all dialled at once (direct
 // pushes here, box pulls in params_client.h). \error kUnavailable "worker N

@@ -91,16 +91,18 @@ PushChunkReader::~PushChunkReader() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-absl::StatusOr<bool> PushChunkReader::Next(PushParamsChunk* chunk) {
+absl::StatusOr<bool> PushChunkReader::NextRange(PushParamsChunk* chunk, int64_t* file_offset,
+                                                int64_t* size) {
   const std::vector<SafetensorsFile::Entry>& all = entries();
   if (tensor_ >= all.size()) return false;
   const SafetensorsFile::Entry& e = all[tensor_];
-  const int64_t size = e.end - e.begin;
+  const int64_t tensor_bytes = e.end - e.begin;
   const bool first = byte_offset_ == 0;
   chunk->set_model(first ? model_ : "");
   chunk->set_param(first ? e.name : "");
   chunk->clear_offset();
   chunk->clear_shape();
+  chunk->clear_data();
   chunk->set_dtype(first ? static_cast<DTypeProto>(DTypeToProto(e.dtype)) : DTYPE_INVALID);
   if (first) {
     for (int64_t d : e.shape) {
@@ -110,17 +112,27 @@ absl::StatusOr<bool> PushChunkReader::Next(PushParamsChunk* chunk) {
   }
   // Whole elements per chunk (chunk_bytes_ >= 8 >= any dtype size).
   const int64_t element = DTypeSize(e.dtype);
-  const int64_t n = std::min(size - byte_offset_, chunk_bytes_ / element * element);
+  *size = std::min(tensor_bytes - byte_offset_, chunk_bytes_ / element * element);
+  *file_offset = data_start_ + e.begin + byte_offset_;
   chunk->set_byte_offset(byte_offset_);
-  std::string* data = chunk->mutable_data();
-  data->resize(static_cast<size_t>(n));
-  MS_RETURN_IF_ERROR(PreadFully(fd_, data->data(), n, data_start_ + e.begin + byte_offset_),
-                     "safetensors '", file_.path(), "' tensor '", e.name, "'");
-  byte_offset_ += n;
-  if (byte_offset_ >= size) {
+  byte_offset_ += *size;
+  if (byte_offset_ >= tensor_bytes) {
     ++tensor_;
     byte_offset_ = 0;
   }
+  return true;
+}
+
+absl::StatusOr<bool> PushChunkReader::Next(PushParamsChunk* chunk) {
+  const size_t tensor = tensor_;
+  int64_t at = 0;
+  int64_t n = 0;
+  MS_ASSIGN_OR_RETURN(bool more, NextRange(chunk, &at, &n));
+  if (!more) return false;
+  std::string* data = chunk->mutable_data();
+  data->resize(static_cast<size_t>(n));
+  MS_RETURN_IF_ERROR(PreadFully(fd_, data->data(), n, at), "safetensors '", file_.path(),
+                     "' tensor '", entries()[tensor].name, "'");
   return true;
 }
 

@@ -74,7 +74,12 @@ class PushChunkReader {
   PushChunkReader& operator=(const PushChunkReader&) = delete;
 
   const std::vector<SafetensorsFile::Entry>& entries() const { return file_.entries(); }
+  const SafetensorsFile& file() const { return file_; }
   int64_t total_bytes() const { return total_bytes_; }
+
+  // Next without reading the data: *chunk gets every field but data (left
+  // empty), and the data is the `*size` bytes at `*file_offset` of the file.
+  absl::StatusOr<bool> NextRange(PushParamsChunk* chunk, int64_t* file_offset, int64_t* size);
 
   // Fills *chunk with the next chunk (its data buffer is reused); false at
   // the end of the last tensor. A zero-byte tensor is one chunk without data.
@@ -112,6 +117,10 @@ class PulledFileWriter {
   int64_t version() const { return version_; }  // 0: none seen
   int64_t data_bytes() const { return data_bytes_; }
   std::vector<std::string> params() const;
+  // The shape of the last param started (empty before any).
+  std::vector<int64_t> last_shape() const {
+    return params_.empty() ? std::vector<int64_t>{} : params_.back().shape;
+  }
 
  private:
   struct Param {
