@@ -44,6 +44,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -286,6 +287,54 @@ class State:
         self.check_serving(what)
 
 
+def stage_encoding(st):
+    """The client's messages and writers against protobuf and NumPy, no
+    server: StageParams messages of strided, converted pieces parse (by
+    protobuf) to the NumPy slice in the param's dtype (bfloat16:
+    mslib.to_bf16_bits, NaN kept); BoxWriter puts chunks split anywhere into
+    a strided out= of another dtype."""
+    c, mc = st.c, import_client(st.env.bin_dir)
+    from meshserve_client import params as P
+    from meshserve_client.proto import tensor_pb2, worker_service_pb2
+    rng = np.random.default_rng(1)
+    src = rng.standard_normal((37, 50)).astype(np.float32)
+    src[0, :3] = [np.nan, np.inf, -np.inf]
+
+    class Piece:
+        param, src_offset = "w", [2, 3]
+        box = tensor_pb2.BoxProto(begin=[12, 3], end=[40, 50])
+    sources = {"float32": src, "float16": src.astype(np.float16),
+               "bf16 bits": mslib.to_bf16_bits(src)}
+    for chunk in (64, 1 << 20):
+        P.CHUNK_BYTES = chunk
+        for wire, name in ((P.FLOAT32, "float32"), (P.BFLOAT16, "bfloat16"),
+                           (P.FLOAT16, "float16")):
+            for what, array in sources.items():
+                Piece.dtype = wire
+                msgs = [worker_service_pb2.StageParamChunk.FromString(m) for m in
+                        P.stage_messages("m", 3, 4, [Piece], array, "w")]
+                box = array[2:30, 3:50]
+                exact = box if what != "bf16 bits" else mslib.from_bf16_bits(box)
+                want = (mslib.to_bf16_bits(np.asarray(exact, np.float32)) if name == "bfloat16"
+                        else np.asarray(exact, np.float32).astype(P.WIRE_DTYPES[wire]))
+                offsets = [m.offset for m in msgs]
+                data = b"".join(m.data for m in msgs)
+                c.check(data == want.tobytes() and offsets == sorted(offsets)
+                        and all(m.total_bytes == want.nbytes and m.version == 4
+                                and list(m.box.end) == [40, 50] for m in msgs),
+                        "StageParams messages (%d B chunks) of a strided %s piece as %s" % (
+                            chunk, what, name))
+                out = np.full((40, 60), 9, np.float64)
+                writer = P.BoxWriter(out[5:33, 7:54], P.WIRE_DTYPES[wire])
+                for start in range(0, len(data), 1000):
+                    writer.write(start, memoryview(data)[start:start + 1000], "t")
+                back = (mslib.from_bf16_bits(want) if name == "bfloat16" else want)
+                c.check(writer.done() and np.array_equal(out[5:33, 7:54], back, equal_nan=True)
+                        and (out[:5] == 9).all() and (out[:, :7] == 9).all(),
+                        "BoxWriter: %s chunks into a strided float64 out=" % name)
+    P.CHUNK_BYTES = 1 << 20
+
+
 def start(st):
     env = st.env
     st.mc = import_client(env.bin_dir)
@@ -344,6 +393,12 @@ def stage_ranks(st):
                     "rank %d %s: staged straight on the workers" % (r, model), "    %s" % info)
     c.check(all(st.status_version(m) == 1 for m in MODELS),
             "before the commit: both models still at version 1")
+    # Version 1 stays held while a pull lease on it lives (PlanPull .. EndPull).
+    pb = st.mc.proto.cluster_service_pb2
+    leases = {m: st.client._cluster.PlanPull(pb.PlanPullRequest(model=m, name="b2"), timeout=30)
+              for m in MODELS}
+    c.check(all(lease.version == 1 for lease in leases.values()),
+            "a pull lease on version 1 of both models")
     rc, out, log = run_child(["commit"] + common + [ids])
     ok = c.check(rc == 0 and out == {m: 2 for m in MODELS},
                  "a third process joins and commits: version 2 for both", log)
@@ -354,9 +409,11 @@ def stage_ranks(st):
                   for m in MODELS}
     st.version = {m: 2 for m in MODELS}
     st.check_all("after the ranks' push")
-    # Version 1 while the server still holds it; an unheld version: NOT_FOUND.
+    # Version 1 while the server still holds it (the lease); then not.
     for model in MODELS:
         st.check_pulls("pinned version 1", model, st.first[model], version=1)
+        st.client._cluster.EndPull(pb.EndPullRequest(model=model,
+                                                     lease_id=leases[model].lease_id), timeout=30)
     st.expect_error("pull at version 99", lambda: st.client.pull("fused", "gate", version=99),
                     "NOT_FOUND", "99")
 
@@ -445,7 +502,7 @@ def stage_refusals(st):
 
 def stages(env):
     st = State(env)
-    out = [("start", lambda: start(st))]
+    out = [("encoding", lambda: stage_encoding(st)), ("start", lambda: start(st))]
 
     def when(rpcs, name, fn):
         def run():

@@ -30,7 +30,7 @@ Thread-safety: a Push may be shared by threads (each put is independent; the
 notes list is guarded by a lock). Worker channels are cached per client under
 a lock.
 """
-import struct
+import ctypes
 import threading
 import time
 
@@ -205,6 +205,53 @@ def piece_chunks(src, src_offset, extent, wire, what, chunk_bytes=None):
     return total, gen()
 
 
+try:
+    _PyBytes_FromStringAndSize = ctypes.pythonapi.PyBytes_FromStringAndSize
+    _PyBytes_FromStringAndSize.restype = ctypes.py_object
+    _PyBytes_FromStringAndSize.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t]
+except (AttributeError, OSError):  # no CPython C API: messages are joined instead
+    _PyBytes_FromStringAndSize = None
+
+
+def _fresh_bytes(n):
+    """(a new bytes object of n bytes, a writable uint8 array over it). As
+    PyBytes_FromStringAndSize(NULL, n) in C: the object is filled here before
+    anything else sees it (gRPC takes bytes only; this saves the copy a join
+    would make, and NumPy fills it with the GIL released)."""
+    message = _PyBytes_FromStringAndSize(None, n)
+    address = ctypes.cast(ctypes.c_char_p(message), ctypes.c_void_p).value
+    return message, np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(address))
+
+
+def piece_messages(src, src_offset, extent, wire, what, prefix):
+    """The messages of the piece of `src` at src_offset with `extent` (see
+    piece_chunks): each `prefix(byte offset, data bytes)` + the chunk's data
+    in wire dtype. Slabs of rows are gathered and converted straight into
+    the message (one copy); where the C API is missing, or a row of the piece
+    is over two chunks, chunks of piece_chunks are joined to their prefix."""
+    chunk_bytes = CHUNK_BYTES
+    index = tuple(slice(int(o), int(o) + int(e)) for o, e in zip(src_offset, extent))
+    sub = src[index] if index else src
+    dtype = WIRE_DTYPES[wire]
+    row_bytes = (int(np.prod(extent[1:], dtype=np.int64)) * dtype.itemsize
+                 if len(extent) else 0)
+    if (_PyBytes_FromStringAndSize is None or sub.ndim == 0 or sub.size == 0
+            or row_bytes > 2 * chunk_bytes):
+        _, chunks = piece_chunks(src, src_offset, extent, wire, what)
+        for off, data in chunks:
+            yield b"".join((prefix(off, len(data)), data))
+        return
+    rows = max(1, chunk_bytes // row_bytes)
+    for r in range(0, sub.shape[0], rows):
+        slab = sub[r:r + rows]
+        n = slab.shape[0] * row_bytes
+        head = prefix(r * row_bytes, n)
+        message, view = _fresh_bytes(len(head) + n)
+        view[:len(head)] = np.frombuffer(head, np.uint8)
+        view[len(head):].view(dtype).reshape(slab.shape)[...] = convert(slab, wire, what)
+        yield message
+
+
 class BoxWriter:
     """Writes the row-major wire bytes of a box, arriving as byte ranges in
     order, into `dst` (a view of the output, any strides), converting from
@@ -327,16 +374,17 @@ def _extent(box):
 
 def stage_messages(model, generation, version, pieces, src, name):
     """Raw StageParamChunk messages of `pieces` (PutPiece-like: param, dtype,
-    src_offset, box) of the put `src`: per piece its header serialized once,
-    then per ~1 MiB chunk header + offset + data joined in one copy."""
+    src_offset, box) of the put `src`: per piece its header serialized once by
+    protobuf; per ~1 MiB chunk the header, the offset and the data field."""
     for p in pieces:
-        what = "put '%s' piece of '%s'" % (name, p.param)
-        total, chunks = piece_chunks(src, p.src_offset, _extent(p.box), p.dtype, what)
+        extent = _extent(p.box)
+        total = int(np.prod(extent, dtype=np.int64)) * WIRE_DTYPES[p.dtype].itemsize
         header = worker_service_pb2.StageParamChunk(
             model=model, generation=generation, version=version, param=p.param, box=p.box,
             total_bytes=total).SerializeToString()
-        for off, data in chunks:
-            yield b"".join((header, b"\x38", _varint(off), b"\x42", _varint(len(data)), data))
+        yield from piece_messages(
+            src, p.src_offset, extent, p.dtype, "put '%s' piece of '%s'" % (name, p.param),
+            lambda off, n, h=header: b"".join((h, b"\x38", _varint(off), b"\x42", _varint(n))))
 
 
 def start_stage(channel, model, generation, version, pieces, src, name, timeout_s):
@@ -478,14 +526,16 @@ class Push:
 
         def messages():
             for p in pieces:
-                what = "put '%s' piece of '%s'" % (name, p.param)
-                total, chunks = piece_chunks(src, p.src_offset, _extent(p.box), p.dtype, what)
+                extent = _extent(p.box)
+                total = int(np.prod(extent, dtype=np.int64)) * WIRE_DTYPES[p.dtype].itemsize
                 header = cluster_service_pb2.StageParamChunkRelay(
                     param=p.param, box=p.box, total_bytes=total).SerializeToString()
-                for off, data in chunks:
-                    tail = b"\x20" + _varint(off) + b"\x2a" + _varint(len(data))
-                    inner = len(header) + len(tail) + len(data)
-                    yield b"".join((prefix, _varint(inner), header, tail, data))
+
+                def head(off, n, h=header):
+                    tail = b"\x20" + _varint(off) + b"\x2a" + _varint(n)
+                    return b"".join((prefix, _varint(len(h) + len(tail) + n), h, tail))
+                yield from piece_messages(src, p.src_offset, extent, p.dtype,
+                                          "put '%s' piece of '%s'" % (name, p.param), head)
         try:
             relay(messages(), timeout=timeout_s or c.timeout_s)
         except grpc.RpcError as e:
