@@ -32,6 +32,10 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     return InvalidArgument("max_concurrent_pushes must be >= 1, got ",
                            options.max_concurrent_pushes);
   }
+  if (options.push_ttl <= absl::ZeroDuration()) {
+    return InvalidArgument("push_ttl must be positive, got ",
+                           absl::FormatDuration(options.push_ttl));
+  }
   if (options.replicas != 0 && options.replicas != 1) {
     return InvalidArgument("replicas must be 0 or 1, got ", options.replicas);
   }
@@ -83,10 +87,13 @@ Coordinator::Coordinator(CoordinatorOptions options, WorkerClientFactory factory
       param_cache_(options_.param_cache_bytes, &metrics_.param_cache_requests),
       placements_(options_, &registry_, &connections_, &program_cache_, &param_cache_, &metrics_),
       params_(options_, &placements_, &registry_, &connections_, [this] { WakeControl(); }),
+      push_sessions_([this](const std::string& model) { return params_.BeginPush(model); },
+                     PushSessions::Options{options_.push_ttl}),
       infer_(options_, &placements_, &registry_, &connections_, &program_cache_, &param_cache_,
              &metrics_) {}
 
 Coordinator::~Coordinator() {
+  push_sessions_.Shutdown();  // their aborts wake the control loop: before it stops
   stop_.Notify();
   WakeControl();
   if (control_thread_.joinable()) control_thread_.join();

@@ -59,6 +59,7 @@
 #include "server/coordinator/infer_request.h"
 #include "server/coordinator/params/param_cache_state.h"
 #include "server/coordinator/params/param_versions.h"
+#include "server/coordinator/params/push_sessions.h"
 #include "server/coordinator/placement_manager.h"
 #include "server/coordinator/program_cache.h"
 #include "server/coordinator/worker_client.h"
@@ -122,6 +123,8 @@ class Coordinator {
       const std::string& model, absl::Time deadline = absl::InfiniteFuture());
   absl::Status PullParams(const std::string& model, const std::vector<std::string>& params,
                           const std::function<absl::Status(PullChunk)>& sink);
+  // Push sessions (params/push_sessions.h), expiring after options.push_ttl.
+  PushSessions& push_sessions() { return push_sessions_; }
 
   const CoordinatorOptions& options() const { return options_; }
   WorkerRegistry& registry() { return registry_; }
@@ -153,6 +156,7 @@ class Coordinator {
   ParamCacheState param_cache_;  // counts into metrics_
   PlacementManager placements_;
   ParamVersions params_;
+  PushSessions push_sessions_;  // after params_: its sessions end first
   InferPipeline infer_;
 
   absl::Notification stop_;

@@ -39,6 +39,9 @@ struct CoordinatorOptions {
   // retired one a sequence or request still holds); a push whose commit
   // would exceed it waits for one to drain, up to its deadline.
   int max_live_versions = 3;
+  // A push session (params/push_sessions.h) no call touched for this long
+  // expires: aborted on every worker, its staged bytes freed. Positive.
+  absl::Duration push_ttl = absl::Seconds(300);
   // The most compiled programs (one per model, generation, input shapes and
   // out_shardings) cached and installed at once; one more evicts the least
   // recently used and uninstalls it from its workers (program_cache.h).

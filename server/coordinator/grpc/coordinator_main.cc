@@ -78,6 +78,9 @@ ABSL_FLAG(int, max_inflight_per_model, meshserve::CoordinatorOptions().max_infli
 ABSL_FLAG(int, max_concurrent_pushes, meshserve::CoordinatorOptions().max_concurrent_pushes,
           "parameter pushes in progress at once over all models; one more gets "
           "RESOURCE_EXHAUSTED");
+ABSL_FLAG(double, push_ttl_s, absl::ToDoubleSeconds(meshserve::CoordinatorOptions().push_ttl),
+          "a push session (BeginPush) no call touched for this many seconds expires: aborted "
+          "on every worker, its staged bytes freed, its push_id unknown afterwards; > 0");
 ABSL_FLAG(int, max_live_versions, meshserve::CoordinatorOptions().max_live_versions,
           "weight versions of one model live at once (the current one and each older one a "
           "sequence or request still holds); a push beyond it waits for one to drain, up to "
@@ -195,6 +198,12 @@ absl::StatusOr<meshserve::CoordinatorOptions> OptionsFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat(
         "--max_live_versions=", options.max_live_versions, " must be at least 1"));
   }
+  const double push_ttl_s = absl::GetFlag(FLAGS_push_ttl_s);
+  if (!(push_ttl_s > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--push_ttl_s=", push_ttl_s, " must be more than 0"));
+  }
+  options.push_ttl = absl::Seconds(push_ttl_s);
   options.param_cache_bytes = absl::GetFlag(FLAGS_param_cache_bytes);
   if (options.param_cache_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -25,6 +25,27 @@ constexpr int64_t kSlabBytes = 1 << 20;  // route whole rows in about this much
 
 }  // namespace
 
+absl::StatusOr<Box> ParamBox(const ParamDef& param, const std::vector<int64_t>& offset,
+                             const std::vector<int64_t>& shape) {
+  const size_t rank = param.shape.size();
+  if ((!offset.empty() && offset.size() != rank) || (!shape.empty() && shape.size() != rank)) {
+    return InvalidArgument("param '", param.name, "' of rank ", rank, ": box offset ",
+                           ShapeToString(offset), " shape ", ShapeToString(shape));
+  }
+  Box box;
+  for (size_t d = 0; d < rank; ++d) {
+    const int64_t begin = offset.empty() ? 0 : offset[d];
+    const int64_t size = shape.empty() ? param.shape[d] - begin : shape[d];
+    if (begin < 0 || size < 0 || begin > param.shape[d] || size > param.shape[d] - begin) {
+      return InvalidArgument("param '", param.name, "': box offset ", ShapeToString(offset),
+                             " shape ", ShapeToString(shape), " out of bounds of shape ",
+                             ShapeToString(param.shape));
+    }
+    box.mutable_dims().push_back(Interval{begin, begin + size});
+  }
+  return box;
+}
+
 ParamPush::ParamPush(PushTarget target) : target_(std::move(target)), start_(absl::Now()) {}
 
 ParamPush::~ParamPush() {
@@ -51,7 +72,7 @@ absl::Status ParamPush::Add(PushChunk chunk) {
   if (!failed_.ok()) return failed_;
   absl::Status s = [&]() -> absl::Status {
     if (done_) return FailedPrecondition("push to model '", model(), "' already finished");
-    if (direct_) {
+    if (direct_ || session_) {
       return FailedPrecondition("push to model '", model(),
                                 "' is direct: its bytes go to the workers, not here");
     }
@@ -83,7 +104,7 @@ absl::Status ParamPush::Add(PushChunk chunk) {
 absl::StatusOr<PushPlan> ParamPush::Plan(const std::vector<PushChunk>& boxes) {
   if (!failed_.ok()) return failed_;
   absl::StatusOr<PushPlan> plan = [&]() -> absl::StatusOr<PushPlan> {
-    if (done_ || direct_ || !boxes_.empty()) {
+    if (done_ || direct_ || session_ || !boxes_.empty()) {
       return FailedPrecondition("push to model '", model(),
                                 "': a direct push names all its boxes once, before any data");
     }
@@ -112,6 +133,57 @@ absl::StatusOr<PushPlan> ParamPush::Plan(const std::vector<PushChunk>& boxes) {
   }();
   if (!plan.ok()) failed_ = plan.status();
   return plan;
+}
+
+absl::StatusOr<std::vector<PushPlan::Route>> ParamPush::Put(const ParamDef& param,
+                                                             const Box& box) {
+  if (!failed_.ok()) return failed_;
+  if (done_ || direct_ || (!session_ && !params_.empty())) {
+    return FailedPrecondition("push to model '", model(), "' is not a push session");
+  }
+  session_ = true;
+  auto cells = cells_.find(param.name);
+  if (cells == cells_.end()) {
+    MS_ASSIGN_OR_RETURN(std::vector<CellHolders> c, PlacementCells(param, *target_.placement));
+    cells = cells_.emplace(param.name, std::move(c)).first;
+  }
+  const Placement& p = *target_.placement;
+  std::vector<PushPlan::Route> routes;
+  for (const CellHolders& cell : cells->second) {
+    Box piece = Intersect(cell.box, box);
+    if (piece.IsEmpty()) continue;
+    const int64_t holder = CellHolder(param, cell);
+    auto address = p.worker_addresses.find(holder);
+    if (address == p.worker_addresses.end()) return Internal("worker ", holder, " not placed");
+    routes.push_back(PushPlan::Route{0, holder, address->second, std::move(piece)});
+  }
+  std::vector<Box>& seen = boxes_[param.name];
+  if (seen.empty()) params_.push_back(param.name);
+  if (std::find(seen.begin(), seen.end(), box) == seen.end()) seen.push_back(box);
+  bytes_to_workers_ += box.NumElements() * DTypeSize(param.dtype);
+  return routes;
+}
+
+int64_t ParamPush::CellHolder(const ParamDef& param, const CellHolders& cell) {
+  auto [it, first] = cell_holder_.emplace(std::make_pair(param.name, cell.box), -1);
+  if (!first) return it->second;
+  const std::vector<int64_t>& candidates =
+      cell.primaries.empty() ? cell.replicas : cell.primaries;
+  int64_t holder = candidates.front();
+  for (int64_t id : candidates) {
+    if (assigned_[id] < assigned_[holder]) holder = id;
+  }
+  assigned_[holder] += cell.box.NumElements() * DTypeSize(param.dtype);
+  const Placement& p = *target_.placement;
+  for (const std::vector<int64_t>* group : {&cell.primaries, &cell.replicas}) {
+    for (int64_t id : *group) {
+      if (id == holder) continue;
+      fills_[id].push_back(
+          ParamPieceIr{param.name, BoxToIr(cell.box), holder, p.generation, version()});
+    }
+  }
+  it->second = holder;
+  return holder;
 }
 
 absl::Status ParamPush::Take(std::string data) {
@@ -205,17 +277,7 @@ absl::Status ParamPush::StartBox(PushChunk& chunk) {
     return InvalidArgument(where, " of rank ", rank, ": box offset ", ShapeToString(chunk.offset),
                            " shape ", ShapeToString(chunk.shape));
   }
-  Box box;
-  for (size_t d = 0; d < rank; ++d) {
-    const int64_t begin = chunk.offset[d];
-    const int64_t size = chunk.shape[d];
-    if (begin < 0 || size < 0 || begin > param->shape[d] || size > param->shape[d] - begin) {
-      return InvalidArgument(where, ": box offset ", ShapeToString(chunk.offset), " shape ",
-                             ShapeToString(chunk.shape), " out of bounds of shape ",
-                             ShapeToString(param->shape));
-    }
-    box.mutable_dims().push_back(Interval{begin, begin + size});
-  }
+  MS_ASSIGN_OR_RETURN(Box box, ParamBox(*param, chunk.offset, chunk.shape));
   std::vector<Box>& seen = boxes_[param->name];
   for (const Box& other : seen) {
     if (!Intersect(other, box).IsEmpty()) {
@@ -293,7 +355,8 @@ absl::Status ParamPush::CheckCover() const {
     const Box full = Box::FromShape(param.shape);
     int64_t volume = 0;
     for (const Box& b : boxes_.at(name)) volume += b.NumElements();
-    if (volume == full.NumElements()) continue;  // disjoint (checked) and inside
+    // Disjoint (checked) and inside; a session's boxes may overlap.
+    if (!session_ && volume == full.NumElements()) continue;
     std::vector<Box> gap = {full};
     for (const Box& b : boxes_.at(name)) {
       std::vector<Box> rest;
@@ -303,7 +366,11 @@ absl::Status ParamPush::CheckCover() const {
       }
       gap = std::move(rest);
     }
-    return InvalidArgument("param '", name, "': the pushed boxes cover ", volume, " of ",
+    int64_t missing = 0;
+    for (const Box& g : gap) missing += g.NumElements();
+    if (missing == 0) continue;
+    return InvalidArgument("param '", name, "': the pushed boxes cover ",
+                           full.NumElements() - missing, " of ",
                            full.NumElements(), " elements; box ",
                            gap.empty() ? full.ToString() : gap.front().ToString(), " is missing");
   }
@@ -342,12 +409,16 @@ absl::StatusOr<PushResult> ParamPush::Finish() {
     };
     s = target_.commit_and_switch(commit);
     result.bytes_filled = filled;
-    if (direct_ && (absl::IsNotFound(s) || absl::IsInvalidArgument(s) ||
-                    absl::IsFailedPrecondition(s))) {
-      // The plan was valid and the workers had the model: the client's
-      // staging did not match it (a piece left out, sent twice or elsewhere).
-      s = FailedPrecondition("direct push to model '", model(), "' version ", version(),
-                             ": the pieces staged do not match the plan; ", s.message());
+    if ((direct_ || session_) && (absl::IsNotFound(s) || absl::IsInvalidArgument(s) ||
+                                  absl::IsFailedPrecondition(s))) {
+      // The plan was valid and the workers had the model: the clients'
+      // staging did not match it (a piece left out, sent twice or elsewhere,
+      // or, in a session, overlapping puts whose bytes differ).
+      s = direct_ ? FailedPrecondition("direct push to model '", model(), "' version ",
+                                       version(), ": the pieces staged do not match the plan; ",
+                                       s.message())
+                  : AnnotateStatus(s, "push to model '", model(), "' version ", version(),
+                                   ": the workers refused the staged pieces");
     }
   }
   if (!s.ok()) {
@@ -356,10 +427,10 @@ absl::StatusOr<PushResult> ParamPush::Finish() {
   }
   done_ = true;
   const absl::Time end = absl::Now();
-  MS_LOG(INFO) << (direct_ ? "direct push" : "push") << " to model '" << model()
+  MS_LOG(INFO) << (session_ ? "push session" : direct_ ? "direct push" : "push") << " to model '" << model()
                << "' version " << version() << ": "
-               << (direct_ ? bytes_to_workers_ : bytes_received_)
-               << (direct_ ? " bytes staged by the client in " : " bytes received in ")
+               << (direct_ || session_ ? bytes_to_workers_ : bytes_received_)
+               << (direct_ || session_ ? " bytes staged by the clients in " : " bytes received in ")
                << absl::ToDoubleSeconds(stream_end_ - start_) << " s, staged on "
                << assigned_.size() << " workers at +" << absl::ToDoubleSeconds(staged - start_)
                << " s, committed (" << result.bytes_filled << " bytes filled) at +"

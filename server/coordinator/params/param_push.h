@@ -39,6 +39,15 @@
 // cell is staged exactly once, so a piece the client left out fails the
 // commit and nothing changes). Add() is refused on a planned push.
 //
+// Session push (push_sessions.h). Put() takes one box at a time, from any
+// number of ranks, with no data: overlaps are allowed (the holder compares
+// the bytes). Each held cell C gets its holder h at the first put that meets
+// it (a primary, the one with the fewest cell bytes so far) and keeps it, so
+// every put of C, from any rank, routes B ∩ C to the same h; every other
+// holder of C gets the whole cell from h as a fill at commit. Finish checks
+// the cover at least once (every element of every param put lies in some
+// box) and commits as above. Add() and Plan() are refused on it.
+//
 // Thread-safety: one thread drives a ParamPush (a stream's reader).
 #ifndef MESHSERVE_SERVER_COORDINATOR_PARAMS_PARAM_PUSH_H_
 #define MESHSERVE_SERVER_COORDINATOR_PARAMS_PARAM_PUSH_H_
@@ -96,6 +105,12 @@ struct PushTarget {
   std::function<void()> release;  // the push is over (either way)
 };
 
+// The box `offset` + `shape` of `param` (empty offset: the origin; empty
+// shape: the rest of the param from offset).
+// \error kInvalidArgument naming rank or bounds and the param's shape.
+absl::StatusOr<Box> ParamBox(const ParamDef& param, const std::vector<int64_t>& offset,
+                             const std::vector<int64_t>& shape);
+
 // A direct push's routes (Plan).
 struct PushPlan {
   struct Route {
@@ -121,7 +136,15 @@ class ParamPush {
   absl::Status Add(PushChunk chunk);
   // Direct push (see the top); the boxes' byte_offset and data are ignored.
   absl::StatusOr<PushPlan> Plan(const std::vector<PushChunk>& boxes);
+  // Session push (see the top): `box` of `param` (a param of model_file(),
+  // inside it), routed; a failed Put leaves the push as it was.
+  absl::StatusOr<std::vector<PushPlan::Route>> Put(const ParamDef& param, const Box& box);
   absl::StatusOr<PushResult> Finish();
+
+  const PushTarget& target() const { return target_; }
+  const ModelFile& model_file() const { return *target_.model; }
+  int64_t generation() const { return target_.placement->generation; }
+  int64_t version() const { return target_.placement->version + 1; }
 
  private:
   struct Target {
@@ -146,7 +169,8 @@ class ParamPush {
   absl::Status CloseSenders();
   absl::Status CheckCover() const;
   void AbortAll();
-  int64_t version() const { return target_.placement->version + 1; }
+  // The holder of `cell` of `param` (its first: chosen, fills recorded).
+  int64_t CellHolder(const ParamDef& param, const CellHolders& cell);
 
   PushTarget target_;
   const absl::Time start_;
@@ -154,6 +178,7 @@ class ParamPush {
   absl::Status failed_;
   bool done_ = false;
   bool direct_ = false;  // planned: the client stages the bytes
+  bool session_ = false;  // Put: boxes may overlap, each cell has one holder
   bool open_valid_ = false;
   OpenBox open_;
   int64_t bytes_received_ = 0;
@@ -165,6 +190,7 @@ class ParamPush {
   std::string slab_;  // bytes of open_ past its routed rows (reused)
   std::map<int64_t, std::unique_ptr<StageSender>> senders_;
   std::map<int64_t, std::vector<ParamPieceIr>> fills_;
+  std::map<std::pair<std::string, Box>, int64_t> cell_holder_;  // session: (param, cell)
 };
 
 }  // namespace meshserve
