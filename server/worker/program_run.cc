@@ -346,12 +346,12 @@ void RequestRun::Continue() {
       absl::StatusOr<bool> received = TryRun(*recv);
       if (received.ok() && !*received) return;  // the waiter continues
       status = received.status();
-    } else if (absl::Now() >= deadline_) {
+    } else if (const absl::Time now = absl::Now(); now >= deadline_) {
       // A request past its deadline stops between steps; the coordinator's
       // answer has gone or goes out now.
       status = absl::DeadlineExceededError(absl::StrCat(
-          "request '", request_id_, "' passed its deadline before this step (",
-          steps.size() - i, " of ", steps.size(), " steps not run)"));
+          "request '", request_id_, "' passed its deadline ", absl::FormatDuration(now - deadline_),
+          " ago, before this step (", steps.size() - i, " of ", steps.size(), " steps not run)"));
     } else {
       status = std::visit(StepRunner{this}, step);
     }

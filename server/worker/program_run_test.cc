@@ -2,13 +2,17 @@
 // DEADLINE_EXCEEDED naming the request and the step; a receive waits only
 // until it. A copy of a param's slice that a dot_general reads is read in
 // place: the same numbers as naive loops, and a later reader gets the copy.
+#include <unistd.h>
+
 #include <cstring>
 #include <memory>
+#include <regex>
 #include <string>
 #include <variant>
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/program/testing/program_ir_builder.h"
@@ -18,6 +22,7 @@
 #include "server/worker/model_loader.h"
 #include "server/worker/params/loaded_model.h"
 #include "server/worker/program_run.h"
+#include "server/worker/program_runner.h"
 #include "tests/testing/status_matchers.h"
 
 namespace meshserve {
@@ -69,13 +74,20 @@ TEST_F(ProgramRunDeadlineTest, RunsBeforeTheDeadline) {
 
 TEST_F(ProgramRunDeadlineTest, StopsBeforeTheNextStepPastTheDeadline) {
   absl::Status s = Run("r1", {Output(0, "in/x", IrBox({{0, 4}}), "y")},
-                       absl::Now() - absl::Milliseconds(1))
+                       absl::Now() - absl::Seconds(3))
                        .status();
   EXPECT_THAT(s, StatusIs(absl::StatusCode::kDeadlineExceeded));
   EXPECT_THAT(std::string(s.message()),
               AllOf(HasSubstr("step 0 (output 'y' from 'in/x')"),
-                    HasSubstr("request 'r1' passed its deadline"),
-                    HasSubstr("1 of 1 steps not run")));
+                    HasSubstr("request 'r1' passed its deadline "),
+                    HasSubstr(" ago, before this step"), HasSubstr("1 of 1 steps not run")));
+  // How late: at least the 3 s it was already past when it started.
+  std::smatch late;
+  const std::string message(s.message());
+  ASSERT_TRUE(std::regex_search(message, late, std::regex("deadline (\\S+) ago"))) << message;
+  absl::Duration by;
+  ASSERT_TRUE(absl::ParseDuration(late[1].str(), &by)) << late[1];
+  EXPECT_GE(by, absl::Seconds(3));
 }
 
 TEST_F(ProgramRunDeadlineTest, ReceiveWaitsOnlyUntilTheDeadline) {
@@ -190,6 +202,28 @@ TEST(ProgramRunParamSliceTest, DotGeneralReadsTheSliceAndOtherReadersACopy) {
   ASSERT_OK_AND_ASSIGN(BoxTensor ws, BoxTensorFromSlice(out[1]));
   EXPECT_EQ(ws.box, Box({{1, 3}, {2, 5}}));
   EXPECT_EQ(ws.tensor.ToFloatVector(), (std::vector<float>{0, -0.5, -1, 1, 0.5, 0}));
+}
+
+// The default in-flight slice bound: a quarter of the host's memory over
+// its workers, clamped to [64 MiB, 4 GiB]; figures worked by hand.
+TEST(DefaultMaxInflightSliceBytesTest, AQuarterOfTheHostOverItsWorkers) {
+  constexpr int64_t kMiB = int64_t{1} << 20, kGiB = int64_t{1} << 30;
+  EXPECT_EQ(DefaultMaxInflightSliceBytes(24 * kGiB, 4), 1536 * kMiB);
+  EXPECT_EQ(DefaultMaxInflightSliceBytes(24 * kGiB, 1), 4 * kGiB);  // 6 GiB, capped
+  EXPECT_EQ(DefaultMaxInflightSliceBytes(4 * kGiB, 1), 1 * kGiB);
+  EXPECT_EQ(DefaultMaxInflightSliceBytes(1 * kGiB, 8), 64 * kMiB);  // 32 MiB, raised
+  EXPECT_EQ(DefaultMaxInflightSliceBytes(24 * kGiB, 0), 4 * kGiB);  // 0 workers: as 1
+  EXPECT_EQ(DefaultMaxInflightSliceBytes(0, 1), 64 * kMiB);
+}
+
+// MemTotal is the kernel's total RAM, which sysinfo (glibc's _SC_PHYS_PAGES)
+// reports too.
+TEST(DefaultMaxInflightSliceBytesTest, HostMemoryIsMemTotal) {
+  const int64_t phys =
+      static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+  EXPECT_GT(HostMemoryBytes(), 0);
+  EXPECT_NEAR(static_cast<double>(HostMemoryBytes()), static_cast<double>(phys),
+              static_cast<double>(sysconf(_SC_PAGESIZE)));
 }
 
 }  // namespace

@@ -1,5 +1,10 @@
 #include "server/worker/program_runner.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <utility>
@@ -181,6 +186,26 @@ void ProgramRunner::ExecuteAsync(absl::string_view program_id, std::string reque
   } else {
     options_.executor(std::move(start));
   }
+}
+
+int64_t DefaultMaxInflightSliceBytes(int64_t mem_total_bytes, int64_t host_workers) {
+  constexpr int64_t kMin = int64_t{64} << 20, kMax = int64_t{4} << 30;
+  const int64_t share =
+      std::max<int64_t>(mem_total_bytes, 0) / 4 / std::max<int64_t>(host_workers, 1);
+  return std::clamp(share, kMin, kMax);
+}
+
+int64_t HostMemoryBytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string line;
+  while (std::getline(meminfo, line)) {
+    long long kib = 0;  // "MemTotal:       24567890 kB"
+    if (std::sscanf(line.c_str(), "MemTotal: %lld kB", &kib) == 1 && kib > 0) {
+      return static_cast<int64_t>(kib) * 1024;
+    }
+  }
+  return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) *
+         static_cast<int64_t>(sysconf(_SC_PAGESIZE));
 }
 
 }  // namespace meshserve

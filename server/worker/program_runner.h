@@ -108,6 +108,19 @@ class ProgramRunner {
   int64_t requests_served_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
+// The default bound on a worker's in-flight slice bytes
+// (Rendezvous::Options::max_inflight_slice_bytes, flag
+// --max_inflight_slice_bytes): a quarter of the host's memory divided among
+// the workers it runs (as `meshserve local`'s --kv_cache_bytes default), at
+// least 64 MiB and at most 4 GiB (the former fixed bound):
+//   clamp(mem_total_bytes / 4 / max(host_workers, 1), 64 MiB, 4 GiB)
+// e.g. a 24 GiB host with 4 workers: 1.5 GiB each; a 4 GiB host with one: 1 GiB.
+int64_t DefaultMaxInflightSliceBytes(int64_t mem_total_bytes, int64_t host_workers);
+
+// MemTotal of /proc/meminfo in bytes (the memory a cgroup limit may lower is
+// not considered), else physical pages * page size.
+int64_t HostMemoryBytes();
+
 }  // namespace meshserve
 
 #endif  // MESHSERVE_SERVER_WORKER_PROGRAM_RUNNER_H_

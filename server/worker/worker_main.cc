@@ -9,7 +9,8 @@
 // TLS with members of DIR/ca.pem only (common/rpc/grpc_credentials.h); without
 // it the port is plaintext and says so in the "serving on" line.
 // --max_inflight_slice_bytes N bounds the bytes of peers' slices held at once
-// (rendezvous.h). --http_port P serves Prometheus /metrics on P (HTTPS with
+// (rendezvous.h; default: a quarter of MemTotal over --host_workers, 64 MiB to
+// 4 GiB, program_runner.h). --http_port P serves Prometheus /metrics on P (HTTPS with
 // --tls_dir's member certificate, clients need none; logs "metrics on HOST:P
 // (https)" or "(plaintext)"). SIGTERM/SIGINT: a
 // draining heartbeat; it keeps serving until the coordinator has moved its
@@ -58,6 +59,7 @@
 #include "server/worker/grpc/grpc_peer_transport.h"
 #include "server/worker/grpc/membership_client.h"
 #include "server/worker/grpc/worker_service.h"
+#include "server/worker/program_runner.h"
 #include "server/worker/worker_engine.h"
 
 ABSL_FLAG(int, port, 0, "Port to serve WorkerService on (0 = pick a free port).");
@@ -73,10 +75,13 @@ ABSL_FLAG(int, http_port, 0,
 ABSL_FLAG(int, drain_timeout_s, 60,
           "On SIGTERM, serve (ReadParam for the hand-off of the params) at most this long "
           "while the coordinator moves the models away, then exit.");
-ABSL_FLAG(int64_t, max_inflight_slice_bytes,
-          meshserve::Rendezvous::Options().max_inflight_slice_bytes,
+ABSL_FLAG(int64_t, max_inflight_slice_bytes, 0,
           "Bytes of peers' slices this worker holds at once for the requests in flight; a "
-          "slice that does not fit fails its request with RESOURCE_EXHAUSTED.");
+          "slice that does not fit fails its request with RESOURCE_EXHAUSTED (0: a quarter "
+          "of the host's MemTotal over --host_workers, between 64 MiB and 4 GiB).");
+ABSL_FLAG(int64_t, host_workers, 1,
+          "Workers running on this host (meshserve local: its --workers): the memory-derived "
+          "defaults are split over them.");
 ABSL_FLAG(int64_t, kv_cache_bytes, int64_t{1} << 30,
           "KV cache bytes per model for generation (split over the model's devices here); "
           "0: no generation on this worker");
@@ -178,10 +183,21 @@ absl::StatusOr<RpcSecurity> SecurityFromFlag() {
   return RpcSecurity::Tls(std::move(files));
 }
 
-// --max_inflight_slice_bytes, validated (the message names the flag and value).
+// --max_inflight_slice_bytes (0: derived from the host's memory,
+// DefaultMaxInflightSliceBytes), validated (the message names the flag and value).
 absl::StatusOr<WorkerEngine::Options> WorkerOptionsFromFlags() {
   WorkerEngine::Options options;
-  const int64_t budget = absl::GetFlag(FLAGS_max_inflight_slice_bytes);
+  const int64_t host_workers = absl::GetFlag(FLAGS_host_workers);
+  if (host_workers < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--host_workers=", host_workers, " must be at least 1"));
+  }
+  int64_t budget = absl::GetFlag(FLAGS_max_inflight_slice_bytes);
+  if (budget == 0) {
+    budget = DefaultMaxInflightSliceBytes(HostMemoryBytes(), host_workers);
+    MS_LOG(INFO) << "max_inflight_slice_bytes " << budget << " (a quarter of "
+                 << HostMemoryBytes() << " host bytes over " << host_workers << " workers)";
+  }
   options.rendezvous.max_inflight_slice_bytes = budget;
   if (absl::Status s = Rendezvous::ValidateOptions(options.rendezvous); !s.ok()) {
     return absl::InvalidArgumentError(

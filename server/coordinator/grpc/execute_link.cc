@@ -50,6 +50,12 @@ bool ExecuteLink::Send(std::unique_ptr<ExecuteRequest>* request, absl::Duration 
     absl::MutexLock lock(&mu_);
     const std::string& id = (*request)->request_id();
     if (ended_ || waiting_.count(id) > 0) return false;
+    // The worker counts the budget from now, not from when it reads the
+    // request (a queue of writes, a stopped worker): the absolute deadline.
+    if ((*request)->deadline_ms() > 0 && (*request)->deadline_unix_us() == 0) {
+      (*request)->set_deadline_unix_us(
+          absl::ToUnixMicros(absl::Now() + absl::Milliseconds((*request)->deadline_ms())));
+    }
     Waiting& waiting = waiting_[id];
     waiting.done = std::move(*done);
     if (timeout > absl::ZeroDuration()) {

@@ -1,23 +1,49 @@
 #include "server/worker/grpc/execute_stream.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/program/decode_step_proto.h"
 #include "common/program/program_proto.h"
 
 namespace meshserve {
 
+absl::StatusOr<absl::Duration> RequestTimeout(const ExecuteRequest& request, absl::Time now,
+                                              absl::Time call_deadline) {
+  absl::Time deadline = call_deadline;
+  std::string which = "its call's deadline";
+  if (request.deadline_ms() > 0) {
+    deadline = std::min(deadline, now + absl::Milliseconds(request.deadline_ms()));
+  }
+  if (request.deadline_unix_us() > 0 &&
+      absl::FromUnixMicros(request.deadline_unix_us()) < deadline) {
+    deadline = absl::FromUnixMicros(request.deadline_unix_us());
+    which = absl::StrCat("its deadline (deadline_unix_us ", request.deadline_unix_us(), ")");
+  }
+  if (deadline == absl::InfiniteFuture()) return absl::ZeroDuration();
+  if (deadline <= now) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "request '", request.request_id(), "' arrived ", absl::FormatDuration(now - deadline),
+        " past ", which, "; not run"));
+  }
+  return deadline - now;
+}
+
 void ExecuteMessage(WorkerEngine* engine, ExecuteRequest* request, ExecuteResponse* response,
-                    std::function<void(absl::Status)> done) {
+                    std::function<void(absl::Status)> done, absl::Time call_deadline) {
+  absl::StatusOr<absl::Duration> timeout =
+      RequestTimeout(*request, absl::Now(), call_deadline);
+  if (!timeout.ok()) return done(timeout.status());
   std::vector<SliceIr> inputs;
   inputs.reserve(request->inputs_size());
   for (TensorSlice& slice : *request->mutable_inputs()) inputs.push_back(SliceToIr(&slice));
   engine->ExecuteAsync(
       request->program_id(), request->request_id(), std::move(inputs),
-      absl::Milliseconds(request->deadline_ms()), request->param_version(),
+      *timeout, request->param_version(),
       static_cast<ParamCacheMode>(request->param_cache()),
       [response, done = std::move(done)](absl::StatusOr<std::vector<SliceIr>> outputs) {
         if (!outputs.ok()) return done(outputs.status());

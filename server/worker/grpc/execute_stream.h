@@ -24,6 +24,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/rpc/write_queue.h"
@@ -38,8 +39,20 @@ namespace meshserve {
 // (common/program/program_proto.h), runs WorkerEngine::ExecuteAsync (which
 // holds no thread while a receive waits), fills `*response` with the output
 // slices and calls `done` once; both messages must live until then.
+// `call_deadline` is the gRPC call's own deadline (Execute; InfiniteFuture
+// for none, as for a request of ExecuteStream): the run's deadline is the
+// earliest of it, arrival + deadline_ms and deadline_unix_us (RequestTimeout).
 void ExecuteMessage(WorkerEngine* engine, ExecuteRequest* request, ExecuteResponse* response,
-                    std::function<void(absl::Status)> done);
+                    std::function<void(absl::Status)> done,
+                    absl::Time call_deadline = absl::InfiniteFuture());
+
+// The time a request arriving at `now` may run: the earliest of now +
+// deadline_ms (when > 0), deadline_unix_us (when > 0) and `call_deadline`,
+// minus now; ZeroDuration when none is set (the runner's default applies).
+// \error kDeadlineExceeded naming the request and how late it arrived when
+//   the earliest has passed (it is not run).
+absl::StatusOr<absl::Duration> RequestTimeout(const ExecuteRequest& request, absl::Time now,
+                                              absl::Time call_deadline);
 
 class ExecuteStreamReactor final
     : public grpc::ServerBidiReactor<ExecuteRequest, ExecuteStreamReply> {

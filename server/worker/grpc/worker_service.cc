@@ -337,7 +337,7 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Execute(grpc::CallbackServerContext
                  [reactor, start](absl::Status status) {
                    Record("Execute", start, status);
                    reactor->Finish(ToGrpcStatus(status));
-                 });
+                 }, start + TimeLeftUntil(context->deadline()));  // the call's deadline too
   return reactor;
 }
 

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -497,6 +498,65 @@ TEST_F(WorkerServiceTest, ReceiveWithoutSenderFailsThenNextRequestIsServed) {
   ExecuteBoth(requests, statuses, responses);
   EXPECT_OK(statuses[0]);
   EXPECT_OK(statuses[1]);
+}
+
+// How late a request arrived, from "arrived <duration> past".
+absl::Duration LateBy(absl::string_view message) {
+  std::smatch late;
+  const std::string text(message);
+  if (!std::regex_search(text, late, std::regex("arrived (\\S+) past"))) {
+    ADD_FAILURE() << "no lateness in: " << text;
+    return absl::ZeroDuration();
+  }
+  absl::Duration by;
+  EXPECT_TRUE(absl::ParseDuration(late[1].str(), &by)) << late[1];
+  return by;
+}
+
+// Deadlines travel with the request (deadline_unix_us, set by the sender):
+// one that arrives past it is answered DEADLINE_EXCEEDED naming it and how
+// late, over Execute and ExecuteStream, without running; one that arrives
+// before it runs until it,
+// even when deadline_ms alone would allow a minute.
+TEST_F(WorkerServiceTest, RequestsCarryTheirDeadlineToTheWorker) {
+  ASSERT_OK(Install(1, ReceiveFourProgram("wait", "never")));
+  ExecuteRequest request;
+  request.set_program_id("wait");
+  request.set_request_id("late");
+  request.set_deadline_ms(60000);
+  request.set_deadline_unix_us(absl::ToUnixMicros(absl::Now() - absl::Seconds(10)));
+  auto execute = [&]() {
+    grpc::ClientContext context;
+    SetDeadline(&context, absl::Seconds(30));
+    ExecuteResponse response;
+    return FromGrpcStatus(nodes_[1].stub->Execute(&context, request, &response));
+  };
+  absl::Status status = execute();
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kDeadlineExceeded, "request 'late' arrived "));
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kDeadlineExceeded, "; not run"));
+  EXPECT_GE(LateBy(status.message()), absl::Seconds(10));
+  {
+    grpc::ClientContext context;
+    SetDeadline(&context, absl::Seconds(30));
+    auto stream = nodes_[1].stub->ExecuteStream(&context);
+    request.set_request_id("late-on-stream");
+    ASSERT_TRUE(stream->Write(request));
+    ExecuteStreamReply reply;
+    ASSERT_TRUE(stream->Read(&reply));
+    EXPECT_EQ(reply.request_id(), "late-on-stream");
+    EXPECT_EQ(reply.code(), static_cast<int>(absl::StatusCode::kDeadlineExceeded));
+    EXPECT_THAT(reply.message(), ::testing::HasSubstr("request 'late-on-stream' arrived "));
+    EXPECT_GE(LateBy(reply.message()), absl::Seconds(10));
+    stream->WritesDone();
+    EXPECT_TRUE(stream->Finish().ok());
+  }
+  // Before its deadline: runs, and its receive waits only until the absolute
+  // deadline (the error names the receive, not the client's 30 s deadline).
+  request.set_request_id("soon");
+  request.set_deadline_unix_us(absl::ToUnixMicros(absl::Now() + absl::Milliseconds(300)));
+  status = execute();
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kDeadlineExceeded, "tag 'never'"));
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kDeadlineExceeded, "request 'soon'"));
 }
 
 TEST_F(WorkerServiceTest, SendToADeadPeerIsUnavailable) {
