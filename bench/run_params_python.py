@@ -15,6 +15,9 @@
   - two ranks: two processes (started and ready beforehand) join the push
     and put their row halves of every param at once; from begin_push to
     commit()'s return, vs one process pushing the whole (best of each);
+  - the C++ CLI on the same cluster: `meshserve push` of a safetensors file
+    of the same bytes and `meshserve pull` of them to a file (process start
+    included), so the client's share of the time shows;
   - python staging over PushDirect: the same raw StageParams streams
     (meshserve_client.params.start_stage) planned by the existing PushDirect,
     so the Python data path to the workers is measured even on a server
@@ -134,12 +137,23 @@ def raw_sendall(buf, repeat):
 # ---- pushes ----
 
 def push_once(client, params):
+    """(seconds begin_push..commit, seconds of the puts, version, push)."""
     start = time.perf_counter()
     push = client.begin_push(MODEL)
     for name, value in params.items():
         push.put(name, value)
+    staged = time.perf_counter()
     version = push.commit()
-    return time.perf_counter() - start, version, push
+    end = time.perf_counter()
+    return end - start, staged - start, version, push
+
+
+def cli_seconds(bin_dir, *args):
+    """Wall seconds of `meshserve ARGS` (fails loudly)."""
+    start = time.perf_counter()
+    subprocess.run([os.path.join(bin_dir, "meshserve")] + list(args), check=True,
+                   capture_output=True)
+    return time.perf_counter() - start
 
 
 class _Piece:
@@ -333,8 +347,17 @@ def main():
         if sessions:
             pushes = [push_once(client, params) for _ in range(args.repeat + 1)]
             report("push_first", pushes[0][0], "push (begin_push..commit), first")
-            report("push", min(p[0] for p in pushes[1:]), "push (begin_push..commit), best")
-            results["push_bytes_direct"] = pushes[-1][2].bytes_direct
+            best = min(pushes[1:])
+            report("push", best[0], "push (begin_push..commit), best")
+            report("push_puts", best[1], "  of which the puts (staged on the workers)")
+            report("push_commit", best[0] - best[1], "  of which commit (replica fills)")
+            results["push_bytes_direct"] = pushes[-1][3].bytes_direct
+            ckpt = os.path.join(root, "push.safetensors")
+            mslib.write_safetensors(ckpt, params)
+            cli = min(cli_seconds(args.bin_dir, "push", "--target", cluster.target, "--model",
+                                  MODEL, "--checkpoint", ckpt) for _ in range(args.repeat))
+            os.remove(ckpt)
+            report("cli_push", cli, "meshserve push (C++ CLI, same bytes), best")
             ranks_s, sent = two_ranks(args, client, cluster.target, args.repeat)
             results["two_ranks_s"] = ranks_s
             results["two_ranks_vs_one"] = ranks_s / results["push_s"]
@@ -345,6 +368,13 @@ def main():
         pull_s = min(pull_once(client, outs) for _ in range(args.repeat))
         report("pull", pull_s, "pull into out= (%s)" % (
             "PlanPull + ReadParam" if sessions else "path the server offers"))
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else root  # memory, as out= is
+        out_file = os.path.join(shm, "meshserve-bench-pull-%d.safetensors" % os.getpid())
+        cli = min(cli_seconds(args.bin_dir, "pull", "--target", cluster.target, "--model", MODEL,
+                              "--params", ",".join(params), "--output", out_file)
+                  for _ in range(args.repeat))
+        os.remove(out_file)
+        report("cli_pull", cli, "meshserve pull (C++ CLI, to a tmpfs file)")
     finally:
         client.close()
         cluster.stop()

@@ -270,17 +270,17 @@ class BoxWriter:
         self.total = int(np.prod(dst.shape, dtype=np.int64)) * wire_dtype.itemsize
         self.row_bytes = self.total // dst.shape[0] if dst.shape[0] else 0
         self.row_shape = tuple(dst.shape[1:])
-        self.flat = None
+        self.flat = None  # uint8 view of a contiguous dst of the wire dtype
         if dst.dtype == wire_dtype and dst.flags.c_contiguous:
-            self.flat = memoryview(dst.reshape(-1)).cast("B")
+            self.flat = dst.reshape(-1).view(np.uint8)
 
     def write(self, offset, data, what):
         if offset != self.pos or offset + len(data) > self.total:
             raise ValueError("%s: chunk at byte %d (%d bytes) out of order or past the box's %d "
                              "bytes (expected byte %d)" % (what, offset, len(data), self.total,
                                                            self.pos))
-        if self.flat is not None:
-            self.flat[offset:offset + len(data)] = data
+        if self.flat is not None:  # a NumPy copy: the GIL is released while it runs
+            self.flat[offset:offset + len(data)] = np.frombuffer(data, np.uint8)
             self.pos += len(data)
             return
         data = memoryview(data)
