@@ -23,10 +23,12 @@
 // (TypeModel) is what decides whether JAX's rules accept it.
 //
 // Named layouts (hand-written baselines, NamedLayouts): replicated,
-// data_parallel, fsdp (every rank >= 2 param's dim 0 over D), megatron
-// column-then-row and row-then-column (a linear whose input is split over M
-// is "row": kernel P(M, None) and out_sharding batch; else "column": kernel
-// P(None, M) and a bias over M).
+// data_parallel, fsdp (every rank >= 2 param's dim 0 over D), all with the
+// "batch" out_sharding on every dot layer; megatron column-then-row and
+// row-then-column (a linear whose input is split over M is "row": kernel
+// P(M, None) and out_sharding batch; else "column": kernel P(None, M), a bias
+// over M, no out_sharding or, where the file has one, batch + M); as_written
+// (the file's specs, where the options can express them).
 //
 // Thread-safety: plain values and pure functions.
 #ifndef MESHSERVE_SERVER_SUGGEST_LAYOUT_SPACE_H_

@@ -50,6 +50,11 @@ class Builder {
     auto it = role_of_.find(member);
     if (it != role_of_.end()) Set(it->second, option);
   }
+  // Whether the file gives `layer` an out_sharding (some ops require one).
+  bool FileHasOut(const std::string& layer) const {
+    auto it = role_of_.find(layer);
+    return it != role_of_.end() && space_.roles[it->second].options[0].kind == RoleOption::kFile;
+  }
   const Layout& layout() const { return layout_; }
 
  private:
@@ -73,7 +78,7 @@ std::vector<AxisRole> Dims(int rank, int dim, AxisRole a) {
 Layout Megatron(const ModelFile& model, const LayoutSpace& space, bool row_first) {
   Builder b(space);
   b.AllParams([](int rank) { return std::vector<AxisRole>(rank, AxisRole::kNone); });
-  b.AllOuts(RoleOption::kAbsent);
+  b.AllOuts(RoleOption::kBatch);
   b.Inputs(RoleOption::kBatch);
   std::map<std::string, bool> split;  // value -> split over M
   for (const LayerDef& l : model.layers) {
@@ -87,7 +92,9 @@ Layout Megatron(const ModelFile& model, const LayoutSpace& space, bool row_first
     if (column) {
       b.SetMember(l.kernel, {RoleOption::kSpec, Dims(2, 1, AxisRole::kModel)});
       if (!l.bias.empty()) b.SetMember(l.bias, {RoleOption::kSpec, Dims(1, 0, AxisRole::kModel)});
-      b.SetMember(l.name, {row_first ? RoleOption::kBatch : RoleOption::kAbsent, {}});
+      const RoleOption::Kind split_out =
+          b.FileHasOut(l.name) ? RoleOption::kBatchLastModel : RoleOption::kAbsent;
+      b.SetMember(l.name, {row_first ? RoleOption::kBatch : split_out, {}});
       split[l.name] = !row_first;
     } else {
       b.SetMember(l.kernel, {RoleOption::kSpec, Dims(2, 0, AxisRole::kModel)});
@@ -122,17 +129,17 @@ std::vector<NamedLayout> NamedLayouts(const ModelFile& model, const LayoutSpace&
   }
   Builder replicated(space);
   replicated.AllParams(none);
-  replicated.AllOuts(RoleOption::kAbsent);
+  replicated.AllOuts(RoleOption::kBatch);  // P(): replicated inputs
   replicated.Inputs(RoleOption::kReplicated);
   out.push_back({"replicated", replicated.layout()});
   Builder dp(space);
   dp.AllParams(none);
-  dp.AllOuts(RoleOption::kAbsent);
+  dp.AllOuts(RoleOption::kBatch);
   dp.Inputs(RoleOption::kBatch);
   out.push_back({"data_parallel", dp.layout()});
   Builder fsdp(space);
   fsdp.AllParams([](int rank) { return Dims(rank, rank >= 2 ? 0 : -1, AxisRole::kData); });
-  fsdp.AllOuts(RoleOption::kAbsent);
+  fsdp.AllOuts(RoleOption::kBatch);
   fsdp.Inputs(RoleOption::kBatch);
   out.push_back({"fsdp", fsdp.layout()});
   if (!space.model_axis.empty()) {

@@ -25,16 +25,19 @@ class Evaluator {
   Evaluator(const ModelFile& model, const LayoutSpace& space, const SuggestOptions& options)
       : model_(model), space_(space), options_(options) {}
 
-  // The layout's mean predicted ms on `mesh`, kRejected when it is not kept.
-  double Score(const Layout& layout, const Mesh& mesh, const std::string& name) {
+  // The layout's mean predicted ms on `mesh`, kRejected when it is not kept
+  // (`why`, if given, says why).
+  double Score(const Layout& layout, const Mesh& mesh, const std::string& name,
+               std::string* why = nullptr) {
     ModelFile m = Materialize(model_, space_, layout, mesh);
     std::string key = LayoutKey(m, mesh);
     auto it = scores_.find(key);
-    if (it != scores_.end()) return it->second;
-    ++num_evaluated_;
-    double score = Evaluate(std::move(m), mesh, name, key);
-    scores_[key] = score;
-    return score;
+    if (it == scores_.end()) {
+      ++num_evaluated_;
+      it = scores_.emplace(key, Evaluate(std::move(m), mesh, name, key)).first;
+    }
+    if (why != nullptr) *why = why_[key];
+    return it->second;
   }
 
   std::vector<Suggestion> Ranked() const {
@@ -72,6 +75,7 @@ class Evaluator {
       absl::StatusOr<Prediction> p = PredictAtShape(s.model, mesh, shapes, options_.figures);
       if (!p.ok()) {
         ++num_rejected_rules_;
+        why_[key] = std::string(p.status().message());
         if (first_rejection_.ok()) {
           first_rejection_ = absl::Status(p.status().code(),
                                           absl::StrCat(name, " on ", mesh.ToString(), ": ",
@@ -86,6 +90,7 @@ class Evaluator {
     least_param_bytes_ = std::min(least_param_bytes_, bytes);
     if (options_.memory_per_worker > 0 && bytes > options_.memory_per_worker) {
       ++num_rejected_memory_;
+      why_[key] = absl::StrCat(bytes, " param bytes per worker > ", options_.memory_per_worker);
       return kRejected;
     }
     const double score = s.mix_ms;
@@ -98,6 +103,7 @@ class Evaluator {
   const SuggestOptions& options_;
   std::map<std::string, double> scores_;
   std::map<std::string, Suggestion> kept_;
+  std::map<std::string, std::string> why_;  // rejected keys
   int64_t num_evaluated_ = 0, num_rejected_rules_ = 0, num_rejected_memory_ = 0;
   int64_t least_param_bytes_ = std::numeric_limits<int64_t>::max();
   absl::Status first_rejection_;
@@ -160,10 +166,15 @@ void CoordinateDescent(const LayoutSpace& space, const Mesh& mesh, Layout best,
 
 std::string Suggestion::LayoutText() const {
   std::string out = mesh.ToString();
-  for (const InputDef& in : model.inputs) absl::StrAppend(&out, "  ", in.name, "=", in.sharding.ToString());
-  for (const ParamDef& p : model.params) absl::StrAppend(&out, "  ", p.name, "=", p.sharding.ToString());
+  std::set<std::string> seen;  // one entry per role: "h.#.mlp.c_fc.weight=P(...)"
+  auto add = [&](const std::string& name, const char* sep, const PartitionSpec& spec) {
+    const std::string role = RoleKey(name);
+    if (seen.insert(absl::StrCat(sep, role)).second) absl::StrAppend(&out, "  ", role, sep, spec.ToString());
+  };
+  for (const InputDef& in : model.inputs) add(in.name, "=", in.sharding);
+  for (const ParamDef& p : model.params) add(p.name, "=", p.sharding);
   for (const LayerDef& l : model.layers) {
-    if (l.out_sharding.has_value()) absl::StrAppend(&out, "  ", l.name, ">", l.out_sharding->ToString());
+    if (l.out_sharding.has_value()) add(l.name, ">", *l.out_sharding);
   }
   return out;
 }
@@ -178,11 +189,16 @@ absl::StatusOr<SuggestResult> Suggest(const ModelFile& model, const SuggestOptio
   const bool exhaustive = space.NumLayouts() <= options.exhaustive_limit;
   result.method = exhaustive ? "exhaustive" : "coordinate descent";
   std::map<std::string, std::pair<double, std::string>> baseline_best;  // name -> (ms, key)
+  std::map<std::string, std::vector<std::string>> rejections;  // named -> per mesh
   for (const Mesh& mesh : space.meshes) {
     Layout seed(space.roles.size(), 0);
     double seed_score = eval.Score(seed, mesh, "search");
     for (const NamedLayout& n : named) {
-      const double s = eval.Score(n.layout, mesh, n.name);
+      std::string why;
+      const double s = eval.Score(n.layout, mesh, n.name, &why);
+      if (s == kRejected && !why.empty()) {
+        rejections[n.name].push_back(absl::StrCat(mesh.ToString(), ": ", why));
+      }
       if (s < seed_score) {
         seed_score = s;
         seed = n.layout;
@@ -220,7 +236,10 @@ absl::StatusOr<SuggestResult> Suggest(const ModelFile& model, const SuggestOptio
   }
   for (const NamedLayout& n : named) {
     auto it = baseline_best.find(n.name);
-    if (it == baseline_best.end()) continue;
+    if (it == baseline_best.end()) {
+      result.rejected_baselines.push_back({n.name, rejections[n.name]});
+      continue;
+    }
     if (const Suggestion* s = eval.Find(it->second.second)) {
       result.baselines.push_back(*s);
       result.baselines.back().name = n.name;

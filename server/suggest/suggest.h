@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -56,7 +57,8 @@ struct Suggestion {
   std::vector<Prediction> per_shape;  // one per input shape
   double mix_ms = 0;                  // mean predicted_ms over the shapes
   std::string key;                    // LayoutKey
-  // "mesh[...]  x=P(...)  w=P(...)  y>P(...)": the specs, one line.
+  // "mesh[...]  x=P(...)  h.#.w=P(...)  y>P(...)": the specs, one line, one
+  // entry per role (the first member's, named by the role).
   std::string LayoutText() const;
 };
 
@@ -64,6 +66,8 @@ struct SuggestResult {
   Suggestion choice;
   std::vector<Suggestion> alternatives;  // the next best, best first
   std::vector<Suggestion> baselines;     // each named layout's best mesh, if kept
+  // The named layouts kept on no mesh, with the reason on each mesh.
+  std::vector<std::pair<std::string, std::vector<std::string>>> rejected_baselines;
   std::string method;  // "exhaustive" or "coordinate descent"
   int64_t num_evaluated = 0;
   int64_t num_rejected_rules = 0;   // JAX's rules or the compiler said no
