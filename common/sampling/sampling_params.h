@@ -40,9 +40,24 @@ struct SamplingParams {
   int32_t num_logprobs = -1;
 };
 
-// OK, or InvalidArgument naming the field and its value: temperature < 0 or not
-// finite, top_k < -1, top_p outside (0, 1], num_logprobs outside
-// [-1, kMaxLogprobs].
+// The one home of the sampling fields' range checks: every request decoder
+// (OpenAI JSON, the gRPC Generate request) and ValidateSamplingParams call
+// these, so a bad field gets the same message on every edge:
+// InvalidArgument "<field> <value> must be <range>", e.g.
+//   "top_p 1.5 must be in (0, 1]".
+// Values come as the widest type a decoder holds (JSON numbers are doubles
+// and int64s) so that nothing is narrowed before it is checked.
+//   temperature  finite (as a float) and >= 0 (NaN fails)
+//   top_p        in (0, 1] (NaN fails)
+//   top_k        >= -1 and <= INT32_MAX
+//   logprobs     in [0, kMaxLogprobs] (the request's field; unset is -1 in
+//                SamplingParams::num_logprobs and never reaches the check)
+absl::Status CheckTemperature(double temperature);
+absl::Status CheckTopP(double top_p);
+absl::Status CheckTopK(int64_t top_k);
+absl::Status CheckLogprobs(int64_t logprobs);
+
+// OK, or the first failing check above on `params` (num_logprobs -1: none).
 absl::Status ValidateSamplingParams(const SamplingParams& params);
 
 // When a sequence ends, besides the context limit.

@@ -98,24 +98,24 @@ TEST(ExpSumTest, AnyGroupingGivesTheSameBitsAndTheRightValue) {
 TEST(ValidateSamplingParamsTest, RejectsEachBadFieldByName) {
   EXPECT_THAT(ValidateSamplingParams(SamplingParams()), IsOk());
   EXPECT_THAT(ValidateSamplingParams(Params(-0.5f)),
-              StatusIs(absl::StatusCode::kInvalidArgument, "temperature -0.5"));
+              StatusIs(absl::StatusCode::kInvalidArgument, "temperature -0.5 must be finite and >= 0"));
   EXPECT_THAT(ValidateSamplingParams(Params(kInf)),
-              StatusIs(absl::StatusCode::kInvalidArgument, "temperature inf"));
+              StatusIs(absl::StatusCode::kInvalidArgument, "temperature inf must be finite and >= 0"));
   EXPECT_THAT(ValidateSamplingParams(Params(std::nanf(""))),
-              StatusIs(absl::StatusCode::kInvalidArgument, "temperature nan"));
+              StatusIs(absl::StatusCode::kInvalidArgument, "temperature nan must be finite and >= 0"));
   EXPECT_THAT(ValidateSamplingParams(Params(1, -2)),
-              StatusIs(absl::StatusCode::kInvalidArgument, "top_k -2"));
+              StatusIs(absl::StatusCode::kInvalidArgument, "top_k -2 must be >= -1 (0 and -1 turn it off)"));
   EXPECT_THAT(ValidateSamplingParams(Params(1, -1)), IsOk());
   EXPECT_THAT(ValidateSamplingParams(Params(1, 0, 0.0f)),
-              StatusIs(absl::StatusCode::kInvalidArgument, "top_p 0 "));
+              StatusIs(absl::StatusCode::kInvalidArgument, "top_p 0 must be in (0, 1]"));
   EXPECT_THAT(ValidateSamplingParams(Params(1, 0, 1.5f)),
-              StatusIs(absl::StatusCode::kInvalidArgument, "top_p 1.5"));
+              StatusIs(absl::StatusCode::kInvalidArgument, "top_p 1.5 must be in (0, 1]"));
   EXPECT_THAT(ValidateSamplingParams(Params(1, 0, std::nanf(""))),
-              StatusIs(absl::StatusCode::kInvalidArgument, "top_p nan"));
+              StatusIs(absl::StatusCode::kInvalidArgument, "top_p nan must be in (0, 1]"));
   EXPECT_THAT(ValidateSamplingParams(Params(1, 0, 1, 0, -2)),
-              StatusIs(absl::StatusCode::kInvalidArgument, "num_logprobs -2"));
+              StatusIs(absl::StatusCode::kInvalidArgument, "logprobs -2 must be in [0, 20]"));
   EXPECT_THAT(ValidateSamplingParams(Params(1, 0, 1, 0, kMaxLogprobs + 1)),
-              StatusIs(absl::StatusCode::kInvalidArgument, "num_logprobs 21"));
+              StatusIs(absl::StatusCode::kInvalidArgument, "logprobs 21 must be in [0, 20]"));
   EXPECT_THAT(ValidateSamplingParams(Params(1, 0, 1, 0, kMaxLogprobs)), IsOk());
 }
 

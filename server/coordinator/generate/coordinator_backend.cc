@@ -38,6 +38,18 @@ absl::StatusOr<int64_t> BlockBytes(const ModelFile& model, const Placement& plac
   return per_token * block_tokens;
 }
 
+// One row of the sample records (common/sharding/rules/decode_ops.h): the
+// token id, its logprob, then up to kMaxLogprobs (id, logprob) pairs, the
+// unlisted ones with id -1. Ids ride as floats: exact below 2^24.
+SampledToken SampledFromRecord(SequenceId seq, const float* row) {
+  SampledToken t{seq, static_cast<int64_t>(row[0]), row[1], {}};
+  for (int64_t i = 0; 3 + 2 * i < kSampleRecordWidth; ++i) {
+    if (row[2 + 2 * i] < 0) break;
+    t.top_logprobs.push_back({static_cast<int64_t>(row[2 + 2 * i]), row[3 + 2 * i]});
+  }
+  return t;
+}
+
 class CoordinatorStepExecutor : public StepExecutor {
  public:
   CoordinatorStepExecutor(Coordinator* coordinator, CoordinatorGenerationBackend* backend,
@@ -48,16 +60,27 @@ class CoordinatorStepExecutor : public StepExecutor {
 
   absl::StatusOr<std::vector<SampledToken>> RunStep(const StepPlan& plan) override {
     pending_release_.insert(pending_release_.end(), plan.release.begin(), plan.release.end());
+    // The placement NumBlocks read for this step (the loop asks it first);
+    // read here only when it did not. Dropped after the step: a retired
+    // placement must not be held by an idle executor.
+    std::shared_ptr<const Placement> placement = std::move(step_placement_);
+    step_placement_.reset();
+    if (placement == nullptr) {
+      MS_ASSIGN_OR_RETURN(ModelStatus status, coordinator_->GetModelStatus(model_));
+      placement = status.placement;
+    }
+    if (placement == nullptr) return Unavailable("model '", model_, "' is not placed");
+    const Mesh& mesh = placement->mesh;
     std::vector<SampledToken> tokens;
     if (plan.release_only()) {
       // Nothing else runs: the releases go now, in a step of one padding
       // token (no span), so a cancelled last sequence's blocks are freed on
       // the workers at once rather than with the next request.
-      MS_RETURN_IF_ERROR(RunBatch(plan.step, StepBatch{}, &tokens));
+      MS_RETURN_IF_ERROR(RunBatch(plan.step, StepBatch{}, mesh, &tokens));
       return tokens;
     }
     for (const StepBatch& batch : plan.batches) {
-      MS_RETURN_IF_ERROR(RunBatch(plan.step, batch, &tokens));
+      MS_RETURN_IF_ERROR(RunBatch(plan.step, batch, mesh, &tokens));
     }
     return tokens;
   }
@@ -67,10 +90,13 @@ class CoordinatorStepExecutor : public StepExecutor {
     return IsRecoverableStepFailure(failure);
   }
 
-  // The blocks of the current placement (computed once per placement).
+  // The blocks of the current placement (computed once per placement); the
+  // step that follows runs on that placement's mesh (one GetModelStatus per
+  // step).
   int64_t NumBlocks() override {
     absl::StatusOr<ModelStatus> status = coordinator_->GetModelStatus(model_);
     if (!status.ok() || status->placement == nullptr) return 0;
+    step_placement_ = status->placement;
     if (placement_.lock() != status->placement) {
       absl::StatusOr<CoordinatorGenerationBackend::KvBlocks> blocks =
           backend_->KvBlocksOf(model_, *status);
@@ -87,13 +113,10 @@ class CoordinatorStepExecutor : public StepExecutor {
     std::string key;  // "decode:<slots>x<rows>@<mesh>"
   };
 
-  // The variant for the current placement's mesh (its LM head sharded over
-  // it: decode_model.h), built once per (slots, rows, mesh); a new mesh
-  // drops the old mesh's variants.
-  absl::StatusOr<KeyedVariant> Variant(int64_t slots, int64_t rows) {
-    MS_ASSIGN_OR_RETURN(ModelStatus status, coordinator_->GetModelStatus(model_));
-    if (status.placement == nullptr) return Unavailable("model '", model_, "' is not placed");
-    const Mesh& mesh = status.placement->mesh;
+  // The variant for the step's mesh (its LM head sharded over it:
+  // decode_model.h), built once per (slots, rows, mesh); a new mesh drops the
+  // old mesh's variants.
+  absl::StatusOr<KeyedVariant> Variant(int64_t slots, int64_t rows, const Mesh& mesh) {
     std::string key = absl::StrCat("decode:", slots, "x", rows, "@", mesh.ToString());
     if (mesh.ToString() != variants_mesh_) {
       variants_.clear();
@@ -107,7 +130,7 @@ class CoordinatorStepExecutor : public StepExecutor {
     return KeyedVariant{std::move(shared), std::move(key)};
   }
 
-  absl::Status RunBatch(int64_t step, const StepBatch& batch,
+  absl::Status RunBatch(int64_t step, const StepBatch& batch, const Mesh& mesh,
                         std::vector<SampledToken>* tokens) {
     auto decode = std::make_shared<DecodeStepIr>();
     decode->step = step;
@@ -127,7 +150,7 @@ class CoordinatorStepExecutor : public StepExecutor {
       return Internal("step ", step, " packs ", ids.size(), " tokens, past the largest bucket ",
                       max_token_slots_);
     }
-    MS_ASSIGN_OR_RETURN(KeyedVariant variant, Variant(slots, rows));
+    MS_ASSIGN_OR_RETURN(KeyedVariant variant, Variant(slots, rows, mesh));
     InferRequest request;
     request.model = model_;
     request.id = absl::StrCat("gen", step);
@@ -166,7 +189,7 @@ class CoordinatorStepExecutor : public StepExecutor {
     for (size_t r = 0; r < sampled.size(); ++r) {
       const float* row = rec + r * kSampleRecordWidth;
       if (row[0] < 0) return Internal("step ", step, ": row ", r, " was not sampled");
-      tokens->push_back({sampled[r], static_cast<int64_t>(row[0]), row[1]});
+      tokens->push_back(SampledFromRecord(sampled[r], row));
     }
     return absl::OkStatus();
   }
@@ -179,6 +202,7 @@ class CoordinatorStepExecutor : public StepExecutor {
   const int64_t max_token_slots_;
   std::vector<int64_t> pending_release_;  // sent with the next batch
   std::weak_ptr<const Placement> placement_;  // of num_blocks_
+  std::shared_ptr<const Placement> step_placement_;  // NumBlocks' for the next RunStep
   int64_t num_blocks_ = 0;
   std::string variants_mesh_;  // the mesh of variants_
   std::map<std::string, std::shared_ptr<const ModelFile>> variants_;

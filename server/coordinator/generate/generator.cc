@@ -80,6 +80,9 @@ struct StopStringSink {
     out.token_ids.assign(e.token_ids.begin(), e.token_ids.begin() + piece.num_ids);
     out.logprobs.assign(e.logprobs.begin(),
                         e.logprobs.begin() + std::min(e.logprobs.size(), piece.num_ids));
+    out.top_logprobs.assign(
+        e.top_logprobs.begin(),
+        e.top_logprobs.begin() + std::min(e.top_logprobs.size(), piece.num_ids));
     completion_tokens += static_cast<int64_t>(piece.num_ids);
     out.finish = FinishReason::kStop;
     out.prompt_tokens = prompt_tokens;

@@ -270,6 +270,7 @@ void GenerationScheduler::AcceptTokenLocked(Sequence& seq, const SampledToken& t
   SequenceEvent event;
   event.token_ids.push_back(token.token_id);
   if (seq.sampling.num_logprobs >= 0) event.logprobs.push_back(token.logprob);
+  if (seq.sampling.num_logprobs >= 1) event.top_logprobs.push_back(token.top_logprobs);
   const std::vector<int64_t>& stops = seq.stop.stop_token_ids;
   const std::vector<int64_t>& eos = options_.eos_token_ids;
   FinishReason reason = FinishReason::kNone;

@@ -74,6 +74,17 @@ struct SequenceRequest {
   StopParams stop;
 };
 
+// One of the most likely tokens at a sampled position, with its
+// log-probability under the model's distribution (log_softmax of the raw
+// logits, before temperature, top_k and top_p).
+struct TopLogprob {
+  int64_t token_id = 0;
+  float logprob = 0;
+  bool operator==(const TopLogprob& o) const {
+    return token_id == o.token_id && logprob == o.logprob;
+  }
+};
+
 // What a sequence's sink receives, outside any lock, in the order of steps:
 // the ids sampled in a step (one per step; the stop token that ended a
 // sequence included), and with the last event the finish reason, counts and
@@ -81,6 +92,9 @@ struct SequenceRequest {
 struct SequenceEvent {
   std::vector<int64_t> token_ids;
   std::vector<float> logprobs;  // parallel to token_ids when asked for
+  // Parallel to token_ids when num_logprobs = N >= 1: each position's N most
+  // likely tokens (fewer when fewer ids are valid), most likely first.
+  std::vector<std::vector<TopLogprob>> top_logprobs;
   FinishReason finish = FinishReason::kNone;
   absl::Status status;  // kError only
   int64_t prompt_tokens = 0;
@@ -124,6 +138,7 @@ struct SampledToken {
   SequenceId seq = 0;
   int64_t token_id = 0;
   float logprob = 0;
+  std::vector<TopLogprob> top_logprobs;  // num_logprobs = N >= 1: up to N
 };
 
 struct SchedulerOptions {

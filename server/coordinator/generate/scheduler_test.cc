@@ -104,6 +104,45 @@ TEST(GenerationSchedulerTest, OneSequenceMatchesTheReference) {
   EXPECT_EQ(h.scheduler->GetStats().blocks_used, 0);
 }
 
+// The sampled token's logprob and its position's top N reach the sink
+// parallel to the ids when asked (num_logprobs >= 1), the logprob alone with
+// num_logprobs 0, neither with -1.
+TEST(GenerationSchedulerTest, EventsCarryTheLogprobsAsked) {
+  Harness h(Options());
+  std::map<int32_t, std::vector<SequenceEvent>> events;  // by num_logprobs
+  std::map<SequenceId, int32_t> asked;
+  for (int32_t n : {-1, 0, 2}) {
+    SequenceRequest r;
+    r.prompt_ids = {1, 2};
+    r.stop.max_tokens = 2;
+    r.sampling.num_logprobs = n;
+    auto id = h.scheduler->Add(std::move(r), 1,
+                               [&events, n](const SequenceEvent& e) { events[n].push_back(e); });
+    ASSERT_OK(id.status());
+    asked[*id] = n;
+  }
+  const std::vector<TopLogprob> top = {{40, -0.5f}, {41, -1.25f}};
+  for (int step = 0; step < 3; ++step) {
+    StepPlan plan = h.scheduler->NextStep();
+    std::vector<SampledToken> tokens;
+    for (const StepBatch& b : plan.batches) {
+      for (const StepSpan& span : b.spans) {
+        if (span.sample) tokens.push_back({span.seq, 40, -0.5f, top});
+      }
+    }
+    h.scheduler->CompleteStep(plan, tokens);
+  }
+  for (const auto& [n, got] : events) {
+    ASSERT_EQ(got.size(), 2u) << "num_logprobs " << n;
+    for (const SequenceEvent& e : got) {
+      EXPECT_EQ(e.token_ids, std::vector<int64_t>{40});
+      EXPECT_EQ(e.logprobs, n >= 0 ? std::vector<float>{-0.5f} : std::vector<float>{});
+      EXPECT_EQ(e.top_logprobs, n >= 1 ? std::vector<std::vector<TopLogprob>>{top}
+                                       : std::vector<std::vector<TopLogprob>>{});
+    }
+  }
+}
+
 TEST(GenerationSchedulerTest, AStopTokenEndsTheSequenceAndIsReported) {
   Harness h(Options());
   std::vector<int64_t> ref = Reference({7, 8}, 10, {});

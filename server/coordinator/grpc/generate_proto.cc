@@ -25,26 +25,17 @@ absl::Status CheckIds(const char* field, const Ids& ids) {
 absl::StatusOr<SamplingParams> SamplingFromProto(const meshserve::GenerateRequest& proto) {
   SamplingParams s;
   if (proto.has_temperature()) {
+    MS_RETURN_IF_ERROR(CheckTemperature(proto.temperature()));
     s.temperature = proto.temperature();
-    if (!std::isfinite(s.temperature) || s.temperature < 0) {
-      return InvalidArgument("temperature ", s.temperature, " must be finite and >= 0");
-    }
   }
   if (proto.has_top_p()) {
+    MS_RETURN_IF_ERROR(CheckTopP(proto.top_p()));
     s.top_p = proto.top_p();
-    if (!(s.top_p > 0 && s.top_p <= 1)) {  // NaN fails too
-      return InvalidArgument("top_p ", s.top_p, " must be in (0, 1]");
-    }
   }
-  if (proto.top_k() < -1) {
-    return InvalidArgument("top_k ", proto.top_k(), " must be >= -1 (0 and -1 turn it off)");
-  }
+  MS_RETURN_IF_ERROR(CheckTopK(proto.top_k()));
   s.top_k = proto.top_k() == -1 ? 0 : proto.top_k();
   if (proto.has_logprobs()) {
-    if (proto.logprobs() < 0 || proto.logprobs() > kMaxLogprobs) {
-      return InvalidArgument("logprobs ", proto.logprobs(), " must be in [0, ", kMaxLogprobs,
-                             "]");
-    }
+    MS_RETURN_IF_ERROR(CheckLogprobs(proto.logprobs()));
     s.num_logprobs = proto.logprobs();
   }
   if (proto.has_seed()) s.seed = proto.seed();
@@ -85,6 +76,13 @@ absl::StatusOr<GenerateCall> GenerateRequestFromProto(const meshserve::GenerateR
 void SequenceEventToProto(const SequenceEvent& event, GenerateChunk* chunk) {
   chunk->mutable_token_ids()->Add(event.token_ids.begin(), event.token_ids.end());
   chunk->mutable_logprobs()->Add(event.logprobs.begin(), event.logprobs.end());
+  for (const std::vector<TopLogprob>& position : event.top_logprobs) {
+    TopLogprobs* top = chunk->add_top_logprobs();
+    for (const TopLogprob& t : position) {
+      top->add_token_ids(t.token_id);
+      top->add_logprobs(t.logprob);
+    }
+  }
   chunk->set_version(event.version);
   if (event.finish != FinishReason::kStop && event.finish != FinishReason::kLength) return;
   chunk->set_finish_reason(FinishReasonName(event.finish));

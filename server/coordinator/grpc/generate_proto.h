@@ -13,7 +13,10 @@
 //   logprobs     unset -> none (-1); outside [0, 20] refused
 //   prompt / prompt_ids  exactly one of them; ids (prompt and stop) >= 0
 //   stop         each non-empty and valid UTF-8 ("stop[1] is empty")
-// Ids are checked against the model's vocabulary later, by Generator::Start.
+// The sampling fields' checks and messages are common/sampling's
+// (CheckTemperature, CheckTopP, CheckTopK, CheckLogprobs), the same as the
+// OpenAI decoder's. Ids are checked against the model's vocabulary later, by
+// Generator::Start.
 //
 // Thread-safety: pure functions.
 #ifndef MESHSERVE_SERVER_COORDINATOR_GRPC_GENERATE_PROTO_H_
@@ -29,7 +32,7 @@ namespace meshserve {
 //   empty model name.
 absl::StatusOr<GenerateCall> GenerateRequestFromProto(const meshserve::GenerateRequest& proto);
 
-// One event as a chunk: its ids, logprobs and version; a last event (kStop /
+// One event as a chunk: its ids, logprobs, top logprobs and version; a last event (kStop /
 // kLength) also gets finish_reason and usage. kCancelled / kError events are
 // not chunks (the service ends the call instead); they encode their ids only.
 void SequenceEventToProto(const SequenceEvent& event, GenerateChunk* chunk);

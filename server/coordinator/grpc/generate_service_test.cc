@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "proto/generate.grpc.pb.h"
 #include "server/coordinator/generate/testing/fake_steps.h"
+#include "server/coordinator/grpc/generate_proto.h"
 #include "server/coordinator/grpc/testing/fake_generation.h"
 
 namespace meshserve {
@@ -186,6 +187,28 @@ TEST(GenerateServiceTest, StopStringsEndAtTheTokenThatCompletesThemAndCutTheText
   EXPECT_THAT(t.ids, ElementsAreArray(full));
 }
 
+// The chunk carries each token's top N (ids and logprobs, most likely first)
+// parallel to token_ids, beside the sampled tokens' logprobs.
+TEST(GenerateProtoTest, AnEventsTopLogprobsBecomeTheChunks) {
+  SequenceEvent e;
+  e.token_ids = {7, 9};
+  e.logprobs = {-0.5f, -2.0f};
+  e.top_logprobs = {{{7, -0.5f}, {3, -1.0f}}, {{3, -0.25f}, {8, -1.5f}}};
+  e.version = 2;
+  GenerateChunk chunk;
+  SequenceEventToProto(e, &chunk);
+  ASSERT_EQ(chunk.top_logprobs_size(), 2);
+  EXPECT_THAT(chunk.logprobs(), ::testing::ElementsAre(-0.5f, -2.0f));
+  EXPECT_THAT(chunk.top_logprobs(0).token_ids(), ::testing::ElementsAre(7, 3));
+  EXPECT_THAT(chunk.top_logprobs(0).logprobs(), ::testing::ElementsAre(-0.5f, -1.0f));
+  EXPECT_THAT(chunk.top_logprobs(1).token_ids(), ::testing::ElementsAre(3, 8));
+  EXPECT_THAT(chunk.top_logprobs(1).logprobs(), ::testing::ElementsAre(-0.25f, -1.5f));
+  GenerateChunk none;
+  e.top_logprobs.clear();
+  SequenceEventToProto(e, &none);
+  EXPECT_EQ(none.top_logprobs_size(), 0);
+}
+
 TEST(GenerateServiceTest, RefusesEveryBadFieldNamingTheValueAndKeepsServing) {
   FakeGeneration generation;
   Served served(generation.generator());
@@ -203,7 +226,7 @@ TEST(GenerateServiceTest, RefusesEveryBadFieldNamingTheValueAndKeepsServing) {
       {"top_p 0", [](GenerateRequest& r) { r.set_top_p(0); }, kBad, "top_p 0 must be in (0, 1]"},
       {"top_p 1.5", [](GenerateRequest& r) { r.set_top_p(1.5f); }, kBad, "top_p 1.5"},
       {"top_p nan", [&](GenerateRequest& r) { r.set_top_p(nan); }, kBad, "top_p nan"},
-      {"top_k", [](GenerateRequest& r) { r.set_top_k(-2); }, kBad, "top_k -2 must be >= -1"},
+      {"top_k", [](GenerateRequest& r) { r.set_top_k(-2); }, kBad, "top_k -2 must be >= -1 (0 and -1 turn it off)"},
       {"logprobs 21", [](GenerateRequest& r) { r.set_logprobs(21); }, kBad,
        "logprobs 21 must be in [0, 20]"},
       {"logprobs -1", [](GenerateRequest& r) { r.set_logprobs(-1); }, kBad, "logprobs -1"},

@@ -72,20 +72,32 @@ CompletionLogprobs ChoiceTracker::Logprobs(const SequenceEvent& ev, int64_t offs
   for (size_t i = 0; i < ev.token_ids.size(); ++i) {
     const int64_t id = ev.token_ids[i];
     lp.text_offset.push_back(offset);
-    if (detokenize_ != nullptr) {
-      const std::string bytes = detokenize_(model_, {id});
-      offset += static_cast<int64_t>(bytes.size());
-      lp.tokens.push_back(tokenizer::DecodeUtf8Lossy(bytes));
-    } else {
-      lp.tokens.push_back(absl::StrCat(id));
-    }
+    if (detokenize_ != nullptr) offset += static_cast<int64_t>(detokenize_(model_, {id}).size());
+    lp.tokens.push_back(TokenText(id));
     // A sequence asked for logprobs gets one per token; a missing one (not
     // expected) is written as -inf's stand-in rather than shifting the rest.
-    lp.token_logprobs.push_back(i < ev.logprobs.size() ? ev.logprobs[i]
-                                                       : -std::numeric_limits<float>::infinity());
-    lp.top_logprobs.emplace_back();  // not carried by SequenceEvent yet
+    const float logprob =
+        i < ev.logprobs.size() ? ev.logprobs[i] : -std::numeric_limits<float>::infinity();
+    lp.token_logprobs.push_back(logprob);
+    // OpenAI's: the N most likely, most likely first, then the sampled token
+    // when it is not among them (up to N + 1 entries; logprobs 0: it alone).
+    std::vector<std::pair<std::string, float>> top;
+    bool sampled_listed = false;
+    if (i < ev.top_logprobs.size()) {
+      for (const TopLogprob& t : ev.top_logprobs[i]) {
+        top.emplace_back(TokenText(t.token_id), t.logprob);
+        sampled_listed = sampled_listed || t.token_id == id;
+      }
+    }
+    if (!sampled_listed) top.emplace_back(lp.tokens.back(), logprob);
+    lp.top_logprobs.push_back(std::move(top));
   }
   return lp;
+}
+
+std::string ChoiceTracker::TokenText(int64_t id) const {
+  if (detokenize_ == nullptr) return absl::StrCat(id);
+  return tokenizer::DecodeUtf8Lossy(detokenize_(model_, {id}));
 }
 
 CompletionUsage ChoiceTracker::usage() const {

@@ -20,8 +20,10 @@
 // Generator ends the sequence at the token that completed the stop, so its
 // last event carries that token). Logprobs, OpenAI's lists: `tokens`
 // each token's own bytes decoded (each id's decimal string without a
-// detokenizer), `token_logprobs` the event's, `top_logprobs` one empty entry
-// per token (SequenceEvent does not carry the top N yet), `text_offset` the
+// detokenizer), `token_logprobs` the event's, `top_logprobs` per token a
+// dict of the event's N most likely tokens (their texts, as `tokens`) and the
+// sampled token when it is not among them (OpenAI's legacy completions: up
+// to N + 1 entries; `logprobs` 0: the sampled token alone), `text_offset` the
 // byte offset of each token's bytes in the choice's bytes (0s without a
 // detokenizer). A last event that is neither (kError, or
 // kCancelled by the server) is the choice's error (ChoiceTracker::error).
@@ -102,8 +104,13 @@ class ChoiceTracker {
     bool finished = false;
   };
 
-  // The logprobs of `ev`'s tokens, the first at byte `offset` of the choice.
+  // The logprobs of `ev`'s tokens, the first at byte `offset` of the choice:
+  // each position's top_logprobs dict holds the event's top N and the
+  // sampled token when it is not among them (OpenAI's up to N + 1).
   CompletionLogprobs Logprobs(const SequenceEvent& ev, int64_t offset) const;
+  // An id's text (its bytes decoded lossily), or its decimal string without
+  // a tokenizer.
+  std::string TokenText(int64_t id) const;
 
   const std::string model_;
   const int32_t num_logprobs_;

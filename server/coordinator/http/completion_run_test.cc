@@ -68,7 +68,9 @@ TEST(ChoiceTrackerTest, WithoutADetokenizerTextIsEmptyAndTokensAreIds) {
   ASSERT_TRUE(d.logprobs.has_value());
   EXPECT_THAT(d.logprobs->tokens, ElementsAre("12", "7"));
   EXPECT_THAT(d.logprobs->token_logprobs, ElementsAre(-0.5f, -1.0f));
-  EXPECT_EQ(d.logprobs->top_logprobs.size(), 2u);  // one (empty) entry per token
+  // logprobs 0: each position's dict holds the sampled token alone.
+  using Top = std::vector<std::pair<std::string, float>>;
+  EXPECT_THAT(d.logprobs->top_logprobs, ElementsAre(Top{{"12", -0.5f}}, Top{{"7", -1.0f}}));
   EXPECT_THAT(d.logprobs->text_offset, ElementsAre(0, 0));
   EXPECT_EQ(d.finish_reason, "");
   EXPECT_FALSE(t.all_finished());
@@ -96,6 +98,28 @@ TEST(ChoiceTrackerTest, WithADetokenizerTextAndOffsetsFollowTheTokens) {
   t.Apply({0, Last({1}, FinishReason::kLength, 1)});
   EXPECT_TRUE(t.all_finished());
   EXPECT_EQ(t.usage().completion_tokens, 4);
+}
+
+// OpenAI's legacy top_logprobs: per position the N most likely tokens (as
+// text), most likely first, and the sampled token after them when it is not
+// among them (N + 1 entries).
+TEST(ChoiceTrackerTest, TopLogprobsListTheTopNAndTheSampledTokenWhenNotAmongThem) {
+  using Top = std::vector<std::pair<std::string, float>>;
+  ChoiceTracker t("lm", 1, /*num_logprobs=*/2, Detok);
+  SequenceEvent e = Tokens({7, 3}, {-0.25f, -3.0f});
+  e.top_logprobs = {{{7, -0.25f}, {5, -1.5f}}, {{7, -0.5f}, {5, -1.0f}}};
+  CompletionChoice d = t.Apply({0, e});
+  ASSERT_TRUE(d.logprobs.has_value());
+  EXPECT_THAT(d.logprobs->tokens, ElementsAre("ab", "<3>"));
+  EXPECT_THAT(d.logprobs->token_logprobs, ElementsAre(-0.25f, -3.0f));
+  EXPECT_THAT(d.logprobs->top_logprobs,
+              ElementsAre(Top{{"ab", -0.25f}, {"<5>", -1.5f}},
+                          Top{{"ab", -0.5f}, {"<5>", -1.0f}, {"<3>", -3.0f}}));
+  // Without a tokenizer the keys are the ids' decimal strings.
+  ChoiceTracker ids("lm", 1, /*num_logprobs=*/1, nullptr);
+  SequenceEvent one = Tokens({4}, {-0.1f});
+  one.top_logprobs = {{{4, -0.1f}}};
+  EXPECT_THAT(ids.Apply({0, one}).logprobs->top_logprobs, ElementsAre(Top{{"4", -0.1f}}));
 }
 
 // Token bytes that split characters: 20 is E2 82, 21 is AC (E2 82 AC is the

@@ -34,6 +34,7 @@ using Json = nlohmann::json;
 using ::meshserve::testing::OpenAiTestServer;
 using ::meshserve::testing::OpenAiTestServerOptions;
 // The fake model's tokens for a prompt (fake_steps.h).
+using ::meshserve::testing::kVocab;
 using ::meshserve::testing::Reference;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
@@ -294,8 +295,28 @@ TEST_F(OpenAiHttpTest, LogprobsAreTheSampledOnesWithIdsAsTokens) {
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_EQ(lp.at("tokens")[i], absl::StrCat(ref[i]));
     EXPECT_EQ(lp.at("token_logprobs")[i], -1.5);  // what the fake workers sample
-    EXPECT_EQ(lp.at("top_logprobs")[i], Json::object());  // not carried yet
+    // The fake workers' top 2: the sampled token, then the next id.
+    EXPECT_EQ(lp.at("top_logprobs")[i],
+              Json({{absl::StrCat(ref[i]), -1.5}, {absl::StrCat((ref[i] + 1) % kVocab), -2.5}}));
     EXPECT_EQ(lp.at("text_offset")[i], 0);
+  }
+  // Streamed: the same lists, one entry per token in the chunks.
+  const Answer s = Post(port_, "/v1/completions",
+                        R"({"model": "lm", "prompt": [2], "max_tokens": 3, "logprobs": 2,
+                            "stream": true})");
+  ASSERT_EQ(s.status, 200) << s.body;
+  std::vector<Json> tops;
+  for (const std::string& data : SseData(s.body)) {
+    if (data == "[DONE]") continue;
+    const Json chunk = Json::parse(data);
+    for (const Json& c : chunk.at("choices")) {
+      for (const Json& t : c.at("logprobs").at("top_logprobs")) tops.push_back(t);
+    }
+  }
+  ASSERT_EQ(tops.size(), 3u) << s.body;
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(tops[i],
+              Json({{absl::StrCat(ref[i]), -1.5}, {absl::StrCat((ref[i] + 1) % kVocab), -2.5}}));
   }
 }
 
@@ -412,7 +433,7 @@ TEST_F(OpenAiHttpTest, EveryBadFieldIs400InOpenAisShapeAndTheServerGoesOn) {
       {R"({"model": "lm", "prompt": [1], "max_tokens": 0})", "max_tokens must be >= 1",
        "max_tokens"},
       {R"({"model": "lm", "prompt": [1], "temperature": -1})", "temperature", "temperature"},
-      {R"({"model": "lm", "prompt": [1], "top_p": 0})", "top_p must be in (0, 1]", "top_p"},
+      {R"({"model": "lm", "prompt": [1], "top_p": 0})", "top_p 0 must be in (0, 1]", "top_p"},
       {R"({"model": "lm", "prompt": [1], "top_k": -2})", "top_k", "top_k"},
       {R"({"model": "lm", "prompt": [1], "n": 0})", "n must be", "n"},
       {R"({"model": "lm", "prompt": [1], "logprobs": 21})", "logprobs", "logprobs"},

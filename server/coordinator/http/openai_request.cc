@@ -144,36 +144,23 @@ absl::Status ParseSeed(const Json& obj, CompletionRequest* r) {
 absl::Status ParseSampling(const Json& obj, CompletionRequest* r) {
   MS_ASSIGN_OR_RETURN(std::optional<double> temperature, OptNumber(obj, "temperature"));
   if (temperature) {
-    if (*temperature < 0) return InvalidArgument("temperature must be >= 0, got ", *temperature);
-    if (!std::isfinite(static_cast<float>(*temperature))) {
-      return InvalidArgument("temperature must be a finite float, got ", *temperature);
-    }
+    MS_RETURN_IF_ERROR(CheckTemperature(*temperature));
     r->sampling.temperature = static_cast<float>(*temperature);
   }
   MS_ASSIGN_OR_RETURN(std::optional<double> top_p, OptNumber(obj, "top_p"));
   if (top_p) {
-    if (!(*top_p > 0 && *top_p <= 1)) {
-      return InvalidArgument("top_p must be in (0, 1], got ", *top_p);
-    }
+    MS_RETURN_IF_ERROR(CheckTopP(*top_p));
     r->sampling.top_p = static_cast<float>(*top_p);
     if (r->sampling.top_p <= 0) r->sampling.top_p = std::numeric_limits<float>::min();
   }
   MS_ASSIGN_OR_RETURN(std::optional<int64_t> top_k, OptInt(obj, "top_k"));
   if (top_k) {
-    if (*top_k < -1) {
-      return InvalidArgument("top_k must be -1 or 0 (off) or >= 1, got ", *top_k);
-    }
-    if (*top_k > std::numeric_limits<int32_t>::max()) {
-      return InvalidArgument("top_k must be <= ", std::numeric_limits<int32_t>::max(),
-                             ", got ", *top_k);
-    }
+    MS_RETURN_IF_ERROR(CheckTopK(*top_k));
     r->sampling.top_k = *top_k == -1 ? 0 : static_cast<int32_t>(*top_k);
   }
   MS_ASSIGN_OR_RETURN(std::optional<int64_t> logprobs, OptInt(obj, "logprobs"));
   if (logprobs) {
-    if (*logprobs < 0 || *logprobs > kMaxLogprobs) {
-      return InvalidArgument("logprobs must be in [0, ", kMaxLogprobs, "], got ", *logprobs);
-    }
+    MS_RETURN_IF_ERROR(CheckLogprobs(*logprobs));
     r->logprobs = static_cast<int32_t>(*logprobs);
     r->sampling.num_logprobs = r->logprobs;
   }

@@ -25,7 +25,7 @@
 //
 // Errors: all kInvalidArgument, the message naming the field and the value:
 //   "max_tokens must be >= 1, got 0", "max_tokens must be an integer, got \"3\"",
-//   "top_p must be in (0, 1], got 1.5", "request body is not valid JSON: ...".
+//   "top_p 1.5 must be in (0, 1]", "request body is not valid JSON: ...".
 // A body nested deeper than kMaxOpenAiJsonDepth levels is refused before it is
 // parsed (nlohmann's dump and destructor recurse).
 //

@@ -195,6 +195,8 @@ TEST(EncodeOpenAiErrorTest, ParamIsTheFieldTheMessageNames) {
     Json param;
   };
   for (const Case& c : {Case{"top_p must be in (0, 1], got 2", "top_p"},
+                        Case{"top_p 2 must be in (0, 1]", "top_p"},  // CheckTopP's
+                        Case{"top_k -2 must be >= -1 (0 and -1 turn it off)", "top_k"},
                         Case{"stop[1] must not be empty", "stop"},
                         Case{"stop_token_ids[0] must be an integer, got \"a\"", "stop_token_ids"},
                         Case{"stream_options.include_usage must be true or false, got 1",

@@ -44,6 +44,17 @@ inline std::vector<int64_t> Reference(std::vector<int64_t> prompt, int64_t max_t
   return out;
 }
 
+// The top N the fake model reports after sampling `token` (num_logprobs N):
+// ids token, token + 1, ... (mod kVocab) with logprobs -1.5, -2.5, ...: the
+// sampled token is the most likely, with the logprob -1.5 it samples with.
+inline std::vector<TopLogprob> FakeTopLogprobs(int64_t token, int32_t num_logprobs) {
+  std::vector<TopLogprob> top;
+  for (int32_t i = 0; i < num_logprobs; ++i) {
+    top.push_back({(token + i) % kVocab, -1.5f - static_cast<float>(i)});
+  }
+  return top;
+}
+
 struct FakeWorkers {
   std::map<SequenceId, std::vector<int64_t>> kv;
   std::vector<std::string> errors;
@@ -72,7 +83,11 @@ struct FakeWorkers {
           prefill += static_cast<int64_t>(span.token_ids.size());
         }
         cache.insert(cache.end(), span.token_ids.begin(), span.token_ids.end());
-        if (span.sample) out.push_back({span.seq, NextToken(cache), -1.5f});
+        if (span.sample) {
+          const int64_t token = NextToken(cache);
+          out.push_back({span.seq, token, -1.5f,
+                         FakeTopLogprobs(token, span.sampling.num_logprobs)});
+        }
       }
       max_prefill_seen = std::max(max_prefill_seen, prefill);
     }
