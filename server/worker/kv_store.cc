@@ -1,6 +1,8 @@
 // KvCacheStore (kv_store.h).
 #include "server/worker/kv_store.h"
 
+#include <algorithm>
+
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 
@@ -54,6 +56,82 @@ void KvCacheStore::Release(const std::string& model, int64_t generation,
   for (const std::shared_ptr<KvCache>& cache : caches) {
     for (int64_t seq : seqs) cache->Free(seq).IgnoreError();  // unknown: nothing to free
   }
+}
+
+namespace {
+
+// Copies src's first num_tokens positions of every layer into dst (new).
+absl::Status ForkOne(KvCache& cache, int64_t src, int64_t dst, int64_t num_tokens) {
+  if (cache.Info(dst).ok()) {
+    return FailedPrecondition("fork of sequence ", src, ": sequence ", dst, " already exists");
+  }
+  MS_ASSIGN_OR_RETURN(SequenceKvInfo info, cache.Info(src));
+  for (size_t layer = 0; layer < info.layer_lengths.size(); ++layer) {
+    if (info.layer_lengths[layer] < num_tokens) {
+      return FailedPrecondition("fork of sequence ", src, " at ", num_tokens,
+                                " positions: layer ", layer, " holds ",
+                                info.layer_lengths[layer]);
+    }
+  }
+  const KvBlockPool& pool = cache.pool();
+  const KvBlockPoolOptions& o = pool.options();
+  const int64_t floats = o.num_kv_heads * pool.block_tokens() * o.head_dim;
+  const int64_t blocks = pool.BlocksForTokens(num_tokens);
+  int64_t src_reserve = 0;
+  for (int64_t len : info.layer_lengths) src_reserve = std::max(src_reserve, len + 1);
+  MS_RETURN_IF_ERROR(cache.Reserve(src, src_reserve));
+  MS_RETURN_IF_ERROR(cache.Reserve(dst, num_tokens));
+  for (int64_t layer = 0; layer < static_cast<int64_t>(info.layer_lengths.size()); ++layer) {
+    // A lease on src reads its block table without advancing it (no Commit);
+    // the one on dst advances dst's length to num_tokens (Commit).
+    const KvSpan from{src, info.layer_lengths[layer], 0, 1};
+    const KvSpan to{dst, 0, 0, num_tokens};
+    absl::StatusOr<KvCache::StepLease> read = cache.AcquireStep(layer, {&from, 1});
+    absl::StatusOr<KvCache::StepLease> write =
+        read.ok() ? cache.AcquireStep(layer, {&to, 1}) : read.status();
+    if (!read.ok() || !write.ok()) {
+      cache.Free(dst).IgnoreError();
+      return !read.ok() ? read.status() : write.status();
+    }
+    const std::vector<int32_t>& from_blocks = read->entries()[0].blocks;
+    const std::vector<int32_t>& to_blocks = write->entries()[0].blocks;
+    for (int64_t b = 0; b < blocks; ++b) {
+      std::copy_n(pool.KeyData(from_blocks[b], layer), floats, pool.KeyData(to_blocks[b], layer));
+      std::copy_n(pool.ValueData(from_blocks[b], layer), floats,
+                  pool.ValueData(to_blocks[b], layer));
+    }
+    write->Commit();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status KvCacheStore::Fork(const std::string& model, int64_t generation, int64_t src,
+                                const std::vector<int64_t>& dsts, int64_t num_tokens) {
+  if (num_tokens < 1) return InvalidArgument("fork of sequence ", src, ": ", num_tokens,
+                                             " positions (must be >= 1)");
+  for (int64_t dst : dsts) {
+    if (dst == src) return InvalidArgument("fork of sequence ", src, " into itself");
+  }
+  std::vector<std::shared_ptr<KvCache>> caches;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, cache] : caches_) {
+      if (std::get<0>(key) == model && std::get<1>(key) == generation) caches.push_back(cache);
+    }
+  }
+  for (const std::shared_ptr<KvCache>& cache : caches) {
+    if (!cache->Info(src).ok()) continue;  // src never reached this device's attention
+    for (size_t i = 0; i < dsts.size(); ++i) {
+      absl::Status forked = ForkOne(*cache, src, dsts[i], num_tokens);
+      if (!forked.ok()) {
+        for (size_t j = 0; j < i; ++j) cache->Free(dsts[j]).IgnoreError();
+        return forked;
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 void KvCacheStore::Drop(const std::string& model, int64_t generation) {

@@ -54,6 +54,22 @@ class KvCacheStore {
   void Release(const std::string& model, int64_t generation, const std::vector<int64_t>& seqs)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Gives each of `dsts` a copy of the first `num_tokens` positions of
+  // `src`, every layer, in every cache of (model, generation) that holds
+  // `src` (the n choices of one prompt share its prefill: the prompt is
+  // prefilled once as `src`, then forked). A dst gets its own blocks
+  // (ceil(num_tokens / block_tokens)), so later appends never touch src's.
+  // Reading src's blocks needs its reservation to cover one position past
+  // its length (KvCache::AcquireStep), so src may get one more block early:
+  // the one its next token needs. \error kInvalidArgument for num_tokens < 1
+  //   or a dst equal to src; kFailedPrecondition when a dst already exists
+  //   or src holds fewer than num_tokens positions in some layer;
+  //   kResourceExhausted (KvCache::Reserve's) when the blocks are not free.
+  //   On error no dst is left behind in that cache.
+  absl::Status Fork(const std::string& model, int64_t generation, int64_t src,
+                    const std::vector<int64_t>& dsts, int64_t num_tokens)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
   // Drops the caches of (model, generation) (-1: every generation).
   void Drop(const std::string& model, int64_t generation) ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -2,7 +2,8 @@
 // the budget split over the devices; the first cache of a model's new
 // generation drops that model's caches of older generations (and only
 // those), while a step still holding an old cache keeps using it; Release
-// frees sequences in every cache of (model, generation); Drop; the errors
+// frees sequences in every cache of (model, generation); Fork copies a
+// prefix into new sequences' own blocks; Drop; the errors
 // (capacity, geometry) name their numbers.
 //
 // Memory math of the geometry used here (kv_block_pool.h): 2 layers, 1 kv
@@ -135,6 +136,93 @@ TEST(KvCacheStoreTest, ReleaseFreesTheSequencesInEveryCacheOfTheGeneration) {
   EXPECT_EQ(d0->NumFreeBlocks(), 3);
   // The freed blocks serve a new sequence: 3 free of 4.
   EXPECT_THAT(d0->Reserve(8, 48), IsOk());
+}
+
+// Writes `num_tokens` positions of `seq` in every layer, position p of layer
+// l, head h, element e holding 1000 * l + 10 * p + e + (seq * 1e5) (values
+// 0.5 more), through the lease CachedAttention uses.
+void WritePattern(KvCache& cache, int64_t seq, int64_t num_tokens) {
+  ASSERT_THAT(cache.Reserve(seq, num_tokens), IsOk());
+  const KvBlockPool& pool = cache.pool();
+  const int64_t bt = pool.block_tokens();
+  for (int64_t layer = 0; layer < kLayers; ++layer) {
+    const KvSpan span{seq, 0, 0, num_tokens};
+    ASSERT_OK_AND_ASSIGN(KvCache::StepLease lease, cache.AcquireStep(layer, {&span, 1}));
+    for (int64_t p = 0; p < num_tokens; ++p) {
+      const int32_t block = lease.entries()[0].blocks[p / bt];
+      for (int64_t e = 0; e < kHeadDim; ++e) {
+        const float v = 1000.0f * layer + 10.0f * p + e + 1e5f * seq;
+        pool.KeyData(block, layer)[(p % bt) * kHeadDim + e] = v;
+        pool.ValueData(block, layer)[(p % bt) * kHeadDim + e] = v + 0.5f;
+      }
+    }
+    lease.Commit();
+  }
+}
+
+// Position p of `seq`'s key and value rows in `layer` (its length must be
+// below its reservation: the read lease appends nothing).
+std::pair<std::vector<float>, std::vector<float>> Row(KvCache& cache, int64_t seq,
+                                                      int64_t layer, int64_t p) {
+  const SequenceKvInfo info = cache.Info(seq).value();
+  const KvSpan span{seq, info.layer_lengths[layer], 0, 1};
+  auto lease = cache.AcquireStep(layer, {&span, 1});
+  EXPECT_THAT(lease.status(), IsOk());
+  if (!lease.ok()) return {};
+  const int64_t bt = cache.pool().block_tokens();
+  const int32_t block = lease->entries()[0].blocks[p / bt];
+  const float* k = cache.pool().KeyData(block, layer) + (p % bt) * kHeadDim;
+  const float* v = cache.pool().ValueData(block, layer) + (p % bt) * kHeadDim;
+  return {std::vector<float>(k, k + kHeadDim), std::vector<float>(v, v + kHeadDim)};
+}
+
+TEST(KvCacheStoreTest, ForkCopiesThePrefixIntoBlocksOfTheirOwn) {
+  KvCacheStore store(8 * kBlockBytes);  // one device: 8 blocks
+  ASSERT_OK_AND_ASSIGN(auto cache, Get(store, "m", 1, 0, /*num_devices=*/1));
+  WritePattern(*cache, 1, 20);  // 2 blocks
+  ASSERT_THAT(store.Fork("m", 1, 1, {5, 6}, 18), IsOk());
+  for (int64_t dst : {5, 6}) {
+    ASSERT_OK_AND_ASSIGN(SequenceKvInfo info, cache->Info(dst));
+    EXPECT_THAT(info.layer_lengths, ElementsAre(18, 18));
+    EXPECT_EQ(info.num_blocks, 2);
+    ASSERT_THAT(cache->Reserve(dst, 19), IsOk());  // room for the read lease
+    for (int64_t layer = 0; layer < kLayers; ++layer) {
+      for (int64_t p = 0; p < 18; ++p) {
+        EXPECT_EQ(Row(*cache, dst, layer, p), Row(*cache, 1, layer, p))
+            << "dst " << dst << " layer " << layer << " position " << p;
+      }
+    }
+  }
+  // The source is untouched (20 positions) and the copies are separate:
+  // rewriting a dst's rows leaves the source's as they were.
+  EXPECT_THAT(cache->Info(1)->layer_lengths, ElementsAre(20, 20));
+  ASSERT_THAT(cache->Free(5), IsOk());
+  WritePattern(*cache, 5, 18);
+  EXPECT_EQ(Row(*cache, 1, 1, 3).first,
+            (std::vector<float>{1e5f + 1030, 1e5f + 1031, 1e5f + 1032, 1e5f + 1033}));
+  EXPECT_EQ(Row(*cache, 5, 1, 3).first[0], 5e5f + 1030);
+  EXPECT_EQ(store.GetUsage().sequences, 3);
+}
+
+TEST(KvCacheStoreTest, ForkRefusesWhatItCannotCopyAndLeavesNoHalfCopies) {
+  KvCacheStore store(8 * kBlockBytes);
+  ASSERT_OK_AND_ASSIGN(auto cache, Get(store, "m", 1, 0, /*num_devices=*/1));
+  WritePattern(*cache, 1, 20);
+  EXPECT_THAT(store.Fork("m", 1, 1, {2}, 21),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "layer 0 holds 20"));
+  EXPECT_THAT(store.Fork("m", 1, 1, {2}, 0), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(store.Fork("m", 1, 1, {1}, 4), StatusIs(absl::StatusCode::kInvalidArgument));
+  WritePattern(*cache, 3, 4);
+  EXPECT_THAT(store.Fork("m", 1, 1, {3}, 4),
+              StatusIs(absl::StatusCode::kFailedPrecondition, "sequence 3 already exists"));
+  // 8 blocks: src 2, seq 3 one, so three 2-block copies do not fit: the
+  // first two made are freed again.
+  EXPECT_THAT(store.Fork("m", 1, 1, {7, 8, 9}, 20),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(cache->SequenceIds(), ElementsAre(1, 3));
+  // A source this worker never saw: nothing to copy.
+  EXPECT_THAT(store.Fork("m", 1, 42, {43}, 4), IsOk());
+  EXPECT_THAT(cache->SequenceIds(), ElementsAre(1, 3));
 }
 
 TEST(KvCacheStoreTest, DropOneGenerationOrAll) {
