@@ -162,7 +162,8 @@ def child_main(argv):
                 data = np.load(os.path.join(data_dir, model + ".npz"))
                 for name, array, offset in rank_puts(rank, data, model):
                     push.put(name, array, offset=offset)
-                out[model] = {"notes": push.notes, "direct": push.bytes_direct,
+                out[model] = {"notes": push.notes, "ignored": push.ignored,
+                              "direct": push.bytes_direct,
                               "through": push.bytes_through}
         else:
             push_ids = json.loads(argv[3])
@@ -333,6 +334,17 @@ def stage_encoding(st):
                         and (out[:5] == 9).all() and (out[:, :7] == 9).all(),
                         "BoxWriter: %s chunks into a strided float64 out=" % name)
     P.CHUNK_BYTES = 1 << 20
+    try:
+        import torch
+    except ImportError:
+        print("SKIP torch tensors: no torch")
+        return
+    t = torch.from_numpy(src[1:])
+    bits = P.as_source_array("t", t.to(torch.bfloat16))
+    c.check(bits.dtype == np.uint16 and np.array_equal(bits, mslib.to_bf16_bits(src[1:])),
+            "a torch bfloat16 tensor is put as its bits")
+    c.check(np.array_equal(P.as_source_array("t", t.T), src[1:].T),
+            "a transposed torch tensor is put as its values")
 
 
 def start(st):
@@ -382,10 +394,11 @@ def stage_ranks(st):
                 % r, log)
     rc, out, log = results[0]
     for model in MODELS:
-        notes = (out or {}).get(model, {}).get("notes", [])
-        c.check(any(n[0] == "attn.bias" for n in notes),
+        info = (out or {}).get(model, {})
+        notes = info.get("notes", [])
+        c.check(info.get("ignored") == ["attn.bias"] and any(n[0] == "attn.bias" for n in notes),
                 "%s: put of the buffer attn.bias is ignored with a note" % model,
-                "    notes %s" % notes)
+                "    %s" % info)
     for r, (rc, out, log) in enumerate(results):
         for model in MODELS:
             info = (out or {}).get(model, {})
@@ -423,11 +436,17 @@ def stage_through(st):
     c = st.c
     new = random_ckpt(st.rng)
     push = st.client.begin_push("fused", direct=False)
-    for name, value in new.items():
-        push.put(name, value)
-    c.check(push.bytes_through == sum(v.nbytes for v in as_params(new).values())
-            and push.bytes_direct == 0, "direct=False: every byte through StageThrough",
-            "    through %d direct %d" % (push.bytes_through, push.bytes_direct))
+    # A state dict as it is: the checkpoint's names, a buffer, a tied twin.
+    notes = push.put_state_dict(dict(new, **{"attn.bias": np.ones((4, 4), np.float32),
+                                             "tied.proj": new["proj"]}))
+    c.check(push.ignored == ["attn.bias"] and "attn.bias" in dict(notes)
+            and "proj" in dict(notes).get("tied.proj", ""),
+            "put_state_dict: the buffer attn.bias skipped with a note, tied.proj noted as "
+            "proj's twin", "    ignored %s notes %s" % (push.ignored, notes))
+    want = sum(v.nbytes for v in as_params(new).values()) + new["proj"].nbytes
+    c.check(push.bytes_through == want and push.bytes_direct == 0,
+            "direct=False: every byte through StageThrough (tied.proj's too)",
+            "    through %d (want %d) direct %d" % (push.bytes_through, want, push.bytes_direct))
     v = push.commit()
     if c.check(v == st.version["fused"] + 1, "StageThrough push commits version %d" % (
             st.version["fused"] + 1), "    got %d" % v):

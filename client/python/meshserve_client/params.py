@@ -400,7 +400,9 @@ def start_stage(channel, model, generation, version, pieces, src, name, timeout_
 class Push:
     """One push session of `model` (BeginPush or JoinPush). `push_id` (a
     string) lets other processes join; `version` is what commit() makes.
-    `notes` lists (name, note) of puts the server ignored (e.g. a buffer);
+    `notes` lists (name, note) of the server's notes on puts (a buffer
+    ignored, a tied name routed as its twin); `ignored` the names put that
+    stage nothing (buffers the model does not read);
     `bytes_direct` / `bytes_through` count the bytes this object staged on
     the workers directly / through the coordinator. A Push is a context
     manager: leaving the block with an exception aborts it."""
@@ -414,6 +416,7 @@ class Push:
         self.version = session.version
         self.ttl_s = session.ttl_s
         self.notes = []
+        self.ignored = []
         self.bytes_direct = 0
         self.bytes_through = 0
         self.result = None  # the PushParamsResponse of commit()
@@ -447,9 +450,11 @@ class Push:
                                                      name=name, offset=offset,
                                                      shape=[int(d) for d in src.shape])
         plan = c._call("PlanPut", c._cluster.PlanPut, request, timeout_s)
-        if plan.note:
-            with self._lock:
+        with self._lock:
+            if plan.note:
                 self.notes.append((name, plan.note))
+            if not plan.pieces:
+                self.ignored.append(name)
         for p in plan.pieces:
             if p.dtype not in WIRE_DTYPES:
                 raise ValueError("put '%s': param '%s' has dtype %s, not float32, bfloat16 or "
@@ -484,7 +489,7 @@ class Push:
 
     def put_state_dict(self, state_dict, timeout_s=None):
         """put() of every (name, tensor) of a state dict, as it is; returns
-        the notes of the names the server ignored."""
+        the server's notes on them ((name, note): buffers ignored, tied names)."""
         before = len(self.notes)
         for name, value in state_dict.items():
             self.put(name, value, timeout_s=timeout_s)
