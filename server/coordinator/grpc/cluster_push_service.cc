@@ -47,6 +47,15 @@ void CommitToProto(const PushResult& result, PushParamsResponse* response) {
   response->set_seconds(result.seconds);
 }
 
+// The commit's wait for --max_live_versions ends a second before the call's
+// deadline, so that the server's message reaches the client first.
+absl::Time CommitDeadline(const grpc::ServerContext& context) {
+  if (context.deadline() == std::chrono::system_clock::time_point::max()) {
+    return absl::InfiniteFuture();
+  }
+  return absl::FromChrono(context.deadline()) - absl::Seconds(1);
+}
+
 }  // namespace
 
 grpc::Status ClusterServiceImpl::BeginPush(grpc::ServerContext* context,
@@ -119,7 +128,8 @@ grpc::Status ClusterServiceImpl::CommitPush(grpc::ServerContext* context,
   absl::StatusOr<CallGate::Pass> pass = AdmitClientCall(edge_, gate_, *context);
   if (!pass.ok()) return ToGrpcStatus(pass.status());
   absl::StatusOr<PushResult> result =
-      coordinator_->push_sessions().CommitPush(request->model(), request->push_id());
+      coordinator_->push_sessions().CommitPush(request->model(), request->push_id(),
+                                               CommitDeadline(*context));
   if (!result.ok()) return ToGrpcStatus(result.status());
   CommitToProto(*result, response);
   return grpc::Status::OK;

@@ -377,7 +377,7 @@ absl::Status ParamPush::CheckCover() const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<PushResult> ParamPush::Finish() {
+absl::StatusOr<PushResult> ParamPush::Finish(absl::Time deadline) {
   if (!failed_.ok()) return failed_;
   stream_end_ = absl::Now();
   absl::Status s = CheckCover();
@@ -407,7 +407,7 @@ absl::StatusOr<PushResult> ParamPush::Finish() {
       for (const absl::Status& r : results) MS_RETURN_IF_ERROR(r);
       return absl::OkStatus();
     };
-    s = target_.commit_and_switch(commit);
+    s = target_.commit_and_switch(commit, deadline);
     result.bytes_filled = filled;
     if ((direct_ || session_) && (absl::IsNotFound(s) || absl::IsInvalidArgument(s) ||
                                   absl::IsFailedPrecondition(s))) {

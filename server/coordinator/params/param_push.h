@@ -100,8 +100,10 @@ struct PushTarget {
   absl::Duration timeout;          // stage streams and commits
   absl::Duration control_timeout;  // aborts
   // Runs `commit` under the control lock and switches to version + 1 when it
-  // succeeds (see file comment).
-  std::function<absl::Status(const std::function<absl::Status()>& commit)> commit_and_switch;
+  // succeeds (see file comment); `deadline` (Finish's) bounds its wait for
+  // the version bound, besides the one the push began with.
+  std::function<absl::Status(const std::function<absl::Status()>& commit, absl::Time deadline)>
+      commit_and_switch;
   std::function<void()> release;  // the push is over (either way)
 };
 
@@ -139,7 +141,9 @@ class ParamPush {
   // Session push (see the top): `box` of `param` (a param of model_file(),
   // inside it), routed; a failed Put leaves the push as it was.
   absl::StatusOr<std::vector<PushPlan::Route>> Put(const ParamDef& param, const Box& box);
-  absl::StatusOr<PushResult> Finish();
+  // `deadline`: the committing call's (a session's commit is another call
+  // than its begin); infinite: the one BeginPush was given.
+  absl::StatusOr<PushResult> Finish(absl::Time deadline = absl::InfiniteFuture());
 
   const PushTarget& target() const { return target_; }
   const ModelFile& model_file() const { return *target_.model; }

@@ -3,6 +3,7 @@
 // live holder and streams the assembled bytes in chunks.
 #include "server/coordinator/params/param_versions.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -54,10 +55,11 @@ absl::StatusOr<std::unique_ptr<ParamPush>> ParamVersions::BeginPush(const std::s
   };
   target.timeout = options_.load_timeout;
   target.control_timeout = options_.control_timeout;
-  target.commit_and_switch = [this, name, weak,
-                              deadline](const std::function<absl::Status()>& commit) {
+  target.commit_and_switch = [this, name, weak, deadline](
+                                  const std::function<absl::Status()>& commit, absl::Time call) {
+    const absl::Time first = std::min(deadline, call);
     const absl::Time until =
-        deadline == absl::InfiniteFuture() ? absl::Now() + options_.load_timeout : deadline;
+        first == absl::InfiniteFuture() ? absl::Now() + options_.load_timeout : first;
     return placements_->CommitVersion(name, weak, commit, until);
   };
   target.release = [this, name] {

@@ -66,8 +66,9 @@ class ParamVersions {
   // Starts a push to `model`; the ParamPush commits at Finish and aborts when
   // dropped. Its commit first waits while it would make more than
   // options.max_live_versions versions of the model live
-  // (PlacementManager::CommitVersion), until `deadline` (the call's; infinite:
-  // options.load_timeout from the start of the wait); then Finish fails
+  // (PlacementManager::CommitVersion), until `deadline` or Finish's, the
+  // earlier (the calls'; both infinite: options.load_timeout from the start
+  // of the wait); then Finish fails
   // kDeadlineExceeded, the push aborts and the old version stays served.
   // \error kNotFound (unknown model), kFailedPrecondition (model with an
   //   error), kUnavailable (not placed), kAborted (a push to it is in progress),

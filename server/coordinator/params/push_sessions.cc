@@ -202,7 +202,8 @@ absl::StatusOr<PutPlan> PushSessions::PlanPut(const std::string& model,
 }
 
 absl::StatusOr<PushResult> PushSessions::CommitPush(const std::string& model,
-                                                    const std::string& push_id) {
+                                                    const std::string& push_id,
+                                                    absl::Time deadline) {
   MS_ASSIGN_OR_RETURN(std::shared_ptr<Session> session, Find(model, push_id, /*take=*/true));
   std::unique_ptr<ParamPush> push;
   {
@@ -210,7 +211,7 @@ absl::StatusOr<PushResult> PushSessions::CommitPush(const std::string& model,
     push = std::move(session->push);
   }
   if (push == nullptr) return Ended(push_id);
-  absl::StatusOr<PushResult> result = push->Finish();
+  absl::StatusOr<PushResult> result = push->Finish(deadline);
   if (!result.ok()) {
     MS_LOG(INFO) << "push session " << push_id << " to model '" << model
                  << "' refused at its commit (aborted on every worker): " << result.status();

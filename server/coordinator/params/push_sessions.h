@@ -126,7 +126,10 @@ class PushSessions {
   // \error as JoinPush; kInvalidArgument naming a param and an uncovered box
   //   (or "no params" when nothing was put); the commit's errors
   //   (ParamPush::Finish).
-  absl::StatusOr<PushResult> CommitPush(const std::string& model, const std::string& push_id)
+  // `deadline` bounds the commit's wait for --max_live_versions (infinite:
+  // --load_timeout from the start of the wait).
+  absl::StatusOr<PushResult> CommitPush(const std::string& model, const std::string& push_id,
+                                        absl::Time deadline = absl::InfiniteFuture())
       ABSL_LOCKS_EXCLUDED(mu_);
   // \error as JoinPush.
   absl::Status AbortPush(const std::string& model, const std::string& push_id)

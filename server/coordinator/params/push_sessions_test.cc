@@ -10,6 +10,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -74,6 +75,7 @@ class PushSessionsTest : public ::testing::Test {
     static std::atomic<int> counter{0};
     CoordinatorOptions options;
     options.replicas = 1;
+    options.max_live_versions = max_live_versions_;
     options.run_control_thread = false;  // the test ticks
     options.model_dir =
         absl::StrCat(::testing::TempDir(), "/push_sessions_", getpid(), "_", counter++);
@@ -190,6 +192,7 @@ class PushSessionsTest : public ::testing::Test {
   }
 
   static constexpr absl::Duration kTtl = absl::Seconds(300);
+  int max_live_versions_ = 3;
   absl::Time now_ = absl::FromUnixSeconds(1000);
   FakeCluster cluster_;
   std::unique_ptr<Coordinator> coordinator_;
@@ -231,6 +234,28 @@ TEST_F(PushSessionsTest, TwoRanksPutHalvesAndTheJoinerCommits) {
   EXPECT_THAT(sessions_->JoinPush("pm", a.push_id).status(),
               StatusIs(absl::StatusCode::kNotFound, a.push_id));
   EXPECT_OK(sessions_->BeginPush("pm").status());  // the admission was released
+}
+
+// Ranks in threads of their own put at once (the registry and the session
+// are shared); one commit covers every rank's rows.
+TEST_F(PushSessionsTest, RanksPutAtOnce) {
+  Start(/*workers=*/4);
+  ASSERT_OK_AND_ASSIGN(PushSessionInfo a, sessions_->BeginPush("pm"));
+  std::vector<std::thread> ranks;
+  for (int64_t rank = 0; rank < 4; ++rank) {
+    ranks.emplace_back([&, rank] {
+      ASSERT_OK_AND_ASSIGN(PushSessionInfo mine, sessions_->JoinPush("pm", a.push_id));
+      EXPECT_OK(Put(mine.push_id, "offset", {2 * rank, 0}, {2, 4}).status());
+      EXPECT_OK(Put(mine.push_id, "w", {0, 2 * rank}, {6, 2}).status());
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  ASSERT_OK_AND_ASSIGN(PushResult r, sessions_->CommitPush("pm", a.push_id));
+  EXPECT_EQ(r.bytes_to_workers, (32 + 48) * 4);
+  std::map<std::string, std::string> pulled = Pull();
+  EXPECT_EQ(pulled["offset"], full_["offset"]);
+  EXPECT_EQ(pulled["w"], full_["w"]);
+  ExpectHeld("w", 2);
 }
 
 // Overlapping puts (a replicated param from both ranks, rows put twice) all
@@ -372,6 +397,27 @@ TEST_F(PushSessionsTest, BadPutsNameTheValueAndLeaveTheSession) {
   ASSERT_OK_AND_ASSIGN(PushResult r, sessions_->CommitPush("pm", a.push_id));
   EXPECT_THAT(r.params, ::testing::ElementsAre("s"));
   EXPECT_EQ(Pull()["s"], full_["s"]);
+}
+
+// The commit's deadline is the committing call's: past it, while a sequence
+// holds the only version the bound allows, the commit is refused and the
+// session ends.
+TEST_F(PushSessionsTest, TheCommitWaitsForTheVersionBoundUntilItsDeadline) {
+  max_live_versions_ = 1;
+  Start();
+  std::shared_ptr<const Placement> sequence = Status().placement;  // holds version 1
+  ASSERT_OK_AND_ASSIGN(PushSessionInfo a, sessions_->BeginPush("pm"));
+  ASSERT_OK(Put(a.push_id, "s", {}, {}).status());
+  EXPECT_THAT(sessions_->CommitPush("pm", a.push_id, absl::Now() + absl::Milliseconds(100)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, "--max_live_versions=1"));
+  EXPECT_EQ(Status().version, 1);
+  EXPECT_THAT(sessions_->JoinPush("pm", a.push_id).status(),
+              StatusIs(absl::StatusCode::kNotFound));
+  sequence.reset();
+  ASSERT_OK_AND_ASSIGN(PushSessionInfo b, sessions_->BeginPush("pm"));
+  ASSERT_OK(Put(b.push_id, "s", {}, {}).status());
+  ASSERT_OK_AND_ASSIGN(PushResult r, sessions_->CommitPush("pm", b.push_id));
+  EXPECT_EQ(r.version, 2);
 }
 
 // A checkpoint tensor's boxes go to the params that read it, a tied name to
