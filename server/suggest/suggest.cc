@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 
@@ -162,6 +163,34 @@ void CoordinateDescent(const LayoutSpace& space, const Mesh& mesh, Layout best,
   }
 }
 
+// Every input named with its rank and the file's fixed dims, nothing else.
+absl::Status CheckShapes(const ModelFile& model, const std::vector<ShapeSet>& sets) {
+  for (const ShapeSet& shapes : sets) {
+    for (const auto& [name, dims] : shapes) {
+      if (model.FindInput(name) == nullptr) {
+        return absl::NotFoundError(absl::StrCat("--input_shape ", name, ": model '", model.name,
+                                                "' has no input '", name, "'"));
+      }
+    }
+    for (const InputDef& in : model.inputs) {
+      auto it = shapes.find(in.name);
+      if (it == shapes.end()) {
+        return InvalidArgument("no --input_shape for input '", in.name, "' in a shape set");
+      }
+      bool fits = it->second.size() == in.shape.size();
+      for (size_t i = 0; fits && i < in.shape.size(); ++i) {
+        fits = in.shape[i] == -1 || in.shape[i] == it->second[i];
+      }
+      if (!fits) {
+        return InvalidArgument("--input_shape ", in.name, "=", absl::StrJoin(it->second, ","),
+                               " does not match the model's [", absl::StrJoin(in.shape, ","),
+                               "] (-1: any)");
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string Suggestion::LayoutText() const {
@@ -182,6 +211,7 @@ std::string Suggestion::LayoutText() const {
 absl::StatusOr<SuggestResult> Suggest(const ModelFile& model, const SuggestOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   if (options.input_shapes.empty()) return InvalidArgument("no --input_shape given");
+  MS_RETURN_IF_ERROR(CheckShapes(model, options.input_shapes));
   MS_ASSIGN_OR_RETURN(LayoutSpace space, BuildLayoutSpace(model, options.num_workers));
   const std::vector<NamedLayout> named = NamedLayouts(model, space);
   Evaluator eval(model, space, options);

@@ -75,10 +75,12 @@ struct SuggestResult {
   double search_s = 0;
 };
 
-// \error kInvalidArgument: num_workers < 1, no input shapes, or no layout
+// \error kInvalidArgument: num_workers < 1, no input shapes, a shape set
+//   missing an input or not matching its rank and fixed dims, or no layout
 //   JAX's rules accept (the first rejection's message);
 //   kResourceExhausted: every layout JAX accepts is over memory_per_worker
-//   (the message gives the smallest param bytes per worker).
+//   (the message gives the smallest param bytes per worker); kNotFound: a
+//   shape for an input the model does not have.
 absl::StatusOr<SuggestResult> Suggest(const ModelFile& model, const SuggestOptions& options);
 
 // The original file's JSON with the suggestion's mesh sizes, input and param

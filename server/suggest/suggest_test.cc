@@ -210,7 +210,12 @@ TEST(SuggestTest, BadInputsAreInvalidArgument) {
   EXPECT_THAT(Suggest(SmallSwiglu(), Options(2, {})).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, "no --input_shape"));
   EXPECT_THAT(Suggest(SmallSwiglu(), Options(2, {{{"x", {1, 64}}}})).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, "input 'x'"));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "--input_shape x=1,64 does not match the model's [-1,-1,64]"));
+  EXPECT_THAT(Suggest(SmallSwiglu(), Options(2, {{{"x", {1, 1, 32}}}})).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "x=1,1,32 does not match"));
+  EXPECT_THAT(Suggest(SmallSwiglu(), Options(2, {{{"x", {1, 1, 64}}, {"z", {1}}}})).status(),
+              StatusIs(absl::StatusCode::kNotFound, "has no input 'z'"));
 }
 
 }  // namespace
