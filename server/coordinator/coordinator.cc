@@ -90,7 +90,20 @@ Coordinator::Coordinator(CoordinatorOptions options, WorkerClientFactory factory
       push_sessions_([this](const std::string& model) { return params_.BeginPush(model); },
                      PushSessions::Options{options_.push_ttl}),
       infer_(options_, &placements_, &registry_, &connections_, &program_cache_, &param_cache_,
-             &metrics_) {}
+             &metrics_),
+      pulls_(PullSource{[this](const std::string& m) { return placements_.ServableModel(m); },
+                        [this](const std::string& m) { return placements_.CurrentPlacement(m); },
+                        [this](const std::string& m) {
+                          for (const ModelStatus& s : placements_.ModelStatuses()) {
+                            if (s.name == m) return s.held_versions;
+                          }
+                          return std::map<int64_t, int64_t>{};
+                        },
+                        [this](int64_t id) { return registry_.IsAlive(id); },
+                        [this](int64_t id, const std::string& address) {
+                          return connections_.Get(id, address);
+                        }},
+             PullOptions{absl::Seconds(60), 4096, options_.load_timeout}) {}
 
 Coordinator::~Coordinator() {
   push_sessions_.Shutdown();  // their aborts wake the control loop: before it stops

@@ -58,6 +58,7 @@
 #include "server/coordinator/infer_pipeline.h"
 #include "server/coordinator/infer_request.h"
 #include "server/coordinator/params/param_cache_state.h"
+#include "server/coordinator/params/param_pull.h"
 #include "server/coordinator/params/param_versions.h"
 #include "server/coordinator/params/push_sessions.h"
 #include "server/coordinator/placement_manager.h"
@@ -126,6 +127,8 @@ class Coordinator {
   // Push sessions (params/push_sessions.h), expiring after options.push_ttl.
   PushSessions& push_sessions() { return push_sessions_; }
 
+  // Box pulls: PlanPull / EndPull / PullParams of a box (params/param_pull.h).
+  ParamPulls& param_pulls() { return pulls_; }
   const CoordinatorOptions& options() const { return options_; }
   WorkerRegistry& registry() { return registry_; }
   CoordinatorMetrics& metrics() { return metrics_; }
@@ -158,6 +161,7 @@ class Coordinator {
   ParamVersions params_;
   PushSessions push_sessions_;  // after params_: its sessions end first
   InferPipeline infer_;
+  ParamPulls pulls_;  // last: its leases are dropped first
 
   absl::Notification stop_;
   // Set by WakeControl: the control loop ticks now instead of at its period.

@@ -1,6 +1,7 @@
 // ClusterService's pull handlers: PullParams (whole params through the
 // coordinator, or a box of one at a version) and PlanPull / EndPull (box
-// pulls read straight from the holders; proto/cluster_service.proto).
+// pulls read straight from the holders; proto/cluster_service.proto). The
+// box paths are ParamPulls' (params/param_pull.h).
 // Thin: parse, call the core, convert the status once.
 //
 // Thread-safety: thread-safe (the Coordinator is).
@@ -9,41 +10,106 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/program/ir_conv.h"
 #include "common/rpc/grpc_status.h"
 #include "server/coordinator/grpc/cluster_service.h"
+#include "server/coordinator/params/param_pull.h"
 
 namespace meshserve {
+namespace {
+
+// A box pull: offset, shape or version set, or one name (which may be a
+// checkpoint tensor's). Several names with none of those: whole params.
+bool IsBoxPull(const PullParamsRequest& r) {
+  return r.offset_size() > 0 || r.shape_size() > 0 || r.version() != 0 || r.params_size() == 1;
+}
+
+void SetBox(const Box& box, BoxProto* proto) {
+  for (const Interval& i : box.dims()) {
+    proto->add_begin(i.begin);
+    proto->add_end(i.end);
+  }
+}
+
+// One PullParamsChunk on the stream (shape and dtype set by the first).
+absl::Status Send(grpc::ServerWriter<PullParamsChunk>* writer, const std::string& param,
+                  const std::vector<int64_t>& shape, int dtype, int64_t total_bytes,
+                  int64_t byte_offset, std::string data, int64_t version) {
+  PullParamsChunk message;
+  message.set_param(param);
+  for (int64_t d : shape) message.add_shape(d);
+  message.set_dtype(static_cast<DTypeProto>(dtype));
+  message.set_total_bytes(total_bytes);
+  message.set_byte_offset(byte_offset);
+  message.set_data(std::move(data));
+  message.set_version(version);
+  if (!writer->Write(message)) return absl::CancelledError("PullParams: client gone");
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 grpc::Status ClusterServiceImpl::PullParams(grpc::ServerContext* context,
                                             const PullParamsRequest* request,
                                             grpc::ServerWriter<PullParamsChunk>* writer) {
   absl::StatusOr<CallGate::Pass> pass = AdmitClientCall(edge_, gate_, *context);
   if (!pass.ok()) return ToGrpcStatus(pass.status());
+  if (IsBoxPull(*request)) {
+    if (request->params_size() != 1) {
+      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+          "PullParams of model '", request->model(), "' with offset, shape or version names ",
+          request->params_size(), " params; a box pull names exactly one")));
+    }
+    BoxPullRequest box{request->model(), request->params(0),
+                       {request->offset().begin(), request->offset().end()},
+                       {request->shape().begin(), request->shape().end()}, request->version()};
+    absl::Status s = coordinator_->param_pulls().PullBox(box, [&](BoxPullChunk c) {
+      return Send(writer, c.name, c.shape, c.first ? DTypeToProto(c.dtype) : 0, c.total_bytes,
+                  c.byte_offset, std::move(c.data), c.version);
+    });
+    return ToGrpcStatus(s);
+  }
   std::vector<std::string> params(request->params().begin(), request->params().end());
   absl::Status s = coordinator_->PullParams(
-      request->model(), params, [&](PullChunk chunk) -> absl::Status {
-        PullParamsChunk message;
-        message.set_param(chunk.param);
-        for (int64_t d : chunk.shape) message.add_shape(d);
-        message.set_dtype(static_cast<DTypeProto>(chunk.dtype));
-        message.set_total_bytes(chunk.total_bytes);
-        message.set_byte_offset(chunk.byte_offset);
-        message.set_data(std::move(chunk.data));
-        message.set_version(chunk.version);
-        if (!writer->Write(message)) return absl::CancelledError("PullParams: client gone");
-        return absl::OkStatus();
+      request->model(), params, [&](PullChunk c) {
+        return Send(writer, c.param, c.shape, c.dtype, c.total_bytes, c.byte_offset,
+                    std::move(c.data), c.version);
       });
   return ToGrpcStatus(s);
 }
 
-grpc::Status ClusterServiceImpl::PlanPull(grpc::ServerContext*, const PlanPullRequest*,
-                                          PlanPullReply*) {
-  return ToGrpcStatus(absl::UnimplementedError("PlanPull: not implemented yet"));
+grpc::Status ClusterServiceImpl::PlanPull(grpc::ServerContext* context,
+                                          const PlanPullRequest* request, PlanPullReply* reply) {
+  absl::StatusOr<CallGate::Pass> pass = AdmitClientCall(edge_, gate_, *context);
+  if (!pass.ok()) return ToGrpcStatus(pass.status());
+  BoxPullRequest box{request->model(), request->name(),
+                     {request->offset().begin(), request->offset().end()},
+                     {request->shape().begin(), request->shape().end()}, request->version()};
+  absl::StatusOr<PullPlan> plan = coordinator_->param_pulls().PlanPull(box);
+  if (!plan.ok()) return ToGrpcStatus(plan.status());
+  reply->set_lease_id(plan->lease_id);
+  reply->set_lease_s(plan->lease_s);
+  reply->set_generation(plan->generation);
+  reply->set_version(plan->version);
+  reply->set_dtype(static_cast<DTypeProto>(DTypeToProto(plan->dtype)));
+  for (int64_t d : plan->shape) reply->add_shape(d);
+  for (const PullPlanPiece& piece : plan->pieces) {
+    PullPiece* out = reply->add_pieces();
+    out->set_param(piece.param);
+    for (int64_t d : piece.dst_offset) out->add_dst_offset(d);
+    SetBox(piece.box, out->mutable_box());
+    out->set_worker_id(piece.worker_id);
+    out->set_address(piece.address);
+  }
+  return grpc::Status::OK;
 }
 
-grpc::Status ClusterServiceImpl::EndPull(grpc::ServerContext*, const EndPullRequest*,
-                                         EndPullReply*) {
-  return ToGrpcStatus(absl::UnimplementedError("EndPull: not implemented yet"));
+grpc::Status ClusterServiceImpl::EndPull(grpc::ServerContext* context,
+                                         const EndPullRequest* request, EndPullReply*) {
+  absl::StatusOr<CallGate::Pass> pass = AdmitClientCall(edge_, gate_, *context);
+  if (!pass.ok()) return ToGrpcStatus(pass.status());
+  return ToGrpcStatus(coordinator_->param_pulls().EndPull(request->model(), request->lease_id()));
 }
 
 }  // namespace meshserve
