@@ -26,7 +26,9 @@ holds a buffer `attn.bias` the model does not read (checkpoint_ignored), and
      NumPy reference with the new weights.
   3. A push with direct=False stages every byte through the coordinator
      (StageThrough) and commits the same way.
-  4. Bad inputs raise MeshserveError with the right code and change nothing
+  4. A client that cannot reach one worker stages its pieces through
+     StageThrough and reads them through PullParams; same results.
+  5. Bad inputs raise MeshserveError with the right code and change nothing
      (the cluster keeps serving the same version): an unknown name
      (NOT_FOUND, at put and pull), a bad offset (INVALID_ARGUMENT), a commit
      that does not cover a param (refused naming it; the push is over), puts
@@ -455,6 +457,41 @@ def stage_through(st):
     st.check_all("after the StageThrough push")
 
 
+def stage_unreachable(st):
+    """A worker the client cannot reach: its pieces go through StageThrough,
+    its pulls through PullParams; the results are the same."""
+    c, mc = st.c, st.mc
+    from meshserve_client import params as P
+    dead = "127.0.0.1:%d" % mslib.free_port()  # nothing listens there
+    victim = st.client.status().workers[0].address
+
+    class OneDown(P.WorkerChannels):
+        def channel(self, address):
+            return super().channel(dead if address == victim else address)
+    client = mc.MeshserveClient(st.cluster.target, timeout_s=60)
+    client._workers = OneDown([], connect_timeout_s=1.0)
+    try:
+        new = random_ckpt(st.rng)
+        push = client.begin_push("fused")
+        for name, value in new.items():
+            push.put(name, value)
+        c.check(push.bytes_through > 0 and push.bytes_direct > 0
+                and push.bytes_through + push.bytes_direct
+                == sum(v.nbytes for v in new.values()),
+                "one worker unreachable: its pieces through StageThrough, the rest direct",
+                "    through %d direct %d" % (push.bytes_through, push.bytes_direct))
+        v = push.commit()
+        c.check(v == st.version["fused"] + 1, "the push commits version %d" % v)
+        st.version["fused"], st.current["fused"] = v, new
+        for name, value in as_params(new).items():
+            got = client.pull("fused", name)
+            c.check(np.array_equal(got, value),
+                    "one worker unreachable: pull '%s' (its pieces via PullParams)" % name)
+        st.check_serving("after the push with a worker unreachable")
+    finally:
+        client.close()
+
+
 def stage_refusals(st):
     """4: refused inputs change nothing, the cluster keeps serving."""
     client, mc, c = st.client, st.mc, st.c
@@ -534,6 +571,7 @@ def stages(env):
     out += [("pulls at load", lambda: st.check_all("at load")),
             when(["BeginPush"], "ranks push, a third process commits", stage_ranks),
             when(["BeginPush"], "push through the coordinator", stage_through),
+            when(["BeginPush"], "a worker unreachable", stage_unreachable),
             when(["BeginPush"], "refusals", stage_refusals),
             ("stop", lambda: st.cluster.stop() if st.cluster else None)]
     env.state = st
