@@ -483,10 +483,18 @@ def stage_unreachable(st):
         v = push.commit()
         c.check(v == st.version["fused"] + 1, "the push commits version %d" % v)
         st.version["fused"], st.current["fused"] = v, new
-        for name, value in as_params(new).items():
-            got = client.pull("fused", name)
-            c.check(np.array_equal(got, value),
-                    "one worker unreachable: pull '%s' (its pieces via PullParams)" % name)
+        through = []
+        real = P.pull_through
+        P.pull_through = lambda *a: through.append(a[2]) or real(*a)
+        try:
+            for name, value in as_params(new).items():
+                got = client.pull("fused", name)
+                c.check(np.array_equal(got, value),
+                        "one worker unreachable: pull '%s' equals what was pushed" % name)
+        finally:
+            P.pull_through = real
+        c.check(len(through) > 0, "the unreachable worker's pieces were pulled via PullParams",
+                "    pieces via PullParams: %s" % through)
         st.check_serving("after the push with a worker unreachable")
     finally:
         client.close()
