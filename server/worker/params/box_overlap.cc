@@ -4,6 +4,7 @@
 // Thread-safety: pure functions.
 #include "server/worker/params/box_overlap.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -117,6 +118,50 @@ std::optional<std::vector<int64_t>> FirstDifference(const char* a, const Box& a_
                return false;
              });
   return found;
+}
+
+std::optional<std::vector<int64_t>> FirstDifferenceInRange(absl::string_view bytes,
+                                                           int64_t offset, const Box& box,
+                                                           const char* buffer,
+                                                           const Box& buffer_box, int64_t elem) {
+  const int rank = box.rank();
+  // A row: the innermost dim of `box` (the one element of a rank-0 box).
+  const int64_t row_bytes = (rank == 0 ? 1 : box[rank - 1].size()) * elem;
+  if (row_bytes == 0) return std::nullopt;
+  std::vector<int64_t> buffer_stride(rank, 1);
+  for (int d = rank - 2; d >= 0; --d) {
+    buffer_stride[d] = buffer_stride[d + 1] * buffer_box[d + 1].size();
+  }
+  std::vector<int64_t> index(rank);
+  int64_t done = 0;
+  const int64_t size = static_cast<int64_t>(bytes.size());
+  while (done < size) {
+    const int64_t p = offset + done;
+    int64_t row = p / row_bytes;
+    const int64_t within = p % row_bytes;
+    // The row's first element in global coordinates, then its buffer offset.
+    for (int d = rank - 1; d >= 0; --d) {
+      if (d == rank - 1) {
+        index[d] = box[d].begin;
+        continue;
+      }
+      index[d] = box[d].begin + row % box[d].size();
+      row /= box[d].size();
+    }
+    int64_t at = 0;
+    for (int d = 0; d < rank; ++d) at += (index[d] - buffer_box[d].begin) * buffer_stride[d];
+    const char* theirs = buffer + at * elem + within;
+    const char* ours = bytes.data() + done;
+    const int64_t n = std::min(row_bytes - within, size - done);
+    if (std::memcmp(ours, theirs, n) != 0) {
+      int64_t k = 0;
+      while (ours[k] == theirs[k]) ++k;
+      if (rank > 0) index[rank - 1] += (within + k) / elem;
+      return index;
+    }
+    done += n;
+  }
+  return std::nullopt;
 }
 
 void CopyRegion(const char* src, const Box& src_box, char* dst, const Box& dst_box,

@@ -22,6 +22,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/sharding/box.h"
 
@@ -41,6 +42,16 @@ int64_t CoveredElements(const Box& from, absl::Span<const Box> boxes);
 std::optional<std::vector<int64_t>> FirstDifference(const char* a, const Box& a_box,
                                                     const char* b, const Box& b_box,
                                                     const Box& region, int64_t elem);
+
+// The same for a byte range of a put in progress: `bytes` are bytes
+// [offset, offset + bytes.size()) of a buffer of `box` (a range may split
+// elements); compared with `buffer`, a buffer of buffer_box, which contains
+// `box`. The global index of the element holding the first differing byte,
+// or nullopt.
+std::optional<std::vector<int64_t>> FirstDifferenceInRange(absl::string_view bytes,
+                                                           int64_t offset, const Box& box,
+                                                           const char* buffer,
+                                                           const Box& buffer_box, int64_t elem);
 
 // dst[region] = src[region]: `src` a buffer of src_box, `dst` of dst_box.
 // Precondition: `region` lies in both boxes.

@@ -148,11 +148,50 @@ TEST(BoxOverlapTest, FirstDifferenceAndCopyRegionTouchOnlyTheRegion) {
   }
 }
 
+TEST(BoxOverlapTest, FirstDifferenceInRangeNamesTheElementOfTheFirstDifferingByte) {
+  const uint64_t seed = testing::TestSeed();
+  testing::ScopedSeedTrace trace(seed);
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  const Box array({Interval{0, 5}, Interval{0, 4}, Interval{0, 6}});
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t elem = trial % 2 == 0 ? 4 : 2;
+    const Box buffer_box = RandomBox(&rng, array);
+    const Box box = RandomBox(&rng, buffer_box);
+    auto value = [](const Index& i, int64_t byte) {
+      return static_cast<char>(i[0] * 29 + i[1] * 5 + i[2] * 11 + byte * 3);
+    };
+    std::string buffer(buffer_box.NumElements() * elem, '\0');
+    for (const Index& i : Elements(buffer_box)) {
+      for (int64_t k = 0; k < elem; ++k) buffer[Offset(buffer_box, i, elem) + k] = value(i, k);
+    }
+    const std::vector<Index> elements = Elements(box);  // the put's bytes, row-major
+    std::string put;
+    for (const Index& i : elements) {
+      for (int64_t k = 0; k < elem; ++k) put.push_back(value(i, k));
+    }
+    if (put.empty()) continue;
+    const int64_t begin = rng() % put.size();
+    const int64_t end = begin + 1 + rng() % (put.size() - begin);  // a range splitting elements
+    std::string range = put.substr(begin, end - begin);
+    EXPECT_FALSE(FirstDifferenceInRange(range, begin, box, buffer.data(), buffer_box, elem)
+                     .has_value());
+    const int64_t flipped = rng() % range.size();
+    range[flipped] ^= 0x20;
+    std::optional<Index> at =
+        FirstDifferenceInRange(range, begin, box, buffer.data(), buffer_box, elem);
+    ASSERT_TRUE(at.has_value()) << box << " in " << buffer_box;
+    EXPECT_EQ(*at, elements[(begin + flipped) / elem]) << box << " in " << buffer_box;
+  }
+}
+
 TEST(BoxOverlapTest, RankZeroIsOneElement) {
   const char a[4] = {1, 2, 3, 4}, b[4] = {1, 2, 3, 5};
   EXPECT_EQ(FirstDifference(a, Box(), b, Box(), Box(), 4), std::optional<Index>(Index{}));
   EXPECT_TRUE(SubtractBoxes(Box(), {Box()}).empty());
   EXPECT_EQ(SubtractBoxes(Box(), {}).size(), 1u);
+  EXPECT_EQ(FirstDifferenceInRange(absl::string_view(b + 3, 1), 3, Box(), a, Box(), 4),
+            std::optional<Index>(Index{}));
+  EXPECT_FALSE(FirstDifferenceInRange(absl::string_view(b, 3), 0, Box(), a, Box(), 4));
 }
 
 }  // namespace

@@ -500,6 +500,7 @@ TEST(ParamStagingTest, OverlappingPutsMustBeByteIdentical) {
   ASSERT_OK(Stage(engine, 2, "w", head, Pattern(head, 2)));
   ASSERT_OK(Stage(engine, 2, "w", middle, Pattern(middle, 2), /*chunk_bytes=*/7));
   ASSERT_OK(Stage(engine, 2, "w", kTop, Pattern(kTop, 2), 5));
+  ASSERT_OK(Stage(engine, 2, "w", middle, Pattern(middle, 2), 7));  // compared as it arrives
   ASSERT_OK(Stage(engine, 2, "r", kR, Pattern(kR, 2)));
   ASSERT_OK(Stage(engine, 2, "r", kR, Pattern(kR, 2)));  // a second rank, same bytes
   ASSERT_OK(engine.CommitParams(Commit(2, {"w", "r"})).status());
@@ -522,11 +523,12 @@ TEST(ParamStagingTest, OverlappingPutsMustBeByteIdentical) {
   ASSERT_OK(engine.CommitParams(CommitParamsIr{"pm", 1, 2, 3, {"w"}, {}}).status());
   EXPECT_EQ(ReadFloats(engine, 1, 3, "w", kTop), Pattern(kTop, 3));
 
-  // Version 4: a row put over the whole cell with one element changed.
+  // Version 4: a row put over the whole cell with one element changed, in
+  // 5-byte chunks (compared as they arrive, elements split across chunks).
   std::vector<float> row = Pattern(B({{2, 3}, {0, kCols}}), 4);
   row[4] += 1;
   ASSERT_OK(Stage(engine, 4, "w", kTop, Pattern(kTop, 4)));
-  ASSERT_OK(Stage(engine, 4, "w", B({{2, 3}, {0, kCols}}), row));  // accepted here
+  ASSERT_OK(Stage(engine, 4, "w", B({{2, 3}, {0, kCols}}), row, 5));  // accepted here
   const CommitParamsIr commit4{"pm", 1, 3, 4, {"w"}, {}};
   EXPECT_THAT(engine.CommitParams(commit4),
               StatusIs(absl::StatusCode::kInvalidArgument,
@@ -544,6 +546,15 @@ TEST(ParamStagingTest, OverlappingPutsMustBeByteIdentical) {
   ASSERT_OK(StageInterleaved(engine, 4, kTop, {Pattern(kTop, 4), other}, 12));
   EXPECT_THAT(engine.CommitParams(commit4),
               StatusIs(absl::StatusCode::kInvalidArgument, "first differ at element [3, 1]"));
+  ASSERT_OK(engine.AbortParams("pm", 1, 4));
+  // A one-chunk put over a staged box, differing at [1, 3]: found.
+  std::vector<float> rows = Pattern(middle, 4);
+  rows[3] = 1e9f;
+  ASSERT_OK(Stage(engine, 4, "w", kTop, Pattern(kTop, 4)));
+  ASSERT_OK(Stage(engine, 4, "w", middle, rows));
+  EXPECT_THAT(engine.CommitParams(commit4),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "box [1:3, 0:6] and box [0:4, 0:6] first differ at element [1, 3]"));
   ASSERT_OK(engine.AbortParams("pm", 1, 4));
   // A differing box that waited for the whole cell is compared when it ends.
   std::vector<float> first_row = Pattern(head, 4);

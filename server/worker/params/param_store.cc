@@ -69,8 +69,11 @@ void AppendParts(const std::vector<absl::string_view>& parts, char* dst, std::st
   }
 }
 
-std::string IndexString(const std::vector<int64_t>& index) {
-  return absl::StrCat("[", absl::StrJoin(index, ", "), "]");
+absl::Status Difference(absl::string_view param, const Box& box, const Box& other,
+                        const std::vector<int64_t>& at) {
+  return InvalidArgument("param '", param, "': overlapping puts differ: box ", box.ToString(),
+                         " and box ", other.ToString(), " first differ at element [",
+                         absl::StrJoin(at, ", "), "]");
 }
 
 }  // namespace
@@ -92,11 +95,7 @@ void ParamStore::Place(Staging* staging, absl::string_view param, DType dtype, C
           FirstDifference(bytes, box, buffer, cell_box, piece, elem);
       if (!at.has_value()) continue;
       differs = true;
-      if (staging->conflict.ok()) {
-        staging->conflict = InvalidArgument(
-            "param '", param, "': overlapping puts differ: box ", box.ToString(),
-            " and box ", other.ToString(), " first differ at element ", IndexString(*at));
-      }
+      if (staging->conflict.ok()) staging->conflict = Difference(param, box, other, *at);
       break;
     }
     if (differs) break;
@@ -115,6 +114,22 @@ void ParamStore::Complete(Staging* staging, absl::string_view param, DType dtype
     return;
   }
   Place(staging, param, dtype, cell, box, bytes.data());
+}
+
+void ParamStore::CompareRange(Staging* staging, absl::string_view param, DType dtype,
+                              const Cell& cell, const Box& box, absl::string_view bytes,
+                              int64_t offset) {
+  if (!staging->conflict.ok()) return;  // the first difference is the one named
+  std::optional<std::vector<int64_t>> at = FirstDifferenceInRange(
+      bytes, offset, box, cell.values->tensor.raw_data(), cell.values->box, DTypeSize(dtype));
+  if (!at.has_value()) return;
+  Box element = box;
+  for (int d = 0; d < element.rank(); ++d) element[d] = Interval{(*at)[d], (*at)[d] + 1};
+  for (const Box& other : cell.staged) {
+    if (!other.Contains(element)) continue;
+    staging->conflict = Difference(param, box, other, *at);
+    return;
+  }
 }
 
 void ParamStore::FinishDirect(Staging* staging, absl::string_view param, DType dtype,
@@ -191,22 +206,29 @@ absl::StatusOr<int64_t> ParamStore::Stage(const StageChunkIr& chunk,
     Assembly a;
     a.cell = cell_box;
     a.direct = box == cell_box && cell->staged.empty() && !cell->direct_pending;
-    if (a.direct) {
-      cell->direct_pending = true;
-    } else {
-      a.bytes.reserve(expected);
-    }
+    a.compare_only = !a.direct && !cell->direct_pending &&
+                     CoveredElements(box, cell->staged) == box.NumElements();
+    if (a.direct) cell->direct_pending = true;
+    if (!a.direct && !a.compare_only) a.bytes.reserve(expected);
     assembly = live.assembling.emplace(std::make_pair(chunk.param, box), std::move(a));
   } else {
     cell = &found->second.cells[chunk.param][cell_box];
   }
   Assembly& a = assembly->second;
-  AppendParts(parts, a.direct ? cell->values->tensor.raw_data() + a.received : nullptr,
-              &a.bytes);
-  a.received += n;
+  for (absl::string_view part : a.compare_only ? parts : std::vector<absl::string_view>()) {
+    CompareRange(&found->second, chunk.param, held->dtype, *cell, box, part, a.received);
+    a.received += static_cast<int64_t>(part.size());
+  }
+  if (!a.compare_only) {
+    AppendParts(parts, a.direct ? cell->values->tensor.raw_data() + a.received : nullptr,
+                &a.bytes);
+    a.received += n;
+  }
   if (a.received == expected) {
     if (a.direct) {
       FinishDirect(&found->second, chunk.param, held->dtype, cell);
+    } else if (a.compare_only) {
+      cell->staged.push_back(box);  // every element was staged before
     } else {
       Complete(&found->second, chunk.param, held->dtype, cell, box, a.bytes);
     }

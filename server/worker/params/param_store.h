@@ -99,8 +99,9 @@ class ParamStore {
   struct Assembly {  // a put of a box whose chunks are arriving
     Box cell;
     int64_t received = 0;
-    bool direct = false;  // written straight into the cell's buffer
-    std::string bytes;    // unused when direct
+    bool direct = false;        // written straight into the cell's buffer
+    bool compare_only = false;  // over staged elements only: compared as it arrives
+    std::string bytes;          // unused when direct or compare_only
   };
   using Puts = std::multimap<std::pair<std::string, Box>, Assembly>;
   struct Staging {
@@ -127,6 +128,11 @@ class ParamStore {
   // a difference in staging->conflict, and marks `box` staged.
   static void Place(Staging* staging, absl::string_view param, DType dtype, Cell* cell,
                     const Box& box, const char* bytes);
+  // Compares `bytes`, bytes [offset, ...) of a compare-only put of `box`,
+  // with the staged bytes; records a difference in staging->conflict.
+  static void CompareRange(Staging* staging, absl::string_view param, DType dtype,
+                           const Cell& cell, const Box& box, absl::string_view bytes,
+                           int64_t offset);
   // The direct put of `cell` completed: stage it and place the waiting boxes.
   static void FinishDirect(Staging* staging, absl::string_view param, DType dtype, Cell* cell);
 
