@@ -13,12 +13,16 @@ served by `meshserve local` on 2 workers. Over HTTP POST /v1/completions:
     log_softmax values, most likely first, plus the sampled token when it is
     not among them (OpenAI's up to N + 1); `tokens` are the ids' decimal
     strings (these models have no tokenizer) and `text_offset` all 0;
+  - over gRPC (GenerateService.Generate through the generated Python stubs):
+    each chunk's `top_logprobs` holds N (ids, logprobs) per token, and those
+    and `logprobs` equal NumPy's as above;
   - `n` 4 (greedy and seeded): choice i's tokens equal those of a request
     of its own with seed + i (greedy: all four equal the one greedy answer).
 
 Usage: test_generate_logprobs.py --bin_dir build/bin
 """
 import json
+import os
 import sys
 
 import numpy as np
@@ -127,6 +131,38 @@ def logprobs_cases(env, base, model, forward):
                            ids, lp, n)
 
 
+def grpc_cases(env, target, model, forward):
+    """Generate over gRPC with logprobs N: GenerateChunk.top_logprobs."""
+    import grpc
+    from meshserve_client.proto import generate_pb2, generate_pb2_grpc
+    c = env.c
+    prompt = [8, 6, 7, 5, 3]
+    with grpc.insecure_channel(target) as channel:
+        stub = generate_pb2_grpc.GenerateServiceStub(channel)
+        for what, extra, n in (("greedy", dict(temperature=0.0), 4),
+                               ("seeded", dict(temperature=0.7, top_k=25, seed=3), 2)):
+            req = generate_pb2.GenerateRequest(model=model, prompt_ids=prompt, max_tokens=6,
+                                               logprobs=n, **extra)
+            ids, lp, sizes = [], {"tokens": [], "token_logprobs": [], "top_logprobs": [],
+                                  "text_offset": []}, []
+            for chunk in stub.Generate(req, timeout=120):
+                ids += list(chunk.token_ids)
+                lp["token_logprobs"] += list(chunk.logprobs)
+                for tok, top in zip(chunk.token_ids, chunk.top_logprobs):
+                    sizes.append(len(top.token_ids))
+                    d = {str(i): v for i, v in zip(top.token_ids, top.logprobs)}
+                    if str(tok) not in d:  # OpenAI's shape, as check_logprobs reads it
+                        d[str(tok)] = lp["token_logprobs"][len(lp["top_logprobs"])]
+                    lp["top_logprobs"].append(d)
+                    lp["tokens"].append(str(tok))
+                    lp["text_offset"].append(0)
+            label = "%s: gRPC %s, logprobs %d" % (model, what, n)
+            c.check(sizes == [n] * len(ids) and len(ids) == 6,
+                    label + ": %d top entries for each of 6 tokens" % n, str(sizes))
+            check_logprobs(c, label + ": logprobs and top_logprobs equal NumPy's", forward,
+                           prompt, ids, lp, n)
+
+
 def n_cases(env, base, model):
     c = env.c
     prompt = [7, 1, 8, 2, 8, 1, 8, 2, 8, 4, 5]
@@ -158,12 +194,14 @@ def serve(env, models, forwards):
     try:
         for model, (forward, _context) in forwards.items():
             logprobs_cases(env, base, model, forward)
+            grpc_cases(env, cluster.target, model, forward)
             n_cases(env, base, model)
     finally:
         cluster.stop()
 
 
 def stages(env):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(env.bin_dir)), "python"))
     state = {}
 
     def prepare():
