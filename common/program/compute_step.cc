@@ -214,8 +214,8 @@ absl::StatusOr<BoxTensor> RunComputeStep(const ComputeStepIr& step,
   DType out = DType::kFloat32;
   if (step.partial) {
     out = DType::kFloat32;
-  } else if (step.out_dtype != kWireInvalid) {
-    MS_ASSIGN_OR_RETURN(out, DTypeFromProto(step.out_dtype), where, ": out_dtype");
+  } else if (step.out_dtype.has_value()) {
+    out = *step.out_dtype;
   } else if (!inputs.empty()) {
     out = inputs[0]->tensor.dtype();
   }

@@ -41,12 +41,12 @@
 //                vocab_size the real vocabulary.
 // In a generation step (`decode` set), positions and rope read the step's
 // positions along their axis (the token slots) instead of the global index.
-// The output dtype is out_dtype; DTYPE_INVALID means the first input's dtype
+// The output dtype is out_dtype; unset (nullopt) means the first input's dtype
 // (float32 for zeros). `partial` results are float32 whatever out_dtype says.
 // The result must have out_box's shape (reshape: the same element count).
 //
 // \error kInvalidArgument naming the op and the values: a number of inputs
-//   other than ComputeOpArity, bad out_box/out_dtype, kernel shape errors, a
+//   other than ComputeOpArity, a bad out_box, kernel shape errors, a
 //   result whose shape is not out_box's; kOutOfRange for copy's out_box
 //   outside x.
 // ParamSliceOf / rhs_in_place: the worker (server/worker/program_run.cc)

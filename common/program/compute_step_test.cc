@@ -32,7 +32,7 @@ BoxTensor Values(const Box& box, float base) {
 
 TEST(ComputeStepTest, PositionsCountFromTheOutBoxBegin) {
   ComputeStepIr step = Compute(0, ComputeOp::kPositions, {}, "pos", IrBox({{2, 4}, {5, 8}}),
-                               kWireInt32);
+                               DType::kInt32);
   step.positions_axis = 1;
   step.rope_seq_axis = 0;  // another op's attribute: not read by positions
   step.softmax_axis = 0;
@@ -104,7 +104,7 @@ TEST(ComputeStepTest, SoftmaxNormalisesSoftmaxAxisAndDefaultsToTheLast) {
 }
 
 TEST(ComputeStepTest, AnAxisOutsideTheOutBoxNamesItsField) {
-  ComputeStepIr pos = Compute(0, ComputeOp::kPositions, {}, "pos", IrBox({{0, 2}}), kWireInt32);
+  ComputeStepIr pos = Compute(0, ComputeOp::kPositions, {}, "pos", IrBox({{0, 2}}), DType::kInt32);
   pos.positions_axis = 1;
   EXPECT_THAT(RunComputeStep(pos, {}),
               StatusIs(absl::StatusCode::kInvalidArgument, "positions_axis 1 is out of range"));
@@ -120,7 +120,7 @@ TEST(ComputeStepTest, EmbedIdOutsideTheVocabularyIsAnError) {
   BoxTensor ids = *BoxTensor::Wrap(Box({{0, 3}}), *Tensor::FromInt32({3}, {1, 7, 2}));
   BoxTensor table = Values(Box({{0, 4}, {0, 2}}), 0.0f);  // this device's rows 0:4 of 6
   ComputeStepIr step =
-      Compute(0, ComputeOp::kEmbed, {"ids", "t"}, "e", IrBox({{0, 3}, {0, 2}}), kWireFloat32);
+      Compute(0, ComputeOp::kEmbed, {"ids", "t"}, "e", IrBox({{0, 3}, {0, 2}}), DType::kFloat32);
   step.vocab_size = 6;
   const BoxTensor* in[] = {&ids, &table};
   EXPECT_THAT(RunComputeStep(step, in),
@@ -140,7 +140,7 @@ float ParamAt(const BoxTensor& p, int64_t r, int64_t c) {
 }
 
 CopyStepIr SliceCopy(const BoxIr& box) {
-  return Copy(0, "param/w", box, 0, "ws", box, kWireFloat32);
+  return Copy(0, "param/w", box, 0, "ws", box, DType::kFloat32);
 }
 
 TEST(ParamSliceTest, OnlyAWholeUnchangedBoxOfAFloatMatrixParamIsReadInPlace) {
@@ -151,14 +151,14 @@ TEST(ParamSliceTest, OnlyAWholeUnchangedBoxOfAFloatMatrixParamIsReadInPlace) {
   EXPECT_EQ(slice->param, &param);  // the param's own buffer: nothing copied
   EXPECT_EQ(slice->box, Box({{3, 6}, {0, 6}}));
   CopyStepIr unset_dtype = SliceCopy(rows);
-  unset_dtype.dtype = kWireInvalid;
+  unset_dtype.dtype = std::nullopt;
   EXPECT_TRUE(ParamSliceOf(unset_dtype, param).has_value());
 
   std::vector<CopyStepIr> copied(7, SliceCopy(rows));
   copied[0].src = "w";                                // not a param
   copied[1].dst_device = 1;                           // another device
   copied[2].accumulate = true;                        // adds into the destination
-  copied[3].dtype = kWireBFloat16;                    // converted
+  copied[3].dtype = DType::kBFloat16;                    // converted
   copied[4].dst_box = IrBox({{0, 9}, {0, 6}});        // part of its destination
   copied[5] = SliceCopy(IrBox({{1, 4}, {0, 6}}));     // outside the param's box
   copied[6] = SliceCopy(IrBox({{3, 6}, {0, 7}}));
@@ -192,7 +192,7 @@ TEST(ParamSliceTest, DotGeneralReadsTheSliceInPlace) {
       const int64_t n = c.box[static_cast<int>(1 - c.rhs_contracting)].size();
       const BoxTensor x = Values(Box({{0, 1}, {0, m}, {0, k}}), 0.5f);
       ComputeStepIr step = Compute(0, ComputeOp::kDotGeneral, {"x", "ws"}, "y",
-                                   IrBox({{0, 1}, {0, m}, {0, n}}), kWireFloat32);
+                                   IrBox({{0, 1}, {0, m}, {0, n}}), DType::kFloat32);
       step.lhs_contracting = {2};
       step.rhs_contracting = {c.rhs_contracting};
       const ParamSlice slice{&param, c.box};

@@ -58,6 +58,24 @@ Box UncheckedBoxFromIr(const BoxIr& box) {
   return Box(std::move(dims));
 }
 
+namespace {
+
+// tensor.proto's DTypeProto numbers (ir_conv_test checks them against it).
+enum WireDType : int {
+  kWireInvalid = 0,
+  kWireFloat32 = 1,
+  kWireBFloat16 = 2,
+  kWireInt32 = 3,
+  kWireInt64 = 4,
+  kWireFloat16 = 5,
+  kWireFloat64 = 6,
+  kWireInt8 = 7,
+  kWireUInt8 = 8,
+  kWireBool = 9,
+};
+
+}  // namespace
+
 absl::StatusOr<DType> DTypeFromProto(int dtype) {
   switch (dtype) {
     case kWireFloat32: return DType::kFloat32;
@@ -91,6 +109,16 @@ int DTypeToProto(DType dtype) {
   return kWireInvalid;
 }
 
+absl::StatusOr<std::optional<DType>> OptionalDTypeFromProto(int dtype) {
+  if (dtype == kWireInvalid) return std::optional<DType>();
+  MS_ASSIGN_OR_RETURN(DType parsed, DTypeFromProto(dtype));
+  return std::optional<DType>(parsed);
+}
+
+int OptionalDTypeToProto(std::optional<DType> dtype) {
+  return dtype.has_value() ? DTypeToProto(*dtype) : kWireInvalid;
+}
+
 absl::StatusOr<Mesh> MeshFromIr(const std::vector<MeshAxisIr>& axes) {
   std::vector<MeshAxis> out;
   for (const MeshAxisIr& axis : axes) {
@@ -115,7 +143,11 @@ std::vector<MeshAxisIr> MeshToIr(const Mesh& mesh) {
 
 absl::StatusOr<BoxTensor> BoxTensorFromSlice(const SliceIr& slice) {
   MS_ASSIGN_OR_RETURN(Box box, BoxFromIr(slice.box), "slice '", slice.name, "'");
-  MS_ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(slice.dtype), "slice '", slice.name, "'");
+  if (!slice.dtype.has_value()) {
+    return InvalidArgument("slice '", slice.name, "' on device ", slice.device,
+                           " has no dtype (DTYPE_INVALID)");
+  }
+  const DType dtype = *slice.dtype;
   int64_t bytes = 0;
   if (!CheckedMul(box.NumElements(), DTypeSize(dtype), &bytes)) {
     return InvalidArgument("slice '", slice.name, "' box ", box.ToString(),
@@ -134,7 +166,7 @@ absl::StatusOr<BoxTensor> BoxTensorFromSlice(const SliceIr& slice) {
 
 std::optional<Box> ParamSliceBoxOf(const CopyStepIr& copy) {
   if (!IsParamBuffer(copy.src) || copy.src_device != copy.dst_device || copy.accumulate ||
-      (copy.dtype != kWireInvalid && copy.dtype != DTypeToProto(DType::kFloat32))) {
+      copy.dtype.value_or(DType::kFloat32) != DType::kFloat32) {
     return std::nullopt;
   }
   absl::StatusOr<Box> box = BoxFromIr(copy.box), dst_box = BoxFromIr(copy.dst_box);

@@ -1,5 +1,5 @@
-// Conversions between the program IR (program_ir.h: plain vectors and wire
-// dtype numbers) and the core types (Box, DType, Mesh, BoxTensor), for the
+// Conversions between the program IR (program_ir.h: plain vectors) and the
+// core types (Box, DType, Mesh, BoxTensor), for the
 // coordinator and the worker alike. Parsing validates and names the offending
 // value; encoding cannot fail.
 //
@@ -32,9 +32,15 @@ BoxIr BoxToIr(const Box& box);
 // 0 <= begin[i] <= end[i].
 Box UncheckedBoxFromIr(const BoxIr& box);
 
-// \error kInvalidArgument for kWireInvalid or an unknown number.
+// tensor.proto's DTypeProto numbers, for the wire's edges (program_proto.cc,
+// the params' streams): the one table of them.
+// \error kInvalidArgument for DTYPE_INVALID (0) or an unknown number.
 absl::StatusOr<DType> DTypeFromProto(int dtype);
 int DTypeToProto(DType dtype);
+// A dtype field that may be unset: DTYPE_INVALID (0) is nullopt.
+// \error kInvalidArgument naming an unknown number.
+absl::StatusOr<std::optional<DType>> OptionalDTypeFromProto(int dtype);
+int OptionalDTypeToProto(std::optional<DType> dtype);  // nullopt: 0
 
 // Runs Mesh::Create; an empty axis type is Explicit.
 // \error kInvalidArgument from Mesh::Create or for an unknown axis type.
@@ -42,7 +48,7 @@ absl::StatusOr<Mesh> MeshFromIr(const std::vector<MeshAxisIr>& axes);
 std::vector<MeshAxisIr> MeshToIr(const Mesh& mesh);
 
 // The slice's bytes as a BoxTensor (one copy, into the aligned buffer).
-// \error kInvalidArgument for a bad box or dtype, or a byte length that is not
+// \error kInvalidArgument for a bad box or an unset dtype, or a byte length that is not
 //   box elements * dtype size (naming the slice and both counts).
 absl::StatusOr<BoxTensor> BoxTensorFromSlice(const SliceIr& slice);
 

@@ -29,7 +29,14 @@ TEST(IrConvTest, CoreTypesRoundTripThroughTheIr) {
   }
   EXPECT_EQ(DTypeToProto(DType::kFloat32), FLOAT32);
   EXPECT_EQ(DTypeToProto(DType::kBool), BOOL);
-  EXPECT_THAT(DTypeFromProto(kWireInvalid), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(DTypeFromProto(DTYPE_INVALID), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(DTypeFromProto(42), StatusIs(absl::StatusCode::kInvalidArgument, "dtype 42"));
+  // A field that may be unset: DTYPE_INVALID is nullopt, unknown numbers fail.
+  EXPECT_THAT(OptionalDTypeFromProto(DTYPE_INVALID), IsOkAndHolds(std::nullopt));
+  EXPECT_THAT(OptionalDTypeFromProto(BFLOAT16), IsOkAndHolds(DType::kBFloat16));
+  EXPECT_THAT(OptionalDTypeFromProto(42), StatusIs(absl::StatusCode::kInvalidArgument, "42"));
+  EXPECT_EQ(OptionalDTypeToProto(std::nullopt), DTYPE_INVALID);
+  EXPECT_EQ(OptionalDTypeToProto(DType::kInt8), INT8);
   ASSERT_OK_AND_ASSIGN(Mesh mesh, Mesh::Create({{"data", 2}, {"model", 4}}));
   EXPECT_THAT(MeshFromIr(MeshToIr(mesh)), IsOkAndHolds(mesh));
 }

@@ -10,10 +10,11 @@
 // (ms_coordinator, ms_compiler, ms_worker_engine) build, validate and run
 // programs without protobuf. A step is a std::variant of one struct per kind,
 // field for field the Step oneof. The IR is otherwise the wire's shape (boxes
-// as begin/end vectors, dtypes as tensor.proto's DTypeProto numbers), so that a
-// malformed peer message survives conversion and is rejected, with a Status
-// naming the value, where the core types are built (ir_conv.h); only the
-// compute op is parsed at the edge (compute_op.h).
+// as begin/end vectors), so that a malformed peer message survives conversion
+// and is rejected, with a Status naming the value, where the core types are
+// built (ir_conv.h); only the compute op and the dtypes are parsed at the edge
+// (compute_op.h; a dtype is DType, std::nullopt where the wire says
+// DTYPE_INVALID, and a number tensor.proto does not define is refused there).
 //
 //   program_ir.h     this header: std, absl::string_view and compute_op.h.
 //   compute_op.h     the op table.
@@ -21,8 +22,8 @@
 //   compute_step.h   runs one compute step (ms_compute_step).
 //   program_proto.h  IR <-> generated messages (ms_program_proto).
 //
-// dtype fields hold tensor.proto's DTypeProto numbers (kWireFloat32 == FLOAT32
-// == 1, ...); program_proto.cc static_asserts that they match.
+// tensor.proto's DTypeProto numbers appear only in the conversions
+// (ir_conv.cc's DTypeFromProto / DTypeToProto, program_proto.cc).
 //
 // Thread-safety: plain values.
 #ifndef MESHSERVE_COMMON_PROGRAM_PROGRAM_IR_H_
@@ -39,6 +40,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
+#include "common/base/dtype.h"
 #include "common/program/compute_op.h"
 
 namespace meshserve {
@@ -64,20 +66,6 @@ inline absl::string_view ParamOfBuffer(absl::string_view buffer) {
   return buffer.substr(kParamBufferPrefix.size());
 }
 
-// tensor.proto's DTypeProto enum values.
-enum WireDType : int {
-  kWireInvalid = 0,
-  kWireFloat32 = 1,
-  kWireBFloat16 = 2,
-  kWireInt32 = 3,
-  kWireInt64 = 4,
-  kWireFloat16 = 5,
-  kWireFloat64 = 6,
-  kWireInt8 = 7,
-  kWireUInt8 = 8,
-  kWireBool = 9,
-};
-
 // Half-open [begin[i], end[i]) per dim, unvalidated (BoxFromIr checks it).
 struct BoxIr {
   std::vector<int64_t> begin;
@@ -93,7 +81,7 @@ struct SliceIr {
   std::string name;
   int64_t device = 0;
   BoxIr box;
-  int dtype = kWireInvalid;
+  std::optional<DType> dtype;  // nullopt: unset (BoxTensorFromSlice refuses it)
   std::string data;
 };
 
@@ -106,7 +94,7 @@ struct ComputeStepIr {
   std::vector<std::string> inputs;  // buffer names
   std::string output;               // buffer name
   BoxIr out_box;
-  int out_dtype = kWireInvalid;  // kWireInvalid: the first input's dtype
+  std::optional<DType> out_dtype;  // nullopt: the first input's dtype
   std::vector<int64_t> lhs_contracting, rhs_contracting, lhs_batch, rhs_batch;
   std::vector<int64_t> perm;  // transpose: out dim i = in dim perm[i]
   float epsilon = 0;          // rms_norm, layer_norm
@@ -140,7 +128,7 @@ struct RecvStepIr {
   std::string tag;
   bool accumulate = false;
   BoxIr buffer_box;
-  int dtype = kWireInvalid;
+  std::optional<DType> dtype;  // nullopt: the buffer must exist
   int64_t src_worker = -1;
   int64_t device = 0;
 };
@@ -152,7 +140,7 @@ struct CopyStepIr {
   BoxIr box;
   bool accumulate = false;
   BoxIr dst_box;
-  int dtype = kWireInvalid;
+  std::optional<DType> dtype;  // nullopt: the source's
   int64_t dst_device = -1;
 };
 

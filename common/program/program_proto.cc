@@ -1,24 +1,18 @@
 #include "common/program/program_proto.h"
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/program/ir_conv.h"
 #include "proto/program.pb.h"
 #include "proto/worker_service.pb.h"
 
 namespace meshserve {
 namespace {
-
-constexpr bool Same(int a, int b) { return a == b; }
-static_assert(Same(kWireInvalid, DTYPE_INVALID) && Same(kWireFloat32, FLOAT32) &&
-                  Same(kWireBFloat16, BFLOAT16) && Same(kWireInt32, INT32) &&
-                  Same(kWireInt64, INT64) && Same(kWireFloat16, FLOAT16) &&
-                  Same(kWireFloat64, FLOAT64) && Same(kWireInt8, INT8) &&
-                  Same(kWireUInt8, UINT8) && Same(kWireBool, BOOL),
-              "program_ir.h's WireDType must match tensor.proto's DTypeProto");
 
 BoxIr BoxToIr(const BoxProto& box) {
   BoxIr out;
@@ -44,9 +38,20 @@ void SetInts(const std::vector<int64_t>& values, Field* field) {
   for (int64_t v : values) field->Add(v);
 }
 
-// The IR keeps unknown dtype numbers as they are (proto3 enums are open).
-int DTypeNumber(DTypeProto dtype) { return static_cast<int>(dtype); }
-DTypeProto AsDTypeProto(int value) { return static_cast<DTypeProto>(value); }
+// A step's dtype field: DTYPE_INVALID is unset; a number tensor.proto does
+// not define (proto3 enums are open) is refused, named.
+absl::StatusOr<std::optional<DType>> StepDType(DTypeProto dtype) {
+  return OptionalDTypeFromProto(static_cast<int>(dtype));
+}
+// A slice's: an unknown number decodes as unset, which BoxTensorFromSlice
+// (ir_conv.h) refuses; a slice always needs one.
+std::optional<DType> SliceDType(DTypeProto dtype) {
+  absl::StatusOr<std::optional<DType>> parsed = OptionalDTypeFromProto(static_cast<int>(dtype));
+  return parsed.ok() ? *parsed : std::nullopt;
+}
+DTypeProto AsDTypeProto(std::optional<DType> dtype) {
+  return static_cast<DTypeProto>(OptionalDTypeToProto(dtype));
+}
 
 // One conversion per kind, both ways.
 
@@ -56,7 +61,7 @@ absl::StatusOr<ComputeStepIr> ComputeToIr(const ComputeStep& c) {
   ir.inputs.assign(c.inputs().begin(), c.inputs().end());
   ir.output = c.output();
   ir.out_box = BoxToIr(c.out_box());
-  ir.out_dtype = DTypeNumber(c.out_dtype());
+  MS_ASSIGN_OR_RETURN(ir.out_dtype, StepDType(c.out_dtype()), "out_dtype");
   ir.lhs_contracting = Ints(c.lhs_contracting());
   ir.rhs_contracting = Ints(c.rhs_contracting());
   ir.lhs_batch = Ints(c.lhs_batch());
@@ -124,10 +129,10 @@ void SendFromIr(const SendStepIr& ir, SendStep* s) {
   s->set_device(ir.device);
 }
 
-RecvStepIr RecvToIr(const RecvStep& r) {
+absl::StatusOr<RecvStepIr> RecvToIr(const RecvStep& r) {
+  MS_ASSIGN_OR_RETURN(std::optional<DType> dtype, StepDType(r.dtype()), "recv dtype");
   return RecvStepIr{r.buffer(),  BoxToIr(r.box()), r.tag(), r.accumulate(),
-                    BoxToIr(r.buffer_box()), DTypeNumber(r.dtype()), r.src_worker(),
-                    r.device()};
+                    BoxToIr(r.buffer_box()), dtype, r.src_worker(), r.device()};
 }
 
 void RecvFromIr(const RecvStepIr& ir, RecvStep* r) {
@@ -140,10 +145,11 @@ void RecvFromIr(const RecvStepIr& ir, RecvStep* r) {
   r->set_device(ir.device);
 }
 
-CopyStepIr CopyToIr(const CopyStep& c) {
-  return CopyStepIr{c.src(),        c.src_device(),         c.dst(),
-                    BoxToIr(c.box()), c.accumulate(),       BoxToIr(c.dst_box()),
-                    DTypeNumber(c.dtype()), c.dst_device()};
+absl::StatusOr<CopyStepIr> CopyToIr(const CopyStep& c) {
+  MS_ASSIGN_OR_RETURN(std::optional<DType> dtype, StepDType(c.dtype()), "copy dtype");
+  return CopyStepIr{c.src(),        c.src_device(),   c.dst(),
+                    BoxToIr(c.box()), c.accumulate(), BoxToIr(c.dst_box()),
+                    dtype,          c.dst_device()};
 }
 
 void CopyFromIr(const CopyStepIr& ir, CopyStep* c) {
@@ -348,7 +354,7 @@ SliceIr SliceToIr(TensorSlice* slice) {
   ir.name = slice->name();
   ir.device = slice->device();
   ir.box = BoxToIr(slice->box());
-  ir.dtype = DTypeNumber(slice->dtype());
+  ir.dtype = SliceDType(slice->dtype());
   ir.data = std::move(*slice->mutable_data());
   return ir;
 }

@@ -3,8 +3,12 @@
 // the gRPC edges: the worker's ShardWorker and the coordinator's
 // GrpcWorkerClient. The messages are forward-declared here; include the .pb.h
 // files to build them. Decoding copies the wire values as they are (validation
-// happens in ir_conv.h) except a step's kind and compute op, which the typed
-// IR cannot hold unparsed; encoding cannot fail.
+// happens in ir_conv.h) except what the typed IR cannot hold unparsed: a
+// step's kind, its compute op and its dtypes (DTYPE_INVALID is unset; a
+// number tensor.proto lacks is refused, naming the step). A slice's unknown
+// dtype number decodes as unset, which BoxTensorFromSlice refuses. Encoding
+// cannot fail. ir_conv.h (DTypeFromProto / DTypeToProto, the dtype numbers'
+// one table) comes with this header.
 //
 // Thread-safety: pure functions.
 #ifndef MESHSERVE_COMMON_PROGRAM_PROGRAM_PROTO_H_
@@ -13,6 +17,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/program/ir_conv.h"  // IWYU pragma: export (the dtype numbers)
 #include "common/program/program_ir.h"
 
 namespace meshserve {
@@ -26,8 +31,8 @@ class ReadParamRequest;
 class StageParamChunk;
 class CommitParamsRequest;
 
-// \error kInvalidArgument naming the step for a step without a kind or with
-//   an unknown compute op (ParseComputeOp).
+// \error kInvalidArgument naming the step for a step without a kind, with an
+//   unknown compute op (ParseComputeOp) or an unknown dtype number.
 absl::StatusOr<ProgramIr> ProgramToIr(const Program& program);
 void ProgramFromIr(const ProgramIr& ir, Program* program);
 // The serialized meshserve.Program of `ir`.

@@ -23,7 +23,7 @@ using namespace ::meshserve::program_testing;  // NOLINT
 
 ProgramIr EveryStepKind() {
   ComputeStepIr compute = Compute(2, ComputeOp::kDotGeneral, {"in/x", "param/w"}, "t0/y",
-                                      IrBox({{0, 4}, {0, 8}}), kWireBFloat16);
+                                      IrBox({{0, 4}, {0, 8}}), DType::kBFloat16);
   compute.lhs_contracting = {1};
   compute.rhs_contracting = {0};
   compute.lhs_batch = {};
@@ -42,9 +42,9 @@ ProgramIr EveryStepKind() {
       "prog", "m", 3, 1,
       {compute, Send(2, "t0/y", IrBox({{0, 2}, {0, 8}}), 0, 5, "prog/0"),
        Recv(3, "t1/z", IrBox({{2, 4}, {0, 8}}), "prog/1", /*accumulate=*/true,
-                IrBox({{0, 4}, {0, 8}}), kWireFloat32, 0),
+                IrBox({{0, 4}, {0, 8}}), DType::kFloat32, 0),
        Copy(2, "t0/y", IrBox({{0, 2}, {0, 8}}), 3, "t1/z", IrBox({{0, 4}, {0, 8}}),
-                kWireFloat32, /*accumulate=*/true),
+                DType::kFloat32, /*accumulate=*/true),
        Free(2, "t0/y"), Output(3, "t1/z", IrBox({{0, 4}, {0, 8}}), "y")});
 }
 
@@ -80,7 +80,7 @@ TEST(ProgramProtoTest, ProgramRoundTripsThroughProto) {
   const auto& compute = std::get<ComputeStepIr>(back.steps[0]);
   EXPECT_EQ(compute.op, ComputeOp::kDotGeneral);
   EXPECT_EQ(compute.out_box, std::get<ComputeStepIr>(ir.steps[0]).out_box);
-  EXPECT_EQ(compute.out_dtype, kWireBFloat16);
+  EXPECT_EQ(compute.out_dtype, DType::kBFloat16);
   EXPECT_THAT(compute.perm, ElementsAre(1, 0));
   EXPECT_EQ(compute.positions_axis, 2);
   EXPECT_EQ(compute.rope_seq_axis, -2);
@@ -158,7 +158,7 @@ TEST(ProgramProtoTest, LoadModelRoundTripsThroughProto) {
 }
 
 TEST(ProgramProtoTest, SliceRoundTripsThroughProto) {
-  SliceIr ir{"x", 3, {{0, 2}, {4, 6}}, kWireInt32, std::string(16, '\1')};
+  SliceIr ir{"x", 3, {{0, 2}, {4, 6}}, DType::kInt32, std::string(16, '\1')};
   TensorSlice copied;
   SliceFromIr(ir, &copied);
   EXPECT_EQ(copied.dtype(), INT32);
@@ -174,12 +174,45 @@ TEST(ProgramProtoTest, SliceRoundTripsThroughProto) {
   EXPECT_EQ(back.data, ir.data);
 }
 
-TEST(ProgramProtoTest, UnknownDTypeNumbersSurviveForTheValidator) {
-  SliceIr ir{"x", 0, {{0}, {1}}, 42, "abcd"};
+// A slice's dtype number tensor.proto lacks decodes as unset, which
+// BoxTensorFromSlice refuses; unset (DTYPE_INVALID) round-trips as nullopt.
+TEST(ProgramProtoTest, SliceDTypesTheIRCannotHoldAreUnset) {
   TensorSlice proto;
-  SliceFromIr(ir, &proto);
-  EXPECT_EQ(SliceToIr(&proto).dtype, 42);
-  EXPECT_THAT(DTypeFromProto(42), StatusIs(absl::StatusCode::kInvalidArgument, "42"));
+  proto.set_name("x");
+  proto.set_dtype(static_cast<DTypeProto>(42));
+  proto.set_data("abcd");
+  *proto.mutable_box() = BoxProto();
+  proto.mutable_box()->add_begin(0);
+  proto.mutable_box()->add_end(1);
+  const SliceIr ir = SliceToIr(&proto);
+  EXPECT_EQ(ir.dtype, std::nullopt);
+  EXPECT_THAT(BoxTensorFromSlice(ir), StatusIs(absl::StatusCode::kInvalidArgument, "no dtype"));
+  TensorSlice unset;
+  SliceFromIr(SliceIr{"y", 0, {{0}, {1}}, std::nullopt, "abcd"}, &unset);
+  EXPECT_EQ(unset.dtype(), DTYPE_INVALID);
+  EXPECT_EQ(SliceToIr(&unset).dtype, std::nullopt);
+}
+
+// A step's dtype: DTYPE_INVALID is unset; a number tensor.proto lacks is
+// refused at the edge, naming the step, the field and the number.
+TEST(ProgramProtoTest, StepDTypesAreParsedAtTheEdge) {
+  Program proto;
+  proto.set_program_id("p");
+  RecvStep* recv = proto.add_steps()->mutable_recv();
+  ASSERT_OK_AND_ASSIGN(ProgramIr unset, ProgramToIr(proto));
+  EXPECT_EQ(std::get<RecvStepIr>(unset.steps[0]).dtype, std::nullopt);
+  recv->set_dtype(INT64);
+  ASSERT_OK_AND_ASSIGN(ProgramIr set, ProgramToIr(proto));
+  EXPECT_EQ(std::get<RecvStepIr>(set.steps[0]).dtype, DType::kInt64);
+  recv->set_dtype(static_cast<DTypeProto>(42));
+  EXPECT_THAT(ProgramToIr(proto),
+              StatusIs(absl::StatusCode::kInvalidArgument, "step 0: recv dtype: dtype 42"));
+  proto.mutable_steps(0)->mutable_copy()->set_dtype(static_cast<DTypeProto>(43));
+  EXPECT_THAT(ProgramToIr(proto), StatusIs(absl::StatusCode::kInvalidArgument, "copy dtype"));
+  ComputeStep* c = proto.mutable_steps(0)->mutable_compute();
+  c->set_op("relu");
+  c->set_out_dtype(static_cast<DTypeProto>(44));
+  EXPECT_THAT(ProgramToIr(proto), StatusIs(absl::StatusCode::kInvalidArgument, "out_dtype"));
 }
 
 TEST(ProgramProtoTest, WorkerStatusRoundTripsThroughProto) {

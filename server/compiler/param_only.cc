@@ -11,7 +11,6 @@
 #include <variant>
 #include <vector>
 
-#include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "common/base/dtype.h"
 #include "common/program/ir_conv.h"
@@ -49,11 +48,6 @@ int64_t BoxElements(const BoxIr& box) {
     n *= std::max<int64_t>(0, box.end[i] - box.begin[i]);
   }
   return n;
-}
-
-int64_t WireDTypeSize(int wire) {
-  absl::StatusOr<DType> dtype = DTypeFromProto(wire);
-  return dtype.ok() ? DTypeSize(*dtype) : 4;  // unknown numbers: as float32
 }
 
 class ParamOnlyGraph {
@@ -245,22 +239,24 @@ class ParamOnlyGraph {
     return maker;
   }
 
-  // The buffer's wire dtype, resolving unset ones as the worker does
+  // The buffer's dtype, resolving unset ones as the worker does
   // (compute_step.cc, program_run.cc); depth bounds malformed cycles.
-  int WireDTypeOf(int b, int depth) const {
+  DType DTypeOf(int b, int depth) const {
     int m = Maker(b);
-    if (m < 0 || depth > 64) return kWireFloat32;  // a resident param: not in the plan
+    if (m < 0 || depth > 64) return DType::kFloat32;  // a resident param: not in the plan
     const PoStep& maker = steps_[m];
     if (const auto* c = std::get_if<ComputeStepIr>(maker.step)) {
-      if (c->partial || (c->out_dtype == kWireInvalid && maker.reads.empty())) return kWireFloat32;
-      if (c->out_dtype != kWireInvalid) return c->out_dtype;
-      return WireDTypeOf(maker.reads[0], depth + 1);
+      if (c->partial || (!c->out_dtype.has_value() && maker.reads.empty())) {
+        return DType::kFloat32;
+      }
+      if (c->out_dtype.has_value()) return *c->out_dtype;
+      return DTypeOf(maker.reads[0], depth + 1);
     }
     if (const auto* r = std::get_if<RecvStepIr>(maker.step)) {
-      return r->dtype != kWireInvalid ? r->dtype : kWireFloat32;  // the worker rejects it
+      return r->dtype.value_or(DType::kFloat32);  // unset: the worker rejects it
     }
     const auto& cp = std::get<CopyStepIr>(*maker.step);
-    return cp.dtype != kWireInvalid ? cp.dtype : WireDTypeOf(maker.reads[0], depth + 1);
+    return cp.dtype.has_value() ? *cp.dtype : DTypeOf(maker.reads[0], depth + 1);
   }
 
   int64_t BufferBytes(int b) const {
@@ -269,7 +265,7 @@ class ParamOnlyGraph {
     if (const auto* c = std::get_if<ComputeStepIr>(&maker)) box = &c->out_box;
     if (const auto* r = std::get_if<RecvStepIr>(&maker)) box = &r->buffer_box;
     if (const auto* cp = std::get_if<CopyStepIr>(&maker)) box = &cp->dst_box;
-    return BoxElements(*box) * WireDTypeSize(WireDTypeOf(b, 0));
+    return BoxElements(*box) * DTypeSize(DTypeOf(b, 0));
   }
 
   std::vector<PoStep> steps_;

@@ -36,7 +36,7 @@ namespace {
 using namespace ::meshserve::compiler_testing;  // NOLINT
 using namespace ::meshserve::program_testing;   // NOLINT
 
-constexpr int kF32 = kWireFloat32;
+constexpr DType kF32 = DType::kFloat32;
 
 // lhs [m, k] . rhs [k, n] -> [m, n].
 ComputeStepIr Dot(int64_t device, std::string lhs, std::string rhs, std::string output,
@@ -346,14 +346,14 @@ TEST(ParamOnlyTest, OnlyPairedSendsAndRecvsAreMarked) {
 TEST(ParamOnlyTest, ComputesWithoutInputsAreMarkedButNotPositions) {
   const BoxIr box = IrBox({{0, 4}});
   CompiledPlan plan =
-      PlanOf({{0, {Compute(0, ComputeOp::kZeros, {}, "t/z", box, kWireInt32),
+      PlanOf({{0, {Compute(0, ComputeOp::kZeros, {}, "t/z", box, DType::kInt32),
                    Compute(0, ComputeOp::kAdd, {"in/x", "t/z"}, "t/y", box, kF32),
                    Output(0, "t/y", box, "y"), Free(0, "t/z")}}});
   MarkParamOnlySteps(&plan);
   EXPECT_EQ(Marks(plan), (MarkMap{{0, {0, 3}}})) << Describe(plan);
   EXPECT_EQ(plan.kept_param_bytes, 4 * 4);  // int32
   CompiledPlan positions =
-      PlanOf({{0, {Compute(0, ComputeOp::kPositions, {}, "t/pos", box, kWireInt32),
+      PlanOf({{0, {Compute(0, ComputeOp::kPositions, {}, "t/pos", box, DType::kInt32),
                    Compute(0, ComputeOp::kAdd, {"in/x", "t/pos"}, "t/y", box, kF32),
                    Output(0, "t/y", box, "y"), Free(0, "t/pos")}}});
   MarkParamOnlySteps(&positions);
@@ -366,13 +366,13 @@ TEST(ParamOnlyTest, KeptBytesFollowTheMakersBoxAndDType) {
   const BoxIr half = IrBox({{0, 4}, {0, 4}}), full = IrBox({{0, 4}, {0, 8}});
   ComputeStepIr partial = Dot(0, "param/w", "param/w", "t/p", half);
   partial.partial = true;
-  partial.out_dtype = kWireBFloat16;  // partial sums are float32 regardless
+  partial.out_dtype = DType::kBFloat16;  // partial sums are float32 regardless
   std::vector<StepIr> w0 = {
-      Copy(0, "param/w", half, 0, "t/h", full, kWireBFloat16),               // 32 x 2
-      Compute(0, ComputeOp::kRelu, {"t/h"}, "t/g", full, kWireInvalid),      // 32 x 2
+      Copy(0, "param/w", half, 0, "t/h", full, DType::kBFloat16),               // 32 x 2
+      Compute(0, ComputeOp::kRelu, {"t/h"}, "t/g", full, std::nullopt),      // 32 x 2
       partial,                                                               // 16 x 4
-      Compute(0, ComputeOp::kRelu, {"param/w"}, "t/s", BoxIr{}, kWireFloat64),  // 1 x 8
-      Copy(0, "t/g", half, 0, "t/u", half, kWireInvalid),                    // 16 x 2
+      Compute(0, ComputeOp::kRelu, {"param/w"}, "t/s", BoxIr{}, DType::kFloat64),  // 1 x 8
+      Copy(0, "t/g", half, 0, "t/u", half, std::nullopt),                    // 16 x 2
   };
   for (const char* kept : {"t/h", "t/g", "t/p", "t/s", "t/u"}) {
     w0.push_back(Compute(0, ComputeOp::kAdd, {"in/x", kept}, absl::StrCat(kept, "+x"), half));
@@ -413,7 +413,7 @@ TEST(ParamOnlyTest, AParamSliceReadInPlaceByADotKeepsNoBytes) {
   CompiledPlan as_lhs = head({Dot(0, "t/head", "in/x", "t/y", out)});
   EXPECT_EQ(as_lhs.kept_param_bytes, 4 * 8 * 4) << Describe(as_lhs);
   // Copies the worker runs: to bfloat16, or a box that is not dst_box.
-  for (const CopyStepIr& copy : {Copy(0, "param/head", rows, 0, "t/head", rows, kWireBFloat16),
+  for (const CopyStepIr& copy : {Copy(0, "param/head", rows, 0, "t/head", rows, DType::kBFloat16),
                                  Copy(0, "param/head", out, 0, "t/head", rows, kF32)}) {
     CompiledPlan plan = PlanOf({{0, {copy, logits}}});
     MarkParamOnlySteps(&plan);

@@ -122,9 +122,9 @@ absl::StatusOr<Placed> ProgramEmitter::Reshard(const Placed& src, const NamedSha
 
 void ProgramEmitter::EmitTransfer(const Transfer& t, const Placed& src, const Placed& dst) {
   const Box dst_box = dst.BoxFor(t.dst_device);
-  const int dst_dtype = DTypeToProto(dst.dtype);
+  const DType dst_dtype = dst.dtype;
   auto local_copy = [&](const std::string& from, int64_t from_device, bool accumulate,
-                        const std::string& to, int64_t to_device, const Box& to_box, int dtype) {
+                        const std::string& to, int64_t to_device, const Box& to_box, DType dtype) {
     Append(WorkerOf(from_device), CopyStepIr{from, from_device, to, BoxToIr(t.box), accumulate,
                                              BoxToIr(to_box), dtype, to_device});
   };
@@ -144,10 +144,9 @@ void ProgramEmitter::EmitTransfer(const Transfer& t, const Placed& src, const Pl
       if (!t.src_addends.empty()) {
         // Pre-add the sender's partial sums into one temporary box.
         payload = NewBuffer("presum");
-        int wire = DTypeToProto(src.dtype);
-        local_copy(src.buffer, t.src_device, false, payload, t.src_device, t.box, wire);
+        local_copy(src.buffer, t.src_device, false, payload, t.src_device, t.box, src.dtype);
         for (int64_t a : t.src_addends) {
-          local_copy(src.buffer, a, true, payload, t.src_device, t.box, wire);
+          local_copy(src.buffer, a, true, payload, t.src_device, t.box, src.dtype);
         }
       }
       std::string tag = NewTag();
@@ -170,7 +169,7 @@ void ProgramEmitter::ComputeEverywhere(const Placed& out,
     step.device = d;
     step.output = out.buffer;
     step.out_box = BoxToIr(box);
-    step.out_dtype = DTypeToProto(out.dtype);
+    step.out_dtype = out.dtype;
     step.partial = out.partial();
     programs_[WorkerOf(d)].steps.push_back(std::move(step));
   }

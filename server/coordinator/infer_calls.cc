@@ -41,9 +41,10 @@ absl::StatusOr<InferOutput> AssembleOutput(const PlanOutput& out, const Compiled
       return Internal("worker ", piece.worker, " did not return output '", out.name, "' box ",
                       piece.box.ToString(), " of device ", piece.device);
     }
-    if (found->dtype != DTypeToProto(out.dtype)) {
-      return Internal("worker ", piece.worker, " returned output '", out.name, "' with wire dtype ",
-                      found->dtype, ", expected ", DTypeName(out.dtype));
+    if (found->dtype != out.dtype) {
+      return Internal("worker ", piece.worker, " returned output '", out.name, "' with dtype ",
+                      found->dtype ? DTypeName(*found->dtype) : "(none)", ", expected ",
+                      DTypeName(out.dtype));
     }
     const std::string where = absl::StrCat("worker ", piece.worker, " output '", out.name, "'");
     if (static_cast<int64_t>(found->data.size()) != piece.box.NumElements() * elem) {
@@ -82,7 +83,7 @@ absl::StatusOr<std::map<int64_t, ExecuteCall>> BuildCalls(
     slice.name = s.input;
     slice.device = s.device;
     slice.box = BoxToIr(s.box);
-    slice.dtype = DTypeToProto(in.dtype);
+    slice.dtype = in.dtype;
     slice.data.resize(static_cast<size_t>(s.box.NumElements() * DTypeSize(in.dtype)));
     // ValidateInferRequest checked in.bytes against in.shape; the box lies in it.
     MS_RETURN_IF_ERROR(

@@ -37,6 +37,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,6 +45,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/base/dtype.h"
 #include "common/program/program_ir.h"
 
 namespace meshserve {
@@ -54,7 +56,7 @@ struct OutgoingSlice {
   int64_t src_worker = -1;
   int64_t dst_worker = -1;
   int64_t dst_device = -1;
-  int dtype = 0;      // the sent buffer's dtype (program_ir.h WireDType)
+  std::optional<DType> dtype;  // the sent buffer's dtype
   std::string bytes;  // raw row-major bytes of the sent box
   absl::Time deadline = absl::InfiniteFuture();
 };
@@ -65,7 +67,7 @@ struct ParamChunkView {
   int64_t total_bytes = 0;  // of the whole box
   int64_t offset = 0;       // of this chunk within the box's bytes
   absl::string_view data;
-  int dtype = 0;  // the param's dtype (program_ir.h WireDType)
+  std::optional<DType> dtype;  // the param's dtype (nullopt: not given)
 };
 using ParamChunkSink = std::function<absl::Status(const ParamChunkView&)>;
 
@@ -73,7 +75,7 @@ using ParamChunkSink = std::function<absl::Status(const ParamChunkView&)>;
 // worker serves them: a view into the held buffer (or a copy) that stays valid
 // while `keep_alive` lives.
 struct ParamBytes {
-  int dtype = 0;
+  DType dtype = DType::kFloat32;
   absl::string_view bytes;
   std::shared_ptr<const void> keep_alive;
 };

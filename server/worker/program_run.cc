@@ -65,18 +65,18 @@ class RequestRun : public std::enable_shared_from_this<RequestRun> {
   // A param slice not copied (slices_) is copied here: a step reads it.
   absl::StatusOr<const BoxTensor*> Lookup(int64_t device, const std::string& name);
   // The bytes (row-major) of `box` of buffer `name` on `device`, with the box
-  // and the buffer's wire dtype: what a send or an output step carries.
+  // and the buffer's dtype: what a send or an output step carries.
   struct Extracted {
     Box box;
     std::string bytes;
-    int dtype = kWireInvalid;
+    DType dtype = DType::kFloat32;
   };
   absl::StatusOr<Extracted> Extract(int64_t device, const std::string& name, const BoxIr& box);
   // A copy whose destination is read in place (ParamSliceOf) instead of made.
   std::optional<ParamSlice> InPlace(const StepIr& step);
   // The buffer (device, name), created zero-filled with box/dtype when absent.
   absl::StatusOr<BoxTensor*> GetOrCreate(int64_t device, const std::string& name,
-                                         const BoxIr& box, int dtype);
+                                         const BoxIr& box, std::optional<DType> dtype);
 
   // One Run per step kind (std::visit calls them).
   struct StepRunner {
@@ -124,7 +124,7 @@ absl::StatusOr<RequestRun::Extracted> RequestRun::Extract(int64_t device, const 
   Extracted out;
   MS_ASSIGN_OR_RETURN(out.box, BoxFromIr(box));
   MS_ASSIGN_OR_RETURN(out.bytes, ExtractBox(*src, out.box));
-  out.dtype = DTypeToProto(src->tensor.dtype());
+  out.dtype = src->tensor.dtype();
   return out;
 }
 
@@ -154,7 +154,8 @@ absl::StatusOr<const BoxTensor*> RequestRun::Lookup(int64_t device, const std::s
 }
 
 absl::StatusOr<BoxTensor*> RequestRun::GetOrCreate(int64_t device, const std::string& name,
-                                                   const BoxIr& box, int dtype) {
+                                                   const BoxIr& box,
+                                                   std::optional<DType> dtype) {
   MS_RETURN_IF_ERROR(CheckDevice(device));
   if (IsParamBuffer(name)) {
     return InvalidArgument("buffer '", name, "' is a resident parameter (read-only)");
@@ -162,23 +163,19 @@ absl::StatusOr<BoxTensor*> RequestRun::GetOrCreate(int64_t device, const std::st
   if (slices_.contains(BufferKey(device, name))) MS_RETURN_IF_ERROR(Lookup(device, name).status());
   auto it = buffers_.find(BufferKey(device, name));
   if (it != buffers_.end()) {
-    if (dtype != kWireInvalid) {
-      MS_ASSIGN_OR_RETURN(DType want, DTypeFromProto(dtype));
-      if (want != it->second.tensor.dtype()) {
-        return InvalidArgument("dtype mismatch: buffer '", name, "' on device ", device,
-                               " is ", DTypeName(it->second.tensor.dtype()),
-                               " but the step says ", DTypeName(want));
-      }
+    if (dtype.has_value() && *dtype != it->second.tensor.dtype()) {
+      return InvalidArgument("dtype mismatch: buffer '", name, "' on device ", device, " is ",
+                             DTypeName(it->second.tensor.dtype()), " but the step says ",
+                             DTypeName(*dtype));
     }
     return &it->second;
   }
   MS_ASSIGN_OR_RETURN(Box buffer_box, BoxFromIr(box), "buffer '", name, "'");
-  if (dtype == kWireInvalid) {
+  if (!dtype.has_value()) {
     return InvalidArgument("buffer '", name, "' on device ", device,
                            " does not exist and the step gives no dtype to create it");
   }
-  MS_ASSIGN_OR_RETURN(DType dt, DTypeFromProto(dtype), "buffer '", name, "'");
-  MS_ASSIGN_OR_RETURN(BoxTensor created, BoxTensor::Create(dt, buffer_box));
+  MS_ASSIGN_OR_RETURN(BoxTensor created, BoxTensor::Create(*dtype, buffer_box));
   return &(buffers_[BufferKey(device, name)] = std::move(created));
 }
 
@@ -272,10 +269,8 @@ absl::StatusOr<bool> RequestRun::TryRun(const RecvStepIr& step) {
   Rendezvous::Received& received = *got;
   MS_ASSIGN_OR_RETURN(BoxTensor * dst,
                       GetOrCreate(step.device, step.buffer, step.buffer_box, step.dtype));
-  DType sent = dst->tensor.dtype();  // e.g. float32 partial sums into a bfloat16 buffer
-  if (received.dtype != kWireInvalid) {
-    MS_ASSIGN_OR_RETURN(sent, DTypeFromProto(received.dtype), "the sender's dtype");
-  }
+  // The sender's dtype, e.g. float32 partial sums into a bfloat16 buffer.
+  const DType sent = received.dtype.value_or(dst->tensor.dtype());
   MS_RETURN_IF_ERROR(InsertConverted(dst, box, sent, received.bytes, step.accumulate),
                      "slice from worker ", step.src_worker);
   return true;
@@ -291,7 +286,7 @@ absl::Status RequestRun::Run(const CopyStepIr& step) {
     slices_[BufferKey(step.dst_device, step.dst)] = *std::move(slice);
     return absl::OkStatus();
   }
-  const int dtype = step.dtype != kWireInvalid ? step.dtype : DTypeToProto(src->tensor.dtype());
+  const DType dtype = step.dtype.value_or(src->tensor.dtype());
   MS_ASSIGN_OR_RETURN(BoxTensor * dst,
                       GetOrCreate(step.dst_device, step.dst, step.dst_box, dtype));
   if (dst->tensor.dtype() == src->tensor.dtype()) return CopyBox(*src, dst, box, step.accumulate);

@@ -52,7 +52,7 @@ class ProgramRunDeadlineTest : public ::testing::Test {
   absl::StatusOr<std::vector<SliceIr>> Run(const std::string& request_id,
                                            std::vector<StepIr> steps, absl::Time deadline) {
     EXPECT_OK(rendezvous_.StartRequest(request_id));
-    SliceIr x{"x", 0, IrBox({{0, 4}}), DTypeToProto(DType::kFloat32), std::string(16, '\0')};
+    SliceIr x{"x", 0, IrBox({{0, 4}}), DType::kFloat32, std::string(16, '\0')};
     absl::StatusOr<std::vector<SliceIr>> out =
         RunProgram(ProgramOf("p", "id", 1, 0, std::move(steps)), *model_, request_id, {x},
                    deadline, RunContext{&rendezvous_, nullptr, 0});
@@ -94,7 +94,7 @@ TEST_F(ProgramRunDeadlineTest, ReceiveWaitsOnlyUntilTheDeadline) {
   // Nothing is ever sent: the receive ends at the deadline, naming the step.
   absl::Status s = Run("r2",
                        {Recv(0, "b", IrBox({{0, 4}}), "t", false, IrBox({{0, 4}}),
-                             DTypeToProto(DType::kFloat32), 1),
+                             DType::kFloat32, 1),
                         Output(0, "b", IrBox({{0, 4}}), "y")},
                        absl::Now() + absl::Milliseconds(50))
                        .status();
@@ -124,7 +124,7 @@ std::vector<std::string> Order(const std::vector<StepIr>& steps) {
 // it; sends to the same place keep their order.
 TEST(ScheduleSendsTest, MovesSendsBeforeTheReceivesTheyDoNotDependOn) {
   const BoxIr b = IrBox({{0, 4}});
-  const int f32 = DTypeToProto(DType::kFloat32);
+  const DType f32 = DType::kFloat32;
   std::vector<StepIr> steps = {
       Compute(0, ComputeOp::kRelu, {"in/x"}, "y", b),
       Copy(0, "y", b, 0, "z", b, f32),
@@ -169,7 +169,7 @@ std::shared_ptr<LoadedModel> ModelWithParam() {
 
 TEST(ProgramRunParamSliceTest, DotGeneralReadsTheSliceAndOtherReadersACopy) {
   std::shared_ptr<LoadedModel> model = ModelWithParam();
-  const int f32 = DTypeToProto(DType::kFloat32);
+  const DType f32 = DType::kFloat32;
   // x = [1, 2, 3] (one row); rows 1:3 as W [N, K] over cols 2:5 (strided):
   // y[n] = sum_k x[k] * w[1 + n][2 + k].
   std::string x_bytes(12, '\0');

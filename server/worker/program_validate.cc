@@ -24,11 +24,6 @@ absl::Status CheckBox(absl::string_view field, const BoxIr& box) {
   return AnnotateStatus(BoxFromIr(box).status(), field);
 }
 
-absl::Status CheckDType(absl::string_view field, int dtype, bool required) {
-  if (dtype == kWireInvalid && !required) return absl::OkStatus();
-  return AnnotateStatus(DTypeFromProto(dtype).status(), field);
-}
-
 // A send's (or recv's) tag is not empty and used once per program.
 absl::Status CheckTag(absl::string_view field, const std::string& tag,
                       absl::flat_hash_set<std::string>* used) {
@@ -42,8 +37,7 @@ class StepValidator {
  public:
   absl::Status operator()(const ComputeStepIr& step) {
     MS_RETURN_IF_ERROR(CheckName("compute output", step.output, true));
-    MS_RETURN_IF_ERROR(CheckBox("compute out_box", step.out_box));
-    return CheckDType("compute out_dtype", step.out_dtype, false);
+    return CheckBox("compute out_box", step.out_box);
   }
   absl::Status operator()(const SendStepIr& step) {
     MS_RETURN_IF_ERROR(CheckName("send buffer", step.buffer, false));
@@ -56,8 +50,7 @@ class StepValidator {
     MS_RETURN_IF_ERROR(CheckName("recv buffer", step.buffer, true));
     MS_RETURN_IF_ERROR(CheckTag("recv tag", step.tag, &recv_tags_));
     MS_RETURN_IF_ERROR(CheckBox("recv box", step.box));
-    MS_RETURN_IF_ERROR(CheckBox("recv buffer_box", step.buffer_box));
-    return CheckDType("recv dtype", step.dtype, false);
+    return CheckBox("recv buffer_box", step.buffer_box);
   }
   absl::Status operator()(const CopyStepIr& step) {
     MS_RETURN_IF_ERROR(CheckName("copy src", step.src, false));
@@ -65,7 +58,7 @@ class StepValidator {
     MS_RETURN_IF_ERROR(CheckBox("copy box", step.box));
     MS_RETURN_IF_ERROR(CheckBox("copy dst_box", step.dst_box));
     if (step.dst_device < 0) return OutOfRange("copy dst_device ", step.dst_device);
-    return CheckDType("copy dtype", step.dtype, false);
+    return absl::OkStatus();
   }
   absl::Status operator()(const FreeStepIr& step) {
     return CheckName("free buffer", step.buffer, true);

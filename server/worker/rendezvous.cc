@@ -146,7 +146,7 @@ absl::Status Rendezvous::DeliverAndWake(absl::string_view request_id, absl::stri
 absl::Status Rendezvous::DeliverChunk(absl::string_view request_id,
                                       absl::string_view tag, int64_t total_bytes,
                                       int64_t offset, absl::string_view data,
-                                      int64_t src_worker, int dtype) {
+                                      int64_t src_worker, std::optional<DType> dtype) {
   MS_RETURN_IF_ERROR(CheckTotal(request_id, tag, src_worker, total_bytes));
   return DeliverAndWake(request_id, tag, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return DeliverChunkLocked(request_id, tag, total_bytes, offset, data, src_worker, dtype);
@@ -156,7 +156,7 @@ absl::Status Rendezvous::DeliverChunk(absl::string_view request_id,
 absl::Status Rendezvous::DeliverChunkLocked(absl::string_view request_id,
                                             absl::string_view tag, int64_t total_bytes,
                                             int64_t offset, absl::string_view data,
-                                            int64_t src_worker, int dtype) {
+                                            int64_t src_worker, std::optional<DType> dtype) {
   const int64_t size = static_cast<int64_t>(data.size());
   RequestSlices* request = FindOrCreateLocked(request_id);
   if (request == nullptr) return absl::OkStatus();  // late chunk: drop
@@ -201,7 +201,7 @@ absl::Status Rendezvous::DeliverChunkLocked(absl::string_view request_id,
 
 absl::Status Rendezvous::DeliverSlice(absl::string_view request_id,
                                       absl::string_view tag, std::string bytes,
-                                      int64_t src_worker, int dtype) {
+                                      int64_t src_worker, std::optional<DType> dtype) {
   MS_RETURN_IF_ERROR(
       CheckTotal(request_id, tag, src_worker, static_cast<int64_t>(bytes.size())));
   return DeliverAndWake(request_id, tag, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -211,7 +211,7 @@ absl::Status Rendezvous::DeliverSlice(absl::string_view request_id,
 
 absl::Status Rendezvous::DeliverSliceLocked(absl::string_view request_id,
                                             absl::string_view tag, std::string bytes,
-                                            int64_t src_worker, int dtype) {
+                                            int64_t src_worker, std::optional<DType> dtype) {
   const int64_t total = static_cast<int64_t>(bytes.size());
   RequestSlices* request = FindOrCreateLocked(request_id);
   if (request == nullptr) return absl::OkStatus();

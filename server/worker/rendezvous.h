@@ -63,6 +63,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/base/dtype.h"
 
 namespace meshserve {
 
@@ -87,18 +88,20 @@ class Rendezvous {
   Rendezvous& operator=(const Rendezvous&) = delete;
 
   // Adds one chunk of the slice (request_id, tag). See the file comment.
-  // `dtype` is the sender's element type (program_ir.h WireDType numbers;
-  // 0 = unknown), passed through to Receive.
+  // `dtype` is the sender's element type (nullopt: not given), passed through
+  // to Receive.
   absl::Status DeliverChunk(absl::string_view request_id, absl::string_view tag,
                             int64_t total_bytes, int64_t offset,
-                            absl::string_view data, int64_t src_worker, int dtype = 0);
+                            absl::string_view data, int64_t src_worker,
+                            std::optional<DType> dtype = std::nullopt);
   // A whole slice at once (no copy: the string is moved in).
   absl::Status DeliverSlice(absl::string_view request_id, absl::string_view tag,
-                            std::string bytes, int64_t src_worker, int dtype = 0);
+                            std::string bytes, int64_t src_worker,
+                            std::optional<DType> dtype = std::nullopt);
 
   struct Received {
     std::string bytes;
-    int dtype = 0;  // as delivered
+    std::optional<DType> dtype;  // as delivered
   };
 
   // Marks the request as running here.
@@ -153,7 +156,7 @@ class Rendezvous {
     int64_t total_bytes = 0;
     int64_t received = 0;
     int64_t src_worker = -1;
-    int dtype = 0;
+    std::optional<DType> dtype;
     int64_t charged = 0;  // bytes counted in inflight_bytes_ for this buffer
     absl::Status error;  // poisoned by a bad chunk
     bool refused = false;  // poisoned by the budget: kept until the request ends
@@ -201,10 +204,12 @@ class Rendezvous {
                               Locked deliver);
   absl::Status DeliverChunkLocked(absl::string_view request_id, absl::string_view tag,
                                   int64_t total_bytes, int64_t offset,
-                                  absl::string_view data, int64_t src_worker, int dtype)
+                                  absl::string_view data, int64_t src_worker,
+                                  std::optional<DType> dtype)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status DeliverSliceLocked(absl::string_view request_id, absl::string_view tag,
-                                  std::string bytes, int64_t src_worker, int dtype)
+                                  std::string bytes, int64_t src_worker,
+                                  std::optional<DType> dtype)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The DeadlineExceeded status of a receive of `tag` that found no complete
   // slice.

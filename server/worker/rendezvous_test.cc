@@ -43,10 +43,10 @@ TEST(RendezvousTest, ReceiveWaitsForALaterDelivery) {
 
 TEST(RendezvousTest, TheSendersDTypeIsPassedThrough) {
   Rendezvous r;
-  EXPECT_OK(r.DeliverChunk("q", "t", 2, 0, "ab", 1, /*dtype=*/2));
+  EXPECT_OK(r.DeliverChunk("q", "t", 2, 0, "ab", 1, DType::kBFloat16));
   absl::StatusOr<Rendezvous::Received> got = r.Receive("q", "t", 1, Soon());
   ASSERT_OK(got.status());
-  EXPECT_EQ(got->dtype, 2);
+  EXPECT_EQ(got->dtype, DType::kBFloat16);
 }
 
 TEST(RendezvousTest, SlicesArrivingBeforeTheRequestStartsAreKept) {

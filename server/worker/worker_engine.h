@@ -110,7 +110,7 @@ class WorkerEngine {
   // \error kNotFound when nothing matched.
   absl::Status UnloadModel(absl::string_view model, int64_t generation, int64_t version = 0);
 
-  // Validates the program's structure (step kinds, ops, boxes, dtypes, unique
+  // Validates the program's structure (step kinds, ops, boxes, unique
   // tags) and stores it (replacing one with the same id).
   // \error kInvalidArgument naming the step index and value.
   absl::Status InstallProgram(ProgramIr program);
@@ -187,12 +187,13 @@ class WorkerEngine {
   absl::Status DeliverChunk(absl::string_view request_id, absl::string_view tag,
                             int64_t total_bytes, int64_t offset,
                             absl::string_view data, int64_t src_worker,
-                            int dtype = 0) {
+                            std::optional<DType> dtype = std::nullopt) {
     return rendezvous().DeliverChunk(request_id, tag, total_bytes, offset, data, src_worker,
                                      dtype);
   }
   absl::Status DeliverSlice(absl::string_view request_id, absl::string_view tag,
-                            std::string bytes, int64_t src_worker, int dtype = 0) {
+                            std::string bytes, int64_t src_worker,
+                            std::optional<DType> dtype = std::nullopt) {
     return rendezvous().DeliverSlice(request_id, tag, std::move(bytes), src_worker, dtype);
   }
 

@@ -88,7 +88,7 @@ void CheckOnWorkers(const std::string& json_without_checkpoint,
     slice.name = s.input;
     slice.device = s.device;
     slice.box = BoxToIr(s.box);
-    slice.dtype = DTypeToProto(full.dtype());
+    slice.dtype = full.dtype();
     ASSERT_OK_AND_ASSIGN(slice.data, ExtractBox(whole, s.box));
     slices[s.worker].push_back(std::move(slice));
   }
@@ -104,7 +104,8 @@ void CheckOnWorkers(const std::string& json_without_checkpoint,
   for (int w = 0; w < num_workers; ++w) {
     ASSERT_OK(results[w].status());
     for (const SliceIr& s : *results[w]) {
-      ASSERT_OK_AND_ASSIGN(DType dtype, DTypeFromProto(s.dtype));
+      ASSERT_TRUE(s.dtype.has_value()) << s.name;
+      const DType dtype = *s.dtype;
       if (!outputs.count(s.name)) {
         ASSERT_OK_AND_ASSIGN(outputs[s.name],
                              BoxTensor::Create(dtype, Box::FromShape(tm.TypeOf(s.name).shape)));

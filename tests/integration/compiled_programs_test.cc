@@ -59,7 +59,7 @@ void CheckOnWorkers(const std::string& file, const std::map<std::string, std::ve
     const Tensor& full = inputs.at(s.input);
     ASSERT_OK_AND_ASSIGN(BoxTensor whole, BoxTensor::Wrap(Box::FromShape(full.shape()), full));
     ASSERT_OK_AND_ASSIGN(std::string data, ExtractBox(whole, s.box));
-    slices.push_back({s.input, s.device, BoxToIr(s.box), DTypeToProto(full.dtype()), data});
+    slices.push_back({s.input, s.device, BoxToIr(s.box), full.dtype(), data});
   }
   LoadModelIr load;
   load.model = m.name;

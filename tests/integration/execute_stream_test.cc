@@ -115,7 +115,7 @@ class ExecuteStreamTest : public ::testing::Test {
     x.name = "x";
     x.device = 0;
     x.box = BoxIr{{0, 0}, {4, 4}};
-    x.dtype = FLOAT32;
+    x.dtype = DType::kFloat32;
     std::vector<float> v(16);
     for (int i = 0; i < 16; ++i) v[i] = seed + i;
     x.data.assign(reinterpret_cast<const char*>(v.data()), 64);

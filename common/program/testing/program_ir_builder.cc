@@ -13,7 +13,7 @@ BoxIr IrBox(const std::vector<std::pair<int64_t, int64_t>>& dims) {
 }
 
 ComputeStepIr Compute(int64_t device, ComputeOp op, std::vector<std::string> inputs,
-                      std::string output, BoxIr out_box, int out_dtype) {
+                      std::string output, BoxIr out_box, std::optional<DType> out_dtype) {
   ComputeStepIr s;
   s.op = op;
   s.inputs = std::move(inputs);
@@ -31,13 +31,13 @@ SendStepIr Send(int64_t device, std::string buffer, BoxIr box, int64_t dst_worke
 }
 
 RecvStepIr Recv(int64_t device, std::string buffer, BoxIr box, std::string tag, bool accumulate,
-                BoxIr buffer_box, int dtype, int64_t src_worker) {
+                BoxIr buffer_box, std::optional<DType> dtype, int64_t src_worker) {
   return RecvStepIr{std::move(buffer),     std::move(box), std::move(tag), accumulate,
                     std::move(buffer_box), dtype,          src_worker,     device};
 }
 
 CopyStepIr Copy(int64_t src_device, std::string src, BoxIr box, int64_t dst_device, std::string dst,
-                BoxIr dst_box, int dtype, bool accumulate) {
+                BoxIr dst_box, std::optional<DType> dtype, bool accumulate) {
   return CopyStepIr{std::move(src), src_device,         std::move(dst), std::move(box),
                     accumulate,     std::move(dst_box), dtype,          dst_device};
 }

@@ -12,10 +12,12 @@
 #define MESHSERVE_COMMON_PROGRAM_TESTING_PROGRAM_IR_BUILDER_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/base/dtype.h"
 #include "common/program/program_ir.h"
 
 namespace meshserve {
@@ -26,13 +28,14 @@ BoxIr IrBox(const std::vector<std::pair<int64_t, int64_t>>& dims);
 
 // The op fields (contracting dims, perm, epsilon, partial) stay default.
 ComputeStepIr Compute(int64_t device, ComputeOp op, std::vector<std::string> inputs,
-                      std::string output, BoxIr out_box, int out_dtype = kWireInvalid);
+                      std::string output, BoxIr out_box,
+                      std::optional<DType> out_dtype = std::nullopt);
 SendStepIr Send(int64_t device, std::string buffer, BoxIr box, int64_t dst_worker,
                 int64_t dst_device, std::string tag);
 RecvStepIr Recv(int64_t device, std::string buffer, BoxIr box, std::string tag, bool accumulate,
-                BoxIr buffer_box, int dtype, int64_t src_worker);
+                BoxIr buffer_box, std::optional<DType> dtype, int64_t src_worker);
 CopyStepIr Copy(int64_t src_device, std::string src, BoxIr box, int64_t dst_device, std::string dst,
-                BoxIr dst_box, int dtype, bool accumulate = false);
+                BoxIr dst_box, std::optional<DType> dtype, bool accumulate = false);
 FreeStepIr Free(int64_t device, std::string buffer);
 OutputStepIr Output(int64_t device, std::string buffer, BoxIr box, std::string output);
 

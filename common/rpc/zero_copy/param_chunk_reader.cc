@@ -4,6 +4,7 @@
 
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/program/ir_conv.h"
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/zero_copy/bytes_field_wire.h"
 #include "common/rpc/zero_copy/raw_method.h"
@@ -25,8 +26,8 @@ absl::Status DeliverChunk(const grpc::ByteBuffer& buffer, BytesFieldSplit* split
   if (!header.ParseFromString(split->other_fields)) {
     return InvalidArgument("a ParamChunk's fields do not parse");
   }
-  ParamChunkPiece piece{header.total_bytes(), header.offset(), static_cast<int>(header.dtype()),
-                        {}};
+  ParamChunkPiece piece{header.total_bytes(), header.offset(), std::nullopt, {}};
+  MS_ASSIGN_OR_RETURN(piece.dtype, OptionalDTypeFromProto(header.dtype()), "a ParamChunk");
   if (split->data.empty()) return on_piece(piece);
   for (absl::string_view data : split->data) {
     piece.data = data;

@@ -9,10 +9,12 @@
 #define MESHSERVE_COMMON_RPC_ZERO_COPY_PARAM_CHUNK_READER_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "common/base/dtype.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/impl/channel_interface.h"
 #include "proto/worker_service.pb.h"
@@ -25,14 +27,15 @@ namespace meshserve {
 struct ParamChunkPiece {
   int64_t total_bytes = 0;
   int64_t offset = 0;
-  int dtype = 0;  // tensor.proto DTypeProto
+  std::optional<DType> dtype;  // nullopt: the chunk gives none (DTYPE_INVALID)
   absl::string_view data;
 };
 
 struct ParamReadOutcome {
   bool any_chunk = false;  // a chunk arrived
   // The first error of the sink or of a chunk that does not decode
-  // (kInvalidArgument); the call was cancelled then.
+  // (kInvalidArgument, e.g. a dtype number tensor.proto does not define); the
+  // call was cancelled then.
   absl::Status chunks;
   absl::Status call;  // the call's status (FromGrpcStatus)
 };

@@ -116,7 +116,7 @@ TEST_F(ParamChunkReaderTest, HandsEveryPieceInOrderWithItsOffset) {
   EXPECT_EQ(pieces[0].offset, 0);
   EXPECT_EQ(pieces[1].offset, 8);
   EXPECT_EQ(pieces[1].total_bytes, 12);
-  EXPECT_EQ(pieces[1].dtype, static_cast<int>(FLOAT32));
+  EXPECT_EQ(pieces[1].dtype, DType::kFloat32);
   EXPECT_EQ(pieces[2].total_bytes, 0);  // a chunk without data: one empty piece
   EXPECT_THAT(data_, ::testing::ElementsAre("abcdefgh", "ijkl", ""));
 }
@@ -129,6 +129,22 @@ TEST_F(ParamChunkReaderTest, AMessageThatIsNoParamChunkEndsTheReadNamingWhere) {
                                     "a ParamChunk: field 3 at byte 2 has length 9 past the end"));
   EXPECT_EQ(pieces.size(), 1u);  // the good chunk before it, nothing after
   EXPECT_TRUE(read.any_chunk);
+}
+
+TEST_F(ParamChunkReaderTest, ADTypeNumberTensorProtoLacksEndsTheReadNamingIt) {
+  ParamChunk unset, unknown;
+  unset.set_total_bytes(8);
+  unset.set_data("abcd");  // DTYPE_INVALID: no dtype, as later chunks send
+  unknown.set_total_bytes(8);
+  unknown.set_offset(4);
+  unknown.set_dtype(static_cast<DTypeProto>(42));
+  unknown.set_data("efgh");
+  Serve({unset.SerializeAsString(), unknown.SerializeAsString()});
+  std::vector<ParamChunkPiece> pieces;
+  ParamReadOutcome read = Read(&pieces);
+  EXPECT_THAT(read.chunks, StatusIs(absl::StatusCode::kInvalidArgument, "dtype 42"));
+  ASSERT_EQ(pieces.size(), 1u);
+  EXPECT_EQ(pieces[0].dtype, std::nullopt);
 }
 
 TEST_F(ParamChunkReaderTest, TheSinksErrorCancelsTheCallAndIsReturned) {

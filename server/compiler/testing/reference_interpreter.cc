@@ -161,11 +161,14 @@ class Interpreter {
   }
 
   absl::StatusOr<BoxTensor*> GetOrCreate(int64_t device, const std::string& name,
-                                         const BoxIr& box, int dtype) {
+                                         const BoxIr& box, std::optional<DType> dtype) {
     auto it = buffers_.find({device, name});
     if (it != buffers_.end()) return &it->second;
-    MS_ASSIGN_OR_RETURN(DType dt, DTypeFromProto(dtype));
-    MS_ASSIGN_OR_RETURN(BoxTensor t, BoxTensor::Create(dt, UncheckedBoxFromIr(box)));
+    if (!dtype.has_value()) {
+      return InvalidArgument("device ", device, " has no buffer '", name,
+                             "' and the step gives no dtype to create it");
+    }
+    MS_ASSIGN_OR_RETURN(BoxTensor t, BoxTensor::Create(*dtype, UncheckedBoxFromIr(box)));
     return &(buffers_[{device, name}] = std::move(t));
   }
 

@@ -190,10 +190,8 @@ absl::StatusOr<ExecuteResult> FakeWorkerClient::Execute(ExecuteCall call,
   MS_RETURN_IF_ERROR(CheckUp());
   std::map<std::pair<int64_t, std::string>, BoxTensor> inputs;
   for (const SliceIr& s : call.inputs) {
-    MS_ASSIGN_OR_RETURN(Box box, BoxFromIr(s.box));
-    MS_ASSIGN_OR_RETURN(DType dtype, DTypeFromProto(s.dtype));
-    MS_ASSIGN_OR_RETURN(Tensor t, Tensor::FromBytes(dtype, box.shape(), s.data));
-    inputs[{s.device, InputBuffer(s.name)}] = BoxTensor{box, std::move(t)};
+    MS_ASSIGN_OR_RETURN(BoxTensor t, BoxTensorFromSlice(s));
+    inputs[{s.device, InputBuffer(s.name)}] = std::move(t);
   }
   ExecuteResult result;
   auto program = programs_.find(call.program_id);
@@ -224,7 +222,7 @@ absl::StatusOr<ExecuteResult> FakeWorkerClient::Execute(ExecuteCall call,
     out.name = output->output;
     out.device = output->device;
     out.box = output->box;
-    out.dtype = DTypeToProto(in->second.tensor.dtype());
+    out.dtype = in->second.tensor.dtype();
     MS_ASSIGN_OR_RETURN(out.data, ExtractBox(in->second, box));
     const ParamDef* offset = resident->model->FindParam("offset");
     if (offset != nullptr && offset->dtype == DType::kFloat32 &&

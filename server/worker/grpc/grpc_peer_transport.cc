@@ -9,6 +9,7 @@
 #include "absl/time/clock.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/program/ir_conv.h"
 #include "common/program/program_proto.h"
 #include "common/rpc/channel.h"
 #include "common/rpc/grpc_status.h"
@@ -26,7 +27,7 @@ void FillChunk(const OutgoingSlice& slice, int64_t offset, int64_t n, DataChunk*
   chunk->set_dst_device(slice.dst_device);
   chunk->set_total_bytes(static_cast<int64_t>(slice.bytes.size()));
   chunk->set_src_worker(slice.src_worker);
-  chunk->set_dtype(static_cast<decltype(chunk->dtype())>(slice.dtype));
+  chunk->set_dtype(static_cast<decltype(chunk->dtype())>(OptionalDTypeToProto(slice.dtype)));
   chunk->set_offset(offset);
   chunk->set_data(slice.bytes.data() + offset, n);
 }

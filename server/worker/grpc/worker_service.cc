@@ -197,7 +197,7 @@ class ReadParamReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>
     ParamChunk header;
     header.set_total_bytes(total);
     header.set_offset(offset_);
-    header.set_dtype(static_cast<DTypeProto>(bytes_.dtype));
+    header.set_dtype(static_cast<DTypeProto>(DTypeToProto(bytes_.dtype)));
     chunk_ = EncodeWithBytesField(header.SerializeAsString(), ParamChunk::kDataFieldNumber,
                                   bytes_.bytes.substr(offset_, n), bytes_.keep_alive);
     offset_ += n;
@@ -278,9 +278,9 @@ class StageParamsReactor final : public grpc::ServerReadReactor<grpc::ByteBuffer
 }  // namespace
 
 absl::Status DeliverDataChunk(WorkerEngine* engine, const DataChunk& chunk) {
+  MS_ASSIGN_OR_RETURN(auto dtype, OptionalDTypeFromProto(chunk.dtype()), "chunk ", chunk.tag());
   return engine->DeliverChunk(chunk.request_id(), chunk.tag(), chunk.total_bytes(),
-                              chunk.offset(), chunk.data(), chunk.src_worker(),
-                              static_cast<int>(chunk.dtype()));
+                              chunk.offset(), chunk.data(), chunk.src_worker(), dtype);
 }
 
 void WorkerServiceImpl::set_address(std::string address) {

@@ -55,9 +55,9 @@ ProgramIr GatherProgram(int64_t worker) {
   dot.rhs_contracting = {0};
   ProgramIr p = ProgramOf(
       "gather", "g", 1, worker,
-      {Copy(worker, "param/w", Rows(worker), worker, "wg", full, kWireFloat32),
+      {Copy(worker, "param/w", Rows(worker), worker, "wg", full, DType::kFloat32),
        Send(worker, "param/w", Rows(worker), other, other, absl::StrCat("w", worker)),
-       Recv(worker, "wg", Rows(other), absl::StrCat("w", other), false, full, kWireFloat32,
+       Recv(worker, "wg", Rows(other), absl::StrCat("w", other), false, full, DType::kFloat32,
             other),
        dot, Free(worker, "wg"), Output(worker, "y", B({{0, kM}, {0, kN}}), "y")});
   p.param_only_steps = {0, 1, 2, 4};
@@ -140,7 +140,7 @@ class ParamCacheTest : public ::testing::Test {
         in.name = "x";
         in.device = w;
         in.box = B({{0, kM}, {0, kK}});
-        in.dtype = kWireFloat32;
+        in.dtype = DType::kFloat32;
         in.data.assign(reinterpret_cast<const char*>(x.data()), x.size() * sizeof(float));
         absl::StatusOr<std::vector<SliceIr>> out = engines_[w]->Execute(
             "gather", id, {std::move(in)}, absl::Seconds(5), 1, mode);
@@ -225,7 +225,7 @@ TEST_F(ParamCacheTest, ANewVersionKeepsNothingOfTheOld) {
     for (int w = 0; w < 2; ++w) {
       threads.emplace_back([&, w]() {
         const std::vector<float> x = X(1);
-        SliceIr in{"x", w, B({{0, kM}, {0, kK}}), kWireFloat32,
+        SliceIr in{"x", w, B({{0, kM}, {0, kK}}), DType::kFloat32,
                    std::string(reinterpret_cast<const char*>(x.data()), x.size() * 4)};
         out[w] = engines_[w]->Execute("gather", id, {in}, absl::Seconds(5), 2, mode);
       });
@@ -284,7 +284,7 @@ TEST(AnalyzeParamOnlyStepsTest, RejectsMarksThatDoNotDependOnParamsAlone) {
   ProgramIr mixed = GatherProgram(0);
   mixed.steps.insert(mixed.steps.begin() + 3,
                      Copy(0, "in/x", B({{0, 1}, {0, 1}}), 0, "wg", B({{0, kK}, {0, kN}}),
-                          kWireFloat32));
+                          DType::kFloat32));
   mixed.param_only_steps = {0, 1, 2};
   EXPECT_THAT(AnalyzeParamOnlySteps(mixed),
               StatusIs(absl::StatusCode::kInvalidArgument, "step 0 touches buffer 'wg'"));

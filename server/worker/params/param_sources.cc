@@ -67,8 +67,10 @@ absl::StatusOr<int64_t> FetchBoxInto(PeerTransport* transport, int64_t worker,
   int64_t received = 0;
   absl::Status status = transport->ReadParam(
       worker, request, deadline, [&](const ParamChunkView& chunk) -> absl::Status {
-        if (chunk.dtype != DTypeToProto(dst->tensor.dtype())) {
-          return InvalidArgument("chunk dtype ", chunk.dtype, " but the param is ",
+        if (chunk.dtype != dst->tensor.dtype()) {
+          return InvalidArgument("chunk dtype ",
+                                 chunk.dtype ? DTypeName(*chunk.dtype) : "(not given)",
+                                 " but the param is ",
                                  DTypeName(dst->tensor.dtype()));
         }
         if (chunk.total_bytes != expected) {
@@ -123,7 +125,7 @@ absl::Status RunPerPeer(std::vector<std::pair<int64_t, std::function<absl::Statu
 
 absl::StatusOr<ParamBytes> CellBytes(const std::shared_ptr<const BoxTensor>& cell, const Box& box) {
   ParamBytes out;
-  out.dtype = DTypeToProto(cell->tensor.dtype());
+  out.dtype = cell->tensor.dtype();
   if (box == cell->box) {
     out.bytes = cell->tensor.bytes();
     out.keep_alive = cell;

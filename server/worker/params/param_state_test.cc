@@ -142,7 +142,7 @@ ProgramIr DotProgram() {
 }
 
 SliceIr XSlice(const std::vector<float>& x) {
-  return SliceIr{"x", 0, B({{0, kM}, {0, 4}}), kWireFloat32, Bytes(x)};
+  return SliceIr{"x", 0, B({{0, kM}, {0, 4}}), DType::kFloat32, Bytes(x)};
 }
 
 std::vector<double> NaiveDot(const std::vector<float>& x, const std::vector<float>& w_top) {

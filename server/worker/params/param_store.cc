@@ -366,7 +366,7 @@ absl::StatusOr<ParamBytes> ParamStore::Read(const Key& key, absl::string_view pa
                               " elements are staged");
   }
   ParamBytes out;
-  out.dtype = DTypeToProto(located->first->dtype);
+  out.dtype = located->first->dtype;
   if (cell == nullptr || cell->values == nullptr) return out;  // an empty box
   return CellBytes(cell->values, box);
 }

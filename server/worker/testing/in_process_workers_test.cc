@@ -56,7 +56,7 @@ ProgramIr MatmulProgram(int64_t worker, bool send) {
   }
   const BoxIr mine = IrBox({{worker * half, (worker + 1) * half}, {0, kN}});
   steps.push_back(Recv(worker, "partial", mine, absl::StrCat(other, "->", worker),
-                       /*accumulate=*/true, BoxIr(), kWireInvalid, other));
+                       /*accumulate=*/true, BoxIr(), std::nullopt, other));
   steps.push_back(Output(worker, "partial", mine, "y"));
   return ProgramOf("mm", "mm", 3, worker, std::move(steps));
 }
@@ -79,7 +79,7 @@ std::map<int64_t, std::vector<SliceIr>> Inputs(const std::vector<float>& x) {
     in.name = "x";
     in.device = w;
     in.box = IrBox({{0, kM}, {w * kK / 2, (w + 1) * kK / 2}});
-    in.dtype = kWireFloat32;
+    in.dtype = DType::kFloat32;
     std::vector<float> part;
     for (int64_t m = 0; m < kM; ++m) {
       for (int64_t k = w * kK / 2; k < (w + 1) * kK / 2; ++k) part.push_back(x[m * kK + k]);
