@@ -37,16 +37,6 @@ void PieceToProto(const PutRoute& route, PutPiece* proto) {
   proto->set_address(route.address);
 }
 
-// The session commit's answer, as PushParams answers.
-void CommitToProto(const PushResult& result, PushParamsResponse* response) {
-  response->set_version(result.version);
-  response->set_bytes_received(result.bytes_received);
-  for (const std::string& param : result.params) response->add_params(param);
-  response->set_bytes_to_workers(result.bytes_to_workers);
-  response->set_bytes_filled(result.bytes_filled);
-  response->set_seconds(result.seconds);
-}
-
 // The commit's wait for --max_live_versions ends a second before the call's
 // deadline, so that the server's message reaches the client first.
 absl::Time CommitDeadline(const grpc::ServerContext& context) {
@@ -131,7 +121,7 @@ grpc::Status ClusterServiceImpl::CommitPush(grpc::ServerContext* context,
       coordinator_->push_sessions().CommitPush(request->model(), request->push_id(),
                                                CommitDeadline(*context));
   if (!result.ok()) return ToGrpcStatus(result.status());
-  CommitToProto(*result, response);
+  PushResultToProto(*result, response);
   return grpc::Status::OK;
 }
 

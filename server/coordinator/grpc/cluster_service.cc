@@ -155,6 +155,9 @@ PushChunk PushChunkFromProto(PushParamsChunk* message) {
                    std::move(*message->mutable_data())};
 }
 
+
+}  // namespace
+
 void PushResultToProto(const PushResult& result, PushParamsResponse* response) {
   response->set_version(result.version);
   response->set_bytes_received(result.bytes_received);
@@ -163,8 +166,6 @@ void PushResultToProto(const PushResult& result, PushParamsResponse* response) {
   response->set_bytes_filled(result.bytes_filled);
   response->set_seconds(result.seconds);
 }
-
-}  // namespace
 
 grpc::Status ClusterServiceImpl::Describe(grpc::ServerContext* context,
                                           const DescribeRequest* request,

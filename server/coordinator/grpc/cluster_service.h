@@ -32,6 +32,8 @@
 namespace meshserve {
 
 void DescribeResultToProto(const DescribeResult& result, DescribeResponse* proto);
+// A push's answer (PushParams, PushDirect's commit, CommitPush).
+void PushResultToProto(const PushResult& result, PushParamsResponse* response);
 
 // The kv_cache values of `model` on `placement` (see the file comment); empty
 // for a model that cannot generate.
