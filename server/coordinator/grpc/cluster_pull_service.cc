@@ -55,27 +55,47 @@ grpc::Status ClusterServiceImpl::PullParams(grpc::ServerContext* context,
                                             grpc::ServerWriter<PullParamsChunk>* writer) {
   absl::StatusOr<CallGate::Pass> pass = AdmitClientCall(edge_, gate_, *context);
   if (!pass.ok()) return ToGrpcStatus(pass.status());
+  const std::string& model = request->model();
+  ParamPulls& pulls = coordinator_->param_pulls();
+  auto send = [writer](BoxPullChunk c) {
+    return Send(writer, c.name, c.shape, c.first ? DTypeToProto(c.dtype) : 0, c.total_bytes,
+                c.byte_offset, std::move(c.data), c.version);
+  };
   if (IsBoxPull(*request)) {
     if (request->params_size() != 1) {
       return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
-          "PullParams of model '", request->model(), "' with offset, shape or version names ",
+          "PullParams of model '", model, "' with offset, shape or version names ",
           request->params_size(), " params; a box pull names exactly one")));
     }
-    BoxPullRequest box{request->model(), request->params(0),
-                       {request->offset().begin(), request->offset().end()},
-                       {request->shape().begin(), request->shape().end()}, request->version()};
-    absl::Status s = coordinator_->param_pulls().PullBox(box, [&](BoxPullChunk c) {
-      return Send(writer, c.name, c.shape, c.first ? DTypeToProto(c.dtype) : 0, c.total_bytes,
-                  c.byte_offset, std::move(c.data), c.version);
-    });
-    return ToGrpcStatus(s);
+    return ToGrpcStatus(pulls.PullBox({model, request->params(0),
+                                       {request->offset().begin(), request->offset().end()},
+                                       {request->shape().begin(), request->shape().end()},
+                                       request->version()},
+                                      send));
   }
-  std::vector<std::string> params(request->params().begin(), request->params().end());
-  absl::Status s = coordinator_->PullParams(
-      request->model(), params, [&](PullChunk c) {
-        return Send(writer, c.param, c.shape, c.dtype, c.total_bytes, c.byte_offset,
-                    std::move(c.data), c.version);
-      });
+  std::vector<std::string> names(request->params().begin(), request->params().end());
+  absl::StatusOr<ModelStatus> status = coordinator_->GetModelStatus(model);
+  const bool servable = status.ok() && status->ready && status->model != nullptr;
+  bool known = servable;
+  for (const std::string& name : names) known = known && status->model->FindParam(name);
+  if (!known) {  // the whole-param path's own errors (unknown model or param, not placed)
+    return ToGrpcStatus(coordinator_->PullParams(model, names, [&](PullChunk c) {
+      return Send(writer, c.param, c.shape, c.dtype, c.total_bytes, c.byte_offset,
+                  std::move(c.data), c.version);
+    }));
+  }
+  if (names.empty()) {
+    for (const ParamDef& p : status->model->params) names.push_back(p.name);
+    if (names.empty()) return grpc::Status::OK;
+  }
+  // Every param at one version, pinned by a lease while they stream in slabs.
+  absl::StatusOr<PullPlan> lease = pulls.PlanPull({model, names.front(), {}, {}, 0});
+  if (!lease.ok()) return ToGrpcStatus(lease.status());
+  absl::Status s;
+  for (size_t i = 0; i < names.size() && s.ok(); ++i) {
+    s = pulls.PullBox({model, names[i], {}, {}, lease->version}, send);
+  }
+  pulls.EndPull(model, lease->lease_id).IgnoreError();
   return ToGrpcStatus(s);
 }
 
