@@ -7,8 +7,10 @@
 // box computed straight from that formula.
 #include "server/coordinator/params/param_pull.h"
 
+#include <atomic>
 #include <cstring>
 #include <set>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "common/program/ir_conv.h"
@@ -108,7 +110,7 @@ class ParamPullTest : public ::testing::Test {
     source.client = [this](int64_t id, const std::string&)
         -> absl::StatusOr<std::shared_ptr<WorkerClient>> { return workers_.at(id); };
     PullOptions options;
-    options.expiry_thread = false;
+    options.expiry_thread = expiry_thread_;
     options.now = [this] { return now_; };
     options.chunk_bytes = 40;  // 10 floats: several slabs
     options.max_leases = 3;
@@ -169,6 +171,7 @@ class ParamPullTest : public ::testing::Test {
   std::map<int64_t, int64_t> held_;
   std::set<int64_t> dead_;
   absl::Time now_ = absl::FromUnixSeconds(1000);
+  bool expiry_thread_ = false;
   std::unique_ptr<ParamPulls> pulls_;
 };
 
@@ -278,6 +281,44 @@ TEST_F(ParamPullTest, Errors) {
   for (int i = 0; i < 3; ++i) EXPECT_OK(pulls_->PlanPull({"g", "c_attn", {}, {}, 0}).status());
   EXPECT_THAT(pulls_->PlanPull({"g", "c_attn", {}, {}, 0}).status(),
               StatusIs(absl::StatusCode::kResourceExhausted, "3 pull leases are active"));
+}
+
+// Plans, streams and ends from several threads beside the expiry thread (for
+// TSAN): every lease ends, every stream is the reference box.
+class ParamPullThreadsTest : public ParamPullTest {
+ protected:
+  void SetUp() override {
+    expiry_thread_ = true;
+    ParamPullTest::SetUp();
+  }
+};
+
+TEST_F(ParamPullThreadsTest, ConcurrentPullsAndExpiry) {
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) {
+        absl::StatusOr<PullPlan> plan = pulls_->PlanPull({"g", "c_attn", {0, t}, {2, 5}, 0});
+        if (!plan.ok() && plan.status().code() != absl::StatusCode::kResourceExhausted) {
+          ++failures;
+        }
+        std::string all;
+        absl::Status s = pulls_->PullBox({"g", "c_attn", {1, t}, {3, 6}, 0},
+                                         [&](BoxPullChunk c) {
+                                           all += c.data;
+                                           return absl::OkStatus();
+                                         });
+        std::vector<float> got(all.size() / 4);
+        std::memcpy(got.data(), all.data(), all.size());
+        if (!s.ok() || got != CAttnBox({1, t}, {3, 6}, 1)) ++failures;
+        if (plan.ok() && !pulls_->EndPull("g", plan->lease_id).ok()) ++failures;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(pulls_->active_leases(), 0);
 }
 
 }  // namespace
