@@ -87,7 +87,7 @@ class LimitsTest : public ::testing::Test {
   }
   // The whole of `s` pushed and committed through `push`.
   absl::Status FinishWith(ParamPush& push, float base) {
-    PushChunk chunk{push.model(), "s", {0}, {5}, DTypeToProto(DType::kFloat32), 0,
+    PushChunk chunk{push.model(), "s", {0}, {5}, DType::kFloat32, 0,
                     FloatBytes({base, base + 1, base + 2, base + 3, base + 4})};
     if (absl::Status s = push.Add(std::move(chunk)); !s.ok()) return s;
     return push.Finish().status();

@@ -1,6 +1,7 @@
 #include "server/coordinator/grpc/cluster_service.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "common/base/status_macros.h"
 #include "common/model/typed_model.h"
+#include "common/program/ir_conv.h"
 #include "common/rpc/grpc_status.h"
 #include "common/sharding/shard_layout.h"
 #include "server/compiler/decode_model.h"
@@ -145,12 +147,15 @@ void ClusterStatusToProto(const std::vector<WorkerView>& workers,
 
 namespace {
 
-PushChunk PushChunkFromProto(PushParamsChunk* message) {
+// \error kInvalidArgument naming a dtype number tensor.proto lacks.
+absl::StatusOr<PushChunk> PushChunkFromProto(PushParamsChunk* message) {
+  MS_ASSIGN_OR_RETURN(std::optional<DType> dtype, OptionalDTypeFromProto(message->dtype()),
+                      "param '", message->param(), "'");
   return PushChunk{message->model(),
                    message->param(),
                    {message->offset().begin(), message->offset().end()},
                    {message->shape().begin(), message->shape().end()},
-                   static_cast<int>(message->dtype()),
+                   dtype,
                    message->byte_offset(),
                    std::move(*message->mutable_data())};
 }
@@ -225,7 +230,8 @@ grpc::Status ClusterServiceImpl::PushParams(grpc::ServerContext* context,
   absl::StatusOr<std::unique_ptr<ParamPush>> push = coordinator_->BeginPush(message.model(), PushDeadline(*context));
   if (!push.ok()) return ToGrpcStatus(push.status());
   do {
-    absl::Status s = (*push)->Add(PushChunkFromProto(&message));
+    absl::StatusOr<PushChunk> chunk = PushChunkFromProto(&message);
+    absl::Status s = chunk.ok() ? (*push)->Add(*std::move(chunk)) : chunk.status();
     if (!s.ok()) return ToGrpcStatus(s);
   } while (reader->Read(&message));
   if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "push cancelled");
@@ -255,7 +261,9 @@ grpc::Status ClusterServiceImpl::PushDirect(
   boxes.reserve(static_cast<size_t>(request.boxes_size()));
   for (PushParamsChunk& box : *request.mutable_boxes()) {
     if (box.model().empty()) box.set_model(request.model());
-    boxes.push_back(PushChunkFromProto(&box));
+    absl::StatusOr<PushChunk> chunk = PushChunkFromProto(&box);
+    if (!chunk.ok()) return ToGrpcStatus(chunk.status());
+    boxes.push_back(*std::move(chunk));
   }
   absl::StatusOr<PushPlan> plan = (*push)->Plan(boxes);
   if (!plan.ok()) return ToGrpcStatus(plan.status());

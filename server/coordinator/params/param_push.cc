@@ -265,12 +265,9 @@ absl::Status ParamPush::StartBox(PushChunk& chunk) {
     return NotFound("model '", model(), "' has no param '", chunk.param, "'");
   }
   const std::string where = absl::StrCat("param '", param->name, "'");
-  if (chunk.dtype != DTypeToProto(param->dtype)) {
-    absl::StatusOr<DType> got = DTypeFromProto(chunk.dtype);
-    return InvalidArgument(
-        where, ": dtype ",
-        got.ok() ? std::string(DTypeName(*got)) : absl::StrCat("(wire ", chunk.dtype, ")"),
-        ", expected ", DTypeName(param->dtype));
+  if (chunk.dtype != param->dtype) {
+    return InvalidArgument(where, ": dtype ", chunk.dtype ? DTypeName(*chunk.dtype) : "(none)",
+                           ", expected ", DTypeName(param->dtype));
   }
   const size_t rank = param->shape.size();
   if (chunk.offset.size() != rank || chunk.shape.size() != rank) {

@@ -56,12 +56,14 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/base/dtype.h"
 #include "common/model/model_file.h"
 #include "common/sharding/box.h"
 #include "server/coordinator/params/param_moves.h"
@@ -77,7 +79,7 @@ struct PushChunk {
   std::string param;
   std::vector<int64_t> offset;
   std::vector<int64_t> shape;
-  int dtype = 0;  // tensor.proto DTypeProto
+  std::optional<DType> dtype;  // a box's first chunk: the param's
   int64_t byte_offset = 0;
   std::string data;
 };

@@ -62,7 +62,7 @@ std::string FloatRamp(int n, float base) {
 
 PushChunk Chunk(const std::string& param, std::vector<int64_t> offset,
                 std::vector<int64_t> shape, std::string data, int64_t byte_offset = 0,
-                int dtype = DTypeToProto(DType::kFloat32)) {
+                std::optional<DType> dtype = DType::kFloat32) {
   return PushChunk{"pm", param, std::move(offset), std::move(shape), dtype, byte_offset,
                    std::move(data)};
 }
@@ -324,7 +324,7 @@ TEST_F(ParamTest, BadPushesChangeNothing) {
   cases.push_back({{Chunk("offset", {6, 0}, {3, 4}, std::string(48, 'a'))},
                    absl::StatusCode::kInvalidArgument,
                    "box offset [6, 0] shape [3, 4] out of bounds of shape [8, 4]"});
-  cases.push_back({{Chunk("offset", {0, 0}, {8, 4}, offset, 0, DTypeToProto(DType::kInt32))},
+  cases.push_back({{Chunk("offset", {0, 0}, {8, 4}, offset, 0, DType::kInt32)},
                    absl::StatusCode::kInvalidArgument, "dtype int32, expected float32"});
   cases.push_back({{Chunk("offset", {0, 0}, {8, 4}, offset + "xx")},
                    absl::StatusCode::kInvalidArgument, "130 bytes, expected 128"});
@@ -443,7 +443,7 @@ TEST_F(DirectPushTest, BadPlansAndMissingPiecesChangeNothing) {
               StatusIs(absl::StatusCode::kNotFound, "model 'pm' has no param 'nope'"));
   EXPECT_THAT(plan_of({Chunk("offset", {0, 0}, {3, 4}, "")}),
               StatusIs(absl::StatusCode::kInvalidArgument, "box [3:8, 0:4] is missing"));
-  EXPECT_THAT(plan_of({Chunk("offset", {0, 0}, {8, 4}, "", 0, DTypeToProto(DType::kInt32))}),
+  EXPECT_THAT(plan_of({Chunk("offset", {0, 0}, {8, 4}, "", 0, DType::kInt32)}),
               StatusIs(absl::StatusCode::kInvalidArgument, "dtype int32, expected float32"));
   EXPECT_THAT(plan_of({Chunk("offset", {0, 0}, {5, 4}, ""), Chunk("offset", {4, 0}, {4, 4}, "")}),
               StatusIs(absl::StatusCode::kInvalidArgument, "overlaps box [0:5, 0:4]"));

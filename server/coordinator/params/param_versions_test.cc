@@ -74,8 +74,7 @@ class LiveVersionsTest : public ::testing::Test {
   std::shared_ptr<const Placement> Hold() { return Status().placement; }
   absl::StatusOr<PushResult> Push(float fill) {
     MS_ASSIGN_OR_RETURN(std::unique_ptr<ParamPush> push, coordinator_->BeginPush("lv"));
-    MS_RETURN_IF_ERROR(
-        push->Add({"lv", "b", {0, 0}, {4, 2}, DTypeToProto(DType::kFloat32), 0, Fill(fill)}));
+    MS_RETURN_IF_ERROR(push->Add({"lv", "b", {0, 0}, {4, 2}, DType::kFloat32, 0, Fill(fill)}));
     return push->Finish();
   }
   // The model serves `version`, and b pulls as Fill(fill).
