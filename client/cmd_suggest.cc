@@ -4,7 +4,8 @@
 //
 //   meshserve suggest (--model_file F | --hf_dir D) --workers N
 //       --input_shape NAME=D0,D1[,...] [--input_shape ...]
-//       [--memory_per_worker BYTES] --out OUT.json [--json]
+//       [--memory_per_worker BYTES] [--max_search_s S (default 60)]
+//       --out OUT.json [--json]
 //
 // Several --input_shape flags: a new shape set starts whenever a name repeats
 // (x=1,8,64 then x=1,1,64 is a prefill / decode mix, weighted equally; a
@@ -46,7 +47,7 @@ namespace fs = std::filesystem;
 
 constexpr char kSuggestUsage[] =
     "suggest (--model_file F | --hf_dir D) --workers N --input_shape NAME=D0,D1[,...] "
-    "[--input_shape ...] [--memory_per_worker BYTES] --out OUT.json [--json]";
+    "[--input_shape ...] [--memory_per_worker BYTES] [--max_search_s S] --out OUT.json [--json]";
 
 // "x=1,8,64" flags -> shape sets; a repeated name starts the next set.
 absl::StatusOr<std::vector<ShapeSet>> ParseShapeSets(const std::vector<std::string>& flags) {
@@ -169,11 +170,17 @@ int RunSuggest(const CliArgs& args) {
   absl::StatusOr<int64_t> workers = args.GetInt("workers", 0, 1, 4096);
   absl::StatusOr<int64_t> memory = args.GetInt("memory_per_worker", 0, 0, INT64_MAX);
   absl::StatusOr<std::vector<ShapeSet>> shapes = ParseShapeSets(args.GetAll("input_shape"));
-  for (const absl::Status& s : {workers.status(), memory.status(), shapes.status()}) {
+  absl::StatusOr<double> budget = args.GetDouble("max_search_s", options.max_search_s);
+  if (budget.ok() && *budget < 0) {
+    budget = absl::InvalidArgumentError(absl::StrCat("flag --max_search_s: must be >= 0, got ", *budget));
+  }
+  for (const absl::Status& s :
+       {workers.status(), memory.status(), shapes.status(), budget.status()}) {
     if (!s.ok()) return UsageError("suggest", kSuggestUsage, s);
   }
   options.num_workers = *workers;
   options.memory_per_worker = *memory;
+  options.max_search_s = *budget;
   options.input_shapes = *std::move(shapes);
   absl::StatusOr<ModelFile> model = args.Has("model_file")
                                         ? LoadModelFile(args.Get("model_file"))
@@ -212,6 +219,7 @@ MS_REGISTER_COMMAND(FlagCommand{"suggest",
                                  {"workers", FlagDef::kValue, true},
                                  {"input_shape", FlagDef::kRepeated, true},
                                  {"memory_per_worker"},
+                                 {"max_search_s"},
                                  {"out", FlagDef::kValue, true},
                                  {"json", FlagDef::kBool}},
                                 RunSuggest,

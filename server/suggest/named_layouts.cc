@@ -72,7 +72,35 @@ std::vector<AxisRole> Dims(int rank, int dim, AxisRole a) {
   return dims;
 }
 
-// Megatron: a linear whose input is split over M (by an earlier column
+// A dot layer's param kernel of rank 2 and which of its dims is contracted
+// (the other is free): linear [in, out] -> (kernel, 0); einsum
+// "bsi,oi->bso" with a param second operand -> (that param, 1).
+bool KernelDims(const ModelFile& model, const LayerDef& l, std::string& kernel,
+                int& contracted) {
+  if (l.kind == ModelOp::kLinear) {
+    kernel = l.kernel;
+    contracted = 0;
+    return true;
+  }
+  if (l.kind != ModelOp::kEinsum || l.inputs.size() != 2) return false;
+  const ParamDef* p = model.FindParam(l.inputs[1]);
+  const size_t comma = l.equation.find(','), arrow = l.equation.find("->");
+  if (p == nullptr || p->shape.size() != 2 || comma == std::string::npos ||
+      arrow == std::string::npos || arrow < comma + 3) {
+    return false;
+  }
+  const std::string rhs = l.equation.substr(comma + 1, arrow - comma - 1);
+  const std::string out = l.equation.substr(arrow + 2);
+  if (rhs.size() != 2) return false;
+  const bool c0 = out.find(rhs[0]) == std::string::npos;
+  const bool c1 = out.find(rhs[1]) == std::string::npos;
+  if (c0 == c1) return false;  // both or neither contracted: not a projection
+  kernel = p->name;
+  contracted = c0 ? 0 : 1;
+  return true;
+}
+
+// Megatron: a projection whose input is split over M (by an earlier column
 // layer, through elementwise ops) is "row"; the others are "column".
 // `row_first` swaps which kind a linear with an unsplit input becomes.
 Layout Megatron(const ModelFile& model, const LayoutSpace& space, bool row_first) {
@@ -84,20 +112,22 @@ Layout Megatron(const ModelFile& model, const LayoutSpace& space, bool row_first
   for (const LayerDef& l : model.layers) {
     bool in_split = false;
     for (const std::string& in : l.inputs) in_split = in_split || split[in];
-    if (l.kind != ModelOp::kLinear) {
+    std::string kernel;
+    int contracted = 0;
+    if (!KernelDims(model, l, kernel, contracted)) {
       split[l.name] = in_split;
       continue;
     }
     const bool column = row_first ? in_split : !in_split;
     if (column) {
-      b.SetMember(l.kernel, {RoleOption::kSpec, Dims(2, 1, AxisRole::kModel)});
+      b.SetMember(kernel, {RoleOption::kSpec, Dims(2, 1 - contracted, AxisRole::kModel)});
       if (!l.bias.empty()) b.SetMember(l.bias, {RoleOption::kSpec, Dims(1, 0, AxisRole::kModel)});
       const RoleOption::Kind split_out =
           b.FileHasOut(l.name) ? RoleOption::kBatchLastModel : RoleOption::kAbsent;
       b.SetMember(l.name, {row_first ? RoleOption::kBatch : split_out, {}});
       split[l.name] = !row_first;
     } else {
-      b.SetMember(l.kernel, {RoleOption::kSpec, Dims(2, 0, AxisRole::kModel)});
+      b.SetMember(kernel, {RoleOption::kSpec, Dims(2, contracted, AxisRole::kModel)});
       b.SetMember(l.name, {row_first ? RoleOption::kBatchLastModel : RoleOption::kBatch, {}});
       split[l.name] = row_first;
     }

@@ -24,7 +24,21 @@ constexpr double kRejected = std::numeric_limits<double>::infinity();
 class Evaluator {
  public:
   Evaluator(const ModelFile& model, const LayoutSpace& space, const SuggestOptions& options)
-      : model_(model), space_(space), options_(options) {}
+      : model_(model),
+        space_(space),
+        options_(options),
+        deadline_(std::chrono::steady_clock::now() +
+                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                      std::chrono::duration<double>(options.max_search_s))) {}
+
+  // Past max_search_s: the search stops (the baselines are always scored).
+  bool OutOfTime() {
+    if (options_.max_search_s > 0 && std::chrono::steady_clock::now() > deadline_) {
+      stopped_ = true;
+    }
+    return stopped_;
+  }
+  bool stopped() const { return stopped_; }
 
   // The layout's mean predicted ms on `mesh`, kRejected when it is not kept
   // (`why`, if given, says why).
@@ -105,6 +119,8 @@ class Evaluator {
   std::map<std::string, double> scores_;
   std::map<std::string, Suggestion> kept_;
   std::map<std::string, std::string> why_;  // rejected keys
+  std::chrono::steady_clock::time_point deadline_;
+  bool stopped_ = false;
   int64_t num_evaluated_ = 0, num_rejected_rules_ = 0, num_rejected_memory_ = 0;
   int64_t least_param_bytes_ = std::numeric_limits<int64_t>::max();
   absl::Status first_rejection_;
@@ -113,7 +129,7 @@ class Evaluator {
 // Every layout of the space (odometer over the roles' options).
 void Exhaustive(const LayoutSpace& space, const Mesh& mesh, Evaluator& eval) {
   Layout layout(space.roles.size(), 0);
-  while (true) {
+  while (!eval.OutOfTime()) {
     eval.Score(layout, mesh, "search");
     size_t r = 0;
     for (; r < layout.size(); ++r) {
@@ -137,7 +153,7 @@ bool ImproveRole(const LayoutSpace& space, const Mesh& mesh, size_t r, Evaluator
     }
   };
   const Layout start = best;
-  for (size_t o = 0; o < space.roles[r].options.size(); ++o) {
+  for (size_t o = 0; o < space.roles[r].options.size() && !eval.OutOfTime(); ++o) {
     Layout l = start;
     l[r] = static_cast<int>(o);
     consider(l);
@@ -154,7 +170,7 @@ bool ImproveRole(const LayoutSpace& space, const Mesh& mesh, size_t r, Evaluator
 
 void CoordinateDescent(const LayoutSpace& space, const Mesh& mesh, Layout best,
                        double best_score, int max_passes, Evaluator& eval) {
-  for (int pass = 0; pass < max_passes; ++pass) {
+  for (int pass = 0; pass < max_passes && !eval.OutOfTime(); ++pass) {
     bool improved = false;
     for (size_t r = 0; r < space.roles.size(); ++r) {
       improved = ImproveRole(space, mesh, r, eval, best, best_score) || improved;
@@ -244,6 +260,9 @@ absl::StatusOr<SuggestResult> Suggest(const ModelFile& model, const SuggestOptio
     } else {
       CoordinateDescent(space, mesh, seed, seed_score, options.max_passes, eval);
     }
+  }
+  if (eval.stopped()) {
+    absl::StrAppend(&result.method, " (stopped at the ", options.max_search_s, " s budget)");
   }
   result.num_evaluated = eval.num_evaluated();
   result.num_rejected_rules = eval.num_rejected_rules();

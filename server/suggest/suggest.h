@@ -47,6 +47,9 @@ struct SuggestOptions {
   CostFigures figures;
   double exhaustive_limit = 1024;  // layouts per mesh
   int max_passes = 4;
+  // The search stops after this long (0: no limit); the baselines and the
+  // layouts scored so far still count, and the method says it stopped.
+  double max_search_s = 60;
   int num_alternatives = 3;
 };
 
@@ -68,7 +71,8 @@ struct SuggestResult {
   std::vector<Suggestion> baselines;     // each named layout's best mesh, if kept
   // The named layouts kept on no mesh, with the reason on each mesh.
   std::vector<std::pair<std::string, std::vector<std::string>>> rejected_baselines;
-  std::string method;  // "exhaustive" or "coordinate descent"
+  // "exhaustive" or "coordinate descent", + " (stopped at the N s budget)"
+  std::string method;
   int64_t num_evaluated = 0;
   int64_t num_rejected_rules = 0;   // JAX's rules or the compiler said no
   int64_t num_rejected_memory = 0;  // over memory_per_worker

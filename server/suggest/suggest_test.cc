@@ -204,6 +204,40 @@ TEST(SuggestTest, MixOfShapesIsTheMean) {
                                      r.choice.per_shape[1].predicted_ms) / 2);
 }
 
+// A budget already spent when the search starts: only each mesh's seed (the
+// all-neutral layout) and the baselines, scored before it, are evaluated, and
+// the method says the search stopped.
+TEST(SuggestTest, SearchStopsAtItsBudgetWithTheBaselines) {
+  const ModelFile model = SmallSwiglu();
+  SuggestOptions o = Options(2, {{{"x", {4, 8, 64}}}});
+  o.max_search_s = 1e-9;
+  ASSERT_OK_AND_ASSIGN(SuggestResult r, Suggest(model, o));
+  EXPECT_EQ(r.method, "coordinate descent (stopped at the 1e-09 s budget)");
+  ASSERT_OK_AND_ASSIGN(LayoutSpace space, BuildLayoutSpace(model, 2));
+  EXPECT_EQ(space.meshes.size(), 2u);
+  EXPECT_LE(r.num_evaluated, 2 * static_cast<int64_t>(NamedLayouts(model, space).size() + 1));
+  EXPECT_NE(Baseline(r, "megatron_column_row"), nullptr);
+}
+
+// Llama-style projections are einsums "bsi,oi->bso" with [out, in] kernels:
+// Megatron splits q's kernel on its free dim 0 and o's on its contracted dim 1.
+TEST(SuggestTest, MegatronSplitsEinsumProjections) {
+  const std::string text = R"({"name": "proj", "mesh": {"data": 1, "model": 2},
+    "inputs": {"x": {"shape": [-1, -1, 8], "sharding": ["data"]}},
+    "params": {"q.weight": {"shape": [16, 8]}, "o.weight": {"shape": [8, 16]}},
+    "layers": [
+      {"name": "q", "op": "einsum", "equation": "bsi,oi->bso", "inputs": ["x", "q.weight"]},
+      {"name": "act", "op": "relu", "input": "q"},
+      {"name": "o", "op": "einsum", "equation": "bsi,oi->bso", "inputs": ["act", "o.weight"]}],
+    "outputs": ["o"]})";
+  ASSERT_OK_AND_ASSIGN(ModelFile model, ParseModelFile(text, ""));
+  ASSERT_OK_AND_ASSIGN(SuggestResult r, Suggest(model, Options(2, {{{"x", {1, 1, 8}}}})));
+  const Suggestion* meg = Baseline(r, "megatron_column_row");
+  ASSERT_NE(meg, nullptr);
+  EXPECT_EQ(meg->model.FindParam("q.weight")->sharding.ToString(), "P('model')");
+  EXPECT_EQ(meg->model.FindParam("o.weight")->sharding.ToString(), "P(None, 'model')");
+}
+
 TEST(SuggestTest, BadInputsAreInvalidArgument) {
   EXPECT_THAT(Suggest(SmallSwiglu(), Options(0, {{{"x", {1, 1, 64}}}})).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, "workers must be >= 1, got 0"));
