@@ -60,6 +60,13 @@ class CoordinatorStepExecutor : public StepExecutor {
 
   absl::StatusOr<std::vector<SampledToken>> RunStep(const StepPlan& plan) override {
     pending_release_.insert(pending_release_.end(), plan.release.begin(), plan.release.end());
+    if (!plan.forks.empty()) {
+      // Nothing adds fork groups for this executor yet: DecodeStep carries no
+      // forks to the workers (KvCacheStore::Fork is their half).
+      return absl::UnimplementedError(absl::StrCat(
+          "step ", plan.step, " forks ", plan.forks.size(),
+          " caches; the decode step cannot carry forks to the workers yet"));
+    }
     // The placement NumBlocks read for this step (the loop asks it first);
     // read here only when it did not. Dropped after the step: a retired
     // placement must not be held by an idle executor.

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/coordinator/generate/scheduler_sequence.h"
 
 namespace meshserve {
 
@@ -29,24 +30,6 @@ const char* FinishReasonName(FinishReason reason) {
   }
   return "";
 }
-
-struct GenerationScheduler::Sequence {
-  SequenceId id = 0;
-  int64_t version = 0;
-  std::vector<int64_t> tokens;  // prompt, then completion
-  int64_t prompt_len = 0;
-  SamplingParams sampling;
-  StopParams stop;
-  SequenceSink sink;
-  int64_t cached = 0;  // positions with keys and values on the workers
-  int64_t blocks = 0;  // blocks held for them
-  int64_t failures = 0;  // consecutive failed steps
-  absl::Time failing_since = absl::InfinitePast();  // the first of them
-  bool cancelled = false;
-
-  int64_t completion() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }
-  int64_t known() const { return static_cast<int64_t>(tokens.size()); }
-};
 
 absl::StatusOr<std::unique_ptr<GenerationScheduler>> GenerationScheduler::Create(
     SchedulerOptions options) {
@@ -82,8 +65,8 @@ GenerationScheduler::GenerationScheduler(SchedulerOptions options)
 
 GenerationScheduler::~GenerationScheduler() = default;
 
-absl::StatusOr<SequenceId> GenerationScheduler::Add(SequenceRequest request, int64_t version,
-                                                    SequenceSink sink) {
+absl::Status GenerationScheduler::CheckRequestLocked(const SequenceRequest& request,
+                                                     int64_t waiting) const {
   const int64_t prompt = static_cast<int64_t>(request.prompt_ids.size());
   const int64_t max_tokens = request.stop.max_tokens;
   if (prompt == 0) return absl::InvalidArgumentError("the prompt is empty");
@@ -98,28 +81,43 @@ absl::StatusOr<SequenceId> GenerationScheduler::Add(SequenceRequest request, int
   }
   // The last token is sampled and never fed: total - 1 positions are cached.
   const int64_t blocks = BlocksFor(total - 1);
-  absl::MutexLock lock(&mu_);
   if (blocks > num_blocks_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "prompt (", prompt, " tokens) + max_tokens (", max_tokens, ") needs ", blocks,
         " KV cache blocks of ", options_.block_tokens, " tokens; the cache holds ",
         num_blocks_, " (--kv_cache_bytes)"));
   }
-  if (static_cast<int64_t>(waiting_.size()) >= options_.max_waiting) {
+  if (waiting >= options_.max_waiting) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "the generation queue is full: ", waiting_.size(), " sequences wait (max_waiting ",
+        "the generation queue is full: ", waiting, " sequences wait (max_waiting ",
         options_.max_waiting, ")"));
   }
+  return absl::OkStatus();
+}
+
+GenerationScheduler::Sequence& GenerationScheduler::InsertLocked(SequenceRequest request,
+                                                                 int64_t version,
+                                                                 SequenceSink sink) {
   auto seq = std::make_unique<Sequence>();
   seq->id = next_id_++;
   seq->version = version;
+  seq->prompt_len = static_cast<int64_t>(request.prompt_ids.size());
   seq->tokens = std::move(request.prompt_ids);
-  seq->prompt_len = prompt;
   seq->sampling = request.sampling;
   seq->stop = std::move(request.stop);
   seq->sink = std::move(sink);
-  const SequenceId id = seq->id;
-  sequences_.emplace(id, std::move(seq));
+  Sequence& ref = *seq;
+  sequences_.emplace(ref.id, std::move(seq));
+  return ref;
+}
+
+absl::StatusOr<SequenceId> GenerationScheduler::Add(SequenceRequest request, int64_t version,
+                                                    SequenceSink sink) {
+  absl::MutexLock lock(&mu_);
+  absl::Status ok = CheckRequestLocked(
+      request, static_cast<int64_t>(waiting_.size()) + fork_waiting_);
+  if (!ok.ok()) return ok;
+  const SequenceId id = InsertLocked(std::move(request), version, std::move(sink)).id;
   waiting_.push_back(id);
   return id;
 }
@@ -156,6 +154,7 @@ void GenerationScheduler::FinishLocked(SequenceId id, FinishReason reason, absl:
                                        SequenceEvent event, Delivery& out) {
   auto it = sequences_.find(id);
   Sequence& seq = *it->second;
+  UnlinkForkLocked(seq);
   DropCacheLocked(seq);
   running_.erase(std::remove(running_.begin(), running_.end(), id), running_.end());
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), id), waiting_.end());
@@ -173,6 +172,9 @@ bool GenerationScheduler::PlanSpanLocked(Sequence& seq, int64_t& prefill_budget,
   const int64_t todo = seq.known() - seq.cached;
   const bool decode = todo == 1 && seq.cached > 0;
   int64_t n = decode ? 1 : std::min(todo, prefill_budget);
+  // A source whose choices wait for its cache stops before the last prompt
+  // token (the fork's length): each choice feeds that one itself.
+  if (!seq.forks.empty()) n = std::min(n, seq.prompt_len - 1 - seq.cached);
   if (!decode) {
     // A prefill chunk shrinks to the blocks that are free before anything
     // is preempted for it.
@@ -244,6 +246,7 @@ StepPlan GenerationScheduler::NextStep() {
     }
     int64_t prefill_budget = options_.max_prefill_tokens_per_step;
     std::vector<StepSpan> spans;
+    ForkLocked(plan.forks);
     PlanRunningLocked(prefill_budget, spans);
     AdmitWaitingLocked(prefill_budget, spans);
     plan.step = next_step_++;
@@ -410,7 +413,7 @@ GenerationScheduler::Stats GenerationScheduler::GetStats() const {
   absl::MutexLock lock(&mu_);
   Stats stats;
   stats.running = static_cast<int64_t>(running_.size());
-  stats.waiting = static_cast<int64_t>(waiting_.size());
+  stats.waiting = static_cast<int64_t>(waiting_.size()) + fork_waiting_;
   stats.num_blocks = num_blocks_;
   stats.blocks_used = num_blocks_ - free_blocks_;
   stats.preemptions = preemptions_;

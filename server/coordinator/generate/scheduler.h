@@ -119,18 +119,31 @@ struct StepBatch {
   int64_t num_tokens = 0;  // sum of the spans' token counts
 };
 
+// n choices of one prompt share its prefill (GenerationScheduler::AddGroup):
+// the first prefills the prompt but its last token, then the workers give
+// each of `dsts` a copy of the first `num_tokens` positions of `src`'s cache
+// (KvCacheStore::Fork), and every choice feeds the last prompt token and
+// samples with its own seed. Forks run before the plan's releases (a source
+// released in the same step is copied first).
+struct StepFork {
+  SequenceId src = 0;
+  std::vector<SequenceId> dsts;
+  int64_t num_tokens = 0;
+};
+
 struct StepPlan {
   int64_t step = 0;
+  std::vector<StepFork> forks;
   // Sequences whose caches the workers free before this step (finished,
   // cancelled, preempted or reset since the last step).
   std::vector<SequenceId> release;
   std::vector<StepBatch> batches;
   // Nothing to run and nothing to free.
-  bool empty() const { return batches.empty() && release.empty(); }
+  bool empty() const { return batches.empty() && release.empty() && forks.empty(); }
   // Caches to free and nothing to run: the plan after the last sequence ended
   // or was cancelled (NextStep plans every running and admissible sequence,
   // so a plan without batches means nothing else runs or waits to run).
-  bool release_only() const { return batches.empty() && !release.empty(); }
+  bool release_only() const { return batches.empty() && forks.empty() && !release.empty(); }
 };
 
 // One sampled token, for a span with `sample`.
@@ -171,6 +184,20 @@ class GenerationScheduler {
   // Queues a sequence under `version`. \error kInvalidArgument (see the file
   // comment), kResourceExhausted when max_waiting sequences wait.
   absl::StatusOr<SequenceId> Add(SequenceRequest request, int64_t version, SequenceSink sink)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Queues n sequences of one prompt (all `requests` have the same
+  // prompt_ids; each its own sampling, e.g. seed + i, and stops) that share
+  // its prefill: the first prefills the prompt but its last token, the others
+  // get copies of that cache (StepPlan::forks) when it is there, then each
+  // feeds the last prompt token and samples. Their tokens equal those of n
+  // separate Adds. A choice that cannot be forked then (no running slot or
+  // free block), or whose source ends first, prefills alone. A prompt of one
+  // token has nothing to share: n plain Adds. \error Add's for any request
+  //   (nothing is queued then), kInvalidArgument for differing prompts or a
+  //   sink count other than the requests'.
+  absl::StatusOr<std::vector<SequenceId>> AddGroup(std::vector<SequenceRequest> requests,
+                                                   int64_t version,
+                                                   std::vector<SequenceSink> sinks)
       ABSL_LOCKS_EXCLUDED(mu_);
   // Ends a sequence at the next step boundary (its sink gets kCancelled).
   // False for an unknown or finished id.
@@ -220,6 +247,19 @@ class GenerationScheduler {
   using Delivery = std::vector<std::pair<SequenceSink, SequenceEvent>>;
 
   explicit GenerationScheduler(SchedulerOptions options);
+  // Add's checks of one request (`waiting`: the sequences queued before it).
+  absl::Status CheckRequestLocked(const SequenceRequest& request, int64_t waiting) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes the sequence (not queued yet).
+  Sequence& InsertLocked(SequenceRequest request, int64_t version, SequenceSink sink)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The forks due now (scheduler_fork.cc): each source holding its prompt
+  // but the last token hands its waiting choices a copy, or lets them
+  // prefill alone; the forked choices join running_.
+  void ForkLocked(std::vector<StepFork>& forks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A sequence that ends or waits no more for its fork (FinishLocked): it
+  // leaves its source's list, and a source's waiting choices prefill alone.
+  void UnlinkForkLocked(Sequence& seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t BlocksFor(int64_t tokens) const {
     return (tokens + options_.block_tokens - 1) / options_.block_tokens;
   }
@@ -254,6 +294,7 @@ class GenerationScheduler {
   std::vector<SequenceId> running_ ABSL_GUARDED_BY(mu_);  // admission order
   std::deque<SequenceId> waiting_ ABSL_GUARDED_BY(mu_);   // preempted ones first
   std::vector<SequenceId> release_ ABSL_GUARDED_BY(mu_);
+  int64_t fork_waiting_ ABSL_GUARDED_BY(mu_) = 0;  // choices waiting for their fork
   int64_t preemptions_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t tokens_generated_ ABSL_GUARDED_BY(mu_) = 0;
 };

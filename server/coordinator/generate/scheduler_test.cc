@@ -143,6 +143,109 @@ TEST(GenerationSchedulerTest, EventsCarryTheLogprobsAsked) {
   }
 }
 
+// n choices of one prompt (AddGroup) with their own seeds, against fake
+// workers that feed and fork caches: every choice's tokens equal its
+// reference (so every fork copied the right positions), each span carried
+// the choice's own seed, and the prompt was prefilled once: L - 1 tokens by
+// the source, then one decode token each.
+std::vector<SequenceId> AddChoices(Harness& h, const std::vector<int64_t>& prompt, int n,
+                                   int64_t max_tokens) {
+  std::vector<SequenceRequest> requests(static_cast<size_t>(n));
+  std::vector<SequenceSink> sinks;
+  auto ids = std::make_shared<std::vector<SequenceId>>();
+  for (int i = 0; i < n; ++i) {
+    requests[i].prompt_ids = prompt;
+    requests[i].stop.max_tokens = max_tokens;
+    requests[i].sampling.seed = 100 + static_cast<uint64_t>(i);
+    sinks.push_back([&h, ids, i](const SequenceEvent& e) {
+      Record& rec = h.records[(*ids)[static_cast<size_t>(i)]];
+      rec.tokens.insert(rec.tokens.end(), e.token_ids.begin(), e.token_ids.end());
+      if (e.finish != FinishReason::kNone) {
+        rec.finish = e.finish;
+        ++rec.finishes;
+        rec.last = e;
+      }
+    });
+  }
+  auto added = h.scheduler->AddGroup(std::move(requests), 1, std::move(sinks));
+  EXPECT_OK(added.status());
+  *ids = added.value_or(std::vector<SequenceId>{});
+  return *ids;
+}
+
+TEST(GenerationSchedulerTest, ChoicesOfOnePromptShareItsPrefill) {
+  Harness h(Options());
+  const std::vector<int64_t> prompt = {5, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8};
+  const std::vector<SequenceId> ids = AddChoices(h, prompt, 4, 6);
+  ASSERT_EQ(ids.size(), 4u);
+  h.Drain();
+  EXPECT_THAT(h.workers.errors, ::testing::IsEmpty());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_THAT(h.records[ids[i]].tokens, ElementsAreArray(Reference(prompt, 6, {})));
+    EXPECT_EQ(h.records[ids[i]].finish, FinishReason::kLength);
+    EXPECT_EQ(h.records[ids[i]].last.prompt_tokens, 19);
+    EXPECT_EQ(h.workers.seeds[ids[i]], 100 + i);
+  }
+  EXPECT_EQ(h.workers.forked, 3);
+  EXPECT_EQ(h.workers.prefill_tokens, 18);  // once, but the last token
+  EXPECT_EQ(h.scheduler->GetStats().blocks_used, 0);
+  // Alone, the same four prefill 4 x 19 tokens.
+  Harness alone(Options());
+  for (int i = 0; i < 4; ++i) alone.Add(prompt, 6);
+  alone.Drain();
+  EXPECT_EQ(alone.workers.prefill_tokens, 4 * 19);
+  EXPECT_EQ(alone.workers.forked, 0);
+}
+
+TEST(GenerationSchedulerTest, ChoicesPrefillAloneWhenTheirSourceEndsOrNoRoomIsLeft) {
+  const std::vector<int64_t> prompt = {3, 3, 7, 1, 2, 9, 4, 4, 8, 1};
+  {
+    // The source cancelled before the fork: the others prefill alone.
+    Harness h(Options());
+    const std::vector<SequenceId> ids = AddChoices(h, prompt, 3, 4);
+    EXPECT_EQ(h.scheduler->GetStats().waiting, 3);
+    ASSERT_TRUE(h.scheduler->Cancel(ids[0]));
+    h.Drain();
+    EXPECT_THAT(h.workers.errors, ::testing::IsEmpty());
+    EXPECT_EQ(h.records[ids[0]].finish, FinishReason::kCancelled);
+    for (size_t i = 1; i < 3; ++i) {
+      EXPECT_THAT(h.records[ids[i]].tokens, ElementsAreArray(Reference(prompt, 4, {})));
+    }
+    EXPECT_EQ(h.workers.forked, 0);
+    EXPECT_EQ(h.scheduler->GetStats().blocks_used, 0);
+  }
+  {
+    // Two running slots: one choice is forked, the other waits and prefills
+    // alone once a slot frees.
+    SchedulerOptions o = Options();
+    o.max_running = 2;
+    Harness h(o);
+    const std::vector<SequenceId> ids = AddChoices(h, prompt, 3, 4);
+    h.Drain();
+    EXPECT_THAT(h.workers.errors, ::testing::IsEmpty());
+    for (SequenceId id : ids) {
+      EXPECT_THAT(h.records[id].tokens, ElementsAreArray(Reference(prompt, 4, {})));
+    }
+    EXPECT_EQ(h.workers.forked, 1);
+    EXPECT_EQ(h.workers.prefill_tokens, 9 + 10);
+  }
+  {
+    // A one-token prompt has nothing to share; differing prompts are refused.
+    Harness h(Options());
+    const std::vector<SequenceId> ids = AddChoices(h, {4}, 2, 3);
+    h.Drain();
+    for (SequenceId id : ids) {
+      EXPECT_THAT(h.records[id].tokens, ElementsAreArray(Reference({4}, 3, {})));
+    }
+    EXPECT_EQ(h.workers.forked, 0);
+    std::vector<SequenceRequest> two(2);
+    two[0].prompt_ids = {1, 2};
+    two[1].prompt_ids = {1, 3};
+    EXPECT_THAT(h.scheduler->AddGroup(two, 1, {nullptr, nullptr}).status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, "prompt differs"));
+  }
+}
+
 TEST(GenerationSchedulerTest, AStopTokenEndsTheSequenceAndIsReported) {
   Harness h(Options());
   std::vector<int64_t> ref = Reference({7, 8}, 10, {});

@@ -63,7 +63,23 @@ struct FakeWorkers {
   std::set<SequenceId> released;  // every sequence a step freed
   int64_t release_only_steps = 0;  // steps with releases and no batch
 
+  int64_t prefill_tokens = 0;  // fed by spans that are not one decode token
+  int64_t forked = 0;  // sequences given a copy of another's cache
+
   std::vector<SampledToken> Run(const StepPlan& plan) {
+    // Forks before releases, as the workers run them (scheduler.h StepFork).
+    for (const StepFork& fork : plan.forks) {
+      const std::vector<int64_t>& src = kv[fork.src];
+      if (static_cast<int64_t>(src.size()) < fork.num_tokens) {
+        errors.push_back(absl::StrCat("fork of seq ", fork.src, " at ", fork.num_tokens,
+                                      " but ", src.size(), " cached"));
+      }
+      for (SequenceId dst : fork.dsts) {
+        kv[dst].assign(src.begin(), src.begin() + std::min<int64_t>(fork.num_tokens,
+                                                                   src.size()));
+        ++forked;
+      }
+    }
     for (SequenceId id : plan.release) {
       kv.erase(id);
       released.insert(id);
@@ -81,6 +97,7 @@ struct FakeWorkers {
         }
         if (span.past_len == 0 || span.token_ids.size() > 1) {
           prefill += static_cast<int64_t>(span.token_ids.size());
+          prefill_tokens += static_cast<int64_t>(span.token_ids.size());
         }
         cache.insert(cache.end(), span.token_ids.begin(), span.token_ids.end());
         if (span.sample) {
