@@ -10,6 +10,12 @@ line (fields, alternatives, param bytes under the limit) and the written
 file's mesh (2 devices), then serves the written files with `meshserve local
 --workers 2` and compares each answer with the NumPy reference.
 
+Then `meshserve suggest --hf_dir` on a GPT-2 and a Llama directory written
+with NumPy (test_lm_import's configs and weights), capped one byte below the
+replicated layout's param bytes so the choice is sharded: the written files
+name the checkpoint relative to their folder, serve on 2 workers, and their
+logits match test_lm_import's NumPy forward passes.
+
 Usage: test_suggest.py --bin_dir build/bin [--keep]
 """
 import json
@@ -19,6 +25,7 @@ import sys
 import numpy as np
 
 import e2e_common as e2e
+import test_lm_import as lm
 
 WORKERS = 2
 # (model in make_model_dir, name of the written copy, --input_shape flags,
@@ -96,6 +103,61 @@ def run(env):
         cluster.stop()
 
 
+def run_hf(env):
+    c, cli = env.c, env.cli
+    rng = np.random.default_rng(3)
+    out_dir = os.path.join(env.root, "suggested_lm")
+    os.makedirs(out_dir)
+    cases = {}
+    for name, cfg, weights, forward in (
+            ("gpt2", lm.GPT2_CONFIG, lm.gpt2_weights(rng, lm.GPT2_CONFIG), lm.gpt2_forward),
+            ("llama", lm.LLAMA_CONFIG, lm.llama_weights(rng, lm.LLAMA_CONFIG),
+             lm.llama_forward)):
+        hf = os.path.join(env.root, "hf", name)
+        lm.write_hf_dir(hf, cfg, weights)
+        out = os.path.join(out_dir, name + ".json")
+        args = ["suggest", "--hf_dir", hf, "--workers", str(WORKERS), "--input_shape",
+                "input_ids=2,8", "--out", out, "--json"]
+        # First free, for the replicated layout's param bytes; then capped one
+        # byte below them, so that the served file is sharded.
+        rc, stdout, err = cli.run(*args, timeout=180)
+        j = json.loads(stdout.strip().splitlines()[-1]) if rc == 0 else {}
+        rep = [b["param_bytes_per_worker"] for b in j.get("baselines", [])
+               if b["layout"] == "replicated"]
+        if not c.check(rc == 0 and rep, "suggest --hf_dir %s: replicated is a baseline" % name,
+                       "    rc=%d\n%s\n%s" % (rc, stdout, err)):
+            continue
+        rc, stdout, err = cli.run(*(args + ["--memory_per_worker", str(rep[0] - 1)]),
+                                  timeout=180)
+        j = json.loads(stdout.strip().splitlines()[-1]) if rc == 0 else {}
+        if not c.check(rc == 0 and os.path.exists(out)
+                       and j.get("param_bytes_per_worker", rep[0]) < rep[0],
+                       "suggest --hf_dir %s --memory_per_worker %d: a sharded layout"
+                       % (name, rep[0] - 1), "    rc=%d\n%s\n%s" % (rc, stdout, err)):
+            continue
+        with open(out) as f:
+            written = json.load(f)
+        c.check(written.get("checkpoint") == os.path.join("..", "hf", name, "model.safetensors"),
+                "suggest --hf_dir %s: the checkpoint is named from OUT's folder" % name,
+                "    %s" % written.get("checkpoint"))
+        ids = rng.integers(0, cfg["vocab_size"], size=(2, 8)).astype(np.int32)
+        cases[name] = (ids, lambda i, t=weights, cf=cfg, fw=forward: fw(t, cf, i))
+    if not cases:
+        return
+    cluster = env.cluster(WORKERS, out_dir, "suggest-lm")
+    try:
+        for name, (ids, ref) in cases.items():
+            rc, out, err, outputs = cli.infer(cluster.target, name, {"input_ids": ids})
+            what = "%s (suggested) on %d workers" % (name, WORKERS)
+            if c.check(rc == 0 and "logits" in outputs, what + " serves logits",
+                       "    rc=%d\n%s\n%s" % (rc, out, err)):
+                c.close(outputs["logits"], ref(ids), what + ": logits match NumPy")
+    finally:
+        cluster.stop()
+
+
 if __name__ == "__main__":
-    sys.exit(e2e.main("suggest", lambda env: [("suggest and serve", lambda: run(env))],
+    sys.exit(e2e.main("suggest", lambda env: [("suggest and serve", lambda: run(env)),
+                                              ("suggest --hf_dir and serve",
+                                               lambda: run_hf(env))],
                       doc=__doc__))
