@@ -260,17 +260,16 @@ TEST_F(PushSessionsTest, RanksPutAtOnce) {
 
 // Overlapping puts (a replicated param from both ranks, rows put twice) all
 // route each cell to one holder, so the worker sees every copy and compares
-// them. Rank b's copies are planned, not staged: the fake worker refuses a
-// box staged twice (the real one compares the bytes).
+// them (the fake, as a real worker, accepts identical bytes).
 TEST_F(PushSessionsTest, OverlappingPutsOfACellMeetOnOneHolder) {
   Start(/*workers=*/4);
   ASSERT_OK_AND_ASSIGN(PushSessionInfo a, sessions_->BeginPush("pm"));
   ASSERT_OK_AND_ASSIGN(PushSessionInfo b, sessions_->JoinPush("pm", a.push_id));
   ASSERT_OK_AND_ASSIGN(PutPlan pa, Put(a.push_id, "offset", {0, 0}, {8, 4}));
-  ASSERT_OK_AND_ASSIGN(PutPlan pb, sessions_->PlanPut("pm", b.push_id, "offset", {}, {}));
+  ASSERT_OK_AND_ASSIGN(PutPlan pb, Put(b.push_id, "offset", {}, {}));
   ASSERT_OK_AND_ASSIGN(PutPlan sa, Put(a.push_id, "s", {}, {}));
-  ASSERT_OK_AND_ASSIGN(PutPlan sb, sessions_->PlanPut("pm", b.push_id, "s", {0}, {5}));
-  ASSERT_OK_AND_ASSIGN(PutPlan mid, sessions_->PlanPut("pm", b.push_id, "offset", {1, 1}, {6, 2}));
+  ASSERT_OK_AND_ASSIGN(PutPlan sb, Put(b.push_id, "s", {0}, {5}));
+  ASSERT_OK_AND_ASSIGN(PutPlan mid, Put(b.push_id, "offset", {1, 1}, {6, 2}));
   ASSERT_OK_AND_ASSIGN(std::vector<CellHolders> cells,
                        PlacementCells(*Status().model->FindParam("offset"), *Status().placement));
   std::set<int64_t> holders;
@@ -302,6 +301,23 @@ TEST_F(PushSessionsTest, OverlappingPutsOfACellMeetOnOneHolder) {
   EXPECT_EQ(pulled["s"], full_["s"]);
   ExpectHeld("offset", 2);
   ExpectHeld("s", 2);
+}
+
+// Overlapping puts whose bytes differ refuse the commit (the holder compares
+// them), and nothing changes.
+TEST_F(PushSessionsTest, OverlappingPutsThatDifferRefuseTheCommit) {
+  Start(/*workers=*/4);
+  ASSERT_OK_AND_ASSIGN(PushSessionInfo a, sessions_->BeginPush("pm"));
+  ASSERT_OK(Put(a.push_id, "s", {}, {}).status());
+  const std::string pushed = full_["s"];
+  full_["s"][0] ^= 1;  // rank b's copy differs in one byte
+  ASSERT_OK(Put(a.push_id, "s", {}, {}).status());
+  full_["s"] = pushed;
+  EXPECT_THAT(sessions_->CommitPush("pm", a.push_id),
+              StatusIs(absl::StatusCode::kInvalidArgument, "different bytes"));
+  EXPECT_EQ(Status().version, 1);
+  EXPECT_THAT(sessions_->JoinPush("pm", a.push_id).status(),
+              StatusIs(absl::StatusCode::kNotFound, a.push_id));
 }
 
 TEST_F(PushSessionsTest, AnUncoveredElementRefusesTheCommitAndEndsTheSession) {

@@ -129,9 +129,12 @@ class FakeWorkerClient : public WorkerClient {
     Cells cells;
   };
   using Key = std::tuple<std::string, int64_t, int64_t>;  // model, generation, version
+  // A staged box; the same box staged again (another rank's put of a
+  // replicated param, a tied twin) is another copy, compared at commit.
+  using StagedKey = std::tuple<std::string, Box, int>;  // (param, box, copy)
   struct Staging {
-    std::map<std::pair<std::string, Box>, std::string> boxes;  // (param, box) -> bytes
-    std::map<std::pair<std::string, Box>, int64_t> received;
+    std::map<StagedKey, std::string> boxes;  // -> bytes
+    std::map<StagedKey, int64_t> received;
   };
 
   // A copy of the guarded member `field`, read under mu_ (the counters'

@@ -94,7 +94,16 @@ absl::StatusOr<int64_t> FakeWorkerClient::Stage(StageChunkIr chunk) {
                            " of param '", chunk.param, "' is in no held cell");
   }
   Staging& s = staging_[{chunk.model, chunk.generation, chunk.version}];
-  std::string& buffer = s.boxes[{chunk.param, box}];
+  // A chunk at offset 0 of a box whose last copy is complete starts a copy.
+  int copy = 0;
+  while (s.boxes.count({chunk.param, box, copy + 1}) > 0) ++copy;
+  const StagedKey last{chunk.param, box, copy};
+  if (chunk.offset == 0 && s.boxes.count(last) > 0 &&
+      s.received[last] == static_cast<int64_t>(s.boxes[last].size())) {
+    ++copy;
+  }
+  const StagedKey key{chunk.param, box, copy};
+  std::string& buffer = s.boxes[key];
   if (buffer.empty()) buffer.resize(static_cast<size_t>(chunk.total_bytes));
   if (static_cast<int64_t>(buffer.size()) != chunk.total_bytes || chunk.offset < 0 ||
       chunk.offset + static_cast<int64_t>(chunk.data.size()) > chunk.total_bytes) {
@@ -102,7 +111,7 @@ absl::StatusOr<int64_t> FakeWorkerClient::Stage(StageChunkIr chunk) {
                            " does not fit box ", box.ToString());
   }
   std::memcpy(buffer.data() + chunk.offset, chunk.data.data(), chunk.data.size());
-  s.received[{chunk.param, box}] += static_cast<int64_t>(chunk.data.size());
+  s.received[key] += static_cast<int64_t>(chunk.data.size());
   staged_bytes_ += static_cast<int64_t>(chunk.data.size());
   return static_cast<int64_t>(chunk.data.size());
 }
@@ -122,16 +131,21 @@ absl::StatusOr<std::string> FakeWorkerClient::ReadParam(const ReadParamIr& call,
     const ParamDef* param = any->model->FindParam(call.param);
     if (param != nullptr) {
       BoxTensor out{box, Tensor::Zeros(param->dtype, box.shape())};
-      int64_t covered = 0;
+      // Staged boxes may overlap (copies are compared at commit).
+      std::vector<Box> uncovered = {box};
       for (const auto& [key, bytes] : s->second.boxes) {
-        const Box part = Intersect(key.second, box);
-        if (key.first != call.param || part.IsEmpty()) continue;
-        MS_ASSIGN_OR_RETURN(Tensor t,
-                            Tensor::FromBytes(param->dtype, key.second.shape(), bytes));
-        MS_RETURN_IF_ERROR(CopyBox(BoxTensor{key.second, std::move(t)}, &out, part, false));
-        covered += part.NumElements();
+        const Box& staged = std::get<1>(key);
+        const Box part = Intersect(staged, box);
+        if (std::get<0>(key) != call.param || part.IsEmpty()) continue;
+        MS_ASSIGN_OR_RETURN(Tensor t, Tensor::FromBytes(param->dtype, staged.shape(), bytes));
+        MS_RETURN_IF_ERROR(CopyBox(BoxTensor{staged, std::move(t)}, &out, part, false));
+        std::vector<Box> rest;
+        for (const Box& u : uncovered) {
+          for (Box& r : SubtractBox(u, staged)) rest.push_back(std::move(r));
+        }
+        uncovered = std::move(rest);
       }
-      if (covered == box.NumElements() && !box.IsEmpty()) {
+      if (uncovered.empty() && !box.IsEmpty()) {
         return std::string(out.tensor.raw_data(), static_cast<size_t>(out.tensor.NumBytes()));
       }
     }
@@ -144,26 +158,40 @@ absl::StatusOr<std::string> FakeWorkerClient::ReadParam(const ReadParamIr& call,
 absl::StatusOr<std::string> FakeWorkerClient::Assemble(
     const ParamDef& param, const Box& cell,
     const std::vector<std::pair<Box, std::string>>& pieces) {
-  int64_t volume = 0;
+  // Pieces may overlap (puts of a replicated param by several ranks, a tied
+  // twin) when their bytes over the overlap are identical, as on a worker.
+  BoxTensor out{cell, Tensor::Zeros(param.dtype, cell.shape())};
+  std::vector<Box> uncovered = {cell};
   for (size_t i = 0; i < pieces.size(); ++i) {
-    volume += pieces[i].first.NumElements();
+    const auto& [box, bytes] = pieces[i];
+    MS_ASSIGN_OR_RETURN(Tensor t, Tensor::FromBytes(param.dtype, box.shape(), bytes));
+    const BoxTensor piece{box, std::move(t)};
     for (size_t j = 0; j < i; ++j) {
-      if (!Intersect(pieces[i].first, pieces[j].first).IsEmpty()) {
-        return InvalidArgument("fake worker ", worker_id_, ": pieces ",
-                               pieces[i].first.ToString(), " and ", pieces[j].first.ToString(),
-                               " of param '", param.name, "' overlap");
+      const Box overlap = Intersect(box, pieces[j].first);
+      if (overlap.IsEmpty()) continue;
+      BoxTensor mine{overlap, Tensor::Zeros(param.dtype, overlap.shape())};
+      BoxTensor theirs{overlap, Tensor::Zeros(param.dtype, overlap.shape())};
+      MS_RETURN_IF_ERROR(CopyBox(piece, &mine, overlap, false));
+      MS_RETURN_IF_ERROR(CopyBox(out, &theirs, overlap, false));
+      if (std::memcmp(mine.tensor.raw_data(), theirs.tensor.raw_data(),
+                      static_cast<size_t>(mine.tensor.NumBytes())) != 0) {
+        return InvalidArgument("fake worker ", worker_id_, ": pieces ", box.ToString(),
+                               " and ", pieces[j].first.ToString(), " of param '", param.name,
+                               "' overlap with different bytes");
       }
     }
-  }
-  if (volume != cell.NumElements()) {
-    return InvalidArgument("fake worker ", worker_id_, ": pieces of param '", param.name,
-                           "' cover ", volume, " of the ", cell.NumElements(),
-                           " elements of cell ", cell.ToString());
-  }
-  BoxTensor out{cell, Tensor::Zeros(param.dtype, cell.shape())};
-  for (const auto& [box, bytes] : pieces) {
     MS_RETURN_IF_ERROR(InsertBox(&out, box, bytes, /*accumulate=*/false), "param '",
                        param.name, "'");
+    std::vector<Box> rest;
+    for (const Box& u : uncovered) {
+      for (Box& r : SubtractBox(u, box)) rest.push_back(std::move(r));
+    }
+    uncovered = std::move(rest);
+  }
+  if (!uncovered.empty()) {
+    return InvalidArgument("fake worker ", worker_id_, ": pieces of param '", param.name,
+                           "' leave ", uncovered.front().ToString(), " of cell ",
+                           cell.ToString(), " uncovered");
   }
   return std::string(out.tensor.raw_data(), static_cast<size_t>(out.tensor.NumBytes()));
 }
@@ -203,12 +231,12 @@ absl::StatusOr<CommitResultIr> FakeWorkerClient::CommitParams(const CommitParams
     for (auto& [cell, bytes] : next.cells[name]) {
       std::vector<std::pair<Box, std::string>> pieces;
       for (const auto& [key, data] : staging.boxes) {
-        if (key.first != name || Intersect(key.second, cell).IsEmpty()) continue;
+        const Box& staged = std::get<1>(key);
+        if (std::get<0>(key) != name || Intersect(staged, cell).IsEmpty()) continue;
         if (staging.received[key] != static_cast<int64_t>(data.size())) {
-          return InvalidArgument("fake worker: staged box ", key.second.ToString(),
-                                 " incomplete");
+          return InvalidArgument("fake worker: staged box ", staged.ToString(), " incomplete");
         }
-        pieces.push_back({key.second, data});
+        pieces.push_back({staged, data});
       }
       for (const auto& [p, box, data] : fetched) {
         if (p == name && !Intersect(box, cell).IsEmpty()) pieces.push_back({box, data});
