@@ -5,6 +5,7 @@
 // Thin: parse, call the core, convert the status once.
 //
 // Thread-safety: thread-safe (the Coordinator is).
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,12 +35,13 @@ void SetBox(const Box& box, BoxProto* proto) {
 
 // One PullParamsChunk on the stream (shape and dtype set by the first).
 absl::Status Send(grpc::ServerWriter<PullParamsChunk>* writer, const std::string& param,
-                  const std::vector<int64_t>& shape, int dtype, int64_t total_bytes,
+                  const std::vector<int64_t>& shape, std::optional<DType> dtype,
+                  int64_t total_bytes,
                   int64_t byte_offset, std::string data, int64_t version) {
   PullParamsChunk message;
   message.set_param(param);
   for (int64_t d : shape) message.add_shape(d);
-  message.set_dtype(static_cast<DTypeProto>(dtype));
+  message.set_dtype(static_cast<DTypeProto>(OptionalDTypeToProto(dtype)));
   message.set_total_bytes(total_bytes);
   message.set_byte_offset(byte_offset);
   message.set_data(std::move(data));
@@ -58,8 +60,8 @@ grpc::Status ClusterServiceImpl::PullParams(grpc::ServerContext* context,
   const std::string& model = request->model();
   ParamPulls& pulls = coordinator_->param_pulls();
   auto send = [writer](BoxPullChunk c) {
-    return Send(writer, c.name, c.shape, c.first ? DTypeToProto(c.dtype) : 0, c.total_bytes,
-                c.byte_offset, std::move(c.data), c.version);
+    return Send(writer, c.name, c.shape, c.first ? std::optional<DType>(c.dtype) : std::nullopt,
+                c.total_bytes, c.byte_offset, std::move(c.data), c.version);
   };
   if (IsBoxPull(*request)) {
     if (request->params_size() != 1) {

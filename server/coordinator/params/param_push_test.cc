@@ -122,7 +122,7 @@ class ParamTest : public ::testing::Test {
       if (c.byte_offset == 0) {
         EXPECT_EQ(c.version, version);
         EXPECT_EQ(c.shape, Param(c.param).shape);
-        EXPECT_EQ(c.dtype, DTypeToProto(DType::kFloat32));
+        EXPECT_EQ(c.dtype, DType::kFloat32);
         EXPECT_EQ(c.total_bytes, Box::FromShape(c.shape).NumElements() * 4);
       }
       EXPECT_EQ(static_cast<int64_t>(out[c.param].size()), c.byte_offset);

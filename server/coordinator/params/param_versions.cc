@@ -136,7 +136,7 @@ absl::Status ParamVersions::PullParams(const std::string& name,
       chunk.data = full.substr(static_cast<size_t>(offset), static_cast<size_t>(kPullChunkBytes));
       if (offset == 0) {
         chunk.shape = param->shape;
-        chunk.dtype = DTypeToProto(param->dtype);
+        chunk.dtype = param->dtype;
         chunk.total_bytes = total;
         chunk.version = p->version;
       }

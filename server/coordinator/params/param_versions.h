@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -27,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/base/dtype.h"
 #include "server/coordinator/coordinator_options.h"
 #include "server/coordinator/params/param_push.h"
 #include "server/coordinator/placement_manager.h"
@@ -40,7 +42,7 @@ namespace meshserve {
 struct PullChunk {
   std::string param;
   std::vector<int64_t> shape;
-  int dtype = 0;  // tensor.proto DTypeProto
+  std::optional<DType> dtype;  // the first chunk's
   int64_t total_bytes = 0;
   int64_t byte_offset = 0;
   std::string data;
