@@ -309,6 +309,8 @@ absl::StatusOr<LocalOptions> LocalOptionsFromFlags(const CliArgs& args) {
                                                     DefaultKvCacheBytes(o.workers), 0, 1ll << 50));
   for (auto* f : {&o.coordinator_flags, &o.worker_flags})
     f->push_back(absl::StrCat("--kv_cache_bytes=", kv));
+  // The workers share this host: each derives its memory bounds from its share.
+  o.worker_flags.push_back(absl::StrCat("--host_workers=", o.workers));
   MS_ASSIGN_OR_RETURN(o.client, ClientOptionsFromArgs(args));
   return o;
 }
