@@ -30,6 +30,29 @@ absl::StatusOr<SequenceId> GenerationLoop::Add(SequenceRequest request, int64_t 
   return id;
 }
 
+absl::StatusOr<std::vector<SequenceId>> GenerationLoop::AddGroup(
+    std::vector<SequenceRequest> requests, int64_t version, std::vector<SequenceSink> sinks) {
+  if (requests.size() > 1 && executor_->CanFork()) {
+    absl::StatusOr<std::vector<SequenceId>> ids =
+        scheduler_->AddGroup(std::move(requests), version, std::move(sinks));
+    if (ids.ok()) Wake();
+    return ids;
+  }
+  std::vector<SequenceId> ids;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    absl::StatusOr<SequenceId> id = scheduler_->Add(
+        std::move(requests[i]), version, i < sinks.size() ? std::move(sinks[i]) : nullptr);
+    if (!id.ok()) {
+      for (SequenceId added : ids) scheduler_->Cancel(added);
+      if (!ids.empty()) Wake();
+      return id.status();
+    }
+    ids.push_back(*id);
+  }
+  Wake();
+  return ids;
+}
+
 bool GenerationLoop::Cancel(SequenceId seq) {
   const bool cancelled = scheduler_->Cancel(seq);
   if (cancelled) Wake();

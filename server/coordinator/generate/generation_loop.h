@@ -59,6 +59,10 @@ class StepExecutor {
   // The KV blocks of the workers' smallest pool on the placement the next
   // step runs on (0: unknown or unchanged). Before every step.
   virtual int64_t NumBlocks() { return 0; }
+  // Whether RunStep runs StepPlan::forks (a fork group's shared prefill,
+  // GenerationScheduler::AddGroup); without it the loop adds a group's
+  // sequences one by one.
+  virtual bool CanFork() const { return false; }
 };
 
 struct GenerationLoopOptions {
@@ -77,6 +81,12 @@ class GenerationLoop {
 
   // GenerationScheduler::Add, then the loop wakes.
   absl::StatusOr<SequenceId> Add(SequenceRequest request, int64_t version, SequenceSink sink)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // GenerationScheduler::AddGroup when the executor can fork, else Add for
+  // each (the ones added are cancelled when one fails); then the loop wakes.
+  absl::StatusOr<std::vector<SequenceId>> AddGroup(std::vector<SequenceRequest> requests,
+                                                   int64_t version,
+                                                   std::vector<SequenceSink> sinks)
       ABSL_LOCKS_EXCLUDED(mu_);
   bool Cancel(SequenceId seq) ABSL_LOCKS_EXCLUDED(mu_);
   GenerationScheduler::Stats Stats() const { return scheduler_->GetStats(); }

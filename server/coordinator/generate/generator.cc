@@ -181,7 +181,16 @@ absl::StatusOr<GenerationHandle> Generator::Start(GenerationRequest request, Seq
 
 absl::StatusOr<GenerationHandle> Generator::StartWith(GenerationRequest request,
                                                       const SinkFactory& make_sink) {
-  MS_ASSIGN_OR_RETURN(GenerationModel model, backend_->Model(request.model));
+  std::vector<GenerationRequest> one;
+  one.push_back(std::move(request));
+  MS_ASSIGN_OR_RETURN(std::vector<GenerationHandle> handles, StartGroup(std::move(one),
+                                                                        {make_sink}));
+  return std::move(handles[0]);
+}
+
+absl::StatusOr<Generator::Prepared> Generator::Prepare(GenerationRequest request,
+                                                       const GenerationModel& model,
+                                                       const SinkFactory& make_sink) {
   MS_RETURN_IF_ERROR(CheckStopStrings(request, model));
   MS_ASSIGN_OR_RETURN(request.prompt_ids, PromptIds(request, model));
   for (size_t i = 0; i < request.prompt_ids.size(); ++i) {
@@ -195,8 +204,8 @@ absl::StatusOr<GenerationHandle> Generator::StartWith(GenerationRequest request,
     absl::MutexLock lock(&mu_);
     request.sampling.seed = NextSeed(seed_state_);
   }
-  MS_RETURN_IF_ERROR(LoopFor(request.model, model).status());
-  GenerationHandle handle;
+  Prepared p;
+  GenerationHandle& handle = p.handle;
   handle.model = request.model;
   handle.version = model.version;
   handle.prompt_tokens = static_cast<int64_t>(request.prompt_ids.size());
@@ -214,10 +223,9 @@ absl::StatusOr<GenerationHandle> Generator::StartWith(GenerationRequest request,
   }
   // A stop string ends the sequence; the stop's sink may see it before Add
   // returns, so the id it cancels comes through `stop`.
-  std::shared_ptr<PendingStop> stop;
   if (!handle.stop_strings.empty()) {
-    stop = std::make_shared<PendingStop>();
-    sink = StopAtStrings(std::move(sink), handle, stop);
+    p.stop = std::make_shared<PendingStop>();
+    sink = StopAtStrings(std::move(sink), handle, p.stop);
   }
   if (model.hold != nullptr) {
     // The sink lives as long as the sequence: so does what pins its version.
@@ -225,24 +233,56 @@ absl::StatusOr<GenerationHandle> Generator::StartWith(GenerationRequest request,
       if (sink) sink(e);
     };
   }
-  SequenceRequest seq;
-  seq.prompt_ids = std::move(request.prompt_ids);
-  seq.sampling = request.sampling;
-  seq.stop = std::move(request.stop);
+  p.sink = std::move(sink);
+  p.seq.prompt_ids = std::move(request.prompt_ids);
+  p.seq.sampling = request.sampling;
+  p.seq.stop = std::move(request.stop);
+  return p;
+}
+
+absl::StatusOr<std::vector<GenerationHandle>> Generator::StartGroup(
+    std::vector<GenerationRequest> requests, const std::vector<SinkFactory>& make_sinks) {
+  if (requests.empty() || make_sinks.size() != requests.size()) {
+    return InvalidArgument("StartGroup: ", requests.size(), " requests and ", make_sinks.size(),
+                           " sinks");
+  }
+  const std::string name = requests[0].model;
+  for (const GenerationRequest& r : requests) {
+    if (r.model != name) return InvalidArgument("StartGroup: models '", name, "' and '",
+                                                r.model, "' in one group");
+  }
+  MS_ASSIGN_OR_RETURN(GenerationModel model, backend_->Model(name));
+  std::vector<Prepared> prepared;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    MS_ASSIGN_OR_RETURN(Prepared p, Prepare(std::move(requests[i]), model, make_sinks[i]));
+    prepared.push_back(std::move(p));
+  }
+  MS_RETURN_IF_ERROR(LoopFor(name, model).status());
+  std::vector<SequenceRequest> seqs;
+  std::vector<SequenceSink> sinks;
+  for (Prepared& p : prepared) {
+    seqs.push_back(std::move(p.seq));
+    sinks.push_back(std::move(p.sink));
+  }
   // Under the lock: Shutdown may not destroy the loop meanwhile (Add calls
   // back into nothing here).
   absl::MutexLock lock(&mu_);
-  auto it = loops_.find(request.model);
+  auto it = loops_.find(name);
   if (shut_down_ || it == loops_.end()) return Unavailable("the coordinator is stopping");
-  MS_ASSIGN_OR_RETURN(handle.seq,
-                      it->second.loop->Add(std::move(seq), model.version, std::move(sink)),
-                      "model '", request.model, "'");
-  if (stop != nullptr) {
-    absl::MutexLock stop_lock(&stop->mu);
-    stop->seq = handle.seq;
-    if (stop->cancel_wanted) it->second.loop->Cancel(handle.seq);
+  MS_ASSIGN_OR_RETURN(std::vector<SequenceId> ids,
+                      it->second.loop->AddGroup(std::move(seqs), model.version, std::move(sinks)),
+                      "model '", name, "'");
+  std::vector<GenerationHandle> handles;
+  for (size_t i = 0; i < prepared.size(); ++i) {
+    prepared[i].handle.seq = ids[i];
+    if (prepared[i].stop != nullptr) {
+      absl::MutexLock stop_lock(&prepared[i].stop->mu);
+      prepared[i].stop->seq = ids[i];
+      if (prepared[i].stop->cancel_wanted) it->second.loop->Cancel(ids[i]);
+    }
+    handles.push_back(std::move(prepared[i].handle));
   }
-  return handle;
+  return handles;
 }
 
 SequenceSink Generator::StopAtStrings(SequenceSink sink, const GenerationHandle& handle,

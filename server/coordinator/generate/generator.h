@@ -160,6 +160,15 @@ class Generator {
   absl::StatusOr<GenerationHandle> StartWith(GenerationRequest request,
                                              const SinkFactory& make_sink)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // n sequences of one model started together, handles in order: when all
+  // have one prompt and the model's executor can fork, they share its prefill
+  // (GenerationScheduler::AddGroup: tokens as n separate Starts'), else they
+  // are started one by one. All or nothing: a refusal of any starts none.
+  // \error StartWith's; kInvalidArgument for an empty group, a sink count
+  //   other than the requests', or several models.
+  absl::StatusOr<std::vector<GenerationHandle>> StartGroup(
+      std::vector<GenerationRequest> requests, const std::vector<SinkFactory>& make_sinks)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void Cancel(const GenerationHandle& handle) ABSL_LOCKS_EXCLUDED(mu_);
   // Ends every sequence (kCancelled) and stops the loops; Start then answers
   // kUnavailable. Called before the coordinator goes (the loops call it).
@@ -183,6 +192,15 @@ class Generator {
     std::optional<SequenceId> seq ABSL_GUARDED_BY(mu);
     bool cancel_wanted ABSL_GUARDED_BY(mu) = false;
   };
+  // A checked request, its handle (seq unset) and its wrapped sink.
+  struct Prepared {
+    GenerationHandle handle;
+    SequenceRequest seq;
+    SequenceSink sink;
+    std::shared_ptr<PendingStop> stop;  // with stop strings
+  };
+  absl::StatusOr<Prepared> Prepare(GenerationRequest request, const GenerationModel& model,
+                                   const SinkFactory& make_sink) ABSL_LOCKS_EXCLUDED(mu_);
   // `sink` behind the stop strings of `handle` (the file comment): the stop's
   // event ends with kStop and the sequence is cancelled.
   SequenceSink StopAtStrings(SequenceSink sink, const GenerationHandle& handle,

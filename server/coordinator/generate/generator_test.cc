@@ -99,6 +99,42 @@ TEST(GeneratorTest, GeneratesThroughOneLoopPerModelPinnedToTheVersion) {
   EXPECT_EQ(a.last.completion_tokens, 8);
 }
 
+// StartGroup: n choices of one prompt share its prefill on an executor that
+// forks (the fake's): each equals a Start of its own, with its own seed, and
+// the prompt is prefilled once. A refusal of any choice starts none.
+TEST(GeneratorTest, AGroupSharesThePromptsPrefillAndStartsAllOrNone) {
+  FakeBackend backend;
+  Generator generator(&backend, GeneratorOptions{});
+  const std::vector<int64_t> prompt = {9, 8, 7, 6, 5, 4, 3};
+  Result r[3];
+  std::vector<GenerationRequest> requests;
+  std::vector<Generator::SinkFactory> sinks;
+  for (int i = 0; i < 3; ++i) {
+    GenerationRequest q = Request(prompt, 5);
+    q.has_seed = true;
+    q.sampling.seed = 70 + static_cast<uint64_t>(i);
+    requests.push_back(q);
+    sinks.push_back([&r, i](const GenerationHandle&) { return Collect(&r[i]); });
+  }
+  ASSERT_OK_AND_ASSIGN(std::vector<GenerationHandle> handles,
+                       generator.StartGroup(requests, sinks));
+  ASSERT_EQ(handles.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    r[i].done.WaitForNotification();
+    EXPECT_THAT(r[i].tokens, ElementsAreArray(Reference(prompt, 5, {})));
+    EXPECT_EQ(r[i].last.prompt_tokens, 7);
+    EXPECT_EQ(backend.last_executor->workers.seeds.at(handles[i].seq), 70u + i);
+  }
+  EXPECT_EQ(backend.last_executor->workers.forked, 2);
+  EXPECT_EQ(backend.last_executor->workers.prefill_tokens, 6);
+  // Choice 1's id is outside the vocabulary: nothing starts.
+  requests[1].prompt_ids = {9, 8, 7, 6, 5, 4, 50};
+  requests[2].prompt_ids = requests[1].prompt_ids;
+  EXPECT_THAT(generator.StartGroup(requests, sinks).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "outside the vocabulary"));
+  EXPECT_EQ(generator.Stats().at("lm").waiting + generator.Stats().at("lm").running, 0);
+}
+
 // A sequence holds its version's placement until it ends (the coordinator
 // unloads a retired version only when nothing holds it).
 TEST(GeneratorTest, ASequenceHoldsItsVersionUntilItEnds) {

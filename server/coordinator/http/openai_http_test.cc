@@ -241,23 +241,30 @@ TEST_F(OpenAiHttpTest, TwoChoicesWithSeedsSeedAndSeedPlusOne) {
   EXPECT_THAT(seeds, ElementsAreArray({42u, 43u}));
 }
 
-TEST_F(OpenAiHttpTest, ChoicesSplitByAPushAreStartedAgainOnOneVersion) {
+TEST_F(OpenAiHttpTest, ChoicesStartTogetherOnOneVersionWhileAPushLands) {
   OpenAiTestServerOptions options;
-  options.backend.push_at_model_call = 2;  // choice 1's Start sees version 8, choice 0's 7
+  options.backend.push_at_model_call = 2;  // the second look at the model sees version 8
   Start(options);
   const Answer a = Post(port_, "/v1/completions",
                         R"({"model": "lm", "prompt": [3, 1], "max_tokens": 4, "n": 2,
                             "return_token_ids": true})");
   ASSERT_EQ(a.status, 200) << a.body;
   const Json j = Json::parse(a.body);
-  EXPECT_EQ(j.at("system_fingerprint"), "v8");
+  // The n choices start as one group (Generator::StartGroup): one look at
+  // the model, one version for all.
+  EXPECT_EQ(j.at("system_fingerprint"), "v7");
   ASSERT_EQ(j.at("choices").size(), 2u);
   for (int i = 0; i < 2; ++i) {
     EXPECT_THAT(Ids(j.at("choices")[i].at("token_ids")),
                 ElementsAreArray(Reference({3, 1}, 4, {})));
     EXPECT_EQ(j.at("choices")[i].at("finish_reason"), "length");
   }
-  EXPECT_EQ(j.at("usage").at("completion_tokens"), 8);  // the cancelled ones do not count
+  EXPECT_EQ(j.at("usage").at("completion_tokens"), 8);
+  // The push landed: the next request runs on it.
+  const Answer b = Post(port_, "/v1/completions",
+                        R"({"model": "lm", "prompt": [3, 1], "max_tokens": 1})");
+  ASSERT_EQ(b.status, 200) << b.body;
+  EXPECT_EQ(Json::parse(b.body).at("system_fingerprint"), "v8");
 }
 
 TEST_F(OpenAiHttpTest, TwoChoicesStreamedEachToTheReference) {

@@ -126,17 +126,15 @@ void OpenAiRoutes::CancelAll(const std::vector<GenerationHandle>& handles) const
 
 absl::StatusOr<std::vector<GenerationHandle>> OpenAiRoutes::StartChoices(
     const CompletionRequest& request, const std::shared_ptr<CompletionRun>& run) {
-  std::vector<GenerationHandle> handles;
+  // One group: the n choices share the prompt's prefill where the model's
+  // executor can fork caches (Generator::StartGroup); all start or none.
+  std::vector<GenerationRequest> requests;
+  std::vector<Generator::SinkFactory> sinks;
   for (int32_t i = 0; i < request.n; ++i) {
-    absl::StatusOr<GenerationHandle> handle =
-        options_.generator->Start(ToGenerateRequest(request, i), run->SinkFor(i));
-    if (!handle.ok()) {
-      CancelAll(handles);
-      return handle.status();
-    }
-    handles.push_back(*std::move(handle));
+    requests.push_back(ToGenerateRequest(request, i));
+    sinks.push_back([run, i](const GenerationHandle&) { return run->SinkFor(i); });
   }
-  return handles;
+  return options_.generator->StartGroup(std::move(requests), sinks);
 }
 
 absl::StatusOr<std::vector<GenerationHandle>> OpenAiRoutes::StartOnOneVersion(

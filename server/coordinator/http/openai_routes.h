@@ -3,9 +3,10 @@
 // (openai_request.h, openai_response.h) to the Generator.
 //
 //   POST /v1/completions
-//     body -> ParseCompletionRequest -> for each of the n choices:
-//             ToGenerateRequest(request, i) -> Generator::Start (choice i's
-//             seed is seed + i when a seed is given)
+//     body -> ParseCompletionRequest -> ToGenerateRequest(request, i) for
+//             each of the n choices (choice i's seed is seed + i when a seed
+//             is given) -> Generator::StartGroup: one group, sharing the
+//             prompt's prefill where the model's executor can fork caches
 //     "stream": false  waits for the n sequences and answers the whole completion.
 //     "stream": true   answers 200 text/event-stream at once, chunked: one
 //                      `data:` chunk per SequenceEvent (its choice's new ids and
@@ -87,8 +88,8 @@ class OpenAiRoutes {
 
   void Completions(const httplib::Request& req, httplib::Response& res);
   void Models(httplib::Response& res) const;
-  // Starts the request's n sequences into `run`; on a refusal the ones
-  // started are cancelled. \error Generator::Start's.
+  // Starts the request's n sequences into `run` as one group (all or none).
+  // \error Generator::StartGroup's.
   absl::StatusOr<std::vector<GenerationHandle>> StartChoices(
       const CompletionRequest& request, const std::shared_ptr<CompletionRun>& run);
   // StartChoices until every choice runs on one weight version (a push that

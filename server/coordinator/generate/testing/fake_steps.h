@@ -118,6 +118,8 @@ struct FakeWorkers {
 // says `recoverable`.
 class FakeExecutor : public StepExecutor {
  public:
+  bool CanFork() const override { return can_fork; }
+  bool can_fork = true;  // FakeWorkers copy caches (StepPlan::forks)
   absl::StatusOr<std::vector<SampledToken>> RunStep(const StepPlan& plan) override {
     ++steps;
     if (fail_at_step > 0 && steps >= fail_at_step &&
