@@ -14,6 +14,8 @@
 #include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/model/typed_model.h"
+#include "server/suggest/block_stack.h"
 
 namespace meshserve {
 namespace {
@@ -27,6 +29,7 @@ class Evaluator {
       : model_(model),
         space_(space),
         options_(options),
+        num_blocks_(options.price_blocks ? NumStackBlocks(model) : 0),
         deadline_(std::chrono::steady_clock::now() +
                   std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                       std::chrono::duration<double>(options.max_search_s))) {}
@@ -87,7 +90,7 @@ class Evaluator {
   double Evaluate(ModelFile m, const Mesh& mesh, const std::string& name, const std::string& key) {
     Suggestion s{name, mesh, std::move(m), {}, 0, key};
     for (const ShapeSet& shapes : options_.input_shapes) {
-      absl::StatusOr<Prediction> p = PredictAtShape(s.model, mesh, shapes, options_.figures);
+      absl::StatusOr<Prediction> p = Predict(s.model, mesh, shapes);
       if (!p.ok()) {
         ++num_rejected_rules_;
         why_[key] = std::string(p.status().message());
@@ -113,9 +116,20 @@ class Evaluator {
     return score;
   }
 
+  // Whole, or from 1- and 2-block copies of a stack (block_stack.h).
+  absl::StatusOr<Prediction> Predict(const ModelFile& m, const Mesh& mesh, const ShapeSet& shapes) {
+    if (num_blocks_ < 3) return PredictAtShape(m, mesh, shapes, options_.figures);
+    MS_ASSIGN_OR_RETURN(Prediction one,
+                        PredictAtShape(CutToBlocks(m, 1), mesh, shapes, options_.figures));
+    MS_ASSIGN_OR_RETURN(Prediction two,
+                        PredictAtShape(CutToBlocks(m, 2), mesh, shapes, options_.figures));
+    return ExtrapolateBlocks(one, two, num_blocks_);
+  }
+
   const ModelFile& model_;
   const LayoutSpace& space_;
   const SuggestOptions& options_;
+  const int64_t num_blocks_;
   std::map<std::string, double> scores_;
   std::map<std::string, Suggestion> kept_;
   std::map<std::string, std::string> why_;  // rejected keys
@@ -267,7 +281,17 @@ absl::StatusOr<SuggestResult> Suggest(const ModelFile& model, const SuggestOptio
   result.num_evaluated = eval.num_evaluated();
   result.num_rejected_rules = eval.num_rejected_rules();
   result.num_rejected_memory = eval.num_rejected_memory();
-  std::vector<Suggestion> ranked = eval.Ranked();
+  std::vector<Suggestion> ranked;
+  for (Suggestion& s : eval.Ranked()) {
+    // Priced from block copies: the whole model must type too (it does when
+    // the blocks are alike; checked, being cheap next to compiling).
+    bool types = true;
+    for (const ShapeSet& shapes : options.input_shapes) {
+      types = types && TypeModel(s.model, s.mesh, shapes).ok();
+    }
+    if (types) ranked.push_back(std::move(s));
+    if (ranked.size() > static_cast<size_t>(options.num_alternatives)) break;
+  }
   if (ranked.empty()) {
     if (result.num_rejected_memory > 0) {
       return absl::ResourceExhaustedError(absl::StrCat(

@@ -50,6 +50,9 @@ struct SuggestOptions {
   // The search stops after this long (0: no limit); the baselines and the
   // layouts scored so far still count, and the method says it stopped.
   double max_search_s = 60;
+  // A stack of >= 3 tied blocks is priced from 1- and 2-block copies
+  // (block_stack.h); the listed layouts are then typed whole.
+  bool price_blocks = true;
   int num_alternatives = 3;
 };
 

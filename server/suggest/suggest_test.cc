@@ -1,13 +1,15 @@
 // Tests of `meshserve suggest`'s search (suggest.h) on small models: the
 // choice types under JAX's rules (parsed back from the written file), the
 // memory limit, one spec per tied role, the baselines' predicted order, the
-// search method, and the bad-input errors.
+// search method and budget, Megatron on einsum projections, pricing a block
+// stack from short copies, and the bad-input errors.
 #include "server/suggest/suggest.h"
 
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "server/suggest/block_stack.h"
 #include "common/model/typed_model.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
@@ -32,12 +34,12 @@ ModelFile SmallSwiglu() {
   return m.ok() ? *m : ModelFile{};
 }
 
-// Two MLP blocks "blocks.0" and "blocks.1" (d 64, hidden 128) and a head.
-ModelFile TwoBlocks() {
+// `n` MLP blocks "blocks.0" ... (d 64, hidden 128) and a head.
+ModelFile Blocks(int n) {
   std::string blocks;
   std::string params;
   std::string in = "x";
-  for (int b = 0; b < 2; ++b) {
+  for (int b = 0; b < n; ++b) {
     const std::string p = absl::StrCat("blocks.", b);
     absl::StrAppend(&params, "'", p, ".up.kernel': {'shape': [64, 128], 'init': 'lecun_normal'},",
                     "'", p, ".down.kernel': {'shape': [128, 64], 'init': 'lecun_normal'},");
@@ -58,6 +60,8 @@ ModelFile TwoBlocks() {
   EXPECT_TRUE(m.ok()) << m.status();
   return m.ok() ? *m : ModelFile{};
 }
+
+ModelFile TwoBlocks() { return Blocks(2); }
 
 SuggestOptions Options(int64_t workers, std::vector<ShapeSet> shapes) {
   SuggestOptions o;
@@ -236,6 +240,40 @@ TEST(SuggestTest, MegatronSplitsEinsumProjections) {
   ASSERT_NE(meg, nullptr);
   EXPECT_EQ(meg->model.FindParam("q.weight")->sharding.ToString(), "P('model')");
   EXPECT_EQ(meg->model.FindParam("o.weight")->sharding.ToString(), "P(None, 'model')");
+}
+
+// A stack of 5 tied blocks priced from its 1- and 2-block copies gives the
+// whole model's figures, for every named layout on every mesh of 4 devices.
+TEST(SuggestTest, BlockPricingMatchesTheWholeModel) {
+  const ModelFile model = Blocks(5);
+  EXPECT_EQ(NumStackBlocks(model), 5);
+  EXPECT_EQ(NumStackBlocks(TwoBlocks()), 0);  // too short to gain
+  ASSERT_OK_AND_ASSIGN(LayoutSpace space, BuildLayoutSpace(model, 4));
+  const ShapeSet shapes = {{"x", {8, 64}}};
+  int compared = 0;
+  for (const Mesh& mesh : space.meshes) {
+    for (const NamedLayout& n : NamedLayouts(model, space)) {
+      const ModelFile m = Materialize(model, space, n.layout, mesh);
+      absl::StatusOr<Prediction> whole = PredictAtShape(m, mesh, shapes, CostFigures{});
+      absl::StatusOr<Prediction> one = PredictAtShape(CutToBlocks(m, 1), mesh, shapes, CostFigures{});
+      absl::StatusOr<Prediction> two = PredictAtShape(CutToBlocks(m, 2), mesh, shapes, CostFigures{});
+      ASSERT_EQ(whole.ok(), two.ok()) << n.name << " on " << mesh;
+      if (!whole.ok()) continue;
+      ASSERT_OK(one.status());
+      const Prediction p = ExtrapolateBlocks(*one, *two, 5);
+      const std::string what = absl::StrCat(n.name, " on ", mesh.ToString());
+      EXPECT_EQ(p.bytes_per_request, whole->bytes_per_request) << what;
+      EXPECT_EQ(p.rounds, whole->rounds) << what;
+      EXPECT_EQ(p.param_bytes_per_worker, whole->param_bytes_per_worker) << what;
+      EXPECT_NEAR(p.predicted_ms, whole->predicted_ms, 1e-9 * whole->predicted_ms) << what;
+      ++compared;
+    }
+  }
+  EXPECT_GE(compared, 10);
+  // And the search over it picks a layout that types whole.
+  ASSERT_OK_AND_ASSIGN(SuggestResult r, Suggest(model, Options(4, {shapes})));
+  EXPECT_OK(TypeModel(r.choice.model, r.choice.mesh, shapes).status());
+  EXPECT_EQ(r.choice.model.layers.size(), model.layers.size());
 }
 
 TEST(SuggestTest, BadInputsAreInvalidArgument) {
