@@ -13,6 +13,9 @@ every expected tensor a NumPy slice of the file pushed with `meshserve push`:
     are each byte-identical to the NumPy slice, with the version in the
     file's metadata and "path: direct from N workers" printed (N >= 2 for a
     box spanning several holders);
+  - a checkpoint tensor name: model "fused" reads q, k, v from one tensor
+    c_attn [64, 192] (`from`/`from_offset`, as GPT-2's import does); c_attn
+    whole and boxes across q/k and inside v equal the checkpoint's slices;
   - --version: after a second push, --version of the first gives the first
     push's bytes while the server holds it (else NOT_FOUND naming it), and a
     version never made is NOT_FOUND; the current one gives the second push;
@@ -58,6 +61,24 @@ class State:
         os.makedirs(self.model_dir)
         with open(os.path.join(self.model_dir, MODEL + ".json"), "w") as f:
             json.dump(self.model, f)
+        # "fused": q, k, v read from one checkpoint tensor c_attn [64, 192] (as
+        # GPT-2's import does), sharded three ways.
+        self.c_attn = (self.rng.standard_normal((64, 192)) / 8).astype(np.float32)
+        mslib.write_safetensors(os.path.join(self.model_dir, "fused.safetensors"),
+                                {"c_attn": self.c_attn})
+        specs = {"q": [None, "model"], "k": ["model", None], "v": [None, None]}
+        fused = {"name": "fused", "mesh": {"model": -1}, "dtype": "float32", "seed": 1,
+                 "checkpoint": "fused.safetensors",
+                 "inputs": {"x": {"shape": [-1, 64], "sharding": [None, None]}},
+                 "params": {n: {"shape": [64, 64], "sharding": specs[n], "from": "c_attn",
+                                "from_offset": [0, 64 * i]} for i, n in enumerate("qkv")},
+                 "layers": [{"name": "a", "op": "linear", "input": "x", "kernel": "q"},
+                            {"name": "b", "op": "linear", "input": "a", "kernel": "k",
+                             "out_sharding": [None, None]},
+                            {"name": "c", "op": "linear", "input": "b", "kernel": "v"}],
+                 "outputs": ["c"]}
+        with open(os.path.join(self.model_dir, "fused.json"), "w") as f:
+            json.dump(fused, f)
         self.cluster = None
         self.n = 0
         self.pushed = {}  # version -> {name: array}
@@ -79,11 +100,11 @@ class State:
             return int(m.group(1))
         return None
 
-    def pull(self, *flags):
+    def pull(self, *flags, model=MODEL):
         """`meshserve pull FLAGS` -> (rc, stdout, stderr, tensors, metadata, path)."""
         out = self.path("pull.safetensors")
         rc, stdout, err = self.env.cli.run("pull", "--target", self.cluster.target, "--model",
-                                           MODEL, "--output", out, *flags)
+                                           model, "--output", out, *flags)
         tensors, meta = (None, None)
         if rc == 0 and os.path.exists(out):
             tensors, meta = mslib.read_safetensors(out)
@@ -142,6 +163,23 @@ def stage_boxes(st):
                                                              (got or {}).items()}))
         st.c.check(m is not None and int(m.group(1)) >= least,
                    "pull %s: read direct from >= %d workers" % (what, least), out + err)
+
+
+def stage_checkpoint_names(st):
+    """Boxes of the checkpoint tensor c_attn that the fused model's q, k, v read."""
+    if SKIPPED:
+        return
+    for what, flags, want in [
+            ("whole c_attn", [], st.c_attn),
+            ("c_attn box across q and k", ["--offset", "3,50", "--shape", "20,40"],
+             st.c_attn[3:23, 50:90]),
+            ("c_attn box inside v", ["--offset", "60,130"], st.c_attn[60:, 130:])]:
+        rc, out, err, got, meta, _ = st.pull("--params", "c_attn", *flags, model="fused")
+        st.c.check(rc == 0 and got is not None and got["c_attn"].shape == want.shape
+                   and got["c_attn"].tobytes() == want.tobytes()
+                   and meta.get("version") == "1" and "path: direct from" in out,
+                   "pull %s of model fused (checkpoint name): the checkpoint's slice" % what,
+                   "    rc=%d %s %s" % (rc, out, err))
 
 
 def stage_versions(st):
@@ -313,6 +351,7 @@ def stage_fake(env):
 def stages(env):
     st = State(env)
     return [("fake", lambda: stage_fake(env)), ("start", lambda: start(st)), ("boxes", lambda: stage_boxes(st)),
+            ("checkpoint names", lambda: stage_checkpoint_names(st)),
             ("versions", lambda: stage_versions(st)), ("refused", lambda: stage_refused(st))]
 
 
