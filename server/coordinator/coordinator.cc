@@ -99,11 +99,14 @@ Coordinator::Coordinator(CoordinatorOptions options, WorkerClientFactory factory
                           }
                           return std::map<int64_t, int64_t>{};
                         },
+                        [this](const std::string& m, int64_t v) -> std::shared_ptr<const void> {
+                          return placements_.RetiredPlacement(m, v);
+                        },
                         [this](int64_t id) { return registry_.IsAlive(id); },
                         [this](int64_t id, const std::string& address) {
                           return connections_.Get(id, address);
                         }},
-             PullOptions{absl::Seconds(60), 4096, options_.load_timeout}) {}
+             PullOptions{options_.pull_lease, 4096, options_.load_timeout}) {}
 
 Coordinator::~Coordinator() {
   push_sessions_.Shutdown();  // their aborts wake the control loop: before it stops

@@ -42,6 +42,9 @@ struct CoordinatorOptions {
   // A push session (params/push_sessions.h) no call touched for this long
   // expires: aborted on every worker, its staged bytes freed. Positive.
   absl::Duration push_ttl = absl::Seconds(300);
+  // A box pull's plan (PlanPull) holds its version until EndPull or this
+  // long. Positive.
+  absl::Duration pull_lease = absl::Seconds(60);
   // The most compiled programs (one per model, generation, input shapes and
   // out_shardings) cached and installed at once; one more evicts the least
   // recently used and uninstalls it from its workers (program_cache.h).

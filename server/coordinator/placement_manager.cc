@@ -86,6 +86,15 @@ absl::StatusOr<std::shared_ptr<const ModelFile>> PlacementManager::ServableModel
   return it->second.model;
 }
 
+std::shared_ptr<const Placement> PlacementManager::RetiredPlacement(const std::string& model,
+                                                                   int64_t version) const {
+  absl::MutexLock lock(&mu_);
+  for (const auto& r : retired_) {
+    if (r->model == model && r->version == version) return r;
+  }
+  return nullptr;
+}
+
 std::shared_ptr<const Placement> PlacementManager::CurrentPlacement(
     const std::string& model) const {
   absl::MutexLock lock(&mu_);

@@ -138,6 +138,12 @@ class PlacementManager {
   // The model's placement (null: unknown or not placed yet).
   std::shared_ptr<const Placement> CurrentPlacement(const std::string& model) const
       ABSL_LOCKS_EXCLUDED(mu_);
+  // A retired placement of `model` at `version` that something still holds
+  // (null: none); holding the pointer keeps that version from being unloaded
+  // (a box pull of an old version pins it so).
+  std::shared_ptr<const Placement> RetiredPlacement(const std::string& model,
+                                                    int64_t version) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Every model that loaded is placed, on live workers only.
   bool IsReady() const ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<ModelStatus> ModelStatuses() const ABSL_LOCKS_EXCLUDED(mu_);

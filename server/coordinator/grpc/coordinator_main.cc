@@ -81,6 +81,9 @@ ABSL_FLAG(int, max_concurrent_pushes, meshserve::CoordinatorOptions().max_concur
 ABSL_FLAG(double, push_ttl_s, absl::ToDoubleSeconds(meshserve::CoordinatorOptions().push_ttl),
           "a push session (BeginPush) no call touched for this many seconds expires: aborted "
           "on every worker, its staged bytes freed, its push_id unknown afterwards; > 0");
+ABSL_FLAG(double, pull_lease_s, absl::ToDoubleSeconds(meshserve::CoordinatorOptions().pull_lease),
+          "a box pull's plan (PlanPull) holds its version until EndPull or this many "
+          "seconds; > 0");
 ABSL_FLAG(int, max_live_versions, meshserve::CoordinatorOptions().max_live_versions,
           "weight versions of one model live at once (the current one and each older one a "
           "sequence or request still holds); a push beyond it waits for one to drain, up to "
@@ -204,6 +207,12 @@ absl::StatusOr<meshserve::CoordinatorOptions> OptionsFromFlags() {
         absl::StrCat("--push_ttl_s=", push_ttl_s, " must be more than 0"));
   }
   options.push_ttl = absl::Seconds(push_ttl_s);
+  const double pull_lease_s = absl::GetFlag(FLAGS_pull_lease_s);
+  if (!(pull_lease_s > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--pull_lease_s=", pull_lease_s, " must be more than 0"));
+  }
+  options.pull_lease = absl::Seconds(pull_lease_s);
   options.param_cache_bytes = absl::GetFlag(FLAGS_param_cache_bytes);
   if (options.param_cache_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(

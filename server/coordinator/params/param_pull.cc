@@ -127,10 +127,12 @@ absl::StatusOr<std::shared_ptr<const Placement>> ParamPulls::PlacementAt(
   }
   const std::map<int64_t, int64_t> held = source_.held_versions(model);
   if (held.count(version) > 0) {
-    // Held by a sequence: resident on the current layout (file comment).
-    auto copy = std::make_shared<Placement>(*current);
+    // Held by a sequence: resident on the current layout (file comment),
+    // and pinned while the returned placement lives.
+    std::shared_ptr<const void> pin = source_.pin ? source_.pin(model, version) : nullptr;
+    auto* copy = new Placement(*current);
     copy->version = version;
-    return std::shared_ptr<const Placement>(std::move(copy));
+    return std::shared_ptr<const Placement>(copy, [pin](const Placement* p) { delete p; });
   }
   std::vector<std::string> listed = {absl::StrCat(current->version, " (current)")};
   for (const auto& [v, holders] : held) {

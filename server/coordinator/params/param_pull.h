@@ -61,6 +61,9 @@ struct PullSource {
   std::function<std::shared_ptr<const Placement>(const std::string&)> current;
   // Versions some sequence or request holds -> holders (ModelStatus).
   std::function<std::map<int64_t, int64_t>(const std::string&)> held_versions;
+  // A reference that keeps a retired version from being unloaded while held
+  // (null: none to hold; may be unset).
+  std::function<std::shared_ptr<const void>(const std::string&, int64_t)> pin;
   std::function<bool(int64_t worker_id)> alive;
   std::function<absl::StatusOr<std::shared_ptr<WorkerClient>>(int64_t worker_id,
                                                               const std::string& address)>

@@ -106,6 +106,9 @@ class ParamPullTest : public ::testing::Test {
     };
     source.current = [this](const std::string&) { return current_; };
     source.held_versions = [this](const std::string&) { return held_; };
+    source.pin = [this](const std::string&, int64_t v) -> std::shared_ptr<const void> {
+      return v == 1 ? retired_v1_ : nullptr;
+    };
     source.alive = [this](int64_t id) { return dead_.count(id) == 0; };
     source.client = [this](int64_t id, const std::string&)
         -> absl::StatusOr<std::shared_ptr<WorkerClient>> { return workers_.at(id); };
@@ -169,6 +172,7 @@ class ParamPullTest : public ::testing::Test {
   std::shared_ptr<const Placement> current_;
   std::map<int64_t, std::shared_ptr<HolderFake>> workers_;
   std::map<int64_t, int64_t> held_;
+  std::shared_ptr<const int> retired_v1_ = std::make_shared<const int>(1);  // stands for v1
   std::set<int64_t> dead_;
   absl::Time now_ = absl::FromUnixSeconds(1000);
   bool expiry_thread_ = false;
@@ -256,11 +260,15 @@ TEST_F(ParamPullTest, LeasePinsTheVersionUntilEndOrExpiry) {
                        "model 'g' version 1 is not held any more; versions held: 2 (current)"));
   EXPECT_THAT(pulls_->EndPull("g", plan.lease_id),
               StatusIs(absl::StatusCode::kNotFound, plan.lease_id));
-  // A version some sequence holds is read on the current layout.
+  // A version some sequence holds is read on the current layout, and the
+  // lease pins it (the source's pin: the retired placement) until EndPull.
   held_[1] = 2;
   ASSERT_OK_AND_ASSIGN(PullPlan again, pulls_->PlanPull({"g", "c_attn", {}, {}, 1}));
+  EXPECT_EQ(retired_v1_.use_count(), 2);
   std::vector<int> writes;
   EXPECT_EQ(Assemble(again, &writes), CAttnBox({0, 0}, {4, 12}, 1));
+  ASSERT_OK(pulls_->EndPull("g", again.lease_id));
+  EXPECT_EQ(retired_v1_.use_count(), 1);
 }
 
 TEST_F(ParamPullTest, Errors) {
