@@ -189,7 +189,10 @@ bool GenerationScheduler::PlanSpanLocked(Sequence& seq, int64_t& prefill_budget,
   if (need > free_blocks_) return false;
   free_blocks_ -= need;
   seq.blocks += need;
-  if (!decode) prefill_budget -= n;
+  if (!decode) {
+    prefill_budget -= n;
+    prefill_tokens_ += n;
+  }
   span.seq = seq.id;
   span.past_len = seq.cached;
   span.token_ids.assign(seq.tokens.begin() + seq.cached, seq.tokens.begin() + seq.cached + n);
@@ -418,6 +421,7 @@ GenerationScheduler::Stats GenerationScheduler::GetStats() const {
   stats.blocks_used = num_blocks_ - free_blocks_;
   stats.preemptions = preemptions_;
   stats.tokens_generated = tokens_generated_;
+  stats.prefill_tokens = prefill_tokens_;
   return stats;
 }
 

@@ -239,6 +239,11 @@ class GenerationScheduler {
     int64_t num_blocks = 0;
     int64_t preemptions = 0;  // since creation
     int64_t tokens_generated = 0;  // since creation
+    // Tokens fed by prefill spans (prompts, and caches rebuilt after a
+    // preemption or a failed step; not a choice's fed last prompt token after
+    // a fork), since creation: n choices sharing a prompt of L tokens add
+    // L - 1, n separate sequences n * L.
+    int64_t prefill_tokens = 0;
   };
   Stats GetStats() const ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -297,6 +302,7 @@ class GenerationScheduler {
   int64_t fork_waiting_ ABSL_GUARDED_BY(mu_) = 0;  // choices waiting for their fork
   int64_t preemptions_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t tokens_generated_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t prefill_tokens_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace meshserve

@@ -188,12 +188,14 @@ TEST(GenerationSchedulerTest, ChoicesOfOnePromptShareItsPrefill) {
   }
   EXPECT_EQ(h.workers.forked, 3);
   EXPECT_EQ(h.workers.prefill_tokens, 18);  // once, but the last token
+  EXPECT_EQ(h.scheduler->GetStats().prefill_tokens, 18);
   EXPECT_EQ(h.scheduler->GetStats().blocks_used, 0);
   // Alone, the same four prefill 4 x 19 tokens.
   Harness alone(Options());
   for (int i = 0; i < 4; ++i) alone.Add(prompt, 6);
   alone.Drain();
   EXPECT_EQ(alone.workers.prefill_tokens, 4 * 19);
+  EXPECT_EQ(alone.scheduler->GetStats().prefill_tokens, 4 * 19);
   EXPECT_EQ(alone.workers.forked, 0);
 }
 
