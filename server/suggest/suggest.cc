@@ -221,6 +221,36 @@ absl::Status CheckShapes(const ModelFile& model, const std::vector<ShapeSet>& se
   return absl::OkStatus();
 }
 
+// The best of `ranked` (up to 1 + num_alternatives) that type whole: priced
+// from block copies, the whole model must type too (it does when the blocks
+// are alike; checked, being cheap next to compiling).
+std::vector<Suggestion> TypedWhole(std::vector<Suggestion> ranked, const SuggestOptions& options) {
+  std::vector<Suggestion> out;
+  for (Suggestion& s : ranked) {
+    bool types = true;
+    for (const ShapeSet& shapes : options.input_shapes) {
+      types = types && TypeModel(s.model, s.mesh, shapes).ok();
+    }
+    if (types) out.push_back(std::move(s));
+    if (out.size() > static_cast<size_t>(options.num_alternatives)) break;
+  }
+  return out;
+}
+
+// Why no layout was kept (see Suggest's \error).
+absl::Status NothingKept(const ModelFile& model, const SuggestOptions& options,
+                         const Evaluator& eval) {
+  if (eval.num_rejected_memory() > 0) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "no layout of model '", model.name, "' on ", options.num_workers,
+        " workers fits --memory_per_worker ", options.memory_per_worker,
+        " bytes: the smallest needs ", eval.least_param_bytes(), " param bytes per worker"));
+  }
+  return InvalidArgument("no layout of model '", model.name, "' on ", options.num_workers,
+                         " workers types under JAX's rules; first: ",
+                         eval.first_rejection().message());
+}
+
 }  // namespace
 
 std::string Suggestion::LayoutText() const {
@@ -281,28 +311,8 @@ absl::StatusOr<SuggestResult> Suggest(const ModelFile& model, const SuggestOptio
   result.num_evaluated = eval.num_evaluated();
   result.num_rejected_rules = eval.num_rejected_rules();
   result.num_rejected_memory = eval.num_rejected_memory();
-  std::vector<Suggestion> ranked;
-  for (Suggestion& s : eval.Ranked()) {
-    // Priced from block copies: the whole model must type too (it does when
-    // the blocks are alike; checked, being cheap next to compiling).
-    bool types = true;
-    for (const ShapeSet& shapes : options.input_shapes) {
-      types = types && TypeModel(s.model, s.mesh, shapes).ok();
-    }
-    if (types) ranked.push_back(std::move(s));
-    if (ranked.size() > static_cast<size_t>(options.num_alternatives)) break;
-  }
-  if (ranked.empty()) {
-    if (result.num_rejected_memory > 0) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "no layout of model '", model.name, "' on ", options.num_workers,
-          " workers fits --memory_per_worker ", options.memory_per_worker,
-          " bytes: the smallest needs ", eval.least_param_bytes(), " param bytes per worker"));
-    }
-    return InvalidArgument("no layout of model '", model.name, "' on ", options.num_workers,
-                           " workers types under JAX's rules; first: ",
-                           eval.first_rejection().message());
-  }
+  std::vector<Suggestion> ranked = TypedWhole(eval.Ranked(), options);
+  if (ranked.empty()) return NothingKept(model, options, eval);
   result.choice = ranked[0];
   for (size_t i = 1; i < ranked.size() && static_cast<int>(i) <= options.num_alternatives; ++i) {
     result.alternatives.push_back(ranked[i]);
