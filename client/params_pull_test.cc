@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -129,6 +130,44 @@ TEST(BoxFileWriterTest, ColumnPiecesRowPiecesAndScalarsLandInPlace) {
   for (int64_t chunk : {4, 12, 20, 1 << 20}) {
     PlaceAndCheck(tensors, pieces, chunk, absl::StrCat("mixed_", chunk));
   }
+}
+
+TEST(BoxFileWriterTest, PiecesPlacedFromSeveralThreadsAtOnce) {
+  // One thread per holder, as PullBoxesToFile reads them: 4 column quarters
+  // of a [64, 96] tensor and 4 row quarters of a [32, 8] one, 20-byte chunks.
+  const std::vector<PulledTensor> tensors = {{"cols", DType::kInt32, {64, 96}},
+                                             {"rows", DType::kInt32, {32, 8}}};
+  const std::string path = TempPath("threads");
+  auto writer = BoxFileWriter::Create(path, tensors, 3);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  std::vector<std::thread> threads;
+  std::vector<absl::Status> status(4);
+  for (int h = 0; h < 4; ++h) {
+    threads.emplace_back([&, h] {
+      const std::vector<Piece> mine = {{0, {0, 24 * h}, {64, 24}}, {1, {8 * h, 0}, {8, 8}}};
+      for (const Piece& p : mine) {
+        const std::string bytes = PieceBytes(p.tensor, tensors[p.tensor].shape, p.offset,
+                                             p.shape);
+        for (size_t at = 0; at < bytes.size() && status[h].ok(); at += 20) {
+          status[h] = (*writer)->Place(p.tensor, p.offset, p.shape, static_cast<int64_t>(at),
+                                       bytes.substr(at, 20));
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const absl::Status& s : status) ASSERT_TRUE(s.ok()) << s;
+  ASSERT_TRUE((*writer)->Finish().ok());
+  auto file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    auto read = file->Read(tensors[t].name);
+    ASSERT_TRUE(read.ok()) << read.status();
+    const std::vector<int64_t> origin(2, 0);
+    EXPECT_EQ(std::string(read->bytes()),
+              PieceBytes(static_cast<int>(t), tensors[t].shape, origin, tensors[t].shape));
+  }
+  std::remove(path.c_str());
 }
 
 TEST(BoxFileWriterTest, BadPlacementsAreRefusedNamingTheValues) {
