@@ -19,6 +19,8 @@ every expected tensor a NumPy slice of the file pushed with `meshserve push`:
   - --version: after a second push, --version of the first gives the first
     push's bytes while the server holds it (else NOT_FOUND naming it), and a
     version never made is NOT_FOUND; the current one gives the second push;
+  - under TLS (a second cluster, --tls_dir) push and a box pull go through
+    the coordinator, the pulled box equal to the pushed slice;
   - a box outside the tensor fails (exit 1, INVALID_ARGUMENT or OUT_OF_RANGE
     naming the value), an unknown name is NOT_FOUND, and no file is left;
     --offset with two names, --offset without --params and a malformed
@@ -348,11 +350,41 @@ def stage_fake(env):
         fake.server.stop(0)
 
 
+def stage_tls(st):
+    """Under TLS (`meshserve local --tls_dir`, certificates from
+    scripts/make-dev-certs.sh) push and pull go through the coordinator: the
+    push's zero-copy stream on its own channel with the client's credentials,
+    the pull as PullParams with the box."""
+    if SKIPPED:
+        return
+    mslib._cleanup()  # the plaintext cluster
+    certs = os.path.join(st.env.root, "certs")
+    rc, out, err = mslib.run(["sh", os.path.join(e2e.ROOT, "scripts", "make-dev-certs.sh"),
+                              certs], timeout=120)
+    st.c.check(rc == 0, "make-dev-certs.sh", out + err)
+    st.cluster = st.env.cluster(2, st.model_dir, "tls", extra_args=["--tls_dir", certs])
+    tensors = mslib.mlp_random_params(st.model, st.rng)
+    path = st.path("tls-push.safetensors")
+    mslib.write_safetensors(path, tensors)
+    rc, out, err = st.env.cli.run("push", "--target", st.cluster.target, "--model", MODEL,
+                                  "--checkpoint", path, "--tls_dir", certs)
+    st.c.check(rc == 0 and "path: through the coordinator" in out,
+               "TLS: push through the coordinator", out + err)
+    rc, out, err, got, meta, _ = st.pull("--params", "w1", "--offset", "5,700", "--shape",
+                                         "30,900", "--tls_dir", certs)
+    st.c.check(rc == 0 and got is not None
+               and got["w1"].tobytes() == tensors["w1"][5:35, 700:1600].tobytes()
+               and "through the coordinator (TLS" in out,
+               "TLS: pull of a box through the coordinator equals the pushed slice",
+               "    rc=%d %s %s" % (rc, out, err))
+
+
 def stages(env):
     st = State(env)
     return [("fake", lambda: stage_fake(env)), ("start", lambda: start(st)), ("boxes", lambda: stage_boxes(st)),
             ("checkpoint names", lambda: stage_checkpoint_names(st)),
-            ("versions", lambda: stage_versions(st)), ("refused", lambda: stage_refused(st))]
+            ("versions", lambda: stage_versions(st)), ("refused", lambda: stage_refused(st)),
+            ("tls", lambda: stage_tls(st))]
 
 
 if __name__ == "__main__":
