@@ -6,7 +6,7 @@
 // client presents DIR/client.pem; --auth_token_file, the limits, --replicas
 // and the generation flags go to the coordinator (and the token to our
 // client); --kv_cache_bytes (default: a quarter of the host's memory over the
-// workers) to the workers and the coordinator.
+// workers) to the workers and the coordinator; --host_workers=N to the workers.
 // Starts `meshserve-coordinator --host H --port P --model_dir DIR
 // --min_workers N` and N `meshserve-worker --port 0 --coordinator H:P`
 // processes (both binaries from the directory of the running `meshserve`),
@@ -25,23 +25,19 @@
 // exit code is ours. Children get PR_SET_PDEATHSIG so that none outlives us.
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -49,6 +45,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "client/child_process.h"
 #include "client/cli_args.h"
 #include "client/client_connect.h"
 #include "client/command.h"
@@ -63,155 +60,6 @@ namespace {
 volatile std::sig_atomic_t g_stop_signal = 0;
 
 void OnStopSignal(int signal) { g_stop_signal = signal; }
-
-// One child process and the thread that drains its output into a log file.
-struct Child {
-  std::string name;  // "coordinator", "worker-3"
-  pid_t pid = -1;
-  bool exited = false;
-  int wait_status = 0;
-  std::thread reader;
-  absl::Mutex mu;
-  std::deque<std::string> tail ABSL_GUARDED_BY(mu);  // last lines
-  bool ready_line ABSL_GUARDED_BY(mu) = false;
-};
-
-std::string SelfDirectory() {
-  char buffer[4096];
-  ssize_t n = readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
-  if (n <= 0) return ".";
-  std::string path(buffer, n);
-  size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
-
-bool IsReadyLine(absl::string_view line) {
-  return absl::StrContains(line, "ready") && !absl::StrContains(line, "not ready");
-}
-
-// Reads `fd` to EOF, appending to `log_path` and keeping the last lines.
-void DrainOutput(Child* child, int fd, std::string log_path, bool verbose) {
-  FILE* log = std::fopen(log_path.c_str(), "a");
-  std::string partial;
-  char buffer[4096];
-  while (true) {
-    ssize_t n = read(fd, buffer, sizeof(buffer));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    if (log != nullptr) {
-      std::fwrite(buffer, 1, n, log);
-      std::fflush(log);
-    }
-    partial.append(buffer, n);
-    size_t newline;
-    while ((newline = partial.find('\n')) != std::string::npos) {
-      std::string line = partial.substr(0, newline);
-      partial.erase(0, newline + 1);
-      if (verbose) std::fprintf(stderr, "[%s] %s\n", child->name.c_str(), line.c_str());
-      absl::MutexLock lock(&child->mu);
-      if (IsReadyLine(line)) child->ready_line = true;
-      child->tail.push_back(std::move(line));
-      if (child->tail.size() > 15) child->tail.pop_front();
-    }
-  }
-  if (log != nullptr) std::fclose(log);
-  close(fd);
-}
-
-// fork + exec `argv` with stdout/stderr into a pipe drained by a thread.
-absl::Status Spawn(Child* child, const std::vector<std::string>& argv,
-                   const std::string& log_dir, bool verbose) {
-  int fds[2];
-  if (pipe(fds) != 0) return Internal("pipe: ", std::strerror(errno));
-  pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid < 0) {
-    close(fds[0]);
-    close(fds[1]);
-    return Internal("fork: ", std::strerror(errno));
-  }
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(1);  // the parent died before prctl
-    dup2(fds[1], STDOUT_FILENO);
-    dup2(fds[1], STDERR_FILENO);
-    close(fds[0]);
-    close(fds[1]);
-    std::vector<char*> args;
-    for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    std::fprintf(stderr, "exec %s: %s\n", args[0], std::strerror(errno));
-    _exit(127);
-  }
-  close(fds[1]);
-  child->pid = pid;
-  child->reader = std::thread(DrainOutput, child, fds[0],
-                              absl::StrCat(log_dir, "/", child->name, ".log"), verbose);
-  return absl::OkStatus();
-}
-
-std::string DescribeExit(int wait_status) {
-  if (WIFEXITED(wait_status)) return absl::StrCat("exit code ", WEXITSTATUS(wait_status));
-  if (WIFSIGNALED(wait_status)) {
-    return absl::StrCat("killed by signal ", WTERMSIG(wait_status), " (",
-                        strsignal(WTERMSIG(wait_status)), ")");
-  }
-  return "stopped";
-}
-
-void ReportDeath(Child& child) {
-  std::fprintf(stderr, "meshserve local: %s (pid %d) exited unexpectedly: %s\n",
-               child.name.c_str(), child.pid, DescribeExit(child.wait_status).c_str());
-  absl::MutexLock lock(&child.mu);
-  for (const std::string& line : child.tail) {
-    std::fprintf(stderr, "  [%s] %s\n", child.name.c_str(), line.c_str());
-  }
-}
-
-// Reaps exited children; returns those that exited now.
-std::vector<Child*> ReapChildren(std::vector<std::unique_ptr<Child>>& children) {
-  std::vector<Child*> exited;
-  for (auto& child : children) {
-    if (child->exited || child->pid <= 0) continue;
-    int status = 0;
-    pid_t r = waitpid(child->pid, &status, WNOHANG);
-    if (r == child->pid) {
-      child->exited = true;
-      child->wait_status = status;
-      exited.push_back(child.get());
-    }
-  }
-  return exited;
-}
-
-// SIGTERM to every live child, SIGKILL to those alive after `grace`.
-void StopAll(std::vector<std::unique_ptr<Child>>& children, absl::Duration grace) {
-  // Workers first (they drain from the coordinator), then the coordinator.
-  for (auto it = children.rbegin(); it != children.rend(); ++it) {
-    if (!(*it)->exited && (*it)->pid > 0) kill((*it)->pid, SIGTERM);
-  }
-  absl::Time deadline = absl::Now() + grace;
-  while (absl::Now() < deadline) {
-    ReapChildren(children);
-    bool any_alive = false;
-    for (auto& child : children) any_alive |= !child->exited && child->pid > 0;
-    if (!any_alive) break;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  for (auto& child : children) {
-    if (!child->exited && child->pid > 0) {
-      std::fprintf(stderr, "meshserve local: %s (pid %d) ignored SIGTERM; killing it\n",
-                   child->name.c_str(), child->pid);
-      kill(child->pid, SIGKILL);
-      waitpid(child->pid, &child->wait_status, 0);
-      child->exited = true;
-    }
-  }
-  for (auto& child : children) {
-    if (child->reader.joinable()) child->reader.join();
-  }
-}
 
 // "models: a (ready), b (error: ...)" from the Status RPC, or "" on failure.
 std::string ModelSummary(InferenceClient& client) {
@@ -251,7 +99,14 @@ constexpr char kLocalUsage[] =
     "[--auth_token_file F] [--max_request_bytes N] [--max_tensor_elements N] "
     "[--max_inflight_per_model N] [--max_live_versions N] [--replicas N] [--param_cache_bytes N] "
     "[--kv_cache_bytes N] [--max_prefill_tokens_per_step N] [--max_running_sequences N] "
-    "[--max_waiting_sequences N] [--max_cached_programs N]";
+    "[--max_waiting_sequences N] [--max_cached_programs N] [--push_ttl_s S] [--pull_lease_s S]";
+
+// Flags passed on to the coordinator as given.
+constexpr const char* kCoordinatorFlags[] = {
+    "tls_dir", "auth_token_file", "max_request_bytes", "max_tensor_elements", "replicas",
+    "max_inflight_per_model", "max_prefill_tokens_per_step", "max_running_sequences",
+    "param_cache_bytes", "max_waiting_sequences", "max_live_versions", "max_cached_programs",
+    "push_ttl_s", "pull_lease_s"};
 
 struct LocalOptions {
   int64_t workers = 1;
@@ -296,10 +151,7 @@ absl::StatusOr<LocalOptions> LocalOptionsFromFlags(const CliArgs& args) {
   o.then = args.Get("then");
   o.verbose = args.Has("verbose");
   MS_RETURN_IF_ERROR(args.GetInt("replicas", 1, 0, 16).status());
-  for (const char* flag :
-       {"tls_dir", "auth_token_file", "max_request_bytes", "max_tensor_elements", "replicas",
-        "max_inflight_per_model", "max_prefill_tokens_per_step", "max_running_sequences",
-        "param_cache_bytes", "max_waiting_sequences", "max_live_versions", "max_cached_programs"}) {
+  for (const char* flag : kCoordinatorFlags) {
     if (!args.Has(flag)) continue;
     o.coordinator_flags.push_back(absl::StrCat("--", flag));
     o.coordinator_flags.push_back(args.Get(flag));
@@ -309,7 +161,6 @@ absl::StatusOr<LocalOptions> LocalOptionsFromFlags(const CliArgs& args) {
                                                     DefaultKvCacheBytes(o.workers), 0, 1ll << 50));
   for (auto* f : {&o.coordinator_flags, &o.worker_flags})
     f->push_back(absl::StrCat("--kv_cache_bytes=", kv));
-  // The workers share this host: each derives its memory bounds from its share.
   o.worker_flags.push_back(absl::StrCat("--host_workers=", o.workers));
   MS_ASSIGN_OR_RETURN(o.client, ClientOptionsFromArgs(args));
   return o;
@@ -436,16 +287,17 @@ int RunLocal(const CliArgs& args) {
   return exit_code;
 }
 
-MS_REGISTER_COMMAND(FlagCommand{
-    "local", kLocalUsage,
-    {{"workers", FlagDef::kValue, true}, {"model_dir", FlagDef::kValue, true}, {"port"},
-     {"host"}, {"log_dir"}, {"ready_timeout_s"}, {"http_port"}, {"then"},
-     {"verbose", FlagDef::kBool}, {"tls_dir"}, {"auth_token_file"}, {"max_request_bytes"},
-     {"max_tensor_elements"}, {"max_inflight_per_model"}, {"replicas"}, {"param_cache_bytes"},
-     {"kv_cache_bytes"}, {"max_prefill_tokens_per_step"}, {"max_running_sequences"},
-     {"max_waiting_sequences"}, {"max_live_versions"}, {"max_cached_programs"}},
-    RunLocal,
-    /*rejects_positional=*/true});
+std::vector<FlagDef> LocalFlags() {
+  std::vector<FlagDef> flags = {
+      {"workers", FlagDef::kValue, true}, {"model_dir", FlagDef::kValue, true}, {"port"},
+      {"host"}, {"log_dir"}, {"ready_timeout_s"}, {"http_port"}, {"then"},
+      {"verbose", FlagDef::kBool}, {"kv_cache_bytes"}};
+  for (const char* flag : kCoordinatorFlags) flags.push_back({flag});
+  return flags;
+}
+
+MS_REGISTER_COMMAND(FlagCommand{"local", kLocalUsage, LocalFlags(), RunLocal,
+                                /*rejects_positional=*/true});
 
 }  // namespace
 }  // namespace client
