@@ -3,6 +3,7 @@
 // and row-then-column, and the file's own layout where the search's options
 // can express it.
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -102,19 +103,25 @@ bool KernelDims(const ModelFile& model, const LayerDef& l, std::string& kernel,
 
 // Megatron: a projection whose input is split over M (by an earlier column
 // layer, through elementwise ops) is "row"; the others are "column".
-// `row_first` swaps which kind a linear with an unsplit input becomes.
+// `row_first` swaps which kind a linear with an unsplit input becomes. An
+// embed table used as the head (tied weights) stays whole: its vocabulary
+// rarely divides (50257), and a vocab-parallel head is a choice of its own.
 Layout Megatron(const ModelFile& model, const LayoutSpace& space, bool row_first) {
   Builder b(space);
   b.AllParams([](int rank) { return std::vector<AxisRole>(rank, AxisRole::kNone); });
   b.AllOuts(RoleOption::kBatch);
   b.Inputs(RoleOption::kBatch);
   std::map<std::string, bool> split;  // value -> split over M
+  std::set<std::string> tables;       // embed tables: a tied head stays whole
+  for (const LayerDef& l : model.layers) {
+    if (l.kind == ModelOp::kEmbed) tables.insert(l.table);
+  }
   for (const LayerDef& l : model.layers) {
     bool in_split = false;
     for (const std::string& in : l.inputs) in_split = in_split || split[in];
     std::string kernel;
     int contracted = 0;
-    if (!KernelDims(model, l, kernel, contracted)) {
+    if (!KernelDims(model, l, kernel, contracted) || tables.count(kernel) > 0) {
       split[l.name] = in_split;
       continue;
     }

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
@@ -68,10 +69,17 @@ class Evaluator {
       const bool sa = a->name == "search", sb = b->name == "search";
       return std::tie(a->mix_ms, pa, sa, a->key) < std::tie(b->mix_ms, pb, sb, b->key);
     });
+    // Listed once: layouts typing alike, and layouts predicting the same
+    // figures on the same mesh (e.g. a bias split or not: no real choice).
     std::vector<Suggestion> out;
-    std::set<std::string> seen;  // types keys: the first of equal layouts only
+    std::set<std::string> seen;
     for (const Suggestion* s : all) {
-      if (seen.insert(s->per_shape[0].types_key).second) out.push_back(*s);
+      const Prediction& p = s->per_shape[0];
+      const std::string figures =
+          absl::StrCat(s->mesh.ToString(), absl::StrFormat(" %.4f ", s->mix_ms),
+                       p.bytes_per_request, " ", p.rounds, " ", p.param_bytes_per_worker);
+      const bool new_types = seen.insert(p.types_key).second;
+      if (seen.insert(figures).second && new_types) out.push_back(*s);
     }
     return out;
   }

@@ -19,8 +19,8 @@
 // `memory_per_worker` (0: no limit). Score: the mean predicted ms over the
 // input shapes (an equal-weight mix); ties go to fewer param bytes per worker.
 // Layouts that serve identically (LayoutKey) are evaluated once, and of
-// layouts typing identically (Prediction::types_key) only the first ranked
-// is listed.
+// layouts typing identically (Prediction::types_key) or predicting the same
+// figures on the same mesh only the first ranked is listed.
 //
 // Thread-safety: pure functions over values.
 #ifndef MESHSERVE_SERVER_SUGGEST_SUGGEST_H_
