@@ -54,16 +54,10 @@ D = 4096
 
 
 def import_client(bin_dir):
-    """The built package, with meshserve_client.params from client/python when
-    the build does not copy it."""
+    """The built package (BUILD/python, next to BUILD/bin)."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(bin_dir)), "python"))
     import meshserve_client
-    try:
-        from meshserve_client import params  # noqa: F401
-    except ImportError:
-        meshserve_client.__path__.append(os.path.join(ROOT, "client", "python",
-                                                      "meshserve_client"))
-        from meshserve_client import params  # noqa: F401
+    from meshserve_client import params  # noqa: F401
     return meshserve_client
 
 

@@ -60,16 +60,10 @@ MODELS = ("fused", "fused_bf")
 # ---- the client package ----
 
 def import_client(bin_dir):
-    """The built package (BUILD/python), with meshserve_client.params found in
-    client/python when the build does not copy it yet."""
+    """The built package (BUILD/python, next to BUILD/bin)."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(bin_dir)), "python"))
     import meshserve_client
-    try:
-        from meshserve_client import params  # noqa: F401
-    except ImportError:
-        meshserve_client.__path__.append(os.path.join(e2e.ROOT, "client", "python",
-                                                      "meshserve_client"))
-        from meshserve_client import params  # noqa: F401
+    from meshserve_client import params  # noqa: F401
     return meshserve_client
 
 

@@ -16,8 +16,9 @@ directory on PYTHONPATH. See client/python/README.md.
 """
 from .client import (GenerateChunk, GenerateStream, GenerateUsage, InferResult, MeshserveClient,
                      MeshserveError)
+from .params import Push
 from .tensors import from_bfloat16_bits, to_bfloat16_bits
 
 __all__ = ["GenerateChunk", "GenerateStream", "GenerateUsage", "InferResult", "MeshserveClient",
-           "MeshserveError",
+           "MeshserveError", "Push",
            "from_bfloat16_bits", "to_bfloat16_bits"]

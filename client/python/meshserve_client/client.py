@@ -68,7 +68,9 @@ class GenerateUsage:
 class GenerateChunk:
     """One streamed piece of a completion: `token_ids` (list of int), `text`
     ("" while the model has no tokenizer), `logprobs` (parallel to token_ids
-    when asked for), `version` (the weight version the sequence runs on).
+    when asked for), `top_logprobs` (parallel to token_ids when logprobs = N
+    >= 1: each position's N most likely tokens as (id, logprob) pairs, most
+    likely first), `version` (the weight version the sequence runs on).
     The last chunk also has `finish_reason` ("stop" or "length") and `usage`
     (GenerateUsage); on the others they are None."""
 
@@ -76,6 +78,7 @@ class GenerateChunk:
         self.token_ids = list(message.token_ids)
         self.text = message.text
         self.logprobs = list(message.logprobs)
+        self.top_logprobs = [list(zip(t.token_ids, t.logprobs)) for t in message.top_logprobs]
         self.version = message.version
         self.finish_reason = message.finish_reason or None
         self.usage = None
