@@ -34,11 +34,32 @@
 //   lower_bound_bytes = dtype_size * sum over W, e, N of cover_W(e).
 // For a reduced source this is exactly "the elements W needs and does not
 // hold, once each". It is a bound for direct (single-hop) schedules only: a
-// two-phase all-reduce (reduce-scatter, then all-gather of the sums) can move
-// fewer bytes when many workers need the same sum; we do not plan that.
+// two-phase all-reduce (below) moves fewer bytes when many workers need the
+// same sum.
+//
+// ## All-reduce: direct or two-phase (AllReduceForm)
+// An all-reduce here: same mesh and workers, the destination spec is the
+// source's entries with no unreduced axes, so every device keeps its box B
+// and needs the sum of all G partials over it. Per shard tuple, let k be the
+// workers holding B. The direct form (above) makes every worker send its
+// (pre-added) partials to each of the others: k(k-1) messages per element, one
+// round; each worker sends (k-1)|B|. The two-phase form cuts B into k chunks
+// along its longest dim (fewer when that dim is shorter than k); chunk c's
+// owner (the c-th worker) adds the other workers' partials of c into its
+// device (reduce-scatter, round 1), then sends the finished chunk to the other
+// k-1 workers (kForward, all-gather, round 2): 2(k-1) messages per element,
+// each worker sending 2(k-1)/k |B|. It applies when the workers' partial sets
+// are disjoint (no partial held by two workers: the usual layout); then
+// 2(k-1) per element is a lower bound for *any* schedule whose messages carry
+// one (combined) value per element (one-way gossip: before the first worker
+// knows the sum, k-1 messages must have joined the k workers' inputs; after
+// it, each of the other k-1 must still receive one), so the two-phase plan's
+//   lower_bound_bytes = dtype_size * sum over shard tuples of 2(k-1)|B|.
+// The choice (AllReduceForm::kAuto) is by CollectiveCostModel: the form with
+// the smaller max-per-worker bytes / link bandwidth + rounds * hop latency.
 //
 // ## Guarantees of ComputeReshardPlan
-//   * bytes_moved == lower_bound_bytes, always.
+//   * bytes_moved == lower_bound_bytes (of the plan's form), always.
 //   * W never receives over the network an element it holds; each lacking
 //     element arrives once per Need set (then is forwarded locally to the other
 //     devices of W that need it).
@@ -52,6 +73,9 @@
 //   PlanNoOp         same mesh, spec and workers: identity copies.
 //   PlanSliceLocal   same mesh and workers, each device's new box lies in its
 //                    old box: one local slice per device.
+//   PlanTwoPhaseAllReduce  an all-reduce with disjoint holders, when the
+//                    cost model (or ReshardOptions) prefers it to the generic
+//                    plan: reduce-scatter then all-gather (above).
 //   PlanByBoxIntersection (generic fallback, handles everything): per dim,
 //                    merge the source and destination shard intervals (the
 //                    source shards overlapping one destination shard are an
@@ -107,9 +131,13 @@ enum class TransferKind {
   // Same worker, 0 bytes, after the receive. dst[box] = the buffer of
   // *destination*-mesh device src_device over box (already complete).
   kLocalForward,
+  // Network, after the sender's receives. dst[box] = the buffer of
+  // *destination*-mesh device src_device (on src_worker) over box, already
+  // complete: the all-gather phase of a two-phase all-reduce.
+  kForward,
 };
 
-// "copy", "reduce", "local_copy", "local_forward".
+// "copy", "reduce", "local_copy", "local_forward", "forward".
 absl::string_view TransferKindName(TransferKind kind);
 bool IsNetworkTransfer(TransferKind kind);
 
@@ -160,6 +188,35 @@ struct TransferGroup {
   int64_t size() const { return dst_end - dst_begin; }
 };
 
+// How an all-reduce is carried out (see "All-reduce" in the file comment).
+enum class AllReduceForm {
+  kAuto,      // the cheaper by CollectiveCostModel (ties: direct)
+  kDirect,    // every partial straight to every worker needing it: 1 round
+  kTwoPhase,  // reduce-scatter then all-gather where it applies: 2 rounds
+};
+
+// The time model the planner chooses a collective's form by:
+//   seconds = max over workers of max(bytes sent, bytes received)
+//               / link_bytes_per_s + rounds * hop_s.
+// The one place for these constants; defaults as server/suggest/cost_figures.h
+// (loopback gRPC on 2-core SkylakeX workers: ~1.7 GB/s per sending worker,
+// ~0.2 ms a round of peer messages). A calibration (issue 35 item 2) fills
+// them through ReshardOptions.
+struct CollectiveCostModel {
+  double link_bytes_per_s = 1.7e9;
+  double hop_s = 0.2e-3;
+
+  double Seconds(int64_t max_worker_bytes, int64_t num_rounds) const {
+    return static_cast<double>(max_worker_bytes) / link_bytes_per_s +
+           static_cast<double>(num_rounds) * hop_s;
+  }
+};
+
+struct ReshardOptions {
+  AllReduceForm all_reduce = AllReduceForm::kAuto;
+  CollectiveCostModel cost;
+};
+
 struct ReshardPlan {
   // The transfers in execution order, run-length grouped (see TransferGroup):
   // every write into a destination box that is later reduced into or
@@ -171,12 +228,17 @@ struct ReshardPlan {
   std::vector<int64_t> dst_workers;
   int64_t bytes_moved = 0;
   int64_t lower_bound_bytes = 0;
+  // Max over workers of max(bytes sent, bytes received) over the network.
+  int64_t max_worker_bytes = 0;
+  // Rounds of peer messages: 0 (local only), 1 (direct), 2 (two-phase).
+  int64_t num_rounds = 0;
   // The collective this is: "no-op", "local slice" (only local transfers),
-  // "all-gather", "all-to-all", "reduce-scatter", "all-reduce",
-  // "general point-to-point" (incl. every cross-mesh or cross-worker-map plan).
+  // "all-gather", "all-to-all", "reduce-scatter", "all-reduce" (direct),
+  // kTwoPhaseAllReducePattern, "general point-to-point" (incl. every
+  // cross-mesh or cross-worker-map plan).
   std::string pattern;
   // The strategy function that produced it ("PlanNoOp", "PlanSliceLocal",
-  // "PlanByBoxIntersection").
+  // "PlanTwoPhaseAllReduce", "PlanByBoxIntersection").
   std::string strategy;
 
   // Appends one transfer to dst_device (on dst_workers[dst_device]); it joins
@@ -195,6 +257,9 @@ struct ReshardPlan {
   std::vector<Transfer> Transfers() const;
 };
 
+inline constexpr absl::string_view kTwoPhaseAllReducePattern =
+    "all-reduce (reduce-scatter + all-gather)";
+
 // Plans the reshard (see the file comment).
 // \error kInvalidArgument naming the value: a spec whose length is not
 //   shape.size() (rank mismatch), an axis not in its mesh, a negative dim,
@@ -204,7 +269,8 @@ struct ReshardPlan {
 absl::StatusOr<ReshardPlan> ComputeReshardPlan(absl::Span<const int64_t> shape,
                                                DType dtype,
                                                const ReshardEndpoint& src,
-                                               const ReshardEndpoint& dst);
+                                               const ReshardEndpoint& dst,
+                                               const ReshardOptions& options = {});
 
 }  // namespace meshserve
 

@@ -298,7 +298,9 @@ void CheckRequest(const Request& r, DType dtype) {
     std::vector<int64_t> sources = {t.src_device};
     sources.insert(sources.end(), t.src_addends.begin(), t.src_addends.end());
     uint64_t sent_keys = 0;
-    if (t.kind != TransferKind::kLocalForward) {
+    const bool forward =
+        t.kind == TransferKind::kLocalForward || t.kind == TransferKind::kForward;
+    if (!forward) {
       for (int64_t s : sources) {
         ASSERT_TRUE(s >= 0 && s < num_src);
         ASSERT_EQ(r.src.device_workers[s], t.src_worker);
@@ -314,7 +316,7 @@ void CheckRequest(const Request& r, DType dtype) {
       if (!BoxContainsPoint(t.box, p)) continue;
       const int64_t e = Linear(r.shape, p);
       int64_t v = 0;
-      if (t.kind == TransferKind::kLocalForward) {
+      if (forward) {
         ASSERT_TRUE(dst[t.src_device].written[e]);
         v = dst[t.src_device].value[e];
       } else {

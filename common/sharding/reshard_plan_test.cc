@@ -1,5 +1,7 @@
 #include "common/sharding/reshard_plan.h"
 
+#include <cstdio>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -7,6 +9,7 @@
 #include "absl/strings/string_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/sharding/shard_layout.h"
 #include "tests/testing/status_matchers.h"
 
 namespace meshserve {
@@ -261,6 +264,226 @@ TEST(ReshardPlanTest, FullAllGatherIsOneGroupPerShardAndSide) {
     edges.insert({t.src_device, t.dst_device});
   }
   EXPECT_EQ(edges.size(), 64u);
+}
+
+// ---- All-reduce: direct and two-phase (reduce-scatter + all-gather) ----
+
+// Calls fn(linear index in `shape`) for every element of `box`.
+void ForEachElement(const std::vector<int64_t>& shape, const Box& box,
+                    const std::function<void(int64_t)>& fn) {
+  if (box.IsEmpty()) return;
+  std::vector<int64_t> at(box.rank());
+  for (int i = 0; i < box.rank(); ++i) at[i] = box[i].begin;
+  while (true) {
+    int64_t linear = 0;
+    for (int i = 0; i < box.rank(); ++i) linear = linear * shape[i] + at[i];
+    fn(linear);
+    int i = box.rank() - 1;
+    for (; i >= 0; --i) {
+      if (++at[i] < box[i].end) break;
+      at[i] = box[i].begin;
+    }
+    if (i < 0) return;
+  }
+}
+
+// Runs the plan on whole-array buffers: source device d holds the partial
+// value 1000 * (partial_of(d) + 1) + e at element e of its box; checks that
+// every destination device ends with the sum over all partials on its box,
+// that a reduce only adds into written elements and a forward only reads
+// finished ones.
+void ExpectPlanSumsPartials(const ReshardPlan& plan, const std::vector<int64_t>& shape,
+                            const ReshardEndpoint& src, const ReshardEndpoint& dst,
+                            int64_t num_partials,
+                            const std::function<int64_t(int64_t)>& partial_of) {
+  int64_t total = 1;
+  for (int64_t d : shape) total *= d;
+  const int64_t n = dst.sharding.mesh().num_devices();
+  std::vector<std::vector<int64_t>> value(n, std::vector<int64_t>(total, 0));
+  std::vector<std::vector<bool>> written(n, std::vector<bool>(total, false));
+  auto src_value = [&](int64_t device, int64_t e) {
+    return 1000 * (partial_of(device) + 1) + e;
+  };
+  for (const Transfer& t : plan.Transfers()) {
+    SCOPED_TRACE(t.ToString());
+    ASSERT_EQ(IsNetworkTransfer(t.kind), t.src_worker != t.dst_worker);
+    const bool forward =
+        t.kind == TransferKind::kForward || t.kind == TransferKind::kLocalForward;
+    ForEachElement(shape, t.box, [&](int64_t e) {
+      int64_t v = 0;
+      if (forward) {
+        EXPECT_TRUE(written[t.src_device][e]) << "forwarded an unfinished element " << e;
+        v = value[t.src_device][e];
+      } else {
+        v = src_value(t.src_device, e);
+        for (int64_t a : t.src_addends) v += src_value(a, e);
+      }
+      if (t.kind == TransferKind::kReduce) {
+        EXPECT_TRUE(written[t.dst_device][e]) << "reduce into unwritten element " << e;
+        value[t.dst_device][e] += v;
+      } else {
+        value[t.dst_device][e] = v;
+      }
+      written[t.dst_device][e] = true;
+    });
+  }
+  for (int64_t d = 0; d < n; ++d) {
+    ForEachElement(shape, ShardBoxForDevice(shape, dst.sharding, d), [&](int64_t e) {
+      int64_t want = 0;
+      for (int64_t g = 0; g < num_partials; ++g) want += 1000 * (g + 1) + e;
+      ASSERT_TRUE(written[d][e]) << "device " << d << " element " << e;
+      ASSERT_EQ(value[d][e], want) << "device " << d << " element " << e;
+    });
+  }
+  (void)src;
+}
+
+ReshardOptions Form(AllReduceForm form) {
+  ReshardOptions options;
+  options.all_reduce = form;
+  return options;
+}
+
+// Plans the all-reduce src_spec -> dst_spec on `mesh_text` (rank of shape)
+// in `form` and checks by simulation that every device ends with the sum of
+// the partials (partial_of: a source device's partial index).
+ReshardPlan PlanAllReduce(absl::string_view mesh_text, absl::string_view src_spec,
+                          absl::string_view dst_spec, const std::vector<int64_t>& shape,
+                          DType dtype, AllReduceForm form, int64_t num_partials,
+                          const std::function<int64_t(int64_t)>& partial_of,
+                          std::vector<int64_t> workers = {}) {
+  const int rank = static_cast<int>(shape.size());
+  ReshardEndpoint src = Endpoint(mesh_text, src_spec, rank, workers);
+  ReshardEndpoint dst = Endpoint(mesh_text, dst_spec, rank, workers);
+  absl::StatusOr<ReshardPlan> plan = ComputeReshardPlan(shape, dtype, src, dst, Form(form));
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok()) return {};
+  EXPECT_EQ(plan->bytes_moved, plan->lower_bound_bytes);
+  ExpectPlanSumsPartials(*plan, shape, src, dst, num_partials, partial_of);
+  return *std::move(plan);
+}
+
+int64_t Identity(int64_t d) { return d; }
+
+TEST(ReshardPlanTest, TwoPhaseAllReduceMovesTwoKMinusOneTimesTheBox) {
+  const ReshardPlan plan = PlanAllReduce("mesh[x=4]", "P(None, unreduced={'x'})", "P()", {8},
+                                         DType::kFloat32, AllReduceForm::kTwoPhase, 4, Identity);
+  EXPECT_EQ(plan.pattern, "all-reduce (reduce-scatter + all-gather)");
+  EXPECT_EQ(plan.strategy, "PlanTwoPhaseAllReduce");
+  EXPECT_EQ(plan.num_rounds, 2);
+  // 2 * (4 - 1) messages per element, 8 float32 elements.
+  EXPECT_EQ(plan.bytes_moved, 2 * 3 * 8 * 4);
+  // Each worker sends (and receives) 2 (k-1)/k of the box: 12 of 8 elements.
+  EXPECT_EQ(plan.max_worker_bytes, 12 * 4);
+  EXPECT_EQ(CountKind(plan, TransferKind::kReduce), 4 * 3);
+  EXPECT_EQ(CountKind(plan, TransferKind::kForward), 4 * 3);
+
+  const ReshardPlan direct = PlanAllReduce("mesh[x=4]", "P(None, unreduced={'x'})", "P()", {8},
+                                           DType::kFloat32, AllReduceForm::kDirect, 4, Identity);
+  EXPECT_EQ(direct.pattern, "all-reduce");
+  EXPECT_EQ(direct.num_rounds, 1);
+  EXPECT_EQ(direct.bytes_moved, 4 * 3 * 8 * 4);
+  EXPECT_EQ(direct.max_worker_bytes, 3 * 8 * 4);
+}
+
+TEST(ReshardPlanTest, TwoPhaseAllReducePerShardWithWorkersHoldingTwoDevices) {
+  // mesh [data=2, model=4] on 4 workers (2 devices each, along model): per
+  // data shard, the 4 model partials live on 2 workers, pre-added.
+  const ReshardPlan plan = PlanAllReduce(
+      "mesh[data=2,model=4]", "P('data', None, unreduced={'model'})", "P('data', None)", {4, 6},
+      DType::kFloat32, AllReduceForm::kTwoPhase, 4, [](int64_t d) { return d % 4; },
+      {0, 0, 1, 1, 2, 2, 3, 3});
+  EXPECT_EQ(plan.pattern, "all-reduce (reduce-scatter + all-gather)");
+  // Two units (data shards) of 2x6 elements, k = 2 workers each.
+  EXPECT_EQ(plan.bytes_moved, 2 * (2 * 1 * 12) * 4);
+  for (const Transfer& t : plan.Transfers()) {
+    if (t.kind == TransferKind::kReduce) {
+      EXPECT_EQ(t.src_addends.size(), 1u) << t;
+    }
+  }
+}
+
+TEST(ReshardPlanTest, TwoPhaseAllReduceOnSixWorkersWithAShortBox) {
+  // A 4-element box on 6 workers: 4 chunks, owners are the first 4 workers.
+  const ReshardPlan plan = PlanAllReduce("mesh[x=6]", "P(None, unreduced={'x'})", "P()", {4},
+                                         DType::kBFloat16, AllReduceForm::kTwoPhase, 6, Identity);
+  EXPECT_EQ(plan.pattern, "all-reduce (reduce-scatter + all-gather)");
+  EXPECT_EQ(plan.bytes_moved, 2 * 5 * 4 * 2);
+}
+
+TEST(ReshardPlanTest, TwoPhaseDoesNotApplyWhenAPartialIsOnTwoWorkers) {
+  // Replicated along data: partial g lives on two workers -> direct form.
+  const ReshardPlan plan =
+      PlanAllReduce("mesh[data=2,model=2]", "P(None, unreduced={'model'})", "P()", {8},
+                    DType::kFloat32, AllReduceForm::kTwoPhase, 2, [](int64_t d) { return d % 2; });
+  EXPECT_EQ(plan.pattern, "all-reduce");
+}
+
+TEST(ReshardPlanTest, AutoChoosesTheFormByTheCostModel) {
+  ReshardEndpoint src = Endpoint("mesh[x=4]", "P(None, unreduced={'x'})", 2);
+  ReshardEndpoint dst = Endpoint("mesh[x=4]", "P()", 2);
+  const CollectiveCostModel cost;
+  // One token of GPT-2 small (768 float32): direct = 3 * 3 KiB / 1.7 GB/s +
+  // 0.2 ms = 0.21 ms, two-phase = 1.5 * 3 KiB / 1.7 GB/s + 0.4 ms: direct.
+  ASSERT_OK_AND_ASSIGN(ReshardPlan one, ComputeReshardPlan({1, 768}, DType::kFloat32, src, dst));
+  EXPECT_EQ(one.pattern, "all-reduce");
+  // 128 tokens (384 KiB): direct 0.89 ms, two-phase 0.75 ms: two-phase.
+  ASSERT_OK_AND_ASSIGN(ReshardPlan many,
+                       ComputeReshardPlan({128, 768}, DType::kFloat32, src, dst));
+  EXPECT_EQ(many.pattern, "all-reduce (reduce-scatter + all-gather)");
+  ASSERT_OK_AND_ASSIGN(ReshardPlan many_direct,
+                       ComputeReshardPlan({128, 768}, DType::kFloat32, src, dst,
+                                          Form(AllReduceForm::kDirect)));
+  EXPECT_LT(cost.Seconds(many.max_worker_bytes, many.num_rounds),
+            cost.Seconds(many_direct.max_worker_bytes, many_direct.num_rounds));
+  EXPECT_LT(many.bytes_moved, many_direct.bytes_moved);
+  // A free hop makes two-phase win at one token too; a slow one keeps direct.
+  ReshardOptions free_hop;
+  free_hop.cost.hop_s = 0;
+  ASSERT_OK_AND_ASSIGN(ReshardPlan one_free,
+                       ComputeReshardPlan({1, 768}, DType::kFloat32, src, dst, free_hop));
+  EXPECT_EQ(one_free.pattern, "all-reduce (reduce-scatter + all-gather)");
+  ReshardOptions slow_hop;
+  slow_hop.cost.hop_s = 1.0;
+  ASSERT_OK_AND_ASSIGN(ReshardPlan many_slow,
+                       ComputeReshardPlan({128, 768}, DType::kFloat32, src, dst, slow_hop));
+  EXPECT_EQ(many_slow.pattern, "all-reduce");
+}
+
+// GPT-2 small's two all-reduces per block (attention out, MLP out) over 12
+// blocks, hidden 768, float32, on W = 2, 4, 6 workers: bytes moved by the
+// direct form, the two-phase form and the form the default cost model picks.
+TEST(ReshardPlanTest, Gpt2SmallAllReduceBytesByForm) {
+  for (int64_t tokens : {1, 128}) {
+    for (int64_t w : {2, 4, 6}) {
+      const std::string mesh = "mesh[x=" + std::to_string(w) + "]";
+      ReshardEndpoint src = Endpoint(mesh, "P(None, unreduced={'x'})", 2);
+      ReshardEndpoint dst = Endpoint(mesh, "P()", 2);
+      const std::vector<int64_t> shape = {tokens, 768};
+      ASSERT_OK_AND_ASSIGN(ReshardPlan direct,
+                           ComputeReshardPlan(shape, DType::kFloat32, src, dst,
+                                              Form(AllReduceForm::kDirect)));
+      ASSERT_OK_AND_ASSIGN(ReshardPlan two,
+                           ComputeReshardPlan(shape, DType::kFloat32, src, dst,
+                                              Form(AllReduceForm::kTwoPhase)));
+      ASSERT_OK_AND_ASSIGN(ReshardPlan chosen,
+                           ComputeReshardPlan(shape, DType::kFloat32, src, dst));
+      const int64_t n = tokens * 768 * 4;
+      EXPECT_EQ(direct.bytes_moved, w * (w - 1) * n);
+      EXPECT_EQ(two.bytes_moved, 2 * (w - 1) * n);
+      EXPECT_EQ(two.max_worker_bytes, 2 * (w - 1) * n / w);
+      // k = 2: both forms move 2 |B|; the second round only costs a hop.
+      if (w == 2) {
+        EXPECT_EQ(chosen.pattern, "all-reduce");
+      }
+      std::printf("gpt2-small %3lld tokens, %lld workers, 24 all-reduces: direct %lld B, "
+                  "two-phase %lld B, chosen %s: %lld B\n",
+                  static_cast<long long>(tokens), static_cast<long long>(w),
+                  static_cast<long long>(24 * direct.bytes_moved),
+                  static_cast<long long>(24 * two.bytes_moved), chosen.pattern.c_str(),
+                  static_cast<long long>(24 * chosen.bytes_moved));
+    }
+  }
 }
 
 }  // namespace

@@ -68,7 +68,8 @@ absl::StatusOr<ProgramEmitter::Cost> ProgramEmitter::PlanCost(const Placed& src,
   if (SameLayout(src, dst)) return cost;
   ReshardEndpoint from{src.sharding, device_workers_};
   ReshardEndpoint to{dst, device_workers_};
-  MS_ASSIGN_OR_RETURN(ReshardPlan plan, ComputeReshardPlan(src.shape, src.dtype, from, to));
+  MS_ASSIGN_OR_RETURN(ReshardPlan plan,
+                      ComputeReshardPlan(src.shape, src.dtype, from, to, reshard_options_));
   cost.network_bytes = plan.bytes_moved;
   // Over the plan's groups, without expanding it into Transfers.
   for (const TransferGroup& g : plan.groups) {
@@ -97,7 +98,8 @@ absl::StatusOr<Placed> ProgramEmitter::Reshard(const Placed& src, const NamedSha
   }
   ReshardEndpoint from{src.sharding, device_workers_};
   ReshardEndpoint to{dst, device_workers_};
-  MS_ASSIGN_OR_RETURN(ReshardPlan plan, ComputeReshardPlan(src.shape, src.dtype, from, to),
+  MS_ASSIGN_OR_RETURN(ReshardPlan plan,
+                      ComputeReshardPlan(src.shape, src.dtype, from, to, reshard_options_),
                       "resharding '", value, "' from ", src.sharding.spec().ToString(), " to ",
                       dst.spec().ToString());
   Placed out;
@@ -138,6 +140,14 @@ void ProgramEmitter::EmitTransfer(const Transfer& t, const Placed& src, const Pl
         local_copy(src.buffer, a, true, dst.buffer, t.dst_device, dst_box, dst_dtype);
       }
       return;
+    case TransferKind::kForward: {  // a finished destination box, to another worker
+      std::string tag = NewTag();
+      Append(t.src_worker,
+             SendStepIr{dst.buffer, BoxToIr(t.box), t.dst_worker, t.dst_device, tag, t.src_device});
+      Append(t.dst_worker, RecvStepIr{dst.buffer, BoxToIr(t.box), tag, /*accumulate=*/false,
+                                      BoxToIr(dst_box), dst_dtype, t.src_worker, t.dst_device});
+      return;
+    }
     case TransferKind::kCopy:
     case TransferKind::kReduce: {
       std::string payload = src.buffer;

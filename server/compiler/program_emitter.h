@@ -85,6 +85,10 @@ class ProgramEmitter {
 
   std::map<int64_t, ProgramIr> TakePrograms() { return std::move(programs_); }
 
+  // The planner's options for every later Reshard and PlanCost (default: the
+  // all-reduce form chosen by the default cost model).
+  void set_reshard_options(const ReshardOptions& options) { reshard_options_ = options; }
+
  private:
   void Append(int64_t worker, StepIr step) { programs_[worker].steps.push_back(std::move(step)); }
   void EmitTransfer(const Transfer& t, const Placed& src, const Placed& dst);
@@ -96,6 +100,7 @@ class ProgramEmitter {
   int64_t next_tag_ = 0;
   std::vector<std::string> temporaries_;
   std::map<int64_t, ProgramIr> programs_;
+  ReshardOptions reshard_options_;
 };
 
 }  // namespace meshserve
