@@ -103,17 +103,18 @@ void AddOutRoles(const ModelFile& model, LayoutSpace& space, std::map<std::strin
 }
 
 // Every value's rank, from the file's own layout typed on a mesh of size-1
-// axes at request dims of 1 (every spec divides).
-absl::Status FillValueRanks(const ModelFile& model, LayoutSpace& space) {
+// axes (every spec divides) at `shapes`, or at request dims of 1 if none.
+absl::Status FillValueRanks(const ModelFile& model, const ShapeSet* given, LayoutSpace& space) {
   std::vector<MeshAxis> axes;
   for (const auto& axis : model.mesh_axes) axes.push_back(MeshAxis{axis.first, 1});
   MS_ASSIGN_OR_RETURN(Mesh mesh, Mesh::Create(axes));
-  std::map<std::string, std::vector<int64_t>> shapes;
+  ShapeSet shapes;
   for (const InputDef& in : model.inputs) {
     std::vector<int64_t> dims = in.shape;
     for (int64_t& d : dims) d = d == -1 ? 1 : d;
     shapes[in.name] = dims;
   }
+  if (given != nullptr) shapes = *given;
   MS_ASSIGN_OR_RETURN(TypedModel typed, TypeModel(model, mesh, shapes),
                       "typing the model as written");
   for (const auto& [name, type] : typed.types) space.value_ranks[name] = type.rank();
@@ -152,7 +153,8 @@ std::string RoleKey(absl::string_view name) {
   return absl::StrJoin(parts, ".");
 }
 
-absl::StatusOr<LayoutSpace> BuildLayoutSpace(const ModelFile& model, int64_t num_devices) {
+absl::StatusOr<LayoutSpace> BuildLayoutSpace(const ModelFile& model, int64_t num_devices,
+                                             const ShapeSet* shapes) {
   if (num_devices < 1) {
     return InvalidArgument("workers must be >= 1, got ", num_devices);
   }
@@ -190,7 +192,7 @@ absl::StatusOr<LayoutSpace> BuildLayoutSpace(const ModelFile& model, int64_t num
     param_role[p.name] = r;
   }
   AddOutRoles(model, space, by_key, param_role);
-  MS_RETURN_IF_ERROR(FillValueRanks(model, space));
+  MS_RETURN_IF_ERROR(FillValueRanks(model, shapes, space));
   space.meshes = CandidateMeshes(model, space, num_devices);
   if (space.meshes.empty()) {
     return InvalidArgument("no mesh of ", num_devices, " devices over the model's axes");

@@ -43,6 +43,7 @@
 #include "absl/strings/string_view.h"
 #include "common/model/model_file.h"
 #include "common/sharding/mesh.h"
+#include "server/suggest/cost_model.h"
 
 namespace meshserve {
 
@@ -86,7 +87,10 @@ std::string RoleKey(absl::string_view name);
 
 // \error kInvalidArgument for num_devices < 1, a model without mesh axes,
 //   tied params of different ranks, or a file that does not type as written.
-absl::StatusOr<LayoutSpace> BuildLayoutSpace(const ModelFile& model, int64_t num_devices);
+// `shapes` (optional: request dims of 1) are the inputs' shapes the file's
+// own layout is typed at, for the ranks of its values.
+absl::StatusOr<LayoutSpace> BuildLayoutSpace(const ModelFile& model, int64_t num_devices,
+                                             const ShapeSet* shapes = nullptr);
 
 // The named baselines of the file comment, as layouts of `space`.
 std::vector<NamedLayout> NamedLayouts(const ModelFile& model, const LayoutSpace& space);

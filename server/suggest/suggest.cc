@@ -280,7 +280,8 @@ absl::StatusOr<SuggestResult> Suggest(const ModelFile& model, const SuggestOptio
   const auto start = std::chrono::steady_clock::now();
   if (options.input_shapes.empty()) return InvalidArgument("no --input_shape given");
   MS_RETURN_IF_ERROR(CheckShapes(model, options.input_shapes));
-  MS_ASSIGN_OR_RETURN(LayoutSpace space, BuildLayoutSpace(model, options.num_workers));
+  MS_ASSIGN_OR_RETURN(LayoutSpace space, BuildLayoutSpace(model, options.num_workers,
+                                                           &options.input_shapes.front()));
   const std::vector<NamedLayout> named = NamedLayouts(model, space);
   Evaluator eval(model, space, options);
   SuggestResult result;
