@@ -13,6 +13,7 @@ mapfile -t PACKAGES < <(sed -e 's/#.*//' -e '/^[[:space:]]*$/d' scripts/build-pa
 PACKAGES+=(
   git
   python3 python3-numpy python3-grpcio
+  python3-torch
   python3-sentencepiece
   python3-protobuf
   curl prometheus chromium
