@@ -35,7 +35,7 @@ TSAN_TESTS=(
   push_sessions_test
   param_pull_test params_pull_test
   worker_engine_test
-  in_process_workers_test param_state_test param_cache_test
+  in_process_workers_test param_state_test param_cache_test two_phase_all_reduce_test
   compiled_programs_engine_test gemm_small_m_test buffer_pool_test metric_registry_test
   generate_scheduler_test generator_test
   kv_cache_concurrency_test kv_cache_test cached_attention_test tokenizer_test completion_run_test
