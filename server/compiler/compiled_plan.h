@@ -61,6 +61,9 @@ struct CollectiveInfo {
   std::string from;     // source spec, e.g. P('fsdp', None, None)
   std::string to;       // destination spec
   int64_t bytes = 0;    // network bytes per request
+  // Rounds of peer messages the workers wait for: 0 (local only), 1 (direct),
+  // 2 (two-phase all-reduce); the planner's ReshardPlan::num_rounds.
+  int64_t rounds = 0;
 };
 
 struct LayerPlanInfo {

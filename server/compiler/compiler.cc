@@ -48,7 +48,9 @@ class Compiler {
  public:
   Compiler(const TypedModel& typed, const std::vector<int64_t>& device_workers,
            const CompileOptions& options)
-      : typed_(typed), em_(typed.mesh, device_workers, options.program_id) {}
+      : typed_(typed), em_(typed.mesh, device_workers, options.program_id) {
+    em_.set_reshard_options(options.reshard);
+  }
 
   absl::StatusOr<CompiledPlan> Run(const CompileOptions& options) {
     const ModelFile& m = typed_.model;

@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/model/typed_model.h"
+#include "common/sharding/reshard_plan.h"
 #include "server/compiler/compiled_plan.h"
 
 namespace meshserve {
@@ -39,6 +40,10 @@ namespace meshserve {
 struct CompileOptions {
   std::string program_id;
   int64_t generation = 0;
+  // The resharding planner's options for every layout change (the collective
+  // cost model that picks e.g. the two-phase all-reduce; suggest fills it from
+  // its CostFigures so one source prices both).
+  ReshardOptions reshard;
 };
 
 // `device_workers[d]` is the worker hosting mesh device d of typed.mesh.

@@ -116,6 +116,7 @@ absl::StatusOr<Placed> ProgramEmitter::Reshard(const Placed& src, const NamedSha
     c.from = src.sharding.spec().ToString();
     c.to = dst.spec().ToString();
     c.bytes = plan.bytes_moved;
+    c.rounds = plan.num_rounds;
     info->bytes_moved += c.bytes;
     info->collectives.push_back(std::move(c));
   }

@@ -59,6 +59,13 @@ std::string TypesKey(const TypedModel& typed, const Mesh& mesh) {
 
 }  // namespace
 
+CompileOptions CompileOptionsFor(const CostFigures& figures) {
+  CompileOptions options;
+  options.reshard.cost.link_bytes_per_s = figures.link_bytes_per_s;
+  options.reshard.cost.hop_s = figures.hop_ms / 1e3;
+  return options;
+}
+
 int64_t ParamBytesPerDevice(const TypedModel& typed) {
   int64_t total = 0;
   for (const ParamDef& p : typed.model.params) {
@@ -72,13 +79,14 @@ absl::StatusOr<Prediction> PredictAtShape(const ModelFile& model, const Mesh& me
   MS_ASSIGN_OR_RETURN(TypedModel typed, TypeModel(model, mesh, shapes));
   std::vector<int64_t> workers(mesh.num_devices());
   std::iota(workers.begin(), workers.end(), 0);
-  MS_ASSIGN_OR_RETURN(CompiledPlan plan, CompileModel(typed, workers, CompileOptions{}));
+  MS_ASSIGN_OR_RETURN(CompiledPlan plan,
+                      CompileModel(typed, workers, CompileOptionsFor(figures)));
   Prediction p;
   p.param_bytes_per_worker = ParamBytesPerDevice(typed);
   p.types_key = TypesKey(typed, mesh);
   double gemm_s = 0;
   for (const LayerPlanInfo& layer : plan.layers) {
-    if (layer.bytes_moved > 0) ++p.rounds;
+    for (const CollectiveInfo& c : layer.collectives) p.rounds += c.rounds;
     p.bytes_per_request += layer.bytes_moved;
     if (layer.max_device_flops <= 0) continue;
     const ArrayType* type = typed.Find(layer.layer);

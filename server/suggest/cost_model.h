@@ -11,8 +11,11 @@
 // elements over its last dim): one row (M == 1), small (M <= small_m_max_rows)
 // or large; bytes_per_request is the plan's network bytes (every collective of
 // every layer, at worker granularity) and the inputs scattered to and the
-// outputs gathered from the workers; rounds counts the layers that move bytes
-// between workers (each is one exchange the workers wait for). The network
+// outputs gathered from the workers; rounds sums the planner's rounds of peer
+// messages over every collective (1 for a direct one, 2 for a two-phase
+// all-reduce, 0 for a local one; each is one exchange the workers wait for).
+// The compile uses the same link bandwidth and hop latency (CompileOptionsFor)
+// to choose each collective's form, so one set of figures prices both. The network
 // term assumes each worker sends its 1/N share at once; the param term is the
 // one-row GEMM's memory-bound weight read (every resident param read once).
 //
@@ -32,6 +35,7 @@
 #include "common/model/model_file.h"
 #include "common/model/typed_model.h"
 #include "common/sharding/mesh.h"
+#include "server/compiler/compiler.h"
 #include "server/suggest/cost_figures.h"
 
 namespace meshserve {
@@ -48,6 +52,10 @@ struct Prediction {
   // with equal keys type (and so compile and serve) identically.
   std::string types_key;
 };
+
+// Compile options whose planner cost model is `figures`' link bandwidth and
+// hop latency (hop_ms / 1e3 seconds).
+CompileOptions CompileOptionsFor(const CostFigures& figures);
 
 // The typed model's params: the bytes of each one's local shard, summed.
 int64_t ParamBytesPerDevice(const TypedModel& typed);

@@ -2,14 +2,17 @@
 // choice types under JAX's rules (parsed back from the written file), the
 // memory limit, one spec per tied role, the baselines' predicted order, the
 // search method and budget, Megatron on einsum projections, pricing a block
-// stack from short copies, and the bad-input errors.
+// stack from short copies, the rounds of a two-phase all-reduce, and the
+// bad-input errors.
 #include "server/suggest/suggest.h"
 
 #include <string>
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "server/suggest/block_stack.h"
+#include "server/suggest/cost_model.h"
 #include "common/model/typed_model.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
@@ -274,6 +277,57 @@ TEST(SuggestTest, BlockPricingMatchesTheWholeModel) {
   ASSERT_OK_AND_ASSIGN(SuggestResult r, Suggest(model, Options(4, {shapes})));
   EXPECT_OK(TypeModel(r.choice.model, r.choice.mesh, shapes).status());
   EXPECT_EQ(r.choice.model.layers.size(), model.layers.size());
+}
+
+// Column- then row-parallel linears on mesh[model=4]: y (64 x 1024 float32)
+// is all-reduced. The figures' link bandwidth and hop latency reach the
+// planner: at the defaults it picks the two-phase form (2 rounds, counted as
+// 2 by PredictAtShape); when a hop costs 100 ms no collective is two-phase
+// and each one costs at most 1 round.
+TEST(SuggestTest, TwoPhaseAllReduceCountsTwoRounds) {
+  const std::string text = absl::StrReplaceAll(
+      R"({'name': 'mlp', 'mesh': {'model': 4}, 'inputs': {'x': {'shape': [-1, 1024]}},
+    'params': {'w1': {'shape': [1024, 512], 'sharding': [null, 'model']},
+               'w2': {'shape': [512, 1024], 'sharding': ['model', null]}},
+    'layers': [{'name': 'h', 'op': 'linear', 'input': 'x', 'kernel': 'w1'},
+      {'name': 'y', 'op': 'linear', 'input': 'h', 'kernel': 'w2', 'out_sharding': [null, null]}],
+    'outputs': ['y']})",
+      {{"'", "\""}});
+  ASSERT_OK_AND_ASSIGN(ModelFile m, ParseModelFile(text, ""));
+  ASSERT_OK_AND_ASSIGN(Mesh mesh, ResolveMesh(m, 4));
+  const ShapeSet shapes = {{"x", {64, 1024}}};
+  ASSERT_OK_AND_ASSIGN(TypedModel typed, TypeModel(m, mesh, shapes));
+  // Sums the rounds of every collective; counts the two-phase ones.
+  auto rounds_of = [&](const CostFigures& figures, int64_t* two_phase, int64_t* max_rounds) {
+    CompiledPlan plan = *CompileModel(typed, {0, 1, 2, 3}, CompileOptionsFor(figures));
+    int64_t total = 0;
+    for (const LayerPlanInfo& layer : plan.layers) {
+      for (const CollectiveInfo& c : layer.collectives) {
+        if (c.pattern == kTwoPhaseAllReducePattern) {
+          ++*two_phase;
+          EXPECT_EQ(c.rounds, 2) << layer.layer;
+        }
+        *max_rounds = std::max(*max_rounds, c.rounds);
+        total += c.rounds;
+      }
+    }
+    return total;
+  };
+  int64_t two_phase = 0, max_rounds = 0;
+  EXPECT_EQ(rounds_of(CostFigures{}, &two_phase, &max_rounds), 2);
+  EXPECT_EQ(two_phase, 1);
+  ASSERT_OK_AND_ASSIGN(Prediction p, PredictAtShape(m, mesh, shapes, CostFigures{}));
+  EXPECT_EQ(p.rounds, 2);
+
+  CostFigures slow_hop;
+  slow_hop.hop_ms = 100;
+  two_phase = 0;
+  max_rounds = 0;
+  const int64_t slow_rounds = rounds_of(slow_hop, &two_phase, &max_rounds);
+  EXPECT_EQ(two_phase, 0);
+  EXPECT_EQ(max_rounds, 1);
+  ASSERT_OK_AND_ASSIGN(p, PredictAtShape(m, mesh, shapes, slow_hop));
+  EXPECT_EQ(p.rounds, slow_rounds);
 }
 
 TEST(SuggestTest, BadInputsAreInvalidArgument) {
