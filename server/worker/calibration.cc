@@ -1,0 +1,279 @@
+// A worker's calibration: measure, cache, publish (calibration.h).
+#include "server/worker/calibration.h"
+
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
+#include "common/tensor/kernels.h"
+#include "common/tensor/tensor.h"
+
+namespace meshserve {
+namespace {
+
+constexpr const char* kFigureNames[] = {"gemm_gflops_one_row", "gemm_gflops_small_m",
+                                        "gemm_gflops_large_m", "memory_bytes_per_s"};
+
+double* FigureOf(WorkerCalibration& c, int i) {
+  double* figures[] = {&c.gemm_gflops_one_row, &c.gemm_gflops_small_m, &c.gemm_gflops_large_m,
+                       &c.memory_bytes_per_s};
+  return figures[i];
+}
+
+constexpr absl::Duration kWindow = absl::Milliseconds(50);
+constexpr int64_t kMaxCallsPerWindow = 20000;
+
+// Best rate (units per second) of `work` (returns the units it did) over 3
+// windows, each up to kWindow or kMaxCallsPerWindow calls, after one warm-up.
+absl::StatusOr<double> BestRate(const std::function<absl::StatusOr<double>()>& work) {
+  MS_RETURN_IF_ERROR(work().status());
+  double best = 0;
+  for (int w = 0; w < 3; ++w) {
+    const absl::Time start = absl::Now();
+    double units = 0;
+    absl::Duration elapsed;
+    for (int64_t calls = 0; calls < kMaxCallsPerWindow; ++calls) {
+      MS_ASSIGN_OR_RETURN(double u, work());
+      units += u;
+      elapsed = absl::Now() - start;
+      if (elapsed >= kWindow) break;
+    }
+    const double s = absl::ToDoubleSeconds(elapsed);
+    if (s > 0) best = std::max(best, units / s);
+  }
+  return best;
+}
+
+// GFLOP/s of DotGeneral on [m, k] x [k, n] float32.
+absl::StatusOr<double> GemmGflops(int64_t m, int64_t k, int64_t n) {
+  Tensor a = Tensor::Zeros(DType::kFloat32, {m, k});
+  Tensor b = Tensor::Zeros(DType::kFloat32, {k, n});
+  float* pa = a.data<float>();
+  float* pb = b.data<float>();
+  for (int64_t i = 0; i < m * k; ++i) pa[i] = static_cast<float>(i % 7) * 0.25f;
+  for (int64_t i = 0; i < k * n; ++i) pb[i] = static_cast<float>(i % 5) * 0.5f;
+  const double flops = 2.0 * static_cast<double>(m * k * n);
+  MS_ASSIGN_OR_RETURN(double rate, BestRate([&]() -> absl::StatusOr<double> {
+                        MS_ASSIGN_OR_RETURN(Tensor c, DotGeneral(a, b, {1}, {0}, {}, {},
+                                                                 DType::kFloat32));
+                        return flops;
+                      }));
+  return rate / 1e9;
+}
+
+// Bytes per second of one thread summing a 64 MiB float array.
+absl::StatusOr<double> MemoryReadBytesPerSecond() {
+  std::vector<float> data(int64_t{16} << 20, 1.0f);
+  volatile float sink = 0;
+  return BestRate([&]() -> absl::StatusOr<double> {
+    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 3 < data.size(); i += 4) {
+      s0 += data[i];
+      s1 += data[i + 1];
+      s2 += data[i + 2];
+      s3 += data[i + 3];
+    }
+    sink = sink + s0 + s1 + s2 + s3;
+    return static_cast<double>(data.size() * sizeof(float));
+  });
+}
+
+std::string Sanitized(absl::string_view key) {
+  std::string out(key);
+  for (char& c : out) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return out;
+}
+
+absl::Mutex g_mu;
+bool g_started ABSL_GUARDED_BY(g_mu) = false;
+std::optional<WorkerCalibration> g_current ABSL_GUARDED_BY(g_mu);
+
+void Publish(const WorkerCalibration& c) {
+  absl::MutexLock lock(&g_mu);
+  g_current = c;
+}
+
+void RunCalibration(const std::string& cache_path, const std::string& key,
+                    const std::string& kernel_name) {
+  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
+  if (!cache_path.empty()) {
+    absl::StatusOr<WorkerCalibration> cached = ReadCalibrationFile(cache_path, key);
+    if (cached.ok()) {
+      MS_LOG(INFO) << "calibration read from " << cache_path;
+      Publish(*cached);
+      return;
+    }
+    if (!absl::IsNotFound(cached.status())) {
+      MS_LOG(WARNING) << "calibration cache ignored: " << cached.status();
+    }
+  }
+  const absl::Time start = absl::Now();
+  absl::StatusOr<WorkerCalibration> measured = MeasureCalibration(kernel_name);
+  if (!measured.ok()) {
+    MS_LOG(WARNING) << "calibration failed: " << measured.status();
+    return;
+  }
+  MS_LOG(INFO) << "calibration measured in " << absl::FormatDuration(absl::Now() - start)
+               << ": one-row " << measured->gemm_gflops_one_row << ", small-M "
+               << measured->gemm_gflops_small_m << ", large-M "
+               << measured->gemm_gflops_large_m << " GFLOP/s, memory "
+               << measured->memory_bytes_per_s / 1e9 << " GB/s";
+  if (!cache_path.empty()) {
+    absl::Status written = WriteCalibrationFile(cache_path, key, *measured);
+    if (!written.ok()) MS_LOG(WARNING) << "calibration cache not written: " << written;
+  }
+  Publish(*measured);
+}
+
+}  // namespace
+
+std::string CalibrationKey(absl::string_view cpu_model, absl::string_view blas_core,
+                           int threads) {
+  return absl::StrCat(cpu_model, "|", blas_core, "|", threads);
+}
+
+std::string CpuModelName() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!absl::StartsWith(line, "model name")) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    return std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+  }
+  return "unknown-cpu";
+}
+
+std::string CalibrationCacheDir(absl::FunctionRef<const char*(const char*)> getenv) {
+  const char* xdg = getenv("XDG_CACHE_HOME");
+  if (xdg != nullptr && xdg[0] != '\0') return absl::StrCat(xdg, "/meshserve");
+  const char* home = getenv("HOME");
+  if (home != nullptr && home[0] != '\0') return absl::StrCat(home, "/.cache/meshserve");
+  return "";
+}
+
+std::string CalibrationCachePath(absl::string_view dir, absl::string_view key) {
+  return absl::StrCat(dir, "/calibration-", Sanitized(key), ".txt");
+}
+
+std::string FormatCalibrationFile(absl::string_view key, const WorkerCalibration& c) {
+  WorkerCalibration copy = c;
+  std::string out = absl::StrCat("key=", key, "\n");
+  for (int i = 0; i < 4; ++i) {
+    absl::StrAppend(&out, kFigureNames[i], "=", absl::StrFormat("%.17g", *FigureOf(copy, i)), "\n");
+  }
+  absl::StrAppend(&out, "kernel=", c.kernel, "\n");
+  return out;
+}
+
+absl::StatusOr<WorkerCalibration> ParseCalibrationFile(absl::string_view text,
+                                                       absl::string_view key) {
+  std::map<std::string, std::string> fields;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    const size_t eq = line.find('=');
+    if (eq == absl::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("calibration line '", line, "' has no '='"));
+    }
+    fields[std::string(line.substr(0, eq))] = std::string(line.substr(eq + 1));
+  }
+  if (fields["key"] != key) {
+    return absl::FailedPreconditionError(absl::StrCat("calibration file is for '", fields["key"],
+                                                      "', not '", key, "'"));
+  }
+  WorkerCalibration c;
+  c.kernel = fields["kernel"];
+  for (int i = 0; i < 4; ++i) {
+    auto it = fields.find(kFigureNames[i]);
+    if (it == fields.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("calibration file has no ", kFigureNames[i]));
+    }
+    double* v = FigureOf(c, i);
+    if (!absl::SimpleAtod(it->second, v) || !std::isfinite(*v) || *v <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("calibration ", kFigureNames[i], " '",
+                                                     it->second,
+                                                     "' is not a positive finite number"));
+    }
+  }
+  return c;
+}
+
+absl::StatusOr<WorkerCalibration> ReadCalibrationFile(const std::string& path,
+                                                      absl::string_view key) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("no calibration file at ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseCalibrationFile(text.str(), key);
+}
+
+absl::Status WriteCalibrationFile(const std::string& path, absl::string_view key,
+                                  const WorkerCalibration& c) {
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create the directory of ", path, ": ",
+                                                  ec.message()));
+  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << FormatCalibrationFile(key, c);
+    if (!out.flush()) return absl::InternalError(absl::StrCat("cannot write ", tmp));
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path, ": ",
+                                                  ec.message()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<WorkerCalibration> MeasureCalibration(const std::string& kernel_name) {
+  WorkerCalibration c;
+  c.kernel = kernel_name;
+  MS_ASSIGN_OR_RETURN(c.gemm_gflops_one_row, GemmGflops(1, 256, 256));
+  MS_ASSIGN_OR_RETURN(c.gemm_gflops_small_m, GemmGflops(8, 512, 512));
+  MS_ASSIGN_OR_RETURN(c.gemm_gflops_large_m, GemmGflops(256, 512, 512));
+  MS_ASSIGN_OR_RETURN(c.memory_bytes_per_s, MemoryReadBytesPerSecond());
+  return c;
+}
+
+void StartCalibration(std::string cache_path, std::string key, std::string kernel_name) {
+  {
+    absl::MutexLock lock(&g_mu);
+    if (g_started) return;
+    g_started = true;
+  }
+  std::thread([cache_path = std::move(cache_path), key = std::move(key),
+               kernel_name = std::move(kernel_name)] {
+    RunCalibration(cache_path, key, kernel_name);
+  }).detach();
+}
+
+std::optional<WorkerCalibration> CurrentCalibration() {
+  absl::MutexLock lock(&g_mu);
+  return g_current;
+}
+
+}  // namespace meshserve

@@ -1,0 +1,96 @@
+// A worker's calibration (issue 35 item 2): how fast this process runs the
+// GEMMs and memory reads `meshserve suggest` prices a layout with
+// (server/suggest/cost_figures.h), measured once at start and reported in the
+// worker's Status reply.
+//
+// Measured with the kernel the worker runs (DotGeneral, common/tensor/
+// kernels.h: sgemv, GemmSmallM or sgemm by shape, on OpenBLAS's threads),
+// float32, K = N = 512 (256 for one row):
+//   one row   M = 1 on a cache-resident 256 x 256 weight: the arithmetic a
+//             one-row GEMM costs on top of its weight read (which the cost
+//             model prices by memory bandwidth);
+//   small M   M = 8   (2 <= M <= 16);
+//   large M   M = 256;
+//   rate = 2 M K N / seconds per call, best of 3 windows of ~50 ms.
+//   memory    one thread summing a 64 MiB float array: bytes / seconds, best
+//             of 3 windows of ~50 ms.
+// About 1 s in all (each window stops after 50 ms or 20000 calls).
+//
+// Cache: one file per key "<CPU model>|<BLAS core>|<threads>" in
+// $XDG_CACHE_HOME/meshserve (else $HOME/.cache/meshserve), named
+// "calibration-<key with every non [A-Za-z0-9] byte as _>.txt", text lines
+// "name=value" (key, gemm_gflops_one_row, gemm_gflops_small_m,
+// gemm_gflops_large_m, memory_bytes_per_s, kernel); written to a temporary
+// file and renamed, so a reader never sees half a file. A restarted worker
+// with the same key reads it instead of measuring.
+//
+// Thread-safety: the free functions are pure or touch only their file;
+// StartCalibration / CurrentCalibration share one process-wide value behind a
+// mutex.
+#ifndef MESHSERVE_SERVER_WORKER_CALIBRATION_H_
+#define MESHSERVE_SERVER_WORKER_CALIBRATION_H_
+
+#include <optional>
+#include <string>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace meshserve {
+
+struct WorkerCalibration {
+  double gemm_gflops_one_row = 0;
+  double gemm_gflops_small_m = 0;
+  double gemm_gflops_large_m = 0;
+  double memory_bytes_per_s = 0;
+  std::string kernel;  // e.g. "DotGeneral (OpenBLAS SkylakeX, 1 threads)"
+};
+
+// "<cpu_model>|<blas_core>|<threads>".
+std::string CalibrationKey(absl::string_view cpu_model, absl::string_view blas_core,
+                           int threads);
+
+// The "model name" of /proc/cpuinfo, or "unknown-cpu".
+std::string CpuModelName();
+
+// $XDG_CACHE_HOME/meshserve, else $HOME/.cache/meshserve, else "" (no cache);
+// `getenv` is the environment lookup.
+std::string CalibrationCacheDir(absl::FunctionRef<const char*(const char*)> getenv);
+
+// `dir`/calibration-<sanitized key>.txt.
+std::string CalibrationCachePath(absl::string_view dir, absl::string_view key);
+
+std::string FormatCalibrationFile(absl::string_view key, const WorkerCalibration& c);
+
+// \error kInvalidArgument: a line without '=', a figure that is not a
+//   positive finite number, or a missing figure (each named);
+//   kFailedPrecondition: the file's key is not `key` (both named).
+absl::StatusOr<WorkerCalibration> ParseCalibrationFile(absl::string_view text,
+                                                       absl::string_view key);
+
+// \error kNotFound: no file at `path`; ParseCalibrationFile's errors.
+absl::StatusOr<WorkerCalibration> ReadCalibrationFile(const std::string& path,
+                                                      absl::string_view key);
+
+// Creates the directory, writes `path`.tmp and renames it to `path`.
+// \error kInternal naming the path when the directory or file cannot be written.
+absl::Status WriteCalibrationFile(const std::string& path, absl::string_view key,
+                                  const WorkerCalibration& c);
+
+// Measures (see the file comment); `kernel_name` is recorded as `kernel`.
+// \error kInternal if a kernel call fails.
+absl::StatusOr<WorkerCalibration> MeasureCalibration(const std::string& kernel_name);
+
+// Starts a detached thread at low priority (nice 19) that reads the cache at
+// `cache_path` or, failing that, measures and writes it ("" = no cache), then
+// publishes the figures to CurrentCalibration. At most once per process.
+void StartCalibration(std::string cache_path, std::string key, std::string kernel_name);
+
+// The published figures, nullopt until StartCalibration's thread is done.
+std::optional<WorkerCalibration> CurrentCalibration();
+
+}  // namespace meshserve
+
+#endif  // MESHSERVE_SERVER_WORKER_CALIBRATION_H_
