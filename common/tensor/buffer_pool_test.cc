@@ -2,11 +2,15 @@
 // reuse of freed pooled ranges, zeroing and alignment, and errors.
 #include "common/tensor/buffer_pool.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <algorithm>
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -20,6 +24,29 @@ using ::meshserve::testing::IsOkAndHolds;
 using ::meshserve::testing::StatusIs;
 
 int64_t Mib(int64_t n) { return n << 20; }
+
+// Pages of [p, p + bytes) resident in memory, by the kernel's own count
+// (mincore), and the number of pages.
+std::pair<int64_t, int64_t> ResidentPages(const char* p, int64_t bytes) {
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes) +
+                         page - 1) / page * page;
+  std::vector<unsigned char> in((end - begin) / page);
+  if (mincore(reinterpret_cast<void*>(begin), end - begin, in.data()) != 0) return {-1, -1};
+  int64_t resident = 0;
+  for (unsigned char c : in) resident += c & 1;
+  return {resident, static_cast<int64_t>(in.size())};
+}
+
+// Unmaps every free range, then sets `cap`.
+absl::Status EmptyPoolWithCap(int64_t cap) {
+  BufferPoolOptions options;
+  options.cap_bytes = 0;
+  if (absl::Status s = ConfigureBufferPool(options); !s.ok()) return s;
+  options.cap_bytes = cap;
+  return ConfigureBufferPool(options);
+}
 
 // Restores the default configuration after each test (tests share the
 // process-wide pool).
@@ -76,11 +103,7 @@ TEST_F(BufferPoolTest, PrefaultChecksItsSizeAndKeepsTheMemoryFree) {
 }
 
 TEST_F(BufferPoolTest, AFreedPooledRangeIsReusedAndZeroedAgain) {
-  BufferPoolOptions options;
-  options.cap_bytes = 0;
-  ASSERT_OK(ConfigureBufferPool(options));
-  options.cap_bytes = Mib(64);
-  ASSERT_OK(ConfigureBufferPool(options));
+  ASSERT_OK(EmptyPoolWithCap(Mib(64)));
   const int64_t size = Mib(6) + 100;
   char* first = nullptr;
   {
@@ -102,6 +125,30 @@ TEST_F(BufferPoolTest, AFreedPooledRangeIsReusedAndZeroedAgain) {
   ASSERT_OK_AND_ASSIGN(TensorBuffer part, AllocateTensorBuffer(Mib(4), /*zero=*/false));
   EXPECT_EQ(part.get(), first);
   EXPECT_EQ(BufferPoolFreeBytes(), Mib(2));
+}
+
+TEST_F(BufferPoolTest, PrefaultedMemoryIsResidentWhenABufferTakesIt) {
+  ASSERT_OK(EmptyPoolWithCap(Mib(32)));
+  ASSERT_OK(PrefaultBufferPool(Mib(32)));
+  EXPECT_EQ(BufferPoolFreeBytes(), Mib(32));
+  // A buffer the caller fills (zero=false: nothing written into it here)
+  // taken from the prefaulted range is resident before the caller's first
+  // write: the prefault touched it, not the allocation.
+  ASSERT_OK_AND_ASSIGN(TensorBuffer b, AllocateTensorBuffer(Mib(20), /*zero=*/false));
+  EXPECT_EQ(BufferPoolFreeBytes(), Mib(32) - Mib(22));  // header + 20 MiB: 11 pages of 2 MiB
+  const auto [resident, pages] = ResidentPages(b.get(), Mib(20));
+  EXPECT_GT(pages, 1000);
+  EXPECT_EQ(resident, pages);
+}
+
+TEST_F(BufferPoolTest, AFreshBufferTheCallerFillsIsNotResidentBeforeItsWrites) {
+  // The reference for the test above: without a prefault the same buffer is
+  // a fresh mapping whose pages the kernel has not faulted in yet.
+  ASSERT_OK(EmptyPoolWithCap(0));
+  ASSERT_OK_AND_ASSIGN(TensorBuffer b, AllocateTensorBuffer(Mib(20), /*zero=*/false));
+  const auto [resident, pages] = ResidentPages(b.get(), Mib(20));
+  EXPECT_GT(pages, 1000);
+  EXPECT_LT(resident, pages / 2);
 }
 
 TEST_F(BufferPoolTest, CapZeroKeepsNothing) {
