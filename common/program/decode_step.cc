@@ -9,12 +9,35 @@
 
 namespace meshserve {
 
+absl::Status ValidateDecodeForks(const DecodeStepIr& step) {
+  std::set<int64_t> dsts;
+  for (const DecodeForkIr& fork : step.forks) {
+    if (fork.num_tokens < 1 || fork.dsts.empty()) {
+      return InvalidArgument("decode step ", step.step, ": fork of sequence ", fork.src, " at ",
+                             fork.num_tokens, " positions into ", fork.dsts.size(),
+                             " sequences (both must be >= 1)");
+    }
+    for (int64_t dst : fork.dsts) {
+      if (dst == fork.src) {
+        return InvalidArgument("decode step ", step.step, ": fork of sequence ", fork.src,
+                               " into itself");
+      }
+      if (!dsts.insert(dst).second) {
+        return InvalidArgument("decode step ", step.step, ": sequence ", dst,
+                               " is forked into twice");
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<DecodeLayout> DecodeLayout::Create(DecodeStepIr step, int64_t token_slots,
                                                   int64_t row_slots) {
   if (token_slots < 1 || row_slots < 1) {
     return InvalidArgument("decode step ", step.step, ": a program with ", token_slots,
                            " token slots and ", row_slots, " row slots");
   }
+  MS_RETURN_IF_ERROR(ValidateDecodeForks(step));
   DecodeLayout layout;
   layout.slot_span_.assign(token_slots, -1);
   layout.slot_position_.assign(token_slots, -1);

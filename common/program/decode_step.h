@@ -14,6 +14,9 @@
 //   slots  0 1 2 | 3 | pad ...      positions 0 1 2 | 12 | -
 //   rows   slot 2 (seq 7), slot 3 (seq 9), pad ...
 //
+// Forks run first, then releases, then the spans: a choice forked from a
+// source fed the prompt but its last token, then fed that token itself.
+//
 // Thread-safety: values.
 #ifndef MESHSERVE_COMMON_PROGRAM_DECODE_STEP_H_
 #define MESHSERVE_COMMON_PROGRAM_DECODE_STEP_H_
@@ -21,6 +24,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/sampling/sampling_params.h"
 
@@ -34,18 +38,32 @@ struct DecodeSpanIr {
   SamplingParams sampling;
 };
 
+// n choices of one prompt share its prefill: each of `dsts` gets a copy of
+// the first num_tokens positions of `src`'s cache (KvCacheStore::Fork).
+struct DecodeForkIr {
+  int64_t src = 0;
+  std::vector<int64_t> dsts;
+  int64_t num_tokens = 0;
+};
+
 struct DecodeStepIr {
   int64_t step = 0;
   std::vector<DecodeSpanIr> spans;
   std::vector<int64_t> release;  // sequences freed before the step
+  std::vector<DecodeForkIr> forks;  // run before the releases
 };
+
+// The forks of `step` checked. \error kInvalidArgument naming the value: a
+//   fork with num_tokens < 1 or no dsts, a dst equal to its src, a sequence
+//   forked into twice.
+absl::Status ValidateDecodeForks(const DecodeStepIr& step);
 
 // A step checked against a program's buckets, with each slot's sequence and
 // position worked out once.
 class DecodeLayout {
  public:
-  // \error kInvalidArgument naming the value: a span with num_tokens < 1 or
-  //   past_len < 0, a sequence in two spans, more tokens than `token_slots`,
+  // \error kInvalidArgument naming the value: ValidateDecodeForks', a span
+  //   with num_tokens < 1 or past_len < 0, a sequence in two spans, more tokens than `token_slots`,
   //   more sampled spans than `row_slots`, bad sampling parameters.
   static absl::StatusOr<DecodeLayout> Create(DecodeStepIr step, int64_t token_slots,
                                              int64_t row_slots);

@@ -20,6 +20,9 @@ DecodeStepIr DecodeStepFromProto(const DecodeStep& proto) {
     ir.spans.push_back(span);
   }
   ir.release.assign(proto.release().begin(), proto.release().end());
+  for (const DecodeFork& f : proto.forks()) {
+    ir.forks.push_back({f.src(), {f.dsts().begin(), f.dsts().end()}, f.num_tokens()});
+  }
   return ir;
 }
 
@@ -38,6 +41,12 @@ void DecodeStepToProto(const DecodeStepIr& ir, DecodeStep* proto) {
     s->set_num_logprobs(span.sampling.num_logprobs);
   }
   for (int64_t seq : ir.release) proto->add_release(seq);
+  for (const DecodeForkIr& fork : ir.forks) {
+    DecodeFork* f = proto->add_forks();
+    f->set_src(fork.src);
+    for (int64_t dst : fork.dsts) f->add_dsts(dst);
+    f->set_num_tokens(fork.num_tokens);
+  }
 }
 
 }  // namespace meshserve

@@ -97,6 +97,16 @@ class WorkerClient {
                                         absl::Duration /*timeout*/) {
     return absl::UnimplementedError("UninstallProgram: not supported by this worker client");
   }
+  // Frees the KV caches of generation sequences `seqs` in every cache of
+  // (model, generation) on the worker (WorkerService.ReleaseSequences; an
+  // unknown sequence is skipped): a generation step whose sequences only end
+  // runs no program. The default: kUnimplemented (the caller then frees them
+  // with a step of its own).
+  virtual absl::Status ReleaseSequences(const std::string& /*model*/, int64_t /*generation*/,
+                                        const std::vector<int64_t>& /*seqs*/,
+                                        absl::Duration /*timeout*/) {
+    return absl::UnimplementedError("ReleaseSequences: not supported by this worker client");
+  }
   // By value: the input slices' bytes move into the RPC, not copied again.
   virtual absl::StatusOr<ExecuteResult> Execute(ExecuteCall call,
                                                 absl::Duration timeout) = 0;

@@ -1,6 +1,7 @@
 // PrepareDecode (program_run.h): what a generation step's run
 // needs besides its program: the step's layout over the program's buckets,
-// the sequences released before it, and the device's KV caches.
+// the caches forked and the sequences released before it (in that order),
+// and the device's KV caches.
 #include <map>
 #include <memory>
 #include <utility>
@@ -55,9 +56,16 @@ absl::StatusOr<std::shared_ptr<const DecodeState>> PrepareDecode(
   if (store == nullptr) return FailedPrecondition("this worker has no KV cache (--kv_cache_bytes 0)");
   int64_t token_slots = 0, rows = 0;
   MS_RETURN_IF_ERROR(ProgramBuckets(program, inputs, &token_slots, &rows));
-  store->Release(model.model, model.generation, step.release);
   auto owned = std::make_shared<OwnedDecode>();
   MS_ASSIGN_OR_RETURN(owned->layout, DecodeLayout::Create(std::move(step), token_slots, rows));
+  const DecodeStepIr& checked = owned->layout.step();
+  // Forks before releases (a source freed in this step is copied first).
+  for (const DecodeForkIr& fork : checked.forks) {
+    MS_RETURN_IF_ERROR(
+        store->Fork(model.model, model.generation, fork.src, fork.dsts, fork.num_tokens),
+        "decode step ", checked.step);
+  }
+  store->Release(model.model, model.generation, checked.release);
   owned->state.layout = &owned->layout;
   owned->state.positions = SlotPositions(owned->layout);
   const int64_t num_devices = static_cast<int64_t>(model.devices.size());

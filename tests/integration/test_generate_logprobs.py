@@ -17,13 +17,19 @@ served by `meshserve local` on 2 workers. Over HTTP POST /v1/completions:
     each chunk's `top_logprobs` holds N (ids, logprobs) per token, and those
     and `logprobs` equal NumPy's as above;
   - `n` 4 (greedy and seeded): choice i's tokens equal those of a request
-    of its own with seed + i (greedy: all four equal the one greedy answer).
+    of its own with seed + i (greedy: all four equal the one greedy answer),
+    and the prompt (L tokens) is prefilled once: the coordinator's
+    /metrics counter meshserve_generation_prefill_tokens_total grows by
+    L - 1 for the n=4 request (the choices fork the source's cache on the
+    workers and each feeds the last prompt token) and by 4 L for the four
+    requests of their own.
 
 Usage: test_generate_logprobs.py --bin_dir build/bin
 """
 import json
 import os
 import sys
+import urllib.request
 
 import numpy as np
 
@@ -163,13 +169,30 @@ def grpc_cases(env, target, model, forward):
                            prompt, ids, lp, n)
 
 
+def prefill_tokens(base, model):
+    """The coordinator's meshserve_generation_prefill_tokens_total for `model`."""
+    with urllib.request.urlopen(base + "/metrics", timeout=30) as r:
+        text = r.read().decode("utf-8")
+    series = 'meshserve_generation_prefill_tokens_total{model="%s"} ' % model
+    for line in text.split("\n"):
+        if line.startswith(series):
+            return int(float(line[len(series):]))
+    return 0
+
+
 def n_cases(env, base, model):
     c = env.c
     prompt = [7, 1, 8, 2, 8, 1, 8, 2, 8, 4, 5]
     for what, extra in (("greedy", {"temperature": 0}),
                         ("seeded", {"temperature": 0.9, "top_k": 30, "seed": 99})):
+        before = prefill_tokens(base, model)
         status, got = http(base, dict(model=model, prompt=prompt, max_tokens=6, n=4,
                                       return_token_ids=True, **extra))
+        shared = prefill_tokens(base, model) - before
+        c.check(shared == len(prompt) - 1,
+                "%s: n=4 %s prefills the %d-token prompt once (%d tokens)"
+                % (model, what, len(prompt), len(prompt) - 1),
+                "prefill tokens counted: %d" % shared)
         if not c.check(status == 200 and len(got["choices"]) == 4,
                        "%s: n=4 %s answers 4 choices" % (model, what), str(got)[:2000]):
             continue
@@ -182,6 +205,10 @@ def n_cases(env, base, model):
             status, single = http(base, dict(model=model, prompt=prompt, max_tokens=6,
                                              return_token_ids=True, **one))
             alone[i] = single["choices"][0]["token_ids"] if status == 200 else None
+        separate = prefill_tokens(base, model) - before - shared
+        c.check(separate == 4 * len(prompt),
+                "%s: 4 requests of their own prefill the prompt 4 times (%d tokens)"
+                % (model, 4 * len(prompt)), "prefill tokens counted: %d" % separate)
         c.check(together == alone,
                 "%s: n=4 %s: choice i equals a request of its own (seed + i)" % (model, what),
                 "    n=4:   %s\n    alone: %s" % (together, alone))

@@ -97,6 +97,7 @@ async function main() {
     assert.deepStrictEqual(c.token_ids, reference([4], 3));
     assert.deepStrictEqual(c.logprobs.tokens, reference([4], 3).map(String));
     assert.deepStrictEqual(c.logprobs.token_logprobs, [-1.5, -1.5, -1.5]);
+    assert.deepStrictEqual(c.logprobs.top_logprobs, reference([4], 3).map((t) => ({[String(t)]: -1.5})));
   }
   console.log('ok n=2 with logprobs');
 

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -50,6 +51,8 @@ SampledToken SampledFromRecord(SequenceId seq, const float* row) {
   return t;
 }
 
+constexpr absl::Duration kReleaseTimeout = absl::Seconds(10);
+
 class CoordinatorStepExecutor : public StepExecutor {
  public:
   CoordinatorStepExecutor(Coordinator* coordinator, CoordinatorGenerationBackend* backend,
@@ -60,12 +63,12 @@ class CoordinatorStepExecutor : public StepExecutor {
 
   absl::StatusOr<std::vector<SampledToken>> RunStep(const StepPlan& plan) override {
     pending_release_.insert(pending_release_.end(), plan.release.begin(), plan.release.end());
-    if (!plan.forks.empty()) {
-      // Nothing adds fork groups for this executor yet: DecodeStep carries no
-      // forks to the workers (KvCacheStore::Fork is their half).
-      return absl::UnimplementedError(absl::StrCat(
-          "step ", plan.step, " forks ", plan.forks.size(),
-          " caches; the decode step cannot carry forks to the workers yet"));
+    // The forks ride the step's first batch (the workers run them before its
+    // releases and spans); a failed step's are not sent again (the scheduler
+    // rebuilds those caches).
+    pending_forks_.clear();
+    for (const StepFork& fork : plan.forks) {
+      pending_forks_.push_back({fork.src, fork.dsts, fork.num_tokens});
     }
     // The placement NumBlocks read for this step (the loop asks it first);
     // read here only when it did not. Dropped after the step: a retired
@@ -80,17 +83,30 @@ class CoordinatorStepExecutor : public StepExecutor {
     const Mesh& mesh = placement->mesh;
     std::vector<SampledToken> tokens;
     if (plan.release_only()) {
-      // Nothing else runs: the releases go now, in a step of one padding
-      // token (no span), so a cancelled last sequence's blocks are freed on
-      // the workers at once rather than with the next request.
+      // Nothing else runs: the releases go now, so a cancelled last
+      // sequence's blocks are freed on the workers at once rather than with
+      // the next request: a ReleaseSequences call to each worker (no program
+      // runs), or, where workers do not offer it, a step of one padding
+      // token (no span).
+      absl::Status released = ReleaseOnWorkers(*placement);
+      if (!absl::IsUnimplemented(released)) {
+        MS_RETURN_IF_ERROR(released);
+        return tokens;
+      }
       MS_RETURN_IF_ERROR(RunBatch(plan.step, StepBatch{}, mesh, &tokens));
       return tokens;
+    }
+    if (plan.batches.empty()) {  // forks alone: they ride a padding step
+      MS_RETURN_IF_ERROR(RunBatch(plan.step, StepBatch{}, mesh, &tokens));
     }
     for (const StepBatch& batch : plan.batches) {
       MS_RETURN_IF_ERROR(RunBatch(plan.step, batch, mesh, &tokens));
     }
     return tokens;
   }
+
+  // The workers copy caches (DecodeStep.forks, KvCacheStore::Fork).
+  bool CanFork() const override { return true; }
 
   // A lost worker or a model being placed anew: the coordinator recovers.
   bool MayRecover(const absl::Status& failure) const override {
@@ -142,6 +158,7 @@ class CoordinatorStepExecutor : public StepExecutor {
     auto decode = std::make_shared<DecodeStepIr>();
     decode->step = step;
     decode->release.swap(pending_release_);
+    decode->forks.swap(pending_forks_);  // the first batch's
     std::vector<int64_t> ids;
     std::vector<SequenceId> sampled;
     for (const StepSpan& span : batch.spans) {
@@ -201,6 +218,35 @@ class CoordinatorStepExecutor : public StepExecutor {
     return absl::OkStatus();
   }
 
+  // Frees pending_release_ on every worker of `placement`, all at once
+  // (WorkerClient::ReleaseSequences on the backend's clients). On an error
+  // the releases stay pending (freeing an unknown sequence is a no-op).
+  // \error kUnimplemented without clients or when a worker does not offer
+  //   it; the workers' errors (the first).
+  absl::Status ReleaseOnWorkers(const Placement& placement) {
+    std::vector<std::shared_ptr<WorkerClient>> clients;
+    for (const auto& [worker_id, address] : placement.worker_addresses) {
+      MS_ASSIGN_OR_RETURN(std::shared_ptr<WorkerClient> client,
+                          backend_->WorkerClientFor(worker_id, address));
+      clients.push_back(std::move(client));
+    }
+    std::vector<absl::Status> results(clients.size());
+    std::vector<std::thread> calls;
+    for (size_t i = 0; i < clients.size(); ++i) {
+      calls.emplace_back([&, i] {
+        results[i] = clients[i]->ReleaseSequences(model_, placement.generation,
+                                                  pending_release_, kReleaseTimeout);
+      });
+    }
+    for (std::thread& call : calls) call.join();
+    for (const absl::Status& result : results) {
+      if (absl::IsUnimplemented(result)) return result;
+    }
+    for (const absl::Status& result : results) MS_RETURN_IF_ERROR(result);
+    pending_release_.clear();
+    return absl::OkStatus();
+  }
+
   Coordinator* const coordinator_;
   CoordinatorGenerationBackend* const backend_;
   const std::string model_;
@@ -208,6 +254,7 @@ class CoordinatorStepExecutor : public StepExecutor {
   const LmShape lm_;
   const int64_t max_token_slots_;
   std::vector<int64_t> pending_release_;  // sent with the next batch
+  std::vector<DecodeForkIr> pending_forks_;  // this step's, for its first batch
   std::weak_ptr<const Placement> placement_;  // of num_blocks_
   std::shared_ptr<const Placement> step_placement_;  // NumBlocks' for the next RunStep
   int64_t num_blocks_ = 0;
@@ -243,6 +290,20 @@ CoordinatorGenerationBackend::LoadedTokenizer CoordinatorGenerationBackend::Toke
   }
   tokenizers_.emplace(dir, loaded);
   return loaded;
+}
+
+absl::StatusOr<std::shared_ptr<WorkerClient>> CoordinatorGenerationBackend::WorkerClientFor(
+    int64_t worker_id, const std::string& address) {
+  if (!options_.worker_clients) {
+    return absl::UnimplementedError("no worker clients for ReleaseSequences");
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = clients_.find({worker_id, address});
+  if (it != clients_.end()) return it->second;
+  MS_ASSIGN_OR_RETURN(std::shared_ptr<WorkerClient> client,
+                      options_.worker_clients(worker_id, address));
+  clients_[{worker_id, address}] = client;
+  return client;
 }
 
 absl::StatusOr<GenerationModel> CoordinatorGenerationBackend::Model(const std::string& name) {

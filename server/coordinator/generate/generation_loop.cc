@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/base/logging.h"
+
 namespace meshserve {
 
 GenerationLoop::GenerationLoop(std::unique_ptr<GenerationScheduler> scheduler,
@@ -91,6 +93,9 @@ void GenerationLoop::Run() {
       backoff = absl::ZeroDuration();
     } else {
       const bool recoverable = executor_->MayRecover(tokens.status());
+      MS_LOG(WARNING) << "generation step " << plan.step << " failed"
+                      << (recoverable ? " (the cluster recovers)" : "") << ": "
+                      << tokens.status();
       scheduler_->FailStep(plan, tokens.status(), recoverable);
       // Only a cluster that recovers by itself is worth waiting for.
       backoff = !recoverable ? absl::ZeroDuration()

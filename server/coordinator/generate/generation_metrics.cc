@@ -14,6 +14,7 @@ namespace {
 constexpr const char *kTtft = "meshserve_generation_time_to_first_token_seconds",
                      *kItl = "meshserve_generation_inter_token_seconds",
                      *kTokens = "meshserve_generation_tokens_total",
+                     *kPrefill = "meshserve_generation_prefill_tokens_total",
                      *kSequences = "meshserve_generation_sequences",
                      *kKvBytes = "meshserve_generation_kv_cache_bytes";
 
@@ -26,6 +27,9 @@ GenerationMetrics::GenerationMetrics(MetricRegistry* registry)
                                     {"model"})),
       itl_(&registry->AddHistogram(kItl, "Time between a sequence's tokens.", {"model"})),
       tokens_(&registry->AddCounter(kTokens, "Tokens generated.", {"model"})),
+      prefill_(&registry->AddCounter(
+          kPrefill, "Tokens fed by prefill (prompts, caches rebuilt; a shared prompt once).",
+          {"model"})),
       sequences_(&registry->AddGauge(kSequences,
                                      "Sequences running (decoded each step) or waiting.",
                                      {"model", "state"})),
@@ -38,6 +42,9 @@ std::map<std::string, GenerationSnapshot> GenerationMetrics::Snapshot(
   std::map<std::string, GenerationSnapshot> out;  // labels[0] is the model
   if (const Counter* tokens = registry.Find<Counter>(kTokens)) {
     for (const auto& [l, v] : tokens->Values()) out[l[0]].tokens_generated = Count(v);
+  }
+  if (const Counter* prefill = registry.Find<Counter>(kPrefill)) {
+    for (const auto& [l, v] : prefill->Values()) out[l[0]].prefill_tokens = Count(v);
   }
   if (const Gauge* sequences = registry.Find<Gauge>(kSequences)) {
     for (const auto& [l, v] : sequences->Values()) {
@@ -87,6 +94,14 @@ void GenerationMetrics::SetModelState(const std::string& model,
   sequences_->Set({model, "waiting"}, static_cast<double>(stats.waiting));
   kv_bytes_->Set({model, "used"}, static_cast<double>(stats.blocks_used * block_bytes));
   kv_bytes_->Set({model, "capacity"}, static_cast<double>(stats.num_blocks * block_bytes));
+  int64_t delta = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    int64_t& seen = prefill_seen_[model];
+    delta = stats.prefill_tokens >= seen ? stats.prefill_tokens - seen : stats.prefill_tokens;
+    seen = stats.prefill_tokens;
+  }
+  if (delta > 0) prefill_->Increment({model}, static_cast<double>(delta));
 }
 
 }  // namespace meshserve

@@ -177,6 +177,20 @@ TEST(GeneratorTest, MetricsCountTokensAndTimeTheFirst) {
   EXPECT_THAT(text, ::testing::HasSubstr(
                         "meshserve_generation_inter_token_seconds_count{model=\"lm\"} 5"));
   EXPECT_THAT(text, ::testing::HasSubstr("meshserve_generation_sequences{model=\"lm\",state=\"running\"}"));
+  EXPECT_THAT(text, ::testing::HasSubstr(
+                        "meshserve_generation_prefill_tokens_total{model=\"lm\"} 2"));
+  // 3 choices of a 7-token prompt prefill 6 tokens once (alone: 21).
+  Result g[3];
+  std::vector<GenerationRequest> requests(3, Request({9, 8, 7, 6, 5, 4, 3}, 2));
+  std::vector<Generator::SinkFactory> sinks;
+  for (int i = 0; i < 3; ++i) {
+    sinks.push_back([&g, i](const GenerationHandle&) { return Collect(&g[i]); });
+  }
+  ASSERT_OK(generator.StartGroup(requests, sinks).status());
+  for (Result& one : g) one.done.WaitForNotification();
+  EXPECT_THAT(registry.Exposition(),
+              ::testing::HasSubstr("meshserve_generation_prefill_tokens_total{model=\"lm\"} 8"));
+  EXPECT_EQ(GenerationMetrics::Snapshot(registry).at("lm").prefill_tokens, 8);
 }
 
 TEST(GeneratorTest, RefusesBadRequestsNamingTheValue) {

@@ -197,6 +197,18 @@ class GrpcWorkerClient : public WorkerClient {
                 "UninstallProgram");
   }
 
+  absl::Status ReleaseSequences(const std::string& model, int64_t generation,
+                                const std::vector<int64_t>& seqs,
+                                absl::Duration timeout) override {
+    ReleaseSequencesRequest request;
+    request.set_model(model);
+    request.set_generation(generation);
+    for (int64_t seq : seqs) request.add_seqs(seq);
+    ReleaseSequencesResponse response;
+    return Call(&WorkerService::Stub::ReleaseSequences, request, &response, timeout,
+                "ReleaseSequences");
+  }
+
   absl::StatusOr<ExecuteResult> Execute(ExecuteCall call,
                                         absl::Duration timeout) override {
     ExecuteRequest request;

@@ -174,6 +174,7 @@ absl::StatusOr<ExecuteResult> FakeWorkerClient::Execute(ExecuteCall call,
     MS_RETURN_IF_ERROR(CheckUp());
     ++execute_calls_;
     param_cache_modes_.push_back(call.param_cache);
+    if (call.decode != nullptr) decode_steps_.push_back(*call.decode);
     if (!execute_failure_.ok()) {
       absl::Status failure = execute_failure_;
       if (execute_failures_left_ > 0 && --execute_failures_left_ == 0) {
@@ -241,6 +242,15 @@ absl::StatusOr<ExecuteResult> FakeWorkerClient::Execute(ExecuteCall call,
     result.outputs.push_back(std::move(out));
   }
   return result;
+}
+
+absl::Status FakeWorkerClient::ReleaseSequences(const std::string& model, int64_t generation,
+                                                const std::vector<int64_t>& seqs,
+                                                absl::Duration) {
+  absl::MutexLock lock(&mu_);
+  MS_RETURN_IF_ERROR(CheckUp());
+  released_.push_back({model, generation, seqs});
+  return absl::OkStatus();
 }
 
 absl::Status FakeWorkerClient::Cancel(const std::string& request_id, const std::string&,

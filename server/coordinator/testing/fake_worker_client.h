@@ -19,6 +19,9 @@
 // newest), so tests see which version served (y = x + offset). Other steps
 // are ignored.
 //
+// Generation: it records ReleaseSequences calls and each Execute's decode
+// step (it keeps no KV cache and samples nothing).
+//
 // It records its calls and injects failures (a worker down, failing Executes,
 // loads or commits, slow Executes, a restart that forgets everything).
 //
@@ -71,6 +74,10 @@ class FakeWorkerClient : public WorkerClient {
   absl::Status UninstallProgram(const std::string& program_id, absl::Duration timeout) override;
   absl::StatusOr<ExecuteResult> Execute(ExecuteCall call,
                                         absl::Duration timeout) override;
+  // Records the call (released()); unknown sequences are fine, as on a worker.
+  absl::Status ReleaseSequences(const std::string& model, int64_t generation,
+                                const std::vector<int64_t>& seqs,
+                                absl::Duration timeout) override;
   absl::Status Cancel(const std::string& request_id, const std::string& reason,
                       absl::Duration timeout) override;
   absl::StatusOr<WorkerStatusIr> Status(absl::Duration timeout) override;
@@ -101,6 +108,17 @@ class FakeWorkerClient : public WorkerClient {
   std::vector<std::string> programs() const;
   std::vector<std::string> uninstalled() const { return Locked(&FakeWorkerClient::uninstalled_); }
   std::vector<std::string> cancelled() const { return Locked(&FakeWorkerClient::cancelled_); }
+  // Every ReleaseSequences so far: (model, generation, seqs).
+  struct ReleaseCall {
+    std::string model;
+    int64_t generation = 0;
+    std::vector<int64_t> seqs;
+  };
+  std::vector<ReleaseCall> released() const { return Locked(&FakeWorkerClient::released_); }
+  // The decode step of every Execute that carried one, in order.
+  std::vector<DecodeStepIr> decode_steps() const {
+    return Locked(&FakeWorkerClient::decode_steps_);
+  }
   // (model, generation) pairs loaded now (any version); devices of each.
   std::map<std::pair<std::string, int64_t>, std::vector<int64_t>> loaded() const;
   // (model, generation) of every UnloadModel (version dropped).
@@ -180,6 +198,8 @@ class FakeWorkerClient : public WorkerClient {
   int64_t staged_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, ProgramIr> programs_ ABSL_GUARDED_BY(mu_);  // by program_id
   std::vector<std::string> cancelled_ ABSL_GUARDED_BY(mu_);
+  std::vector<ReleaseCall> released_ ABSL_GUARDED_BY(mu_);
+  std::vector<DecodeStepIr> decode_steps_ ABSL_GUARDED_BY(mu_);
   int execute_calls_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<ParamCacheMode> param_cache_modes_ ABSL_GUARDED_BY(mu_);
   int install_calls_ ABSL_GUARDED_BY(mu_) = 0;

@@ -53,7 +53,10 @@ namespace meshserve {
 // wire form is unchanged): the generated chain with the raw classes in place
 // of WithCallbackMethod_ReadParam/_StageParams, which they would otherwise
 // hide (clang's -Woverloaded-virtual). A method added to the proto is added
-// here too (else it answers UNIMPLEMENTED).
+// here too (else it answers UNIMPLEMENTED). ReleaseSequences is in the chain
+// without a handler yet (it answers UNIMPLEMENTED, and the coordinator then
+// frees sequences with a decode step of its own): the handler needs the
+// engine's KvCacheStore (WorkerEngine does not expose it yet).
 using WorkerServiceBase = WorkerService::WithCallbackMethod_LoadModel<
     WorkerService::WithCallbackMethod_UnloadModel<WorkerService::WithCallbackMethod_InstallProgram<
         WorkerService::WithCallbackMethod_UninstallProgram<
@@ -64,7 +67,8 @@ using WorkerServiceBase = WorkerService::WithCallbackMethod_LoadModel<
                         WorkerService::WithRawCallbackMethod_StageParams<
                             WorkerService::WithCallbackMethod_CommitParams<
                                 WorkerService::WithCallbackMethod_AbortParams<
-                                    WorkerService::Service>>>>>>>>>>>>>>;
+                                    WorkerService::WithCallbackMethod_ReleaseSequences<
+                                        WorkerService::Service>>>>>>>>>>>>>>>;
 
 class WorkerServiceImpl final : public WorkerServiceBase {
  public:
