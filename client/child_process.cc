@@ -44,6 +44,11 @@ void DrainOutput(Child* child, int fd, std::string log_path, bool verbose) {
       if (verbose) std::fprintf(stderr, "[%s] %s\n", child->name.c_str(), line.c_str());
       absl::MutexLock lock(&child->mu);
       if (IsReadyLine(line)) child->ready_line = true;
+      const size_t at = line.find("listening on ");
+      if (at != std::string::npos && child->listening.empty()) {
+        const std::string rest = line.substr(at + 13);
+        child->listening = rest.substr(0, rest.find(' '));
+      }
       child->tail.push_back(std::move(line));
       if (child->tail.size() > 15) child->tail.pop_front();
     }

@@ -33,6 +33,7 @@ struct Child {
   absl::Mutex mu;
   std::deque<std::string> tail ABSL_GUARDED_BY(mu);  // last lines
   bool ready_line ABSL_GUARDED_BY(mu) = false;       // a line said "ready"
+  std::string listening ABSL_GUARDED_BY(mu);         // after a first "listening on "
 };
 
 // The directory of the running executable ("." when unknown).

@@ -8,7 +8,8 @@
 // client); --kv_cache_bytes (default: a quarter of the host's memory over the
 // workers) to the workers and the coordinator; --host_workers=N to the workers.
 // Starts `meshserve-coordinator --host H --port P --model_dir DIR
-// --min_workers N` and N `meshserve-worker --port 0 --coordinator H:P`
+// --min_workers N` (--port 0: a port from the OS, read from its "listening
+// on" line) and N `meshserve-worker --port 0 --coordinator H:P`
 // processes (both binaries from the directory of the running `meshserve`),
 // each with its output in D/<name>.log (not on our stdout, so that the only
 // line with "ready" on it is ours). It prints
@@ -136,7 +137,7 @@ int64_t DefaultKvCacheBytes(int64_t workers) {
 absl::StatusOr<LocalOptions> LocalOptionsFromFlags(const CliArgs& args) {
   LocalOptions o;
   MS_ASSIGN_OR_RETURN(o.workers, args.GetInt("workers", 1, 1, 256));
-  MS_ASSIGN_OR_RETURN(o.port, args.GetInt("port", 8500, 1, 65535));
+  MS_ASSIGN_OR_RETURN(o.port, args.GetInt("port", 8500, 0, 65535));
   MS_ASSIGN_OR_RETURN(o.ready_timeout_s, args.GetInt("ready_timeout_s", 180, 1, 86400));
   MS_ASSIGN_OR_RETURN(o.http_port, args.GetInt("http_port", 0, 0, 65535));
   o.model_dir = args.Get("model_dir");
@@ -187,8 +188,30 @@ void InstallStopHandlers() {
   signal(SIGPIPE, SIG_IGN);
 }
 
-// Starts the coordinator (children[0]) and the workers, printing their pids.
-absl::Status StartCluster(const LocalOptions& o, const std::string& bin_dir,
+// The address `child` printed after "listening on " (the coordinator's, bound
+// to a port from the OS with --port 0).
+// \error kUnavailable when it exits or prints none within `timeout_s`.
+absl::StatusOr<std::string> ListeningAddress(Child& child, int64_t timeout_s) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(timeout_s);
+  while (absl::Now() < deadline && g_stop_signal == 0) {
+    {
+      absl::MutexLock lock(&child.mu);
+      if (!child.listening.empty()) return child.listening;
+    }
+    int status = 0;
+    if (waitpid(child.pid, &status, WNOHANG) == child.pid) {
+      child.exited = true;
+      child.wait_status = status;
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return Unavailable("the ", child.name, " printed no \"listening on\" address");
+}
+
+// Starts the coordinator (children[0]) and the workers, printing their pids;
+// with --port 0 sets o.target to the port the coordinator bound.
+absl::Status StartCluster(LocalOptions& o, const std::string& bin_dir,
                           std::vector<std::unique_ptr<Child>>& children) {
   auto start = [&](std::string name, std::vector<std::string> child_argv) {
     children.push_back(std::make_unique<Child>());
@@ -201,6 +224,9 @@ absl::Status StartCluster(const LocalOptions& o, const std::string& bin_dir,
       absl::StrCat(o.http_port)};
   coordinator.insert(coordinator.end(), o.coordinator_flags.begin(), o.coordinator_flags.end());
   absl::Status started = start("coordinator", coordinator);
+  if (started.ok() && o.port == 0) {
+    MS_ASSIGN_OR_RETURN(o.target, ListeningAddress(*children.front(), o.ready_timeout_s));
+  }
   std::printf("meshserve local: coordinator %s pid %d, logs in %s\n", o.target.c_str(),
               children.back()->pid, o.log_dir.c_str());
   for (int64_t w = 0; started.ok() && w < o.workers; ++w) {

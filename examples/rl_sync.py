@@ -47,7 +47,6 @@ import os
 import queue
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -63,17 +62,11 @@ NEAR_TIE = 1e-4  # of the largest |logit|: float32 server vs torch rounding
 
 
 def client_package(bin_dir):
-    """meshserve_client from BUILD/python (bin_dir's sibling); params.py from
-    client/python when the build does not copy it. Import it BEFORE torch:
-    Debian's torch loads OpenCV, whose protobuf registers a file named
-    "tensor.proto" in the process-wide descriptor pool, and meshserve's
-    tensor.proto then fails to load ("DTypeProto is not defined")."""
-    build_python = os.path.join(os.path.dirname(os.path.abspath(bin_dir)), "python")
-    sys.path.insert(0, build_python)
+    """meshserve_client from BUILD/python (bin_dir's sibling). It may be
+    imported before or after torch (its protos are registered as
+    "meshserve/*.proto", apart from the "tensor.proto" OpenCV registers)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(bin_dir)), "python"))
     import meshserve_client
-    package = meshserve_client.__path__
-    if not os.path.exists(os.path.join(package[0], "params.py")):
-        package.append(os.path.join(ROOT, "client", "python", "meshserve_client"))
     return meshserve_client
 
 
@@ -221,8 +214,8 @@ def rank_rows(shape, rank, ranks):
 def rank_main(a):
     """Trains; per push: prints `trained`, reads a push_id, puts its rows of
     every state_dict tensor, prints `put`. At the end saves its weights."""
-    mc = client_package(a.bin_dir)  # before torch: see client_package
-    import torch
+    import torch  # before the client, as a trainer's code would
+    mc = client_package(a.bin_dir)
     torch.set_num_threads(1)
     cfg = json.load(open(os.path.join(a.work, "hf", "config.json")))
     weights = dict(np.load(os.path.join(a.work, "init.npz")))
@@ -307,12 +300,6 @@ def generator_main(a):
 
 # ---- the driver ----
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Child:
     """A child process whose stdout lines arrive on a queue."""
 
@@ -362,17 +349,17 @@ def start_server(a, work):
                        capture_output=True, text=True, timeout=300)
     if p.returncode != 0:
         raise RuntimeError("meshserve import failed:\n%s%s" % (p.stdout, p.stderr))
-    port = free_port()
+    # --port 0: a port from the OS, named by the ready line.
     cmd = [os.path.join(a.bin_dir, "meshserve"), "local", "--workers", str(a.workers),
-           "--model_dir", models, "--port", str(port), "--log_dir", os.path.join(work, "logs")]
+           "--model_dir", models, "--port", "0", "--log_dir", os.path.join(work, "logs")]
     server = Child(cmd, os.path.join(work, "local.log"), stdin=False)
     deadline = time.time() + 180
     while time.time() < deadline:
         line = server.lines.get(timeout=max(0.1, deadline - time.time()))
         if line is None:
             raise RuntimeError("meshserve local exited; see %s" % work)
-        if "ready" in line and "not ready" not in line:
-            return server, "127.0.0.1:%d" % port
+        if "ready: coordinator " in line:
+            return server, line.split("ready: coordinator ", 1)[1].split(",", 1)[0]
     raise RuntimeError("meshserve local not ready in 180 s")
 
 
@@ -413,7 +400,6 @@ def check_streams(streams, pushes, v0):
 
 def drive(a, work):
     """Runs the scenario; returns the summary dict."""
-    client_package(a.bin_dir)  # before torch: see client_package
     cfg = gpt2_config(a)
     init = gpt2_init(cfg, a.seed)
     os.makedirs(os.path.join(work, "hf"))

@@ -65,14 +65,16 @@ class LocalCluster:
 
     def __init__(self, bin_dir, workers, model_dir, log_dir, ready_timeout_s=180,
                  require_ready=True, extra_args=()):
-        self.port = free_port()
-        self.target = "127.0.0.1:%d" % self.port
+        # --port 0: the coordinator binds a port from the OS; the ready line
+        # names it (no window in which another process could take it).
+        self.port = None
+        self.target = None
         self.lines = []
         self.err_lines = []
         self.worker_pids = {}
         self._lock = threading.Lock()
         cmd = [os.path.join(bin_dir, "meshserve"), "local", "--workers", str(workers),
-               "--model_dir", model_dir, "--port", str(self.port), "--log_dir", log_dir,
+               "--model_dir", model_dir, "--port", "0", "--log_dir", log_dir,
                # Not requiring ready: the launcher must keep serving anyway.
                "--ready_timeout_s", str(ready_timeout_s if require_ready else 3600)]
         cmd += list(extra_args)
@@ -101,6 +103,10 @@ class LocalCluster:
         self.ready = any("ready" in l and "not ready" not in l for l in self.lines)
         with self._lock:
             for line in self.lines:
+                m = re.search(r"coordinator (127\.0\.0\.1|[\w.-]+):(\d+)", line)
+                if m and self.port is None:
+                    self.port = int(m.group(2))
+                    self.target = "%s:%d" % (m.group(1), self.port)
                 m = re.search(r"worker (\d+) pid (\d+)", line)
                 if m:
                     self.worker_pids[int(m.group(1))] = int(m.group(2))
