@@ -19,12 +19,12 @@ def _best(values):
     return float(np.min(values))
 
 
-def extract_section(text):
-    """The Generation section of a page (up to the next "## " heading), or ""."""
+def extract_section(text, heading=HEADING):
+    """The section `heading` of a page (up to the next "## " heading), or ""."""
     lines = text.split("\n")
     out, inside = [], False
     for line in lines:
-        if line.strip() == HEADING:
+        if line.strip() == heading:
             inside = True
         elif inside and line.startswith("## "):
             break
@@ -33,8 +33,8 @@ def extract_section(text):
     return "\n".join(out).rstrip("\n")
 
 
-def remove_section(text):
-    section = extract_section(text)
+def remove_section(text, heading=HEADING):
+    section = extract_section(text, heading)
     if not section:
         return text
     return text.replace(section, "").rstrip("\n") + "\n"
@@ -52,15 +52,16 @@ def update_doc(path, section):
         f.write(text)
 
 
-def keep_section(old_path, new_text):
-    """run_performance.py: its new page text with the old page's Generation section."""
+def keep_section(old_path, new_text, heading=HEADING):
+    """run_performance.py: its new page text with the old page's section
+    `heading` (written by another benchmark)."""
     if not os.path.exists(old_path):
         return new_text
     with open(old_path) as f:
-        section = extract_section(f.read())
+        section = extract_section(f.read(), heading)
     if not section:
         return new_text
-    return remove_section(new_text).rstrip("\n") + "\n\n" + section + "\n"
+    return remove_section(new_text, heading).rstrip("\n") + "\n\n" + section + "\n"
 
 
 def rows(res):

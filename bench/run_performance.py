@@ -408,6 +408,7 @@ def write_doc(run, rows, path, commit, elapsed):
     lines.append("")  # the raw log (run.log) is printed as the run goes, not kept here
     # The page's "## Generation" section belongs to bench/run_generation.py: kept as it is.
     text = generation_doc.keep_section(path, "\n".join(lines))
+    text = generation_doc.keep_section(path, text, heading="## Scale steps with cold joiners")
     with open(path, "w") as f:
         f.write(text)
 
