@@ -5,6 +5,7 @@
 //   meshserve suggest (--model_file F | --hf_dir D) --workers N
 //       --input_shape NAME=D0,D1[,...] [--input_shape ...]
 //       [--memory_per_worker BYTES] [--max_search_s S (default 60)]
+//       [--target HOST:PORT [--calibration_wait_s S (default 30)]]
 //       --out OUT.json [--json]
 //
 // Several --input_shape flags: a new shape set starts whenever a name repeats
@@ -17,11 +18,17 @@
 // alternatives, then each named baseline's best; with --json the last stdout
 // line is one JSON object (predicted_ms at the first shape set,
 // bytes_per_request, rounds, param_bytes_per_worker, search_s, alternatives).
-// The cost figures are the stored defaults (server/suggest/cost_figures.h).
+// The cost figures are the stored defaults (server/suggest/cost_figures.h),
+// or with --target the GEMM and memory figures the cluster's workers measured
+// (server/suggest/target_figures.h: median over workers; it waits up to
+// --calibration_wait_s for every healthy worker to report). The output names
+// them ("figures (target|defaults): ..."; --json "figures", "figures_source").
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -31,6 +38,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/client_connect.h"
 #include "client/command.h"
 #include "client/hf_import.h"
 #include "common/base/status_macros.h"
@@ -38,6 +48,7 @@
 #include "common/json/json_util.h"
 #include "common/model/typed_model.h"
 #include "server/suggest/suggest.h"
+#include "server/suggest/target_figures.h"
 
 namespace meshserve {
 namespace client {
@@ -47,7 +58,8 @@ namespace fs = std::filesystem;
 
 constexpr char kSuggestUsage[] =
     "suggest (--model_file F | --hf_dir D) --workers N --input_shape NAME=D0,D1[,...] "
-    "[--input_shape ...] [--memory_per_worker BYTES] [--max_search_s S] --out OUT.json [--json]";
+    "[--input_shape ...] [--memory_per_worker BYTES] [--max_search_s S] "
+    "[--target HOST:PORT [--calibration_wait_s S]] --out OUT.json [--json]";
 
 // "x=1,8,64" flags -> shape sets; a repeated name starts the next set.
 absl::StatusOr<std::vector<ShapeSet>> ParseShapeSets(const std::vector<std::string>& flags) {
@@ -140,6 +152,41 @@ void PrintResult(const ModelFile& model, const SuggestOptions& options, const Su
   }
 }
 
+// The cluster's figures: polls ClusterService.Status until every healthy
+// worker reports its calibration, or `wait_s` passed (then the ones that do).
+absl::StatusOr<CostFigures> TargetFigures(const CliArgs& args, double wait_s) {
+  MS_ASSIGN_OR_RETURN(std::unique_ptr<InferenceClient> client, ConnectFromArgs(args));
+  const absl::Time give_up = absl::Now() + absl::Seconds(wait_s);
+  while (true) {
+    MS_ASSIGN_OR_RETURN(ClusterStatusResponse status,
+                        client->Status(absl::Now() + absl::Seconds(30)),
+                        "status of --target ", args.Get("target"));
+    const int64_t healthy = std::count_if(status.workers().begin(), status.workers().end(),
+                                          [](const auto& w) { return w.healthy(); });
+    if ((healthy > 0 && WorkersWithFigures(status) >= healthy) || absl::Now() >= give_up) {
+      return FiguresFromClusterStatus(status, CostFigures{});
+    }
+    absl::SleepFor(absl::Milliseconds(250));
+  }
+}
+
+Json FiguresJson(const CostFigures& f) {
+  return Json{{"gemm_gflops_one_row", f.gemm_gflops_one_row},
+              {"gemm_gflops_small_m", f.gemm_gflops_small_m},
+              {"gemm_gflops_large_m", f.gemm_gflops_large_m},
+              {"memory_bytes_per_s", f.memory_bytes_per_s},
+              {"link_bytes_per_s", f.link_bytes_per_s},
+              {"hop_ms", f.hop_ms}};
+}
+
+void PrintFigures(const CostFigures& f) {
+  std::printf("figures (%s): GEMM GFLOP/s one-row %.1f, small-M %.1f, large-M %.1f; memory "
+              "%.2f GB/s; link %.2f GB/s, hop %.3f ms (defaults: not measured)\n",
+              f.source.c_str(), f.gemm_gflops_one_row, f.gemm_gflops_small_m,
+              f.gemm_gflops_large_m, f.memory_bytes_per_s / 1e9, f.link_bytes_per_s / 1e9,
+              f.hop_ms);
+}
+
 absl::Status WriteText(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f << text;
@@ -182,6 +229,14 @@ int RunSuggest(const CliArgs& args) {
   options.memory_per_worker = *memory;
   options.max_search_s = *budget;
   options.input_shapes = *std::move(shapes);
+  if (args.Has("target")) {
+    absl::StatusOr<double> wait_s = args.GetDouble("calibration_wait_s", 30);
+    if (!wait_s.ok()) return UsageError("suggest", kSuggestUsage, wait_s.status());
+    absl::StatusOr<CostFigures> figures = TargetFigures(args, *wait_s);
+    if (!figures.ok()) return Fail("suggest", figures.status());
+    options.figures = *figures;
+  }
+  PrintFigures(options.figures);
   absl::StatusOr<ModelFile> model = args.Has("model_file")
                                         ? LoadModelFile(args.Get("model_file"))
                                         : ImportForSearch(args.Get("hf_dir"));
@@ -203,6 +258,8 @@ int RunSuggest(const CliArgs& args) {
     j["evaluated"] = result->num_evaluated;
     j["search_s"] = result->search_s;
     j["out"] = out;
+    j["figures"] = FiguresJson(options.figures);
+    j["figures_source"] = options.figures.source;
     j["alternatives"] = Json::array();
     for (const Suggestion& s : result->alternatives) j["alternatives"].push_back(SuggestionJson(s));
     j["baselines"] = Json::array();
@@ -214,14 +271,16 @@ int RunSuggest(const CliArgs& args) {
 
 MS_REGISTER_COMMAND(FlagCommand{"suggest",
                                 kSuggestUsage,
-                                {{"model_file"},
-                                 {"hf_dir"},
-                                 {"workers", FlagDef::kValue, true},
-                                 {"input_shape", FlagDef::kRepeated, true},
-                                 {"memory_per_worker"},
-                                 {"max_search_s"},
-                                 {"out", FlagDef::kValue, true},
-                                 {"json", FlagDef::kBool}},
+                                WithConnectFlags({{"model_file"},
+                                                  {"hf_dir"},
+                                                  {"workers", FlagDef::kValue, true},
+                                                  {"input_shape", FlagDef::kRepeated, true},
+                                                  {"memory_per_worker"},
+                                                  {"max_search_s"},
+                                                  {"target"},
+                                                  {"calibration_wait_s"},
+                                                  {"out", FlagDef::kValue, true},
+                                                  {"json", FlagDef::kBool}}),
                                 RunSuggest,
                                 /*rejects_positional=*/true});
 

@@ -326,6 +326,13 @@ struct WorkerStatusIr {
   std::vector<HostedModelIr> models;
   int64_t programs = 0;
   int64_t requests_served = 0;
+  // The worker's calibration (server/worker/calibration.h; set by the
+  // service): 0 / "" until measured.
+  double gemm_gflops_one_row = 0;
+  double gemm_gflops_small_m = 0;
+  double gemm_gflops_large_m = 0;
+  double memory_bytes_per_s = 0;
+  std::string calibration_kernel;
 };
 
 }  // namespace meshserve

@@ -399,6 +399,11 @@ void WorkerStatusToProto(const WorkerStatusIr& status, WorkerStatusResponse* res
   }
   response->set_programs(status.programs);
   response->set_requests_served(status.requests_served);
+  response->set_gemm_gflops_one_row(status.gemm_gflops_one_row);
+  response->set_gemm_gflops_small_m(status.gemm_gflops_small_m);
+  response->set_gemm_gflops_large_m(status.gemm_gflops_large_m);
+  response->set_memory_bytes_per_s(status.memory_bytes_per_s);
+  response->set_calibration_kernel(status.calibration_kernel);
 }
 
 WorkerStatusIr WorkerStatusFromProto(const WorkerStatusResponse& response) {
@@ -424,6 +429,11 @@ WorkerStatusIr WorkerStatusFromProto(const WorkerStatusResponse& response) {
   }
   status.programs = response.programs();
   status.requests_served = response.requests_served();
+  status.gemm_gflops_one_row = response.gemm_gflops_one_row();
+  status.gemm_gflops_small_m = response.gemm_gflops_small_m();
+  status.gemm_gflops_large_m = response.gemm_gflops_large_m();
+  status.memory_bytes_per_s = response.memory_bytes_per_s();
+  status.calibration_kernel = response.calibration_kernel();
   return status;
 }
 

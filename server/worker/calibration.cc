@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -269,6 +270,14 @@ void StartCalibration(std::string cache_path, std::string key, std::string kerne
                kernel_name = std::move(kernel_name)] {
     RunCalibration(cache_path, key, kernel_name);
   }).detach();
+}
+
+void StartWorkerCalibration(const std::string& blas_core, int threads) {
+  std::string key = CalibrationKey(CpuModelName(), blas_core, threads);
+  const std::string dir = CalibrationCacheDir(std::getenv);
+  std::string path = dir.empty() ? "" : CalibrationCachePath(dir, key);
+  StartCalibration(std::move(path), std::move(key),
+                   absl::StrCat("DotGeneral (OpenBLAS ", blas_core, ", ", threads, " threads)"));
 }
 
 std::optional<WorkerCalibration> CurrentCalibration() {

@@ -88,6 +88,11 @@ absl::StatusOr<WorkerCalibration> MeasureCalibration(const std::string& kernel_n
 // publishes the figures to CurrentCalibration. At most once per process.
 void StartCalibration(std::string cache_path, std::string key, std::string kernel_name);
 
+// StartCalibration for this process: key CalibrationKey(CpuModelName(),
+// blas_core, threads), cache under CalibrationCacheDir(std::getenv), kernel
+// "DotGeneral (OpenBLAS <blas_core>, <threads> threads)".
+void StartWorkerCalibration(const std::string& blas_core, int threads);
+
 // The published figures, nullopt until StartCalibration's thread is done.
 std::optional<WorkerCalibration> CurrentCalibration();
 

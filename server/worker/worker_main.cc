@@ -56,6 +56,7 @@
 #include "common/tensor/blas.h"
 #include "common/tensor/buffer_pool.h"
 #include "common/tensor/gemm_small_m.h"
+#include "server/worker/calibration.h"
 #include "server/worker/grpc/grpc_peer_transport.h"
 #include "server/worker/grpc/membership_client.h"
 #include "server/worker/grpc/worker_service.h"
@@ -252,6 +253,8 @@ void RunLongProgramsOn(ThreadPool* pool, WorkerEngine::Options* options) {
   options->executor = [pool](std::function<void()> task) { pool->Schedule(std::move(task)); };
 }
 
+// Over 80 lines: the start-up sequence in order (BLAS threads, signal mask,
+// server, calibration, membership, then the wait for a signal).
 int Run() {
   const int machine_cores = std::max(1u, std::thread::hardware_concurrency());
   const int cores = absl::GetFlag(FLAGS_cores) > 0 ? absl::GetFlag(FLAGS_cores) : machine_cores;
@@ -300,6 +303,7 @@ int Run() {
   const std::string address = AdvertisedAddress(host, server->port);
   service.set_address(address);
   const std::string blas = BlasCoreName();
+  StartWorkerCalibration(blas, threads);  // in the background, cached
 
   absl::Mutex print_mu;
   bool printed = false;

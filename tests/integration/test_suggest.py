@@ -10,6 +10,12 @@ line (fields, alternatives, param bytes under the limit) and the written
 file's mesh (2 devices), then serves the written files with `meshserve local
 --workers 2` and compares each answer with the NumPy reference.
 
+While that cluster runs, `meshserve suggest --target` against it: the
+figures are the workers' calibration (figures_source "target"), positive and
+plausible (large-M GEMM rate above the one-row rate, 0.1 .. 10000 GFLOP/s,
+memory 0.1 .. 1000 GB/s). The workers' calibration cache is in the test's
+own XDG_CACHE_HOME.
+
 Then `meshserve suggest --hf_dir` on a GPT-2 and a Llama directory written
 with NumPy (test_lm_import's configs and weights), capped one byte below the
 replicated layout's param bytes so the choice is sharded: the written files
@@ -79,6 +85,31 @@ def suggest(env, model_dir, out_dir, run):
             json.dump(written, f)
 
 
+def suggest_target(env, model_dir, out_dir, target):
+    c, cli = env.c, env.cli
+    out = os.path.join(out_dir, "target", "swiglu_small.json")
+    os.makedirs(os.path.dirname(out))
+    rc, stdout, err = cli.run(
+        "suggest", "--model_file", os.path.join(model_dir, "swiglu_small.json"),
+        "--workers", str(WORKERS), "--input_shape", "x=4,8,64", "--out", out, "--json",
+        "--target", target, timeout=120)
+    j = json.loads(stdout.strip().splitlines()[-1]) if rc == 0 else {}
+    f = j.get("figures", {})
+    if not c.check(rc == 0 and j.get("figures_source") == "target",
+                   "suggest --target: figures_source is target",
+                   "    rc=%d\n%s\n%s" % (rc, stdout, err)):
+        return
+    gemm = [f.get(k, 0) for k in ("gemm_gflops_one_row", "gemm_gflops_small_m",
+                                  "gemm_gflops_large_m")]
+    c.check(all(0.1 < g < 10000 for g in gemm) and gemm[2] > gemm[0]
+            and 0.1e9 < f.get("memory_bytes_per_s", 0) < 1e12,
+            "suggest --target: the workers' figures are positive and plausible "
+            "(large-M GEMM faster than one row)", "    %s" % f)
+    c.check("figures (target)" in stdout, "suggest --target: the output names its figures",
+            "    %s" % stdout)
+    print("    measured figures: %s" % json.dumps(f))
+
+
 def run(env):
     c, cli = env.c, env.cli
     model_dir, cases = env.models()
@@ -86,8 +117,10 @@ def run(env):
     os.makedirs(out_dir)
     for r in RUNS:
         suggest(env, model_dir, out_dir, r)
+    os.environ["XDG_CACHE_HOME"] = os.path.join(env.root, "cache")
     cluster = env.cluster(WORKERS, out_dir, "suggest")
     try:
+        suggest_target(env, model_dir, env.root, cluster.target)
         for model, name, _, _ in RUNS:
             ref_fn, requests = cases[model]
             inputs = requests[0][0]

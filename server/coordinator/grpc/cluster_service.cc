@@ -107,6 +107,11 @@ void ClusterStatusToProto(const std::vector<WorkerView>& workers,
     if (w.status.ok()) {
       p->set_blas_core(w.status->blas_core);
       p->set_blas_threads(w.status->blas_threads);
+      p->set_gemm_gflops_one_row(w.status->gemm_gflops_one_row);
+      p->set_gemm_gflops_small_m(w.status->gemm_gflops_small_m);
+      p->set_gemm_gflops_large_m(w.status->gemm_gflops_large_m);
+      p->set_memory_bytes_per_s(w.status->memory_bytes_per_s);
+      p->set_calibration_kernel(w.status->calibration_kernel);
     }
     for (const WorkerView::Hosted& h : w.placements) {
       auto* pl = p->add_placements();

@@ -367,18 +367,7 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Cancel(grpc::CallbackServerContext*
   return reactor;
 }
 
-grpc::ServerUnaryReactor* WorkerServiceImpl::Status(grpc::CallbackServerContext* context,
-                                                    const WorkerStatusRequest* request,
-                                                    WorkerStatusResponse* response) {
-  WorkerStatusToProto(worker_->Status(), response);
-  {
-    absl::MutexLock lock(&mu_);
-    response->set_address(address_);
-  }
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
-}
+// WorkerServiceImpl::Status is in worker_status.cc.
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* WorkerServiceImpl::ReadParam(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
