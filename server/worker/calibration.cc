@@ -1,6 +1,8 @@
 // A worker's calibration: measure, cache, publish (calibration.h).
 #include "server/worker/calibration.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -119,9 +121,32 @@ void Publish(const WorkerCalibration& c) {
   g_current = c;
 }
 
+// An exclusive flock on `path`.lock while it lives (none if the file cannot
+// be opened): workers sharing a host measure one after the other, and the
+// later ones read the first one's file instead of measuring under its load.
+class CacheLock {
+ public:
+  explicit CacheLock(const std::string& path) {
+    if (path.empty()) return;
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+    fd_ = open((path + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ >= 0) flock(fd_, LOCK_EX);
+  }
+  ~CacheLock() {
+    if (fd_ >= 0) close(fd_);  // releases the flock
+  }
+  CacheLock(const CacheLock&) = delete;
+  CacheLock& operator=(const CacheLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 void RunCalibration(const std::string& cache_path, const std::string& key,
                     const std::string& kernel_name) {
   setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
+  CacheLock lock(cache_path);
   if (!cache_path.empty()) {
     absl::StatusOr<WorkerCalibration> cached = ReadCalibrationFile(cache_path, key);
     if (cached.ok()) {

@@ -22,7 +22,9 @@
 // "name=value" (key, gemm_gflops_one_row, gemm_gflops_small_m,
 // gemm_gflops_large_m, memory_bytes_per_s, kernel); written to a temporary
 // file and renamed, so a reader never sees half a file. A restarted worker
-// with the same key reads it instead of measuring.
+// with the same key reads it instead of measuring. Workers sharing a host
+// take an flock on "<file>.lock" around read-or-measure: one measures, the
+// others then read its file (no measuring under each other's load).
 //
 // Thread-safety: the free functions are pure or touch only their file;
 // StartCalibration / CurrentCalibration share one process-wide value behind a
@@ -40,17 +42,15 @@
 
 namespace meshserve {
 
-struct WorkerCalibration {
-  double gemm_gflops_one_row = 0;
-  double gemm_gflops_small_m = 0;
-  double gemm_gflops_large_m = 0;
-  double memory_bytes_per_s = 0;
-  std::string kernel;  // e.g. "DotGeneral (OpenBLAS SkylakeX, 1 threads)"
-};
-
 // "<cpu_model>|<blas_core>|<threads>".
 std::string CalibrationKey(absl::string_view cpu_model, absl::string_view blas_core,
                            int threads);
+
+struct WorkerCalibration {
+  double gemm_gflops_one_row = 0, gemm_gflops_small_m = 0, gemm_gflops_large_m = 0;
+  double memory_bytes_per_s = 0;
+  std::string kernel;  // e.g. "DotGeneral (OpenBLAS SkylakeX, 1 threads)"
+};
 
 // The "model name" of /proc/cpuinfo, or "unknown-cpu".
 std::string CpuModelName();
