@@ -75,6 +75,11 @@ void ProgramRunner::DropKvCaches(absl::string_view model, int64_t generation) {
   if (kv_ != nullptr) kv_->Drop(std::string(model), generation);
 }
 
+void ProgramRunner::ReleaseKvSequences(absl::string_view model, int64_t generation,
+                                       const std::vector<int64_t>& seqs) {
+  if (kv_ != nullptr) kv_->Release(std::string(model), generation, seqs);
+}
+
 int64_t ProgramRunner::num_programs() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int64_t>(programs_.size());

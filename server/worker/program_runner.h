@@ -83,6 +83,10 @@ class ProgramRunner {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Drops the KV caches of (model, generation) (-1: every generation).
   void DropKvCaches(absl::string_view model, int64_t generation);
+  // Frees the KV cache blocks of `seqs` of (model, generation) (unknown ones
+  // skipped): the ReleaseSequences RPC, no program run.
+  void ReleaseKvSequences(absl::string_view model, int64_t generation,
+                          const std::vector<int64_t>& seqs);
 
   int64_t num_programs() const ABSL_LOCKS_EXCLUDED(mu_);
   int64_t requests_served() const ABSL_LOCKS_EXCLUDED(mu_);

@@ -205,6 +205,11 @@ class WorkerEngine {
   void Fail(absl::string_view request_id, absl::Status error) {
     rendezvous().Fail(request_id, std::move(error));
   }
+  // Frees generation sequences' KV cache blocks (ReleaseSequences).
+  void ReleaseSequences(absl::string_view model, int64_t generation,
+                        const std::vector<int64_t>& seqs) {
+    runner_.ReleaseKvSequences(model, generation, seqs);
+  }
 
   WorkerStatusIr Status() const;
 

@@ -324,6 +324,16 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::UninstallProgram(
                    [this, request] { return worker_->UninstallProgram(request->program_id()); });
 }
 
+grpc::ServerUnaryReactor* WorkerServiceImpl::ReleaseSequences(
+    grpc::CallbackServerContext* context, const ReleaseSequencesRequest* request,
+    ReleaseSequencesResponse*) {
+  return RunOnPool(context, pool_, "ReleaseSequences", [this, request] {
+    worker_->ReleaseSequences(request->model(), request->generation(),
+                              {request->seqs().begin(), request->seqs().end()});
+    return absl::OkStatus();
+  });
+}
+
 grpc::ServerUnaryReactor* WorkerServiceImpl::Execute(grpc::CallbackServerContext* context,
                                                      const ExecuteRequest* request,
                                                      ExecuteResponse* response) {

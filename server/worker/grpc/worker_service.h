@@ -90,6 +90,10 @@ class WorkerServiceImpl final : public WorkerServiceBase {
   grpc::ServerUnaryReactor* UninstallProgram(grpc::CallbackServerContext* context,
                                              const UninstallProgramRequest* request,
                                              UninstallProgramResponse* response) override;
+  // Frees generation sequences' KV cache blocks (no program runs).
+  grpc::ServerUnaryReactor* ReleaseSequences(grpc::CallbackServerContext* context,
+                                             const ReleaseSequencesRequest* request,
+                                             ReleaseSequencesResponse* response) override;
   grpc::ServerUnaryReactor* Execute(grpc::CallbackServerContext* context,
                                     const ExecuteRequest* request,
                                     ExecuteResponse* response) override;
