@@ -181,7 +181,7 @@ Json FiguresJson(const CostFigures& f) {
 
 void PrintFigures(const CostFigures& f) {
   std::printf("figures (%s): GEMM GFLOP/s one-row %.1f, small-M %.1f, large-M %.1f; memory "
-              "%.2f GB/s; link %.2f GB/s, hop %.3f ms (defaults: not measured)\n",
+              "%.2f GB/s; link %.2f GB/s, hop %.3f ms (stored defaults, not measured)\n",
               f.source.c_str(), f.gemm_gflops_one_row, f.gemm_gflops_small_m,
               f.gemm_gflops_large_m, f.memory_bytes_per_s / 1e9, f.link_bytes_per_s / 1e9,
               f.hop_ms);
