@@ -33,7 +33,7 @@ TSAN_TESTS=(
   param_push_test
   param_versions_test
   push_sessions_test
-  param_pull_test params_pull_test
+  param_pull_test params_pull_test calibration_test
   worker_engine_test
   in_process_workers_test param_state_test param_cache_test two_phase_all_reduce_test
   compiled_programs_engine_test gemm_small_m_test buffer_pool_test metric_registry_test

@@ -57,8 +57,8 @@ void ParseFlags(int argc, char** argv, absl::string_view usage) {
   absl::ParseCommandLine(argc, argv);
 }
 
-void StartServerMain(int argc, char** argv, absl::string_view usage) {
-  SetMinLogSeverityByName(std::getenv("MESHSERVE_LOG_LEVEL"));
+void StartServerMain(int argc, char** argv, absl::string_view usage, const char* log_level) {
+  SetMinLogSeverityByName(log_level);
   ParseFlags(argc, argv, usage);
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 }

@@ -30,11 +30,12 @@ std::string FlagsHelpText(absl::string_view usage);
 void ParseFlags(int argc, char** argv, absl::string_view usage);
 
 // The start of a server binary's main (meshserve-coordinator,
-// meshserve-worker): MESHSERVE_LOG_LEVEL sets the log threshold, ParseFlags
-// parses the flags with `usage`, and Abseil's mutex deadlock detection (its
-// lock-order graph, on in Debian's build) is turned off, since it costs every
-// nested lock on the request path a graph update; the unit tests keep it on.
-void StartServerMain(int argc, char** argv, absl::string_view usage);
+// meshserve-worker): `log_level` (the main passes $MESHSERVE_LOG_LEVEL; null:
+// the default) sets the log threshold, ParseFlags parses the flags with
+// `usage`, and Abseil's mutex deadlock detection (its lock-order graph, on in
+// Debian's build) is turned off, since it costs every nested lock on the
+// request path a graph update; the unit tests keep it on.
+void StartServerMain(int argc, char** argv, absl::string_view usage, const char* log_level);
 
 }  // namespace meshserve
 

@@ -297,10 +297,10 @@ void StartCalibration(std::string cache_path, std::string key, std::string kerne
   }).detach();
 }
 
-void StartWorkerCalibration(const std::string& blas_core, int threads) {
+void StartWorkerCalibration(const std::string& blas_core, int threads,
+                            const std::string& cache_dir) {
   std::string key = CalibrationKey(CpuModelName(), blas_core, threads);
-  const std::string dir = CalibrationCacheDir(std::getenv);
-  std::string path = dir.empty() ? "" : CalibrationCachePath(dir, key);
+  std::string path = cache_dir.empty() ? "" : CalibrationCachePath(cache_dir, key);
   StartCalibration(std::move(path), std::move(key),
                    absl::StrCat("DotGeneral (OpenBLAS ", blas_core, ", ", threads, " threads)"));
 }

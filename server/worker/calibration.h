@@ -89,9 +89,11 @@ absl::StatusOr<WorkerCalibration> MeasureCalibration(const std::string& kernel_n
 void StartCalibration(std::string cache_path, std::string key, std::string kernel_name);
 
 // StartCalibration for this process: key CalibrationKey(CpuModelName(),
-// blas_core, threads), cache under CalibrationCacheDir(std::getenv), kernel
+// blas_core, threads), cache under `cache_dir` (the main passes
+// CalibrationCacheDir(std::getenv); "" = no cache), kernel
 // "DotGeneral (OpenBLAS <blas_core>, <threads> threads)".
-void StartWorkerCalibration(const std::string& blas_core, int threads);
+void StartWorkerCalibration(const std::string& blas_core, int threads,
+                            const std::string& cache_dir);
 
 // The published figures, nullopt until StartCalibration's thread is done.
 std::optional<WorkerCalibration> CurrentCalibration();

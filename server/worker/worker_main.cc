@@ -303,7 +303,7 @@ int Run() {
   const std::string address = AdvertisedAddress(host, server->port);
   service.set_address(address);
   const std::string blas = BlasCoreName();
-  StartWorkerCalibration(blas, threads);  // in the background, cached
+  StartWorkerCalibration(blas, threads, CalibrationCacheDir(std::getenv));  // background
 
   absl::Mutex print_mu;
   bool printed = false;
@@ -345,7 +345,8 @@ int main(int argc, char** argv) {
       argc, argv,
       "meshserve-worker: one shard worker process; it hosts the devices the coordinator\n"
       "places on it and runs their programs.\n\n"
-      "  meshserve-worker --port 0 --coordinator 127.0.0.1:7000");
+      "  meshserve-worker --port 0 --coordinator 127.0.0.1:7000",
+      std::getenv("MESHSERVE_LOG_LEVEL"));
   const char* gemm_isa = std::getenv("MESHSERVE_GEMM_ISA");
   meshserve::SetSmallMIsaCap(gemm_isa == nullptr ? "" : gemm_isa);
   meshserve::BlasOptions blas = meshserve::BlasOptionsFromEnvironment(std::getenv);

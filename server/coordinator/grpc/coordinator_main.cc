@@ -298,7 +298,8 @@ int main(int argc, char** argv) {
       argc, argv,
       "meshserve-coordinator: serves the models of --model_dir to clients (KServe v2 gRPC,\n"
       "generation) and places them on the workers that register with it.\n\n"
-      "  meshserve-coordinator --port 8500 --model_dir examples/models --min_workers 2");
+      "  meshserve-coordinator --port 8500 --model_dir examples/models --min_workers 2",
+      std::getenv("MESHSERVE_LOG_LEVEL"));
   if (absl::Status s = ConfigureMemory(); !s.ok()) {
     std::cerr << "meshserve-coordinator: " << s.message() << "\n";
     return 2;
