@@ -138,25 +138,23 @@ def logprobs_cases(env, base, model, forward):
 
 
 def grpc_cases(env, target, model, forward):
-    """Generate over gRPC with logprobs N: GenerateChunk.top_logprobs."""
-    import grpc
-    from meshserve_client.proto import generate_pb2, generate_pb2_grpc
+    """Generate over gRPC through the Python client with logprobs N: each
+    chunk's top_logprobs, (id, logprob) pairs per token (GenerateChunk.top_logprobs)."""
+    from meshserve_client import MeshserveClient
     c = env.c
     prompt = [8, 6, 7, 5, 3]
-    with grpc.insecure_channel(target) as channel:
-        stub = generate_pb2_grpc.GenerateServiceStub(channel)
+    with MeshserveClient(target) as client:
         for what, extra, n in (("greedy", dict(temperature=0.0), 4),
                                ("seeded", dict(temperature=0.7, top_k=25, seed=3), 2)):
-            req = generate_pb2.GenerateRequest(model=model, prompt_ids=prompt, max_tokens=6,
-                                               logprobs=n, **extra)
             ids, lp, sizes = [], {"tokens": [], "token_logprobs": [], "top_logprobs": [],
                                   "text_offset": []}, []
-            for chunk in stub.Generate(req, timeout=120):
+            for chunk in client.generate(model, prompt_ids=prompt, max_tokens=6, logprobs=n,
+                                         timeout_s=120, **extra):
                 ids += list(chunk.token_ids)
                 lp["token_logprobs"] += list(chunk.logprobs)
                 for tok, top in zip(chunk.token_ids, chunk.top_logprobs):
-                    sizes.append(len(top.token_ids))
-                    d = {str(i): v for i, v in zip(top.token_ids, top.logprobs)}
+                    sizes.append(len(top))
+                    d = {str(i): v for i, v in top}
                     if str(tok) not in d:  # OpenAI's shape, as check_logprobs reads it
                         d[str(tok)] = lp["token_logprobs"][len(lp["top_logprobs"])]
                     lp["top_logprobs"].append(d)
