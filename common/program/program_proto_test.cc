@@ -225,6 +225,11 @@ TEST(ProgramProtoTest, WorkerStatusRoundTripsThroughProto) {
   ir.models = {{"m", 1, {0, 1}, 1024}};
   ir.programs = 3;
   ir.requests_served = 9;
+  ir.gemm_gflops_one_row = 31.5;
+  ir.gemm_gflops_small_m = 80.25;
+  ir.gemm_gflops_large_m = 140.5;
+  ir.memory_bytes_per_s = 1.5e10;
+  ir.calibration_kernel = "DotGeneral (OpenBLAS Haswell, 1 threads)";
   WorkerStatusResponse response;
   WorkerStatusToProto(ir, &response);
   const WorkerStatusIr back = WorkerStatusFromProto(response);
@@ -240,6 +245,11 @@ TEST(ProgramProtoTest, WorkerStatusRoundTripsThroughProto) {
   EXPECT_EQ(back.models[0].param_bytes, 1024);
   EXPECT_EQ(back.programs, 3);
   EXPECT_EQ(back.requests_served, 9);
+  EXPECT_EQ(back.gemm_gflops_one_row, 31.5);
+  EXPECT_EQ(back.gemm_gflops_small_m, 80.25);
+  EXPECT_EQ(back.gemm_gflops_large_m, 140.5);
+  EXPECT_EQ(back.memory_bytes_per_s, 1.5e10);
+  EXPECT_EQ(back.calibration_kernel, ir.calibration_kernel);
 }
 
 }  // namespace
