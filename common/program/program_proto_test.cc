@@ -8,6 +8,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/program/decode_step.h"
+#include "common/program/decode_step_proto.h"
 #include "common/program/ir_conv.h"
 #include "common/program/testing/program_ir_builder.h"
 #include "proto/program.pb.h"
@@ -250,6 +252,46 @@ TEST(ProgramProtoTest, WorkerStatusRoundTripsThroughProto) {
   EXPECT_EQ(back.gemm_gflops_large_m, 140.5);
   EXPECT_EQ(back.memory_bytes_per_s, 1.5e10);
   EXPECT_EQ(back.calibration_kernel, ir.calibration_kernel);
+}
+
+TEST(ProgramProtoTest, DecodeStepForksRoundTripThroughProto) {
+  DecodeStepIr ir;
+  ir.step = 7;
+  ir.spans = {{3, 10, 1}, {4, 0, 5}};
+  ir.release = {2};
+  ir.forks = {{3, {5, 6}, 10}};
+  DecodeStep proto;
+  DecodeStepToProto(ir, &proto);
+  const DecodeStepIr back = DecodeStepFromProto(proto);
+  EXPECT_EQ(back.step, 7);
+  ASSERT_EQ(back.spans.size(), 2u);
+  EXPECT_EQ(back.spans[1].seq, 4);
+  EXPECT_EQ(back.spans[1].num_tokens, 5);
+  EXPECT_EQ(back.release, std::vector<int64_t>({2}));
+  ASSERT_EQ(back.forks.size(), 1u);
+  EXPECT_EQ(back.forks[0].src, 3);
+  EXPECT_EQ(back.forks[0].dsts, std::vector<int64_t>({5, 6}));
+  EXPECT_EQ(back.forks[0].num_tokens, 10);
+  EXPECT_OK(ValidateDecodeForks(back));
+}
+
+TEST(ProgramProtoTest, BadForksAreRefusedNamingTheValue) {
+  DecodeStepIr step;
+  step.step = 9;
+  step.forks = {{3, {5}, 0}};
+  EXPECT_THAT(ValidateDecodeForks(step),
+              StatusIs(absl::StatusCode::kInvalidArgument, "fork of sequence 3 at 0 positions"));
+  step.forks = {{3, {}, 4}};
+  EXPECT_THAT(ValidateDecodeForks(step), StatusIs(absl::StatusCode::kInvalidArgument, "into 0"));
+  step.forks = {{3, {5, 3}, 4}};
+  EXPECT_THAT(ValidateDecodeForks(step),
+              StatusIs(absl::StatusCode::kInvalidArgument, "sequence 3 into itself"));
+  step.forks = {{3, {5}, 4}, {4, {5}, 2}};
+  EXPECT_THAT(ValidateDecodeForks(step),
+              StatusIs(absl::StatusCode::kInvalidArgument, "sequence 5 is forked into twice"));
+  // DecodeLayout refuses them too (the worker's check before it runs a step).
+  EXPECT_THAT(DecodeLayout::Create(step, 8, 2).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, "forked into twice"));
 }
 
 }  // namespace
