@@ -61,7 +61,7 @@ class ClusterServiceImpl final : public ClusterService::Service {
   grpc::Status PullParams(grpc::ServerContext*, const PullParamsRequest*,
                           grpc::ServerWriter<PullParamsChunk>*) override;
 
-  // Push sessions (cluster_push_service.cc).
+  // Push sessions (cluster_params_service.cc).
   grpc::Status BeginPush(grpc::ServerContext*, const BeginPushRequest*, PushSession*) override;
   grpc::Status JoinPush(grpc::ServerContext*, const JoinPushRequest*, PushSession*) override;
   grpc::Status PlanPut(grpc::ServerContext*, const PlanPutRequest*, PlanPutReply*) override;
@@ -72,7 +72,7 @@ class ClusterServiceImpl final : public ClusterService::Service {
   grpc::Status AbortPush(grpc::ServerContext*, const AbortPushRequest*,
                          AbortPushReply*) override;
 
-  // Box pulls (cluster_pull_service.cc; PullParams too).
+  // Box pulls (cluster_params_service.cc; PullParams too).
   grpc::Status PlanPull(grpc::ServerContext*, const PlanPullRequest*, PlanPullReply*) override;
   grpc::Status EndPull(grpc::ServerContext*, const EndPullRequest*, EndPullReply*) override;
 
