@@ -120,6 +120,13 @@ std::string FormatStatus(const ClusterStatusResponse& response) {
                               w.healthy() ? "healthy" : "UNHEALTHY",
                               w.blas_core().empty() ? "?" : w.blas_core(),
                               w.blas_threads(), w.cores(), w.last_heartbeat_ms_ago()));
+    if (w.gemm_gflops_large_m() > 0) {  // measured (server/worker/calibration.h)
+      absl::StrAppend(&out, absl::StrFormat("    calibration: GEMM %.1f / %.1f / %.1f GFLOP/s "
+                                            "(one row / M<=16 / large M), memory %.1f GB/s\n",
+                                            w.gemm_gflops_one_row(), w.gemm_gflops_small_m(),
+                                            w.gemm_gflops_large_m(),
+                                            w.memory_bytes_per_s() / 1e9));
+    }
     for (const auto& p : w.placements()) {
       absl::StrAppend(&out, absl::StrFormat("    %s gen %d devices [%s] coords [%s] "
                                             "params %d bytes version %d",

@@ -32,6 +32,10 @@ TEST(FormatStatusTest, ListsWorkersAndModels) {
   w->set_address("127.0.0.1:4000");
   w->set_healthy(true);
   w->set_blas_core("SkylakeX");
+  w->set_gemm_gflops_one_row(31.5);
+  w->set_gemm_gflops_small_m(80);
+  w->set_gemm_gflops_large_m(140.25);
+  w->set_memory_bytes_per_s(1.5e10);
   auto* p = w->add_placements();
   p->set_model("linear");
   p->add_devices(3);
@@ -44,6 +48,8 @@ TEST(FormatStatusTest, ListsWorkersAndModels) {
   EXPECT_THAT(text, HasSubstr("workers: 1"));
   EXPECT_THAT(text, HasSubstr("worker 3  127.0.0.1:4000  healthy  blas=SkylakeX"));
   EXPECT_THAT(text, HasSubstr("coords [data=3]"));
+  EXPECT_THAT(text, HasSubstr("calibration: GEMM 31.5 / 80.0 / 140.2 GFLOP/s (one row / M<=16 / "
+                              "large M), memory 15.0 GB/s"));
   EXPECT_THAT(text, HasSubstr("linear  ready  mesh[data=8]"));
   EXPECT_THAT(text, ::testing::Not(HasSubstr("last scale step")));
 }
