@@ -18,6 +18,10 @@ import mslib
 
 FAKE_COORDINATOR = """#!/bin/sh
 echo "fake coordinator $*"
+port=8500; prev=""
+for a in "$@"; do [ "$prev" = "--port" ] && port="$a"; prev="$a"; done
+[ "$port" = 0 ] && port=45678  # as the OS would pick one
+echo "fake coordinator listening on 127.0.0.1:$port (fake)"
 sleep 0.3
 echo "fake coordinator: every model servable, ready"
 if [ -n "$FAKE_COORDINATOR_EXIT_AFTER" ]; then sleep "$FAKE_COORDINATOR_EXIT_AFTER"; exit 3; fi
@@ -55,6 +59,9 @@ def run(env):
                 "\n".join(cluster.lines))
         c.check(sorted(cluster.worker_pids) == [0, 1, 2], "launcher: prints 3 worker pids",
                 "\n".join(cluster.lines))
+        c.check(cluster.target == "127.0.0.1:45678",
+                "launcher: --port 0 serves on the port the coordinator says it listens on",
+                "%s\n%s" % (cluster.target, "\n".join(cluster.lines)))
         log = os.path.join(root, "logs-fake", "coordinator.log")
         text = open(log).read() if os.path.exists(log) else ""
         c.check("--min_workers 3" in text and "--model_dir " + models in text,
