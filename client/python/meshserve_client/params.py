@@ -40,6 +40,7 @@ import numpy as np
 from .proto import cluster_service_pb2
 from .proto import tensor_pb2
 from .proto import worker_service_pb2
+from .tensors import from_bfloat16_bits, to_bfloat16_bits
 
 CHUNK_BYTES = 1 << 20
 FLOAT32, BFLOAT16, FLOAT16 = tensor_pb2.FLOAT32, tensor_pb2.BFLOAT16, tensor_pb2.FLOAT16
@@ -52,23 +53,6 @@ _STAGE_THROUGH = "/meshserve.ClusterService/StageThrough"
 
 
 # ---- dtypes ----
-
-def _bf16_round(f32):
-    """float32 array -> bfloat16 bits (uint16), round to nearest even; NaN
-    stays a (quiet) NaN of the same sign."""
-    bits = np.ascontiguousarray(f32, dtype=np.float32).view(np.uint32)
-    out = bits + (np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1)))  # no wrap below NaN
-    out >>= 16
-    nan = np.isnan(f32)
-    if nan.any():
-        out[nan] = (bits[nan] >> 16) | np.uint32(0x40)
-    return out.astype(np.uint16)
-
-
-def _bf16_widen(bits):
-    """bfloat16 bits (uint16) -> float32 (exact)."""
-    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
-
 
 def as_source_array(name, array):
     """`array` as a NumPy array of float32, float16, float64 or uint16
@@ -99,9 +83,9 @@ def convert(src, wire, what):
     if src.dtype == want:
         return src
     if src.dtype == np.uint16:  # bfloat16 bits, wire float32 or float16
-        return _bf16_widen(src).astype(want)
+        return from_bfloat16_bits(src).astype(want)
     if wire == BFLOAT16:
-        return _bf16_round(src.astype(np.float32))  # f16 -> f32 exact; f64 rounds to f32 first
+        return to_bfloat16_bits(src.astype(np.float32))  # f16 -> f32 exact; f64 rounds to f32 first
     return src.astype(want)
 
 
@@ -112,9 +96,9 @@ def convert_into(dst, src_wire_array):
     if dst.dtype == src.dtype:
         dst[...] = src
     elif src.dtype == np.uint16:  # bf16 wire -> float dst
-        dst[...] = _bf16_widen(src)
+        dst[...] = from_bfloat16_bits(src)
     elif dst.dtype == np.uint16:  # float wire -> bf16 bits dst
-        dst[...] = _bf16_round(src.astype(np.float32))
+        dst[...] = to_bfloat16_bits(src.astype(np.float32))
     else:
         dst[...] = src
 

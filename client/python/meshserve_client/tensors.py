@@ -26,10 +26,16 @@ _BY_KIND = {dt.newbyteorder("="): name for name, dt in DATATYPES.items() if name
 
 
 def to_bfloat16_bits(x):
-    """float32 -> bfloat16 bits (uint16), round to nearest even."""
-    bits = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-    return rounded.astype(np.uint16)
+    """float32 -> bfloat16 bits (uint16), round to nearest even; NaN stays a
+    (quiet) NaN of the same sign."""
+    f32 = np.asarray(x, dtype=np.float32)
+    bits = f32.view(np.uint32)
+    out = bits + (np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1)))  # no wrap below NaN
+    out >>= 16
+    nan = np.isnan(f32)
+    if nan.any():
+        out = np.where(nan, (bits >> 16) | np.uint32(0x40), out)
+    return out.astype(np.uint16)
 
 
 def from_bfloat16_bits(bits):
