@@ -119,18 +119,19 @@ void ReportDeath(Child& child) {
   }
 }
 
-// Reaps exited children; returns those that exited now.
+bool Reap(Child& child) {
+  if (child.exited || child.pid <= 0) return false;
+  int status = 0;
+  if (waitpid(child.pid, &status, WNOHANG) != child.pid) return false;
+  child.exited = true;
+  child.wait_status = status;
+  return true;
+}
+
 std::vector<Child*> ReapChildren(std::vector<std::unique_ptr<Child>>& children) {
   std::vector<Child*> exited;
   for (auto& child : children) {
-    if (child->exited || child->pid <= 0) continue;
-    int status = 0;
-    pid_t r = waitpid(child->pid, &status, WNOHANG);
-    if (r == child->pid) {
-      child->exited = true;
-      child->wait_status = status;
-      exited.push_back(child.get());
-    }
+    if (Reap(*child)) exited.push_back(child.get());
   }
   return exited;
 }

@@ -52,6 +52,10 @@ std::string DescribeExit(int wait_status);
 // Prints to stderr that `child` exited unexpectedly, with its last lines.
 void ReportDeath(Child& child);
 
+// Reaps `child` if it exited (sets exited and wait_status); true if it
+// exited now.
+bool Reap(Child& child);
+
 // Reaps exited children; returns those that exited now.
 std::vector<Child*> ReapChildren(std::vector<std::unique_ptr<Child>>& children);
 

@@ -198,12 +198,7 @@ absl::StatusOr<std::string> ListeningAddress(Child& child, int64_t timeout_s) {
       absl::MutexLock lock(&child.mu);
       if (!child.listening.empty()) return child.listening;
     }
-    int status = 0;
-    if (waitpid(child.pid, &status, WNOHANG) == child.pid) {
-      child.exited = true;
-      child.wait_status = status;
-      break;
-    }
+    if (Reap(child)) break;
     absl::SleepFor(absl::Milliseconds(20));
   }
   return Unavailable("the ", child.name, " printed no \"listening on\" address");

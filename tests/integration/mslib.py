@@ -103,7 +103,7 @@ class LocalCluster:
         self.ready = any("ready" in l and "not ready" not in l for l in self.lines)
         with self._lock:
             for line in self.lines:
-                m = re.search(r"coordinator (127\.0\.0\.1|[\w.-]+):(\d+)", line)
+                m = re.search(r"coordinator ([\w.-]+):(\d+)", line)
                 if m and self.port is None:
                     self.port = int(m.group(2))
                     self.target = "%s:%d" % (m.group(1), self.port)
