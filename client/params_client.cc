@@ -199,7 +199,7 @@ struct HolderReads {
   absl::Status status;
 };
 
-// Reads each piece with ReadParam into its place. Returns the bytes read.
+// Reads each piece with ReadParam into its place in `writer`.
 absl::Status ReadPieces(WorkerService::Stub& stub, const std::string& model,
                         const std::vector<PlannedBox>& boxes, const HolderReads& holder,
                         BoxFileWriter& writer, absl::Time deadline) {
