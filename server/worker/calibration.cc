@@ -16,7 +16,6 @@
 #include <functional>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -29,6 +28,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/base/file_io.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/tensor/kernels.h"
@@ -184,12 +184,12 @@ std::string CalibrationKey(absl::string_view cpu_model, absl::string_view blas_c
 }
 
 std::string CpuModelName() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line)) {
+  absl::StatusOr<std::string> cpuinfo = ReadFileToString("/proc/cpuinfo");
+  if (!cpuinfo.ok()) return "unknown-cpu";
+  for (absl::string_view line : absl::StrSplit(*cpuinfo, '\n')) {
     if (!absl::StartsWith(line, "model name")) continue;
     const size_t colon = line.find(':');
-    if (colon == std::string::npos) continue;
+    if (colon == absl::string_view::npos) continue;
     return std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
   }
   return "unknown-cpu";
@@ -250,11 +250,8 @@ absl::StatusOr<WorkerCalibration> ParseCalibrationFile(absl::string_view text,
 
 absl::StatusOr<WorkerCalibration> ReadCalibrationFile(const std::string& path,
                                                       absl::string_view key) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("no calibration file at ", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseCalibrationFile(text.str(), key);
+  MS_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));  // NotFound when absent
+  return ParseCalibrationFile(text, key);
 }
 
 absl::Status WriteCalibrationFile(const std::string& path, absl::string_view key,
