@@ -43,15 +43,6 @@ void PieceToProto(const PutRoute& route, PutPiece* proto) {
   proto->set_address(route.address);
 }
 
-// The commit's wait for --max_live_versions ends a second before the call's
-// deadline, so that the server's message reaches the client first.
-absl::Time CommitDeadline(const grpc::ServerContext& context) {
-  if (context.deadline() == std::chrono::system_clock::time_point::max()) {
-    return absl::InfiniteFuture();
-  }
-  return absl::FromChrono(context.deadline()) - absl::Seconds(1);
-}
-
 }  // namespace
 
 grpc::Status ClusterServiceImpl::BeginPush(grpc::ServerContext* context,
@@ -125,7 +116,7 @@ grpc::Status ClusterServiceImpl::CommitPush(grpc::ServerContext* context,
   if (!pass.ok()) return ToGrpcStatus(pass.status());
   absl::StatusOr<PushResult> result =
       coordinator_->push_sessions().CommitPush(request->model(), request->push_id(),
-                                               CommitDeadline(*context));
+                                               PushDeadline(*context));
   if (!result.ok()) return ToGrpcStatus(result.status());
   PushResultToProto(*result, response);
   return grpc::Status::OK;

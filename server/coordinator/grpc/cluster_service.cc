@@ -208,18 +208,11 @@ grpc::Status ClusterServiceImpl::Status(grpc::ServerContext* context, const Clus
   return grpc::Status::OK;
 }
 
-namespace {
-
-// The deadline a push's commit may wait until for --max_live_versions: the
-// call's, a second early so that the server's message (naming the versions
-// still held) reaches the client before gRPC's own deadline cuts the call.
 absl::Time PushDeadline(const grpc::ServerContext& context) {
   const auto deadline = context.deadline();
   if (deadline == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
   return absl::FromChrono(deadline) - absl::Seconds(1);
 }
-
-}  // namespace
 
 // Reads the stream into the core's ParamPush (param_push.h); the push aborts
 // when this handler returns without committing.

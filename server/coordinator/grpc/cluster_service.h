@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/rpc/call_gate.h"
 #include "proto/cluster_service.grpc.pb.h"
 #include "server/coordinator/coordinator.h"
@@ -34,6 +35,11 @@ namespace meshserve {
 void DescribeResultToProto(const DescribeResult& result, DescribeResponse* proto);
 // A push's answer (PushParams, PushDirect's commit, CommitPush).
 void PushResultToProto(const PushResult& result, PushParamsResponse* response);
+// The deadline a push's commit may wait until for --max_live_versions (PushParams,
+// PushDirect, CommitPush): the call's, a second early so that the server's
+// message (naming the versions still held) reaches the client before gRPC's
+// own deadline cuts the call; InfiniteFuture for a call without one.
+absl::Time PushDeadline(const grpc::ServerContext& context);
 
 // The kv_cache values of `model` on `placement` (see the file comment); empty
 // for a model that cannot generate.
