@@ -11,6 +11,8 @@
 //   loopback                              ~1.7 GB/s per sending thread
 //   one hop (a round of peer messages)    ~0.2 ms
 //   memory bandwidth                      ~10 GB/s per core
+// The link and hop defaults are the reshard planner's (CollectiveCostModel,
+// common/sharding/reshard_plan.h), kept in that one place.
 // A later calibration (issue 35 item 2: workers measure and report them)
 // fills the same struct; nothing here reads a flag or a file.
 //
@@ -21,6 +23,8 @@
 #include <cstdint>
 #include <string>
 
+#include "common/sharding/reshard_plan.h"
+
 namespace meshserve {
 
 struct CostFigures {
@@ -28,8 +32,8 @@ struct CostFigures {
   double gemm_gflops_small_m = 40.0;   // per worker, 2 <= M <= small_m_max_rows
   double gemm_gflops_large_m = 150.0;  // per worker, M > small_m_max_rows
   int64_t small_m_max_rows = 16;
-  double link_bytes_per_s = 1.7e9;     // one worker's sends
-  double hop_ms = 0.2;                 // one round of peer messages
+  double link_bytes_per_s = CollectiveCostModel{}.link_bytes_per_s;  // one worker's sends
+  double hop_ms = CollectiveCostModel{}.hop_s * 1e3;  // one round of peer messages
   double memory_bytes_per_s = 10e9;    // one worker reading its params
   // The coordinator's part of every request (decode, fan-out, gather): two
   // hops, independent of the layout.
