@@ -4,14 +4,16 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/algorithm/container.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/notification.h"
+#include "common/base/file_io.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "server/worker/kv_store.h"
@@ -201,11 +203,10 @@ int64_t DefaultMaxInflightSliceBytes(int64_t mem_total_bytes, int64_t host_worke
 }
 
 int64_t HostMemoryBytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string line;
-  while (std::getline(meminfo, line)) {
+  absl::StatusOr<std::string> meminfo = ReadFileToString("/proc/meminfo");
+  for (absl::string_view line : absl::StrSplit(meminfo.ok() ? *meminfo : "", '\n')) {
     long long kib = 0;  // "MemTotal:       24567890 kB"
-    if (std::sscanf(line.c_str(), "MemTotal: %lld kB", &kib) == 1 && kib > 0) {
+    if (std::sscanf(std::string(line).c_str(), "MemTotal: %lld kB", &kib) == 1 && kib > 0) {
       return static_cast<int64_t>(kib) * 1024;
     }
   }

@@ -147,8 +147,7 @@ absl::StatusOr<std::unique_ptr<MembershipClient>> StartMembership(
   options.address = address;
   options.cores = cores;
   options.channel = security.MemberChannelOptions();
-  options.memory_bytes =
-      static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+  options.memory_bytes = HostMemoryBytes();
   MS_ASSIGN_OR_RETURN(std::unique_ptr<MembershipClient> client,
                       MembershipClient::Create(options, std::move(announce)));
   client->Start();
@@ -195,9 +194,10 @@ absl::StatusOr<WorkerEngine::Options> WorkerOptionsFromFlags() {
   }
   int64_t budget = absl::GetFlag(FLAGS_max_inflight_slice_bytes);
   if (budget == 0) {
-    budget = DefaultMaxInflightSliceBytes(HostMemoryBytes(), host_workers);
+    const int64_t host_bytes = HostMemoryBytes();
+    budget = DefaultMaxInflightSliceBytes(host_bytes, host_workers);
     MS_LOG(INFO) << "max_inflight_slice_bytes " << budget << " (a quarter of "
-                 << HostMemoryBytes() << " host bytes over " << host_workers << " workers)";
+                 << host_bytes << " host bytes over " << host_workers << " workers)";
   }
   options.rendezvous.max_inflight_slice_bytes = budget;
   if (absl::Status s = Rendezvous::ValidateOptions(options.rendezvous); !s.ok()) {
