@@ -235,11 +235,8 @@ absl::Status ParamPulls::EndPull(const std::string& model, const std::string& le
   return absl::OkStatus();
 }
 
-absl::Status ParamPulls::ReadInto(const Planned& planned, const Cut& cut, const Box& slab,
-                                  char* buffer) {
-  const Box region = Shifted(Box::FromShape(cut.box.shape()), cut.dst_offset);
-  const Box inter = Intersect(region, slab);
-  if (inter.IsEmpty()) return absl::OkStatus();
+absl::StatusOr<std::string> ParamPulls::ReadCut(const Planned& planned, const Cut& cut,
+                                                const Box& inter) {
   // The same elements in the param: cut.box's begin + (inter - dst_offset).
   const Box wanted = Shifted(Shifted(inter, Negated(cut.dst_offset)), Begins(cut.box));
   const Placement& p = *planned.placement;
@@ -263,8 +260,7 @@ absl::Status ParamPulls::ReadInto(const Planned& planned, const Cut& cut, const 
       last = AnnotateStatus(bytes.status(), "ReadParam on worker ", id);
       continue;
     }
-    return InsertBoxBytes(buffer, slab.shape(), elem, Shifted(inter, Negated(Begins(slab))),
-                          bytes->data());
+    return bytes;
   }
   return last;
 }
@@ -277,11 +273,23 @@ absl::Status ParamPulls::PullBox(const BoxPullRequest& request,
   const int64_t total = Box::FromShape(planned.shape).NumElements() * elem;
   int64_t offset = 0;
   return ForEachSlab(planned.shape, elem, options_.chunk_bytes, [&](const Box& slab) {
-    std::string buffer(static_cast<size_t>(slab.NumElements() * elem), '\0');
+    const size_t slab_bytes = static_cast<size_t>(slab.NumElements() * elem);
+    std::string buffer;
     for (const Cut& cut : planned.cuts) {
-      MS_RETURN_IF_ERROR(ReadInto(planned, cut, slab, buffer.data()), "pull of model '",
-                         request.model, "' tensor '", request.name, "'");
+      const Box inter =
+          Intersect(Shifted(Box::FromShape(cut.box.shape()), cut.dst_offset), slab);
+      if (inter.IsEmpty()) continue;
+      MS_ASSIGN_OR_RETURN(std::string bytes, ReadCut(planned, cut, inter), "pull of model '",
+                          request.model, "' tensor '", request.name, "'");
+      if (inter == slab) {  // one cut holds the whole slab: its bytes are the chunk
+        buffer = std::move(bytes);
+        break;
+      }
+      buffer.resize(slab_bytes);
+      MS_RETURN_IF_ERROR(InsertBoxBytes(buffer.data(), slab.shape(), elem,
+                                        Shifted(inter, Negated(Begins(slab))), bytes.data()));
     }
+    buffer.resize(slab_bytes);
     BoxPullChunk chunk;
     chunk.name = request.name;
     chunk.byte_offset = offset;

@@ -170,8 +170,9 @@ class ParamPulls {
   absl::StatusOr<std::shared_ptr<const Placement>> PlacementAt(const std::string& model,
                                                               int64_t version)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Reads cut ∩ `slab` (box coordinates) into the slab buffer.
-  absl::Status ReadInto(const Planned& planned, const Cut& cut, const Box& slab, char* buffer);
+  // The bytes of `inter` (a part of cut's region, box coordinates), row-major,
+  // from the first live holder that answers.
+  absl::StatusOr<std::string> ReadCut(const Planned& planned, const Cut& cut, const Box& inter);
   void ExpiryLoop();
 
   const PullSource source_;
