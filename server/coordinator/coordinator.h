@@ -129,6 +129,12 @@ class Coordinator {
 
   // Box pulls: PlanPull / EndPull / PullParams of a box (params/param_pull.h).
   ParamPulls& param_pulls() { return pulls_; }
+  // The connection to worker `worker_id` at `address` (WorkerConnections::Get),
+  // for calls outside a request (generation's ReleaseSequences).
+  absl::StatusOr<std::shared_ptr<WorkerClient>> WorkerClientFor(int64_t worker_id,
+                                                                const std::string& address) {
+    return connections_.Get(worker_id, address);
+  }
   const CoordinatorOptions& options() const { return options_; }
   WorkerRegistry& registry() { return registry_; }
   CoordinatorMetrics& metrics() { return metrics_; }

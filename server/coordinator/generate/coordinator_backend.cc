@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <map>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -17,6 +16,7 @@
 #include "common/sharding/rules/decode_ops.h"
 #include "common/sharding/rules/rule_util.h"
 #include "server/compiler/decode_model.h"
+#include "server/coordinator/fan_out.h"
 
 namespace meshserve {
 namespace {
@@ -219,26 +219,21 @@ class CoordinatorStepExecutor : public StepExecutor {
   }
 
   // Frees pending_release_ on every worker of `placement`, all at once
-  // (WorkerClient::ReleaseSequences on the backend's clients). On an error
-  // the releases stay pending (freeing an unknown sequence is a no-op).
-  // \error kUnimplemented without clients or when a worker does not offer
-  //   it; the workers' errors (the first).
+  // (WorkerClient::ReleaseSequences over the coordinator's connections). On
+  // an error the releases stay pending (freeing an unknown sequence is a
+  // no-op).
+  // \error kUnimplemented when a worker does not offer it; the workers'
+  //   errors (the first).
   absl::Status ReleaseOnWorkers(const Placement& placement) {
-    std::vector<std::shared_ptr<WorkerClient>> clients;
-    for (const auto& [worker_id, address] : placement.worker_addresses) {
-      MS_ASSIGN_OR_RETURN(std::shared_ptr<WorkerClient> client,
-                          backend_->WorkerClientFor(worker_id, address));
-      clients.push_back(std::move(client));
-    }
-    std::vector<absl::Status> results(clients.size());
-    std::vector<std::thread> calls;
-    for (size_t i = 0; i < clients.size(); ++i) {
-      calls.emplace_back([&, i] {
-        results[i] = clients[i]->ReleaseSequences(model_, placement.generation,
-                                                  pending_release_, kReleaseTimeout);
-      });
-    }
-    for (std::thread& call : calls) call.join();
+    std::vector<int64_t> ids;
+    for (const auto& [worker_id, address] : placement.worker_addresses) ids.push_back(worker_id);
+    const std::vector<absl::Status> results = ParallelCall(ids, [&](int64_t id) {
+      absl::StatusOr<std::shared_ptr<WorkerClient>> client =
+          coordinator_->WorkerClientFor(id, placement.worker_addresses.at(id));
+      if (!client.ok()) return client.status();
+      return (*client)->ReleaseSequences(model_, placement.generation, pending_release_,
+                                         kReleaseTimeout);
+    });
     for (const absl::Status& result : results) {
       if (absl::IsUnimplemented(result)) return result;
     }
@@ -290,20 +285,6 @@ CoordinatorGenerationBackend::LoadedTokenizer CoordinatorGenerationBackend::Toke
   }
   tokenizers_.emplace(dir, loaded);
   return loaded;
-}
-
-absl::StatusOr<std::shared_ptr<WorkerClient>> CoordinatorGenerationBackend::WorkerClientFor(
-    int64_t worker_id, const std::string& address) {
-  if (!options_.worker_clients) {
-    return absl::UnimplementedError("no worker clients for ReleaseSequences");
-  }
-  absl::MutexLock lock(&mu_);
-  auto it = clients_.find({worker_id, address});
-  if (it != clients_.end()) return it->second;
-  MS_ASSIGN_OR_RETURN(std::shared_ptr<WorkerClient> client,
-                      options_.worker_clients(worker_id, address));
-  clients_[{worker_id, address}] = client;
-  return client;
 }
 
 absl::StatusOr<GenerationModel> CoordinatorGenerationBackend::Model(const std::string& name) {

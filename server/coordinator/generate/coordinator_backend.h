@@ -25,8 +25,9 @@
 // step's first batch as DecodeStep.forks; the workers run them before its
 // releases and spans. A step of releases only (the last sequences ended)
 // runs no program: ReleaseSequences goes to each worker of the placement at
-// once (CoordinatorBackendOptions::worker_clients; without them, or where a
-// worker answers UNIMPLEMENTED, a step of one padding token carries them).
+// once, over the coordinator's own connections (Coordinator::WorkerClientFor;
+// where a worker answers UNIMPLEMENTED, a step of one padding token carries
+// them).
 //
 // Tokenizer. A model file NAME.json with a folder NAME.tokenizer/ beside it
 // (as `meshserve import` writes) has that tokenizer (LoadTokenizer), loaded
@@ -56,10 +57,6 @@ struct CoordinatorBackendOptions {
   int64_t kv_cache_bytes = int64_t{1} << 30;  // per worker and model
   int64_t block_tokens = 16;
   int64_t max_token_slots = 1024;  // the largest T bucket
-  // Clients for calls outside Coordinator::Infer (ReleaseSequences: a step
-  // whose sequences only end runs no program); made once per worker id and
-  // address. Null: such a step runs a padding decode step instead.
-  WorkerClientFactory worker_clients;
 };
 
 class CoordinatorGenerationBackend : public GenerationBackend {
@@ -83,13 +80,6 @@ class CoordinatorGenerationBackend : public GenerationBackend {
   absl::StatusOr<KvBlocks> KvBlocksOf(const std::string& name, const ModelStatus& status)
       ABSL_LOCKS_EXCLUDED(mu_);
 
-  // The client of worker `worker_id` at `address` (options.worker_clients',
-  // cached). \error kUnimplemented without options.worker_clients; the
-  //   factory's.
-  absl::StatusOr<std::shared_ptr<WorkerClient>> WorkerClientFor(int64_t worker_id,
-                                                                const std::string& address)
-      ABSL_LOCKS_EXCLUDED(mu_);
-
  private:
   struct LoadedTokenizer {
     std::shared_ptr<const tokenizer::Tokenizer> tokenizer;
@@ -107,8 +97,6 @@ class CoordinatorGenerationBackend : public GenerationBackend {
   // (the coordinator unloads it when nobody holds it).
   std::map<std::string, std::pair<std::weak_ptr<const Placement>, int64_t>> block_bytes_
       ABSL_GUARDED_BY(mu_);  // by model
-  std::map<std::pair<int64_t, std::string>, std::shared_ptr<WorkerClient>> clients_
-      ABSL_GUARDED_BY(mu_);  // by (worker id, address)
 };
 
 // The smallest power of two >= n (n >= 1).

@@ -99,9 +99,7 @@ class CoordinatorBackendTest : public ::testing::Test {
 // The last sequences ended: their caches are freed with one ReleaseSequences
 // per worker of the placement, and no program runs.
 TEST_F(CoordinatorBackendTest, AReleaseOnlyStepSendsReleaseSequencesAndRunsNoProgram) {
-  CoordinatorBackendOptions options;
-  options.worker_clients = cluster_.Factory();
-  std::unique_ptr<StepExecutor> executor = Executor(options);
+  std::unique_ptr<StepExecutor> executor = Executor(CoordinatorBackendOptions{});
   ASSERT_NE(executor, nullptr);
   StepPlan plan;
   plan.step = 7;
@@ -124,9 +122,7 @@ TEST_F(CoordinatorBackendTest, AReleaseOnlyStepSendsReleaseSequencesAndRunsNoPro
 // A worker that cannot be reached fails the step; its releases go again with
 // the next one (with the next step's own).
 TEST_F(CoordinatorBackendTest, FailedReleasesAreSentAgain) {
-  CoordinatorBackendOptions options;
-  options.worker_clients = cluster_.Factory();
-  std::unique_ptr<StepExecutor> executor = Executor(options);
+  std::unique_ptr<StepExecutor> executor = Executor(CoordinatorBackendOptions{});
   ASSERT_NE(executor, nullptr);
   const int64_t down = placement_->worker_addresses.begin()->first;
   cluster_.Worker(down)->SetDown(true);
@@ -144,8 +140,12 @@ TEST_F(CoordinatorBackendTest, FailedReleasesAreSentAgain) {
   EXPECT_THAT(released[0].seqs, ElementsAre(4, 6));
 }
 
-// Without worker clients the releases ride a decode step with no span.
-TEST_F(CoordinatorBackendTest, WithoutClientsAReleaseOnlyStepRunsAPaddingStep) {
+// Workers without ReleaseSequences (UNIMPLEMENTED): the releases ride a
+// decode step with no span.
+TEST_F(CoordinatorBackendTest, WithoutReleaseSequencesAReleaseOnlyStepRunsAPaddingStep) {
+  for (const auto& [worker_id, address] : placement_->worker_addresses) {
+    cluster_.Worker(worker_id)->SetReleaseUnimplemented(true);
+  }
   std::unique_ptr<StepExecutor> executor = Executor(CoordinatorBackendOptions{});
   ASSERT_NE(executor, nullptr);
   StepPlan plan;

@@ -255,12 +255,10 @@ absl::StatusOr<meshserve::CoordinatorOptions> OptionsFromFlags() {
 // retry against the next coordinator. The workers keep their state; nothing
 // here needs flushing but the two streams.
 // Token generation over the coordinator (server/coordinator/generate), from
-// the flags; `workers` reach the workers for calls outside a request
-// (ReleaseSequences).
-meshserve::CoordinatorBackendOptions BackendFromFlags(meshserve::WorkerClientFactory workers) {
+// the flags.
+meshserve::CoordinatorBackendOptions BackendFromFlags() {
   meshserve::CoordinatorBackendOptions options;
   options.kv_cache_bytes = absl::GetFlag(FLAGS_kv_cache_bytes);
-  options.worker_clients = std::move(workers);
   return options;
 }
 meshserve::GeneratorOptions GeneratorFromFlags(meshserve::Coordinator* coordinator) {
@@ -272,8 +270,8 @@ meshserve::GeneratorOptions GeneratorFromFlags(meshserve::Coordinator* coordinat
   return options;
 }
 struct Generation {
-  Generation(meshserve::Coordinator* coordinator, meshserve::WorkerClientFactory workers)
-      : backend(coordinator, BackendFromFlags(std::move(workers))),
+  explicit Generation(meshserve::Coordinator* coordinator)
+      : backend(coordinator, BackendFromFlags()),
         generator(&backend, GeneratorFromFlags(coordinator)) {}
   meshserve::CoordinatorGenerationBackend backend;
   meshserve::Generator generator;
@@ -322,8 +320,7 @@ int main(int argc, char** argv) {
     std::cerr << "meshserve-coordinator: " << coordinator.status() << "\n";
     return 1;
   }
-  Generation generation(coordinator->get(), meshserve::GrpcWorkerClientFactory(
-                                                edge->security.MemberChannelOptions()));
+  Generation generation(coordinator->get());
   edge->server.generator = edge->http.generator = &generation.generator;
   absl::StatusOr<std::unique_ptr<meshserve::CoordinatorServer>> server =
       meshserve::CoordinatorServer::Start(coordinator->get(), absl::GetFlag(FLAGS_host),

@@ -249,6 +249,7 @@ absl::Status FakeWorkerClient::ReleaseSequences(const std::string& model, int64_
                                                 absl::Duration) {
   absl::MutexLock lock(&mu_);
   MS_RETURN_IF_ERROR(CheckUp());
+  if (release_unimplemented_) return absl::UnimplementedError("fake worker: no ReleaseSequences");
   released_.push_back({model, generation, seqs});
   return absl::OkStatus();
 }

@@ -108,6 +108,11 @@ class FakeWorkerClient : public WorkerClient {
   std::vector<std::string> programs() const;
   std::vector<std::string> uninstalled() const { return Locked(&FakeWorkerClient::uninstalled_); }
   std::vector<std::string> cancelled() const { return Locked(&FakeWorkerClient::cancelled_); }
+  // Makes ReleaseSequences answer UNIMPLEMENTED (a worker without the RPC).
+  void SetReleaseUnimplemented(bool on) {
+    absl::MutexLock lock(&mu_);
+    release_unimplemented_ = on;
+  }
   // Every ReleaseSequences so far: (model, generation, seqs).
   struct ReleaseCall {
     std::string model;
@@ -199,6 +204,7 @@ class FakeWorkerClient : public WorkerClient {
   std::map<std::string, ProgramIr> programs_ ABSL_GUARDED_BY(mu_);  // by program_id
   std::vector<std::string> cancelled_ ABSL_GUARDED_BY(mu_);
   std::vector<ReleaseCall> released_ ABSL_GUARDED_BY(mu_);
+  bool release_unimplemented_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<DecodeStepIr> decode_steps_ ABSL_GUARDED_BY(mu_);
   int execute_calls_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<ParamCacheMode> param_cache_modes_ ABSL_GUARDED_BY(mu_);
