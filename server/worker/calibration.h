@@ -5,22 +5,39 @@
 //
 // Measured with the kernel the worker runs (DotGeneral, common/tensor/
 // kernels.h: sgemv, GemmSmallM or sgemm by shape, on OpenBLAS's threads),
-// float32, K = N = 512 (256 for one row):
+// float32, K = N = 512 (256 for one row), per CPU-second of the measuring
+// thread (CLOCK_THREAD_CPUTIME_ID), not per wall second: on a shared host the
+// wall rate depends on what else runs at that moment (and the thread runs at
+// nice 19), the CPU rate is the core's. With one BLAS thread (the default on
+// 2 cores) this is the worker's rate when it has a core to itself; the cost
+// model divides it by the host's oversubscription (cost_figures.h):
 //   one row   M = 1 on a cache-resident 256 x 256 weight: the arithmetic a
 //             one-row GEMM costs on top of its weight read (which the cost
 //             model prices by memory bandwidth);
 //   small M   M = 8   (2 <= M <= 16);
 //   large M   M = 256;
-//   rate = 2 M K N / seconds per call, best of 3 windows of ~50 ms.
-//   memory    one thread summing a 64 MiB float array: bytes / seconds, best
-//             of 3 windows of ~50 ms.
-// About 1 s in all (each window stops after 50 ms or 20000 calls).
+//   rate = 2 M K N / CPU seconds per call, best of 3 windows of ~50 ms.
+//   memory    one thread summing a 64 MiB float array: bytes / CPU seconds,
+//             best of 3 windows of ~50 ms.
+// About 1 s in all (each window stops after 50 ms of CPU or 20000 calls).
+//
+// Link and hop (the peers' transport on one host is loopback TCP): a
+// listening socket on 127.0.0.1 and a second thread connected to it;
+//   hop_ms           half the median round trip of 64-byte messages (200
+//                    round trips), each received into a fresh buffer;
+//   link_bytes_per_s 1 MiB messages sent one after another and received
+//                    into a fresh buffer each (the copy a receiver makes):
+//                    bytes / wall seconds, best of 3 windows of 16 MiB.
+// Wall time here (the kernel's loopback and both threads' scheduling are the
+// cost). This is the transport's floor: gRPC's framing and completion queues
+// add to both (tens of microseconds per message on this machine class).
 //
 // Cache: one file per key "<CPU model>|<BLAS core>|<threads>" in
 // $XDG_CACHE_HOME/meshserve (else $HOME/.cache/meshserve), named
 // "calibration-<key with every non [A-Za-z0-9] byte as _>.txt", text lines
 // "name=value" (key, gemm_gflops_one_row, gemm_gflops_small_m,
-// gemm_gflops_large_m, memory_bytes_per_s, kernel); written to a temporary
+// gemm_gflops_large_m, memory_bytes_per_s, hop_ms, link_bytes_per_s, kernel;
+// a file without a figure is refused, so an older file is measured again); written to a temporary
 // file and renamed, so a reader never sees half a file. A restarted worker
 // with the same key reads it instead of measuring. Workers sharing a host
 // take an flock on "<file>.lock" around read-or-measure: one measures, the
@@ -49,6 +66,8 @@ std::string CalibrationKey(absl::string_view cpu_model, absl::string_view blas_c
 struct WorkerCalibration {
   double gemm_gflops_one_row = 0, gemm_gflops_small_m = 0, gemm_gflops_large_m = 0;
   double memory_bytes_per_s = 0;
+  double hop_ms = 0;            // one small message one way over loopback TCP
+  double link_bytes_per_s = 0;  // 1 MiB messages over loopback TCP
   std::string kernel;  // e.g. "DotGeneral (OpenBLAS SkylakeX, 1 threads)"
 };
 
@@ -79,12 +98,19 @@ absl::StatusOr<WorkerCalibration> ReadCalibrationFile(const std::string& path,
 absl::Status WriteCalibrationFile(const std::string& path, absl::string_view key,
                                   const WorkerCalibration& c);
 
-// Measures (see the file comment); `kernel_name` is recorded as `kernel`.
+// Measures the GEMM and memory figures (see the file comment; hop_ms and
+// link_bytes_per_s stay 0: MeasureLoopbackLink); `kernel_name` is recorded as
+// `kernel`.
 // \error kInternal if a kernel call fails.
 absl::StatusOr<WorkerCalibration> MeasureCalibration(const std::string& kernel_name);
 
-// Starts a detached thread at low priority (nice 19) that reads the cache at
-// `cache_path` or, failing that, measures and writes it ("" = no cache), then
+// The hop_ms and link_bytes_per_s of the file comment (only those two set).
+// \error kUnavailable naming the socket call that failed.
+absl::StatusOr<WorkerCalibration> MeasureLoopbackLink();
+
+// Starts a detached thread that reads the cache at `cache_path` or, failing
+// that, measures (MeasureLoopbackLink at normal priority, then
+// MeasureCalibration at nice 19) and writes it ("" = no cache), then
 // publishes the figures to CurrentCalibration. At most once per process.
 void StartCalibration(std::string cache_path, std::string key, std::string kernel_name);
 

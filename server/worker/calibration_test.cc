@@ -3,6 +3,7 @@
 // measurement's sanity (positive figures; no timing assertions beyond > 0).
 #include "server/worker/calibration.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +25,8 @@ WorkerCalibration Sample() {
   c.gemm_gflops_small_m = 41.25;
   c.gemm_gflops_large_m = 153.0625;
   c.memory_bytes_per_s = 9.75e9;
+  c.hop_ms = 0.0234375;
+  c.link_bytes_per_s = 3.5e9;
   c.kernel = "DotGeneral (OpenBLAS SkylakeX, 1 threads)";
   return c;
 }
@@ -47,6 +50,8 @@ TEST(CalibrationTest, CacheFileRoundTrip) {
   EXPECT_EQ(back.gemm_gflops_small_m, 41.25);
   EXPECT_EQ(back.gemm_gflops_large_m, 153.0625);
   EXPECT_EQ(back.memory_bytes_per_s, 9.75e9);
+  EXPECT_EQ(back.hop_ms, 0.0234375);
+  EXPECT_EQ(back.link_bytes_per_s, 3.5e9);
   EXPECT_EQ(back.kernel, Sample().kernel);
   // Another machine, core or thread count does not reuse it.
   EXPECT_THAT(ReadCalibrationFile(path, CalibrationKey("Intel(R) Xeon(R) CPU @ 2.00GHz",
@@ -66,6 +71,12 @@ TEST(CalibrationTest, BadFiguresAreRefusedByName) {
   EXPECT_THAT(ParseCalibrationFile("key=k\ngemm_gflops_one_row=1\n", "k"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "gemm_gflops_small_m"));
+  // A file from before the link figures is refused (then measured again).
+  std::string no_link = good;
+  no_link.erase(no_link.find("hop_ms="), no_link.find('\n', no_link.find("hop_ms=")) -
+                                              no_link.find("hop_ms=") + 1);
+  EXPECT_THAT(ParseCalibrationFile(no_link, "k"),
+              StatusIs(absl::StatusCode::kInvalidArgument, "hop_ms"));
   EXPECT_THAT(ParseCalibrationFile("key=k\nno equals sign\n", "k"),
               StatusIs(absl::StatusCode::kInvalidArgument, "no equals"));
 }
@@ -83,6 +94,18 @@ TEST(CalibrationTest, CacheDirFollowsXdgThenHome) {
   EXPECT_EQ(CalibrationCacheDir(lookup), "");
 }
 
+// The loopback link: a hop is a small message one way (well under a second
+// on any host, and a round trip cannot be shorter than nothing), and 16 MiB
+// windows give a finite positive rate.
+TEST(CalibrationTest, LoopbackLinkGivesPositiveFigures) {
+  ASSERT_OK_AND_ASSIGN(WorkerCalibration c, MeasureLoopbackLink());
+  EXPECT_GT(c.hop_ms, 0);
+  EXPECT_LT(c.hop_ms, 1000);
+  EXPECT_GT(c.link_bytes_per_s, 0);
+  EXPECT_TRUE(std::isfinite(c.link_bytes_per_s));
+  EXPECT_EQ(c.gemm_gflops_large_m, 0);  // only the link figures
+}
+
 TEST(CalibrationTest, MeasurementGivesPositiveFigures) {
   ASSERT_OK_AND_ASSIGN(WorkerCalibration c, MeasureCalibration("test kernel"));
   EXPECT_GT(c.gemm_gflops_one_row, 0);
@@ -90,6 +113,8 @@ TEST(CalibrationTest, MeasurementGivesPositiveFigures) {
   EXPECT_GT(c.gemm_gflops_large_m, 0);
   EXPECT_GT(c.memory_bytes_per_s, 0);
   EXPECT_EQ(c.kernel, "test kernel");
+  c.hop_ms = 0.5;  // MeasureCalibration leaves the link figures to MeasureLoopbackLink
+  c.link_bytes_per_s = 1e9;
   ASSERT_OK_AND_ASSIGN(WorkerCalibration back,
                        ParseCalibrationFile(FormatCalibrationFile("k", c), "k"));
   EXPECT_NEAR(back.gemm_gflops_large_m, c.gemm_gflops_large_m, 1e-3 * c.gemm_gflops_large_m);
