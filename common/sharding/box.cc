@@ -101,6 +101,54 @@ Box Intersect(const Box& a, const Box& b) {
   return out;
 }
 
+namespace {
+
+// Appends a minus b (disjoint boxes) to `out`; nothing when b covers a.
+void AppendDifference(const Box& a, const Box& b, std::vector<Box>* out) {
+  const Box cut = Intersect(a, b);
+  if (cut.IsEmpty()) {
+    out->push_back(a);
+    return;
+  }
+  Box rest = a;  // a restricted to the cut in the dims done so far
+  for (int d = 0; d < a.rank(); ++d) {
+    // The slabs of `rest` below and above the cut in dim d.
+    for (const Interval slab : {Interval{rest[d].begin, cut[d].begin},
+                                Interval{cut[d].end, rest[d].end}}) {
+      if (slab.empty()) continue;
+      out->push_back(rest);
+      out->back()[d] = slab;
+    }
+    rest[d] = cut[d];
+  }
+}
+
+}  // namespace
+
+std::vector<Box> SubtractBox(const Box& a, const Box& b) {
+  std::vector<Box> out;
+  AppendDifference(a, b, &out);
+  return out;
+}
+
+std::vector<Box> Uncovered(const Box& from, absl::Span<const Box> minus) {
+  std::vector<Box> left;
+  if (!from.IsEmpty()) left.push_back(from);
+  for (const Box& b : minus) {
+    if (left.empty()) break;
+    std::vector<Box> next;
+    for (const Box& piece : left) AppendDifference(piece, b, &next);
+    left = std::move(next);
+  }
+  return left;
+}
+
+int64_t UncoveredElements(const Box& from, absl::Span<const Box> minus) {
+  int64_t n = 0;
+  for (const Box& piece : Uncovered(from, minus)) n += piece.NumElements();
+  return n;
+}
+
 absl::StatusOr<Box> ParseBox(absl::string_view text) {
   absl::string_view s = absl::StripAsciiWhitespace(text);
   if (s.size() < 2 || s.front() != '[' || s.back() != ']') {

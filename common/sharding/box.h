@@ -8,6 +8,15 @@
 //
 // Text form (round-trips through ParseBox): "[0:4, 2:8]"; rank 0 is "[]".
 //
+// Subtraction: a box minus a box is at most 2 * rank disjoint boxes (per dim
+// d, the slab below and above the cut, restricted to the cut in dims < d);
+// Uncovered cuts a list of disjoint pieces by each box in turn.
+//
+//   SubtractBox([0:4, 0:6], [1:3, 2:4])
+//     == {[0:1, 0:6], [3:4, 0:6], [1:3, 0:2], [1:3, 4:6]}
+//   Uncovered([0:4, 0:6], {[0:2, 0:6], [1:3, 2:4]})
+//     == {[3:4, 0:6], [2:3, 0:2], [2:3, 4:6]}   (10 elements, disjoint)
+//
 // Boxes of rank <= 4 keep their intervals inline (no heap allocation): plans
 // hold one Box per transfer, and a full all-gather has about a million.
 #ifndef MESHSERVE_COMMON_SHARDING_BOX_H_
@@ -90,6 +99,18 @@ class Box {
 
 // Dim-wise intersection. Precondition (DCHECK): equal ranks.
 Box Intersect(const Box& a, const Box& b);
+
+// a minus b as disjoint boxes: {a} when they do not overlap (also when `a` is
+// empty), empty when b covers a. Precondition: equal ranks.
+std::vector<Box> SubtractBox(const Box& a, const Box& b);
+
+// Disjoint boxes covering exactly the elements of `from` that no box of
+// `minus` covers (empty when `from` is covered or empty). Precondition:
+// equal ranks.
+std::vector<Box> Uncovered(const Box& from, absl::Span<const Box> minus);
+
+// The number of elements of `from` inside none of `minus`.
+int64_t UncoveredElements(const Box& from, absl::Span<const Box> minus);
 
 // Parses the ToString() form. \error kInvalidArgument naming the text (also
 // for a negative begin or begin > end).

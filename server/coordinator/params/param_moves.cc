@@ -96,27 +96,6 @@ absl::Status LostError(const ParamDef& param, const Box& lost,
 
 }  // namespace
 
-std::vector<Box> SubtractBox(const Box& a, const Box& b) {
-  const Box common = Intersect(a, b);
-  if (common.IsEmpty()) return {a};
-  std::vector<Box> out;
-  Box rest = a;
-  for (int d = 0; d < a.rank(); ++d) {
-    if (rest[d].begin < common[d].begin) {
-      Box low = rest;
-      low[d] = Interval{rest[d].begin, common[d].begin};
-      out.push_back(low);
-    }
-    if (common[d].end < rest[d].end) {
-      Box high = rest;
-      high[d] = Interval{common[d].end, rest[d].end};
-      out.push_back(high);
-    }
-    rest[d] = common[d];
-  }
-  return out;
-}
-
 absl::StatusOr<std::vector<Box>> HeldCells(const ParamDef& param, const Mesh& mesh,
                                            const std::vector<int64_t>& devices) {
   MS_ASSIGN_OR_RETURN(

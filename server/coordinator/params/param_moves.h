@@ -92,9 +92,6 @@ struct CellHolders {
 absl::StatusOr<std::vector<CellHolders>> PlacementCells(const ParamDef& param,
                                                         const Placement& placement);
 
-// a \ b as disjoint boxes (empty when b covers a). Precondition: equal ranks.
-std::vector<Box> SubtractBox(const Box& a, const Box& b);
-
 }  // namespace meshserve
 
 #endif  // MESHSERVE_SERVER_COORDINATOR_PARAMS_PARAM_MOVES_H_

@@ -29,42 +29,6 @@ Box BoxAt(absl::Span<const int64_t> offset, absl::Span<const int64_t> shape) {
   return b;
 }
 
-// `from` minus `cut`: at most 2 * rank disjoint boxes.
-void Subtract(const Box& from, const Box& cut, std::vector<Box>* out) {
-  const Box inter = Intersect(from, cut);
-  if (inter.IsEmpty()) {
-    out->push_back(from);
-    return;
-  }
-  Box rest = from;
-  for (int d = 0; d < from.rank(); ++d) {
-    if (rest[d].begin < inter[d].begin) {
-      Box below = rest;
-      below[d] = {rest[d].begin, inter[d].begin};
-      out->push_back(below);
-    }
-    if (inter[d].end < rest[d].end) {
-      Box above = rest;
-      above[d] = {inter[d].end, rest[d].end};
-      out->push_back(above);
-    }
-    rest[d] = inter[d];
-  }
-}
-
-// Elements of `box` inside none of `regions`.
-int64_t Uncovered(const Box& box, const std::vector<Box>& regions) {
-  std::vector<Box> left = {box};
-  for (const Box& r : regions) {
-    std::vector<Box> next;
-    for (const Box& b : left) Subtract(b, r, &next);
-    left = std::move(next);
-  }
-  int64_t n = 0;
-  for (const Box& b : left) n += b.NumElements();
-  return n;
-}
-
 // The box [offset, offset + shape) of a tensor of `full`, defaults filled in.
 absl::Status FillBox(const ModelFile& model, const std::string& name,
                      absl::Span<const int64_t> full, absl::Span<const int64_t> offset,
@@ -130,7 +94,7 @@ absl::Status ResolveCheckpointTensor(const ModelFile& model, const std::string& 
     regions.push_back(std::move(region));
   }
   const Box whole = Box::FromShape(r.full_shape);
-  r.shape_known = read == whole.NumElements() && Uncovered(whole, regions) == 0;
+  r.shape_known = read == whole.NumElements() && UncoveredElements(whole, regions) == 0;
   MS_RETURN_IF_ERROR(FillBox(model, r.name, r.full_shape, offset, shape, r));
   const Box want = BoxAt(r.offset, r.shape);
   for (size_t i = 0; i < readers.size(); ++i) {
@@ -143,7 +107,7 @@ absl::Status ResolveCheckpointTensor(const ModelFile& model, const std::string& 
     }
     r.pieces.push_back(std::move(piece));
   }
-  r.uncovered = Uncovered(want, regions);
+  r.uncovered = UncoveredElements(want, regions);
   return absl::OkStatus();
 }
 
