@@ -61,6 +61,9 @@ int CallsInFlight::Wait(const std::vector<int64_t>& ids, const WorkerRegistry& r
                         absl::FunctionRef<void(int64_t failed)> cancel_others,
                         int* first_failed, absl::Status* first_status) {
   int abandoned = -1;
+  // A call given up before any failed is the cause: failures after it are
+  // (mostly) the peers' answers to its cancellation (ABORTED "cancelled").
+  bool abandoned_first = false;
   mu_.Lock();  // not a MutexLock: `cancel` releases it around the RPCs
   bool cancelled = false;
   auto cancel = [&](int64_t failed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -84,11 +87,12 @@ int CallsInFlight::Wait(const std::vector<int64_t>& ids, const WorkerRegistry& r
       }
     }
     if (abandoned >= 0) {
+      abandoned_first = first_failed_ < 0;
       if (!cancelled) cancel(ids[abandoned]);
       break;
     }
   }
-  *first_failed = first_failed_;
+  *first_failed = abandoned_first ? -1 : first_failed_;
   if (*first_failed >= 0) {
     *first_status = results_[*first_failed].status();
     // Every call may have returned before the wait saw the failure: the

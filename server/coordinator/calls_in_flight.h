@@ -53,7 +53,9 @@ class CallsInFlight {
   // given up at once: its peers are cancelled and the request fails over
   // instead of waiting for a stalled worker's deadline; its call finishes
   // later on its own. Returns the index of the call given up, or -1; sets
-  // the first failed call and its status. Returns at once, without blocking,
+  // the first failed call and its status, or -1 when a call was given up
+  // before any failed (the peers' failures then answer its cancellation:
+  // ABORTED "cancelled", not a cause). Returns at once, without blocking,
   // when AllOk().
   int Wait(const std::vector<int64_t>& ids, const WorkerRegistry& registry,
            absl::FunctionRef<void(int64_t failed)> cancel_others, int* first_failed,

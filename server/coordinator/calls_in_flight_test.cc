@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "server/coordinator/worker_registry.h"
 
 namespace meshserve {
 namespace {
@@ -73,6 +74,36 @@ TEST(CallsInFlightTest, TheFirstFailureSettlesAndWaitCancelsTheOthers) {
   EXPECT_EQ(first_failed, 2);
   EXPECT_TRUE(absl::IsUnavailable(first_status));
   EXPECT_EQ(cancelled, std::vector<int64_t>{12});  // the others, once, naming the cause
+}
+
+// A stalled worker declared suspect is given up and its peers cancelled;
+// their ABORTED answers to that cancellation are not the cause (fault
+// schedule: before, the first of them was reported and the request failed
+// with ABORTED instead of being retried as a lost worker).
+TEST(CallsInFlightTest, PeersAnswersToAGivenUpCallAreNotTheCause) {
+  WorkerRegistry registry(absl::Milliseconds(50), 3);
+  const absl::Time now = absl::Now();
+  absl::StatusOr<int64_t> a = registry.Register("127.0.0.1:1", 1, 1 << 20, -1, now);
+  absl::StatusOr<int64_t> b = registry.Register("127.0.0.1:2", 1, 1 << 20, -1, now);
+  ASSERT_TRUE(a.ok() && b.ok());
+  CallsInFlight calls(2);
+  registry.MarkSuspect(*b);  // stalled: its call never returns
+  int cancels = 0;
+  int first_failed = 7;
+  absl::Status first_status;
+  const int abandoned = calls.Wait(
+      {*a, *b}, registry,
+      [&](int64_t failed) {
+        EXPECT_EQ(failed, *b);
+        ++cancels;
+        // The peer answers the cancellation while the wait cancels.
+        calls.Finish(0, absl::AbortedError("request 'r' cancelled: worker 1 failed"));
+      },
+      &first_failed, &first_status);
+  EXPECT_EQ(abandoned, 1);
+  EXPECT_EQ(first_failed, -1);
+  EXPECT_EQ(cancels, 1);
+  calls.Finish(1, absl::UnavailableError("stream ended"));  // later, on its own
 }
 
 TEST(CallsInFlightTest, OnSettledRunsAtOnceWhenTheCallsSettledBefore) {

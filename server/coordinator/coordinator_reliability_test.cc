@@ -4,7 +4,9 @@
 // abandoned and retried at once instead of waiting for the stalled worker.
 // Each rule is checked through Infer and through InferAsync (the gRPC
 // ModelInfer's path), whose requests wait for their workers without a thread
-// until a call fails or runs long.
+// until a call fails or runs long. Which failures are retried, how often,
+// and a run cancelled by a failed peer (ABORTED) retried (the fault schedule,
+// tests/integration/test_fault_schedule.py).
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/coordinator/coordinator.h"
+#include "server/coordinator/infer_pipeline.h"
 #include "server/coordinator/testing/fake_cluster.h"
 #include "server/coordinator/testing/fake_model_compiler.h"
 #include "tests/testing/status_matchers.h"
@@ -371,6 +374,71 @@ TEST_P(ReliabilityTest, CompiledPlansAnswerWithoutAThreadAndOthersOnOne) {
   bad.inputs[0].shape = {2, 4};
   EXPECT_THAT(Run(bad), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(Run(Request("nope")), StatusIs(absl::StatusCode::kNotFound, "'nope'"));
+}
+
+// A worker whose send to a failed peer (or whose peer's Cancel) cancelled
+// its run answers ABORTED; when that answer reaches the coordinator first,
+// the request is retried, not failed (fault schedule: ABORTED around kills).
+TEST_P(ReliabilityTest, RunCancelledByAFailedPeerIsRetried) {
+  Start();
+  Client(workers_[0])->fake().FailExecute(
+      absl::AbortedError("request 'req7' cancelled: send of tag 'y/0' to worker 1: "
+                         "Connection reset by peer"),
+      1);
+  InferRequest r = Request("pair", 2);
+  ASSERT_OK_AND_ASSIGN(InferResponse response, Run(r));
+  EXPECT_EQ(response.outputs[0].tensor.bytes, r.inputs[0].bytes);
+  EXPECT_EQ(Client(workers_[0])->deadlines_ms().size(), 2u);  // failed once, then retried
+  EXPECT_FALSE(coordinator_->registry().IsSuspect(workers_[0]));  // ABORTED blames no one
+}
+
+// A transient failure that comes back on the retry (a worker failing twice
+// in a row, a placement that moves twice) is retried again within the
+// request's deadline: before, the second failure was final.
+TEST_P(ReliabilityTest, RetriesMoreThanOnceWithinTheDeadline) {
+  Start();
+  Client(workers_[1])->fake().FailExecute(absl::UnavailableError("connection reset"), 3);
+  InferRequest r = Request("pair", 5);
+  r.timeout = absl::Seconds(30);
+  ASSERT_OK_AND_ASSIGN(InferResponse response, Run(r));
+  EXPECT_EQ(response.outputs[0].tensor.bytes, r.inputs[0].bytes);
+  EXPECT_EQ(Client(workers_[1])->deadlines_ms().size(), 4u);  // 3 failures, then the answer
+  EXPECT_TRUE(coordinator_->registry().IsAlive(workers_[1]));
+}
+
+// ...but a worker failing every time ends at the attempts' bound with its
+// UNAVAILABLE, and the request's own errors are not retried at all.
+TEST_P(ReliabilityTest, BoundedAttemptsAndOwnErrorsNotRetried) {
+  Start();
+  Client(workers_[1])->fake().FailExecute(absl::UnavailableError("connection reset"), -1);
+  InferRequest r = Request("pair");
+  r.timeout = absl::Seconds(60);
+  EXPECT_THAT(Run(r), StatusIs(absl::StatusCode::kUnavailable, "connection reset"));
+  EXPECT_EQ(Client(workers_[1])->deadlines_ms().size(), 8u);  // kMaxAttempts
+  Client(workers_[1])->fake().FailExecute(absl::OkStatus());
+  for (int i = 0; i < 1000 && coordinator_->registry().IsSuspect(workers_[1]); ++i) {
+    absl::SleepFor(absl::Milliseconds(5));  // the control loop's probe clears it
+  }
+  Client(workers_[1])->Reset();
+  Client(workers_[0])->fake().FailExecute(absl::InvalidArgumentError("step 0: bad slice"), 1);
+  EXPECT_THAT(Run(Request("pair")), StatusIs(absl::StatusCode::kInvalidArgument, "bad slice"));
+  EXPECT_EQ(Client(workers_[1])->deadlines_ms().size(), 1u);  // one attempt
+}
+
+TEST(RetriableFailureTest, WhichFailuresAreRetried) {
+  for (bool moved : {false, true}) {
+    EXPECT_TRUE(RetriableFailure(absl::UnavailableError("worker 1 failed"), moved));
+    EXPECT_TRUE(RetriableFailure(absl::AbortedError("request 'r' cancelled"), moved));
+    EXPECT_EQ(RetriableFailure(absl::NotFoundError("generation 3 not resident"), moved), moved);
+    EXPECT_EQ(RetriableFailure(absl::FailedPreconditionError("version 2 unloaded"), moved),
+              moved);
+    EXPECT_EQ(RetriableFailure(absl::CancelledError("unloaded"), moved), moved);
+    EXPECT_FALSE(RetriableFailure(absl::InvalidArgumentError("bad input"), moved));
+    EXPECT_FALSE(RetriableFailure(absl::ResourceExhaustedError("limit"), moved));
+    EXPECT_FALSE(RetriableFailure(absl::DeadlineExceededError("its deadline"), moved));
+    EXPECT_FALSE(RetriableFailure(absl::OutOfRangeError("index"), moved));
+    EXPECT_FALSE(RetriableFailure(absl::InternalError("bug"), moved));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, ReliabilityTest, ::testing::Bool(),

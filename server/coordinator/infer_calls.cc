@@ -117,6 +117,7 @@ absl::StatusOr<InferResponse> AssembleResponse(const ValidatedRequest& v,
   response.model = request.model;
   response.id = request.id;
   response.generation = placement.generation;
+  response.param_version = request.param_version > 0 ? request.param_version : placement.version;
   for (const PlanOutput& out : plan.outputs) {
     if (std::find(v.outputs.begin(), v.outputs.end(), out.name) == v.outputs.end()) continue;
     MS_ASSIGN_OR_RETURN(InferOutput result, AssembleOutput(out, plan, by_worker));

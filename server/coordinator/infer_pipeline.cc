@@ -220,7 +220,8 @@ absl::StatusOr<InferResponse> InferPipeline::RunAttempts(const ValidatedRequest&
                                                          InferRecorder* recorder,
                                                          std::optional<AttemptResult> first) {
   absl::Status last;
-  const int attempts = request.decode != nullptr ? 1 : 2;  // a step is not idempotent
+  // A decode step is not idempotent (it extends the workers' KV caches).
+  const int attempts = request.decode != nullptr ? 1 : kMaxAttempts;
   int lost_retries = 0;  // programs installed again: not counted as attempts
   for (int attempt = 0; attempt < attempts; ++attempt) {
     AttemptResult now;
@@ -230,6 +231,7 @@ absl::StatusOr<InferResponse> InferPipeline::RunAttempts(const ValidatedRequest&
     } else {
       now.placement = placements_->CurrentPlacement(request.model);
       if (now.placement == nullptr) {
+        if (!last.ok()) return last;  // a retry waited for a placement (WaitToRetry)
         return Unavailable("model '", request.model, "' is not placed yet (waiting for ",
                            options_.min_workers, " workers)");
       }
@@ -259,31 +261,53 @@ absl::StatusOr<InferResponse> InferPipeline::RunAttempts(const ValidatedRequest&
       --attempt;
       continue;
     }
-    if (!absl::IsUnavailable(last)) return std::move(now.response);
-    // A worker failed. Inference is idempotent, so retry once: on the new
-    // generation if the model moves soon (the control loop probes the suspect
-    // and re-places without it), or on the same one if the probe finds the
-    // worker alive (a transient failure, e.g. a worker that joined in this
-    // generation and timed out dialling a peer). Give up when the worker is
-    // still suspect and nothing moved within retry_wait or the deadline.
-    const int64_t old_generation = now.placement->generation;
-    const int64_t failed_worker = now.failed_worker;
-    const absl::Time give_up = std::min(absl::Now() + options_.retry_wait, deadline);
-    bool moved = false;
-    bool alive = false;
-    while (absl::Now() < give_up && !moved && !alive) {
-      absl::SleepFor(absl::Milliseconds(20));
-      std::shared_ptr<const Placement> placement = placements_->CurrentPlacement(request.model);
-      moved = placement != nullptr && placement->generation != old_generation;
-      alive = failed_worker >= 0 && registry_->IsAlive(failed_worker) &&
-              !registry_->IsSuspect(failed_worker);
-    }
-    if (!moved && !alive) return last;
-    MS_LOG(INFO) << "retrying request on model '" << request.model << "' ("
-                 << (moved ? "new generation" : "worker alive") << ") after worker "
-                 << failed_worker << " failed: " << last;
+    if (!WaitToRetry(request.model, now, deadline)) return std::move(now.response);
   }
   return last;
+}
+
+bool InferPipeline::WaitToRetry(const std::string& model, const AttemptResult& now,
+                                absl::Time deadline) {
+  const Placement& old = *now.placement;
+  auto moved = [&] {
+    std::shared_ptr<const Placement> current = placements_->CurrentPlacement(model);
+    return current != nullptr &&
+           (current->generation != old.generation || current->version != old.version);
+  };
+  if (!RetriableFailure(now.response.status(), moved())) return false;
+  // Inference is idempotent: retry on the new generation if the model moves
+  // soon (the control loop probes a suspect and re-places without it), or on
+  // the same one once the failed worker and every worker of the placement
+  // are alive and not suspect (a transient failure, e.g. a worker that joined
+  // in this generation and timed out dialling a peer, or a peer's
+  // cancellation whose cause was transient). Give up when nothing moved and
+  // some worker is still suspect within retry_wait or the deadline.
+  auto usable = [&] {
+    if (now.failed_worker < 0) return false;  // not a worker's failure: wait for a move
+    for (const auto& [id, address] : old.worker_addresses) {
+      if (!registry_->IsAlive(id) || registry_->IsSuspect(id)) return false;
+    }
+    return registry_->IsAlive(now.failed_worker) && !registry_->IsSuspect(now.failed_worker);
+  };
+  const absl::Time give_up = std::min(absl::Now() + options_.retry_wait, deadline);
+  while (absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+    const bool is_moved = moved();
+    if (is_moved || usable()) {
+      MS_LOG(INFO) << "retrying request on model '" << model << "' ("
+                   << (is_moved ? "new generation or version" : "workers alive")
+                   << ") after worker " << now.failed_worker
+                   << " failed: " << now.response.status();
+      return true;
+    }
+  }
+  return false;
+}
+
+bool RetriableFailure(const absl::Status& failure, bool placement_moved) {
+  if (absl::IsUnavailable(failure) || absl::IsAborted(failure)) return true;
+  return placement_moved && (absl::IsNotFound(failure) || absl::IsFailedPrecondition(failure) ||
+                             absl::IsCancelled(failure));
 }
 
 }  // namespace meshserve

@@ -21,14 +21,23 @@
 // CANCELLED) fails the attempt with UNAVAILABLE naming the worker; the other
 // workers get Cancel, the worker is marked suspect (the control step probes
 // it and marks it dead when the probe fails), and the request is retried
-// once (inference is idempotent): on the new generation if the model moves
-// within options.retry_wait, or on the same one if the probe finds the worker
-// alive (a transient failure). A worker that answers NOT_FOUND "unknown
-// program" lost the plan's program (e.g. the uninstall of an evicted plan of
-// the same id came after it was installed again): the cache forgets the plan
-// and the request is retried at once, installing it again (up to 3 times,
-// besides the retry after a lost worker). The retry's error is final. A call
-// in flight
+// (inference is idempotent; up to kMaxAttempts within its deadline): on the
+// new generation or version if the model moves within options.retry_wait,
+// or on the same one once the failed worker and every worker of the
+// placement are alive and not suspect (a transient failure). Retried too
+// (RetriableFailure): a worker's ABORTED (its run cancelled because a peer
+// failed: its send to the dead peer, or the peer's Cancel, reached the
+// coordinator before the peer's own failure did), and NOT_FOUND,
+// FAILED_PRECONDITION or CANCELLED from a placement the model has left (its
+// generation or version unloaded under the request). Never retried: the
+// request's own errors (bad input, RESOURCE_EXHAUSTED, its deadline). Each
+// attempt runs on one placement (one generation and version), so no answer
+// mixes two, and a retry takes the current one, never an older one. A
+// worker that answers NOT_FOUND "unknown program" lost the plan's program
+// (e.g. the uninstall of an evicted plan of the same id came after it was
+// installed again): the cache forgets the plan and the request is retried at
+// once, installing it again (up to 3 times, besides the other retries). The
+// last attempt's error is final. A call in flight
 // on a worker the registry declares dead or suspect is given up at once (its
 // peers are cancelled, the request retried) rather than awaited until its
 // deadline. Each worker gets the time left (ExecuteCall.deadline_ms), and a
@@ -112,6 +121,8 @@ class InferPipeline {
 
  private:
   static constexpr int kMaxLostProgramRetries = 3;
+  // Attempts of an idempotent request (each retry after WaitToRetry).
+  static constexpr int kMaxAttempts = 8;
   struct Call;  // one request, from arrival to its answer (infer_pipeline.cc)
   // What one attempt of a request made.
   struct AttemptResult {
@@ -155,17 +166,26 @@ class InferPipeline {
   absl::StatusOr<Batcher*> AdmitRequest(const std::string& model, bool may_batch,
                                         bool* admitted) ABSL_LOCKS_EXCLUDED(mu_);
   void ReleaseInflight(const std::string& model) ABSL_LOCKS_EXCLUDED(mu_);
-  // The attempts of an admitted request: one, and a second after a worker
-  // failed (kUnavailable) once the model moved or the worker proved alive,
-  // and at once, up to kMaxLostProgramRetries times and not counted as an
+  // The attempts of an admitted request: up to kMaxAttempts (one for a
+  // decode step, which is not idempotent), each retry after a retriable
+  // failure (RetriableFailure) once WaitToRetry says it may succeed; and at
+  // once, up to kMaxLostProgramRetries times and not counted as an
   // attempt, after a worker lost the plan's program (NOT_FOUND "unknown
   // program": an uninstall of the evicted plan of the same id raced its
   // install again; the plan is forgotten, so the retry installs it again).
+  // Every attempt runs on one placement (one generation, one version), so an
+  // answer is never mixed; a retry runs on the current one, never older.
   // `first`: the first attempt, already run (an asynchronous call's).
   absl::StatusOr<InferResponse> RunAttempts(const ValidatedRequest& v,
                                             const InferRequest& request, absl::Time deadline,
                                             InferRecorder* recorder,
                                             std::optional<AttemptResult> first);
+  // After `now` failed: whether to retry, having waited (at most
+  // options.retry_wait, never past `deadline`) until the model moved to a new
+  // generation or version, or `now`'s failed worker and every worker of its
+  // placement are alive and not suspect. False at once for a failure that is
+  // not retriable.
+  bool WaitToRetry(const std::string& model, const AttemptResult& now, absl::Time deadline);
 
   // infer_pipeline_attempt.cc. One attempt: StartRun, then FinishRun. Sets
   // *failed_worker to a worker whose failure failed it. `deadline`: the
@@ -217,6 +237,12 @@ class InferPipeline {
   // batch in flight runs through the members above).
   std::map<std::string, std::unique_ptr<Batcher>> batchers_ ABSL_GUARDED_BY(mu_);
 };
+
+// Whether a failed attempt may be retried (InferPipeline's file comment):
+// UNAVAILABLE and ABORTED always; NOT_FOUND, FAILED_PRECONDITION and
+// CANCELLED when the model has moved off the attempt's placement
+// (`placement_moved`: a new generation or version). Nothing else.
+bool RetriableFailure(const absl::Status& failure, bool placement_moved);
 
 }  // namespace meshserve
 

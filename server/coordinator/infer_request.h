@@ -69,6 +69,10 @@ struct InferResponse {
   std::string model;
   std::string id;
   int64_t generation = 0;
+  // The param version the answer was computed with (the request's pinned
+  // version, else the placement's); reported as the response parameter
+  // "param_version", so a client can check the answer against that version.
+  int64_t param_version = 0;
   std::vector<InferOutput> outputs;
   int64_t batch_size = 0;  // rows of the batched execution (batcher.h); 0: unbatched
   int64_t queue_us = 0;    // time queued for batching

@@ -96,6 +96,9 @@ void InferResponseToProto(InferResponse response, inference::ModelInferResponse*
   proto->set_model_name(response.model);
   proto->set_model_version("1");
   proto->set_id(response.id);
+  if (response.param_version > 0) {
+    (*proto->mutable_parameters())["param_version"].set_int64_param(response.param_version);
+  }
   if (response.batch_size > 0) {  // a batched model (batcher.h)
     (*proto->mutable_parameters())["batch_size"].set_int64_param(response.batch_size);
     (*proto->mutable_parameters())["queue_us"].set_int64_param(response.queue_us);
