@@ -13,8 +13,16 @@
 //   memory bandwidth                      ~10 GB/s per core
 // The link and hop defaults are the reshard planner's (CollectiveCostModel,
 // common/sharding/reshard_plan.h), kept in that one place.
-// A later calibration (issue 35 item 2: workers measure and report them)
-// fills the same struct; nothing here reads a flag or a file.
+// A cluster's calibration (server/worker/calibration.h, via
+// target_figures.h) fills the same struct; nothing here reads a flag or a file.
+//
+// Rates are per core: the calibration measures them per CPU-second. Workers
+// sharing a host share its cores: with w = min(N, workers_per_host) workers
+// of t BLAS threads each on a host of host_cores cores, every compute term
+// (GEMMs, elementwise layers, the weight read) takes
+//   HostSlowdown = max(1, w t / host_cores)
+// times longer (host_cores = 0: unknown, no slowdown). Load from other
+// processes on the host is not priced.
 //
 // Thread-safety: a plain value.
 #ifndef MESHSERVE_SERVER_SUGGEST_COST_FIGURES_H_
@@ -35,6 +43,11 @@ struct CostFigures {
   double link_bytes_per_s = CollectiveCostModel{}.link_bytes_per_s;  // one worker's sends
   double hop_ms = CollectiveCostModel{}.hop_s * 1e3;  // one round of peer messages
   double memory_bytes_per_s = 10e9;    // one worker reading its params
+  // Host sharing (above): 0 = unknown (no slowdown); workers_per_host 0 = all
+  // the N workers on one host.
+  int64_t host_cores = 0;
+  int64_t workers_per_host = 0;
+  int64_t threads_per_worker = 1;
   // The coordinator's part of every request (decode, fan-out, gather): two
   // hops, independent of the layout.
   double request_overhead_ms = 0.4;

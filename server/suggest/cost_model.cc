@@ -59,6 +59,27 @@ std::string TypesKey(const TypedModel& typed, const Mesh& mesh) {
 
 }  // namespace
 
+double HostSlowdown(const CostFigures& figures, int64_t num_workers) {
+  if (figures.host_cores <= 0) return 1.0;
+  const int64_t on_host = figures.workers_per_host > 0
+                              ? std::min(num_workers, figures.workers_per_host)
+                              : num_workers;
+  const double demand =
+      static_cast<double>(on_host * std::max<int64_t>(1, figures.threads_per_worker));
+  return std::max(1.0, demand / static_cast<double>(figures.host_cores));
+}
+
+double LayerComputeMs(const LayerPlanInfo& layer, const ArrayType* result,
+                      const CostFigures& figures) {
+  if (!layer.op.has_value()) return 0;  // the outputs' gather: network only
+  if (layer.max_device_flops > 0) {
+    const int64_t rows = result != nullptr ? LocalRows(*result) : 1;
+    return static_cast<double>(layer.max_device_flops) / GemmRate(rows, figures) * 1e3;
+  }
+  if (result == nullptr) return 0;
+  return 3.0 * static_cast<double>(LocalBytes(*result)) / figures.memory_bytes_per_s * 1e3;
+}
+
 CompileOptions CompileOptionsFor(const CostFigures& figures) {
   CompileOptions options;
   options.reshard.cost.link_bytes_per_s = figures.link_bytes_per_s;
@@ -84,14 +105,11 @@ absl::StatusOr<Prediction> PredictAtShape(const ModelFile& model, const Mesh& me
   Prediction p;
   p.param_bytes_per_worker = ParamBytesPerDevice(typed);
   p.types_key = TypesKey(typed, mesh);
-  double gemm_s = 0;
+  double compute_ms = 0;
   for (const LayerPlanInfo& layer : plan.layers) {
     for (const CollectiveInfo& c : layer.collectives) p.rounds += c.rounds;
     p.bytes_per_request += layer.bytes_moved;
-    if (layer.max_device_flops <= 0) continue;
-    const ArrayType* type = typed.Find(layer.layer);
-    const int64_t rows = type != nullptr ? LocalRows(*type) : 1;
-    gemm_s += static_cast<double>(layer.max_device_flops) / GemmRate(rows, figures);
+    compute_ms += LayerComputeMs(layer, typed.Find(layer.layer), figures);
   }
   for (const auto& [name, shape] : shapes) {
     if (const ArrayType* t = typed.Find(name)) p.bytes_per_request += t->NumBytes();
@@ -100,10 +118,12 @@ absl::StatusOr<Prediction> PredictAtShape(const ModelFile& model, const Mesh& me
     if (const ArrayType* t = typed.Find(out)) p.bytes_per_request += t->NumBytes();
   }
   const double n = static_cast<double>(mesh.num_devices());
-  p.gemm_ms = gemm_s * 1e3;
+  const double slowdown = HostSlowdown(figures, mesh.num_devices());
+  p.gemm_ms = slowdown * compute_ms;
   p.network_ms = static_cast<double>(p.bytes_per_request) / (n * figures.link_bytes_per_s) * 1e3 +
                  static_cast<double>(p.rounds) * figures.hop_ms;
-  p.memory_ms = static_cast<double>(p.param_bytes_per_worker) / figures.memory_bytes_per_s * 1e3;
+  p.memory_ms = slowdown * static_cast<double>(p.param_bytes_per_worker) /
+                figures.memory_bytes_per_s * 1e3;
   p.predicted_ms = figures.request_overhead_ms + p.gemm_ms + p.network_ms + p.memory_ms;
   return p;
 }

@@ -3,13 +3,19 @@
 // layout on N workers, one mesh device per worker.
 //
 //   predicted_ms = request_overhead
-//                + sum over dot layers of  flops(busiest device) / rate(class)
+//                + s * sum over layers of LayerComputeMs
 //                + bytes_per_request / (N * link_bytes_per_s)
 //                + rounds * hop_ms
-//                + param_bytes_per_worker / memory_bytes_per_s
-// where class is the GEMM's rows per device M (the layer result's local
-// elements over its last dim): one row (M == 1), small (M <= small_m_max_rows)
-// or large; bytes_per_request is the plan's network bytes (every collective of
+//                + s * param_bytes_per_worker / memory_bytes_per_s
+//   LayerComputeMs = flops(busiest device) / rate(class)        a dot layer
+//                  = 3 * local result bytes / memory_bytes_per_s  any other
+// where s = HostSlowdown(figures, N) (cost_figures.h: workers sharing a
+// host's cores), class is the GEMM's rows per device M (the layer result's
+// local elements over its last dim): one row (M == 1), small (M <=
+// small_m_max_rows) or large. An elementwise layer (silu, mul, add, norms,
+// ...) streams its operands and writes its result: two reads and a write of
+// its result's size (measured: at 256 rows the SwiGLU block's silu and mul
+// are ~3% of the worker's time, the GEMMs ~90%). bytes_per_request is the plan's network bytes (every collective of
 // every layer, at worker granularity) and the inputs scattered to and the
 // outputs gathered from the workers; rounds sums the planner's rounds of peer
 // messages over every collective (1 for a direct one, 2 for a two-phase
@@ -47,7 +53,9 @@ struct Prediction {
   int64_t bytes_per_request = 0;
   int64_t rounds = 0;
   int64_t param_bytes_per_worker = 0;
-  double gemm_ms = 0, network_ms = 0, memory_ms = 0;  // the terms
+  // The terms: gemm_ms is every layer's LayerComputeMs (GEMMs and
+  // elementwise layers), memory_ms the weight read, both times HostSlowdown.
+  double gemm_ms = 0, network_ms = 0, memory_ms = 0;
   // The mesh and every value's type with axes of size 1 left out: layouts
   // with equal keys type (and so compile and serve) identically.
   std::string types_key;
@@ -56,6 +64,18 @@ struct Prediction {
 // Compile options whose planner cost model is `figures`' link bandwidth and
 // hop latency (hop_ms / 1e3 seconds).
 CompileOptions CompileOptionsFor(const CostFigures& figures);
+
+// max(1, min(N, workers_per_host) * threads_per_worker / host_cores); 1 when
+// host_cores is 0 (unknown).
+double HostSlowdown(const CostFigures& figures, int64_t num_workers);
+
+// One layer's compute time on its busiest device at one core's rates (not yet
+// times HostSlowdown): a dot's flops at its shape class's rate, or an
+// elementwise layer's 3 x result bytes at memory bandwidth; 0 for the
+// outputs' gather (no op). `result` is the layer's typed result (nullptr: a
+// dot counts as one row, another layer as 0).
+double LayerComputeMs(const LayerPlanInfo& layer, const ArrayType* result,
+                      const CostFigures& figures);
 
 // The typed model's params: the bytes of each one's local shard, summed.
 int64_t ParamBytesPerDevice(const TypedModel& typed);

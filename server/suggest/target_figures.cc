@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +18,43 @@ double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// "host" of "host:port" (the whole address without a ':').
+std::string HostOf(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  return colon == std::string::npos ? address : address.substr(0, colon);
+}
+
+// workers_per_host, host_cores and threads_per_worker from every worker's
+// address, cores and BLAS threads (cost_figures.h: host sharing).
+void SetHostSharing(const ClusterStatusResponse& status, CostFigures* out) {
+  std::map<std::string, int64_t> per_host;
+  int64_t cores = 0, threads = 0;
+  for (const ClusterStatusResponse::Worker& w : status.workers()) {
+    if (!w.healthy()) continue;
+    ++per_host[HostOf(w.address())];
+    if (w.cores() > 0) cores = cores == 0 ? w.cores() : std::min<int64_t>(cores, w.cores());
+    threads = std::max<int64_t>(threads, w.blas_threads());
+  }
+  for (const auto& [host, n] : per_host) out->workers_per_host = std::max(out->workers_per_host, n);
+  if (cores > 0) out->host_cores = cores;
+  if (threads > 0) out->threads_per_worker = threads;
+}
+
+// hop_ms and link_bytes_per_s: the median over the workers that report both
+// (the defaults' when none does).
+void SetLink(const ClusterStatusResponse& status, CostFigures* out) {
+  std::vector<double> hops, links;
+  for (const ClusterStatusResponse::Worker& w : status.workers()) {
+    if (!(w.hop_ms() > 0 && w.link_bytes_per_s() > 0)) continue;
+    if (!std::isfinite(w.hop_ms()) || !std::isfinite(w.link_bytes_per_s())) continue;
+    hops.push_back(w.hop_ms());
+    links.push_back(w.link_bytes_per_s());
+  }
+  if (hops.empty()) return;
+  out->hop_ms = Median(std::move(hops));
+  out->link_bytes_per_s = Median(std::move(links));
 }
 
 }  // namespace
@@ -61,6 +100,8 @@ absl::StatusOr<CostFigures> FiguresFromClusterStatus(const ClusterStatusResponse
     }
     out.*f.set = Median(std::move(values));
   }
+  SetLink(status, &out);
+  SetHostSharing(status, &out);
   return out;
 }
 

@@ -5,8 +5,13 @@
 //   gemm_gflops_{one_row,small_m,large_m}, memory_bytes_per_s:
 //       median over reporting workers (mean of the middle two for an even
 //       count); a worker reports once its gemm_gflops_large_m is > 0;
-//   link_bytes_per_s, hop_ms, request_overhead_ms, small_m_max_rows:
-//       `defaults`' (not measured yet);
+//   hop_ms, link_bytes_per_s: median over the workers reporting both
+//       (calibration.h's loopback link, Status fields 14-15), else `defaults`';
+//   host_cores: the fewest cores a healthy worker reports; workers_per_host:
+//       the most healthy workers at one address host; threads_per_worker:
+//       the most BLAS threads a worker reports (each kept from `defaults`
+//       when no worker reports it);
+//   request_overhead_ms, small_m_max_rows: `defaults`';
 //   source = "target" .
 //
 // Thread-safety: pure functions.

@@ -4,6 +4,8 @@
 // the defaults, and the errors.
 #include "server/suggest/target_figures.h"
 
+#include "server/suggest/cost_model.h"
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
@@ -47,6 +49,40 @@ TEST(TargetFiguresTest, MedianOverReportingWorkers) {
   EXPECT_EQ(f.gemm_gflops_small_m, 50);
   EXPECT_EQ(f.gemm_gflops_large_m, 250);
   EXPECT_EQ(f.memory_bytes_per_s, 11e9);
+}
+
+// The link figures are the median over workers reporting both; host sharing
+// counts healthy workers per address host and takes the fewest cores.
+TEST(TargetFiguresTest, LinkAndHostSharing) {
+  ClusterStatusResponse s;
+  AddWorker(&s, 0, 10, 40, 100, 8e9);
+  AddWorker(&s, 1, 10, 40, 100, 8e9);
+  AddWorker(&s, 2, 10, 40, 100, 8e9);
+  AddWorker(&s, 3, 10, 40, 100, 8e9);
+  const char* addresses[] = {"10.0.0.1:5001", "10.0.0.1:5002", "10.0.0.1:5003", "10.0.0.2:5001"};
+  const int cores[] = {8, 8, 8, 4};
+  const double hops[] = {0.02, 0.04, 0, 0.03};  // worker 2 reports no link
+  const double links[] = {3e9, 5e9, 0, 4e9};
+  for (int i = 0; i < 4; ++i) {
+    auto* w = s.mutable_workers(i);
+    w->set_address(addresses[i]);
+    w->set_healthy(true);
+    w->set_cores(cores[i]);
+    w->set_blas_threads(2);
+    w->set_hop_ms(hops[i]);
+    w->set_link_bytes_per_s(links[i]);
+  }
+  CostFigures defaults;
+  ASSERT_OK_AND_ASSIGN(CostFigures f, FiguresFromClusterStatus(s, defaults));
+  EXPECT_EQ(f.hop_ms, 0.03);
+  EXPECT_EQ(f.link_bytes_per_s, 4e9);
+  EXPECT_EQ(f.workers_per_host, 3);
+  EXPECT_EQ(f.host_cores, 4);
+  EXPECT_EQ(f.threads_per_worker, 2);
+  // 3 workers x 2 threads on 4 cores: 1.5x; 1 worker: no slowdown.
+  EXPECT_DOUBLE_EQ(HostSlowdown(f, 4), 1.5);
+  EXPECT_DOUBLE_EQ(HostSlowdown(f, 1), 1.0);
+  EXPECT_DOUBLE_EQ(HostSlowdown(CostFigures{}, 8), 1.0);  // cores unknown
 }
 
 TEST(TargetFiguresTest, NoFiguresOrABadOneIsAnError) {
