@@ -358,10 +358,11 @@ absl::StatusOr<Tensor> DotGeneralInPlace(const Tensor& lhs, const StridedMatrix&
   if (M == 1) {
     cblas_sgemv(CblasRowMajor, w_nk ? CblasNoTrans : CblasTrans, static_cast<int>(w.rows),
                 static_cast<int>(w.cols), 1.0f, w.data, ld, a, 1, 0.0f, out.data<float>(), 1);
-  } else if (w.row_stride == w.cols && M <= SmallMMaxRows(DType::kFloat32, DefaultSmallMIsa())) {
-    // Contiguous (a slice of rows): streamed once for all rows, as DotGeneral.
-    GemmSmallM(a, M, K, {w.data, DType::kFloat32, w_nk}, N, out.data<float>(), BlasThreads(),
-               DefaultSmallMIsa());
+  } else if (M <= SmallMMaxRows(DType::kFloat32, DefaultSmallMIsa())) {
+    // Streamed once for all rows, as DotGeneral, in place at its row stride
+    // (a slice of columns too: cblas_sgemm would pack the whole slice per call).
+    GemmSmallM(a, M, K, {w.data, DType::kFloat32, w_nk, w.row_stride}, N, out.data<float>(),
+               BlasThreads(), DefaultSmallMIsa());
   } else {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, w_nk ? CblasTrans : CblasNoTrans,
                 static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), 1.0f, a,

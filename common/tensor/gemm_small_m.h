@@ -85,16 +85,21 @@ inline int64_t SmallMMaxRows(DType weights, SmallMIsa isa) {
   return isa == SmallMIsa::kAvx512 ? kSmallMMaxFloat32Avx512 : kSmallMMaxFloat32;
 }
 
-// The weight operand: `data` holds K * N elements of `dtype` (kFloat32 or
-// kBFloat16) in layout [K, N], or [N, K] when `transposed`.
+// The weight operand: `data` holds the elements of `dtype` (kFloat32 or
+// kBFloat16) in layout [K, N], or [N, K] when `transposed`, each row
+// `row_stride` elements after the previous one (0: dense, i.e. N, or K when
+// transposed; a larger stride reads a block of columns of a wider matrix in
+// place, as DotGeneralInPlace's param slices).
 struct SmallMWeights {
   const void* data = nullptr;
   DType dtype = DType::kFloat32;
   bool transposed = false;
+  int64_t row_stride = 0;
 };
 
 // c[M, N] (row stride N) = a[M, K] (row stride K) . w. Preconditions (the
 // caller's, unchecked): m, k, n >= 1; w.dtype is kFloat32 or kBFloat16;
+// w.row_stride is 0 or at least the row length (N, or K when transposed);
 // SmallMIsaSupported(isa); buffers do not overlap.
 void GemmSmallM(const float* a, int64_t m, int64_t k, const SmallMWeights& w, int64_t n,
                 float* c, int threads, SmallMIsa isa);

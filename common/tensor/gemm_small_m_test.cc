@@ -130,6 +130,51 @@ TEST(GemmSmallMTest, EveryIsaLayoutAndDtypeMatchesNaiveOnOddSizes) {
   }
 }
 
+// Weights read in place at a row stride (a block of columns of a wider
+// matrix, as DotGeneralInPlace's param slices): the rows sit `pad` elements
+// apart beyond their length, the gaps hold NaN (read by mistake, they would
+// poison the result), and the result matches the dense reference.
+void ExpectStridedMatchesNaive(const Problem& p, int64_t pad, int threads, SmallMIsa isa) {
+  const int64_t rows = p.transposed ? p.n : p.k, cols = p.transposed ? p.k : p.n;
+  const int64_t stride = cols + pad;
+  std::vector<float> wf(static_cast<size_t>(rows * stride), NAN);
+  std::vector<uint16_t> wb(wf.size(), FloatToBFloat16(NAN));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t q = 0; q < cols; ++q) {
+      wf[r * stride + q] = p.w[r * cols + q];
+      if (p.dtype == DType::kBFloat16) wb[r * stride + q] = p.wb[r * cols + q];
+    }
+  }
+  SmallMWeights w = p.Weights();
+  w.data = p.dtype == DType::kBFloat16 ? static_cast<const void*>(wb.data())
+                                       : static_cast<const void*>(wf.data());
+  w.row_stride = stride;
+  std::vector<float> got(static_cast<size_t>(p.m * p.n), NAN);
+  GemmSmallM(p.a.data(), p.m, p.k, w, p.n, got.data(), threads, isa);
+  std::vector<float> want(got.size(), NAN);
+  GemmSmallM(p.a.data(), p.m, p.k, p.Weights(), p.n, want.data(), threads, isa);
+  ExpectMatchesNaive(p, threads, isa);  // the dense result against float64
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i], want[i]) << "element " << i << " stride " << stride;  // same order of sums
+  }
+}
+
+TEST(GemmSmallMTest, RowStrideReadsColumnBlocksInPlaceOnEveryIsa) {
+  std::mt19937 rng(17);
+  for (SmallMIsa isa : SupportedIsas()) {
+    for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+      for (bool transposed : {false, true}) {
+        for (int64_t m : {1, 2, 5, 8, 16, 17}) {
+          SCOPED_TRACE(::testing::Message() << SmallMIsaName(isa) << " " << DTypeName(dtype)
+                                            << (transposed ? " [N,K]" : " [K,N]") << " M=" << m);
+          ExpectStridedMatchesNaive(MakeProblem(m, 131, 67, transposed, dtype, &rng), 13, 1, isa);
+          ExpectStridedMatchesNaive(MakeProblem(m, 40, 200, transposed, dtype, &rng), 40, 2, isa);
+        }
+      }
+    }
+  }
+}
+
 TEST(GemmSmallMTest, NarrowTilesAndScalarColumnsAtEveryEdge) {
   // N around tile (2-3 vectors) and vector widths, so blocks end in a
   // narrower tile (1 or 2 vectors) and/or a scalar tail; N = 2048 + 40 and
