@@ -106,17 +106,7 @@ absl::StatusOr<std::vector<RulesCaseOutcome>> RunRulesCaseFile(absl::string_view
 }
 
 Json SpecToJson(const ArrayType& type) {
-  Json spec = Json::array();
-  for (const PartitionSpec::Entry& e : rules::ExplicitEntries(type)) {
-    if (e.empty()) {
-      spec.push_back(nullptr);
-    } else if (e.size() == 1) {
-      spec.push_back(e[0]);
-    } else {
-      spec.push_back(Json(e));
-    }
-  }
-  return spec;
+  return PartitionSpecToJson(PartitionSpec(rules::ExplicitEntries(type)));
 }
 
 Json RulesOutcomeToJson(const RulesCaseOutcome& outcome) {

@@ -119,6 +119,15 @@ absl::StatusOr<PartitionSpec> PartitionSpecFromJson(const Json& j, absl::string_
   return spec.WithUnreduced(std::move(unreduced));
 }
 
+Json PartitionSpecToJson(const PartitionSpec& spec) {
+  Json list = Json::array();
+  for (const PartitionSpec::Entry& e : spec.entries()) {  // None, an axis, or a tuple
+    list.push_back(e.empty() ? Json(nullptr) : e.size() == 1 ? Json(e[0]) : Json(e));
+  }
+  if (spec.unreduced().empty()) return list;
+  return Json{{"spec", std::move(list)}, {"unreduced", Json(spec.unreduced())}};
+}
+
 absl::StatusOr<ReshardEndpoint> ReshardEndpointFromJson(const Json& j, absl::string_view path,
                                                         absl::Span<const int64_t> shape,
                                                         DType dtype) {

@@ -22,6 +22,8 @@
 //
 // Every error is kInvalidArgument and starts with the field path.
 //
+// Encoding (PartitionSpecToJson) writes the list form, the decoder's inverse.
+//
 // Thread-safety: pure functions.
 #ifndef MESHSERVE_COMMON_JSON_SHARDING_JSON_H_
 #define MESHSERVE_COMMON_JSON_SHARDING_JSON_H_
@@ -53,6 +55,11 @@ absl::StatusOr<Mesh> MeshFromJson(const Json& j, absl::string_view path,
 //   empty names; unknown object keys ("unknown field 'specs'"); the parse
 //   errors of a P(...) string prefixed with `path`.
 absl::StatusOr<PartitionSpec> PartitionSpecFromJson(const Json& j, absl::string_view path);
+
+// The list grammar above (null / "axis" / ["a", "b"] per dim), wrapped in
+// {"spec", "unreduced"} when `spec` has unreduced axes. Round-trips through
+// PartitionSpecFromJson.
+Json PartitionSpecToJson(const PartitionSpec& spec);
 
 // \error a missing "mesh" or "spec" ("missing field 'mesh' in <path>"),
 //   the errors above, MakeArrayType's errors prefixed with `path`, or a

@@ -71,6 +71,19 @@ TEST(PartitionSpecFromJsonTest, RejectsWithThePathAndTheEntry) {
   EXPECT_THAT(Spec(R"j("P(x")j"), StatusIs(kInvalid, "spec: "));
 }
 
+TEST(PartitionSpecToJsonTest, WritesTheListFormAndRoundTrips) {
+  EXPECT_EQ(PartitionSpecToJson(PartitionSpec()), Json::parse("[]"));
+  const PartitionSpec spec({{"x"}, {}, {"y", "z"}});
+  EXPECT_EQ(PartitionSpecToJson(spec), Json::parse(R"(["x", null, ["y", "z"]])"));
+  const PartitionSpec unreduced({{}, {"x"}}, {"y"});
+  EXPECT_EQ(PartitionSpecToJson(unreduced),
+            Json::parse(R"({"spec": [null, "x"], "unreduced": ["y"]})"));
+  for (const PartitionSpec& s : {PartitionSpec(), spec, unreduced}) {
+    ASSERT_OK_AND_ASSIGN(PartitionSpec back, PartitionSpecFromJson(PartitionSpecToJson(s), "s"));
+    EXPECT_EQ(back, s);
+  }
+}
+
 TEST(ReshardEndpointFromJsonTest, DecodesAndValidates) {
   const int64_t shape[] = {4};
   ASSERT_OK_AND_ASSIGN(
