@@ -164,6 +164,10 @@ absl::StatusOr<BoxTensor> BoxTensorFromSlice(const SliceIr& slice) {
   return BoxTensor::Wrap(std::move(box), std::move(tensor));
 }
 
+bool ReadsInPlace(const ComputeStepIr& step, size_t index) {
+  return step.op == ComputeOp::kDotGeneral && step.inputs.size() == 2 && index == 1;
+}
+
 std::optional<Box> ParamSliceBoxOf(const CopyStepIr& copy) {
   if (!IsParamBuffer(copy.src) || copy.src_device != copy.dst_device || copy.accumulate ||
       copy.dtype.value_or(DType::kFloat32) != DType::kFloat32) {

@@ -60,6 +60,14 @@ absl::StatusOr<BoxTensor> BoxTensorFromSlice(const SliceIr& slice);
 // server/compiler/param_only.h); bad boxes are nullopt.
 std::optional<Box> ParamSliceBoxOf(const CopyStepIr& copy);
 
+// Whether `step` may read input `index` as such a slice in place
+// (compute_step.h rhs_in_place) instead of a buffer: the rhs (input 1) of a
+// dot_general of two inputs. The one rule for the worker, which passes a
+// slice it holds for such an input (server/worker/program_run.cc), and the
+// compiler, which leaves unmade a slice read only this way
+// (server/compiler/param_only.cc).
+bool ReadsInPlace(const ComputeStepIr& step, size_t index);
+
 }  // namespace meshserve
 
 #endif  // MESHSERVE_COMMON_PROGRAM_IR_CONV_H_

@@ -41,5 +41,19 @@ TEST(IrConvTest, CoreTypesRoundTripThroughTheIr) {
   EXPECT_THAT(MeshFromIr(MeshToIr(mesh)), IsOkAndHolds(mesh));
 }
 
+TEST(IrConvTest, OnlyADotGeneralsRhsIsReadInPlace) {
+  ComputeStepIr dot;
+  dot.op = ComputeOp::kDotGeneral;
+  dot.inputs = {"x", "w"};
+  EXPECT_TRUE(ReadsInPlace(dot, 1));
+  EXPECT_FALSE(ReadsInPlace(dot, 0));  // the lhs
+  ComputeStepIr add = dot;
+  add.op = ComputeOp::kAdd;
+  EXPECT_FALSE(ReadsInPlace(add, 1));
+  ComputeStepIr three = dot;
+  three.inputs.push_back("b");
+  EXPECT_FALSE(ReadsInPlace(three, 1));
+}
+
 }  // namespace
 }  // namespace meshserve

@@ -211,7 +211,8 @@ class ParamOnlyGraph {
 
   // A buffer the worker never makes (param_only.h): its one writer is a copy
   // of a resident param's slice that ParamSliceBoxOf accepts (ir_conv.h),
-  // and every step reading it is a dot_general reading it as input 1 only.
+  // and every step reading it reads it in place (ReadsInPlace,
+  // compute_step.h) as input 1 only.
   bool ReadInPlace(int b) const {
     const PoBuffer& buf = buffers_[b];
     if (buf.writers.size() != 1) return false;
@@ -224,8 +225,7 @@ class ParamOnlyGraph {
     return std::all_of(buf.readers.begin(), buf.readers.end(), [&](int r) {
       const auto* c = std::get_if<ComputeStepIr>(steps_[r].step);
       const std::vector<int>& in = steps_[r].reads;
-      return c != nullptr && c->op == ComputeOp::kDotGeneral && in.size() == 2 && in[1] == b &&
-             in[0] != b;
+      return c != nullptr && ReadsInPlace(*c, 1) && in.size() == 2 && in[1] == b && in[0] != b;
     });
   }
 
