@@ -72,8 +72,13 @@ CompletionLogprobs ChoiceTracker::Logprobs(const SequenceEvent& ev, int64_t offs
   for (size_t i = 0; i < ev.token_ids.size(); ++i) {
     const int64_t id = ev.token_ids[i];
     lp.text_offset.push_back(offset);
-    if (detokenize_ != nullptr) offset += static_cast<int64_t>(detokenize_(model_, {id}).size());
-    lp.tokens.push_back(TokenText(id));
+    if (detokenize_ == nullptr) {
+      lp.tokens.push_back(TokenText(id));
+    } else {  // one detokenize gives the token's byte count and its text
+      const std::string bytes = detokenize_(model_, {id});
+      offset += static_cast<int64_t>(bytes.size());
+      lp.tokens.push_back(tokenizer::DecodeUtf8Lossy(bytes));
+    }
     // A sequence asked for logprobs gets one per token; a missing one (not
     // expected) is written as -inf's stand-in rather than shifting the rest.
     const float logprob =

@@ -100,6 +100,23 @@ TEST(ChoiceTrackerTest, WithADetokenizerTextAndOffsetsFollowTheTokens) {
   EXPECT_EQ(t.usage().completion_tokens, 4);
 }
 
+// Logprobs detokenize each token once (its text and its byte count come from
+// one call), besides the one call for the delta's text.
+TEST(ChoiceTrackerTest, LogprobsDetokenizeEachTokenOnce) {
+  std::vector<std::vector<int64_t>> calls;
+  auto counting = [&calls](const std::string& model, const std::vector<int64_t>& ids) {
+    calls.push_back(ids);
+    return Detok(model, ids);
+  };
+  ChoiceTracker t("lm", 1, /*num_logprobs=*/0, counting);
+  CompletionChoice d = t.Apply({0, Tokens({7, 3}, {-1, -2})});
+  EXPECT_EQ(d.text, "ab<3>");
+  ASSERT_TRUE(d.logprobs.has_value());
+  EXPECT_THAT(d.logprobs->tokens, ElementsAre("ab", "<3>"));
+  EXPECT_THAT(d.logprobs->text_offset, ElementsAre(0, 2));
+  EXPECT_THAT(calls, ElementsAre(ElementsAre(7), ElementsAre(3), ElementsAre(7, 3)));
+}
+
 // OpenAI's legacy top_logprobs: per position the N most likely tokens (as
 // text), most likely first, and the sampled token after them when it is not
 // among them (N + 1 entries).
