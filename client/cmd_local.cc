@@ -51,6 +51,7 @@
 #include "client/client_connect.h"
 #include "client/command.h"
 #include "client/inference_client.h"
+#include "common/base/host_memory.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 
@@ -129,8 +130,8 @@ struct LocalOptions {
 // A quarter of the host's memory, split over the workers it runs (the
 // coordinator and the tensor pools keep the rest).
 int64_t DefaultKvCacheBytes(int64_t workers) {
-  const int64_t host = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
-  return std::max<int64_t>(host / 4 / std::max<int64_t>(workers, 1), int64_t{64} << 20);
+  return std::max<int64_t>(HostMemoryBytes() / 4 / std::max<int64_t>(workers, 1),
+                          int64_t{64} << 20);
 }
 
 // The flags, checked (usage errors).
