@@ -36,6 +36,12 @@ holds a buffer `attn.bias` the model does not read (checkpoint_ignored), and
      (NOT_FOUND), a dtype the client cannot carry (TypeError, no RPC); an
      abort drops the staged puts.
 
+Byte paths: the stages run the client's native byte movers
+(_meshserve_native, when built; MESHSERVE_PYTHON_NATIVE=0 in the environment
+forces the grpcio path throughout), except stage 1 + 2 run a second time with
+MESHSERVE_PYTHON_NATIVE=0 (the pure grpcio path, this process and the ranks),
+whose push the default path then pulls.
+
 RPCs the server answers UNIMPLEMENTED (probed first) skip their stages with
 the reason printed; with every push and pull RPC unimplemented the test exits
 77 (skipped).
@@ -369,15 +375,18 @@ def start(st):
               flush=True)
 
 
-def stage_ranks(st):
-    """1 + 2: two rank processes put halves, a third commits; pulls, infer."""
+def stage_ranks(st, path="native"):
+    """1 + 2: two rank processes put halves, a third commits; pulls, infer.
+    `path` names the client's byte path (the data directory's name)."""
     c = st.c
+    before = dict(st.version)
+    previous = {m: dict(v) for m, v in st.current.items()}
     new = {"fused": random_ckpt(st.rng), "fused_bf": random_ckpt(st.rng, exact=False)}
     # fused_bf: rank 1's float16 puts must be exact, so those parts are exact values.
     exact = random_ckpt(st.rng, exact=True)
     new["fused_bf"]["c_fc"][D // 2:, HIDDEN:] = exact["c_fc"][D // 2:, HIDDEN:]
     new["fused_bf"]["proj"][:, D // 2:] = exact["proj"][:, D // 2:]
-    data_dir = os.path.join(st.env.root, "push-data")
+    data_dir = os.path.join(st.env.root, "push-data-" + path)
     os.makedirs(data_dir)
     for model, values in new.items():
         np.savez(os.path.join(data_dir, model + ".npz"), **values)
@@ -400,31 +409,81 @@ def stage_ranks(st):
             info = (out or {}).get(model, {})
             c.check(info.get("direct", 0) > 0 and info.get("through", 1) == 0,
                     "rank %d %s: staged straight on the workers" % (r, model), "    %s" % info)
-    c.check(all(st.status_version(m) == 1 for m in MODELS),
-            "before the commit: both models still at version 1")
-    # Version 1 stays held while a pull lease on it lives (PlanPull .. EndPull).
+    c.check(all(st.status_version(m) == before[m] for m in MODELS),
+            "before the commit: both models still at version %s" % before)
+    # The version stays held while a pull lease on it lives (PlanPull .. EndPull).
     pb = st.mc.proto.cluster_service_pb2
     leases = {m: st.client._cluster.PlanPull(pb.PlanPullRequest(model=m, name="b2"), timeout=30)
               for m in MODELS}
-    c.check(all(lease.version == 1 for lease in leases.values()),
-            "a pull lease on version 1 of both models")
+    c.check(all(lease.version == before[m] for m, lease in leases.items()),
+            "a pull lease on version %s of both models" % before)
     rc, out, log = run_child(["commit"] + common + [ids])
-    ok = c.check(rc == 0 and out == {m: 2 for m in MODELS},
-                 "a third process joins and commits: version 2 for both", log)
+    after = {m: before[m] + 1 for m in MODELS}
+    ok = c.check(rc == 0 and out == after,
+                 "a third process joins and commits: version %s" % after, log)
     if not ok:
         return
     st.current = {m: {k: (np.asarray(mslib.from_bf16_bits(mslib.to_bf16_bits(v)), np.float32)
                           if m == "fused_bf" else v) for k, v in new[m].items()}
                   for m in MODELS}
-    st.version = {m: 2 for m in MODELS}
-    st.check_all("after the ranks' push")
-    # Version 1 while the server still holds it (the lease); then not.
+    st.version = after
+    st.check_all("after the ranks' push (%s)" % path)
+    # The version before while the server still holds it (the lease); then not.
     for model in MODELS:
-        st.check_pulls("pinned version 1", model, st.first[model], version=1)
+        st.check_pulls("pinned version %d" % before[model], model, previous[model],
+                       version=before[model])
         st.client._cluster.EndPull(pb.EndPullRequest(model=model,
                                                      lease_id=leases[model].lease_id), timeout=30)
     st.expect_error("pull at version 99", lambda: st.client.pull("fused", "gate", version=99),
                     "NOT_FOUND", "99")
+
+
+class native_path:
+    """Sets MESHSERVE_PYTHON_NATIVE (inherited by child processes) for a
+    block, then puts back what was there."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __enter__(self):
+        self.old = os.environ.get("MESHSERVE_PYTHON_NATIVE")
+        os.environ["MESHSERVE_PYTHON_NATIVE"] = self.value
+
+    def __exit__(self, *exc):
+        if self.old is None:
+            del os.environ["MESHSERVE_PYTHON_NATIVE"]
+        else:
+            os.environ["MESHSERVE_PYTHON_NATIVE"] = self.old
+
+
+def native_built(bin_dir):
+    """True if the build made the native module (BUILD/python/meshserve_client)."""
+    pkg = os.path.join(os.path.dirname(os.path.abspath(bin_dir)), "python", "meshserve_client")
+    return any(f.startswith("_meshserve_native") for f in os.listdir(pkg))
+
+
+def stage_native(st):
+    """Which byte path the stages before stage_grpcio_path take: the native
+    module when it was built (it must then import), else the grpcio path."""
+    from meshserve_client import params as P
+    if not native_built(st.env.bin_dir):
+        print("SKIP native byte path: _meshserve_native not built (no pybind11); every "
+              "stage runs the grpcio path", flush=True)
+        return
+    st.c.check(P._meshserve_native is not None, "the native module _meshserve_native imports")
+    with native_path("0"):
+        st.c.check(P.native() is None, "MESHSERVE_PYTHON_NATIVE=0 turns the native path off")
+    if os.environ.get("MESHSERVE_PYTHON_NATIVE") == "0":
+        print("NOTE: MESHSERVE_PYTHON_NATIVE=0 is set: every stage runs the grpcio path")
+
+
+def stage_grpcio_path(st):
+    """stage_ranks again with MESHSERVE_PYTHON_NATIVE=0 (this process and the
+    ranks): the pure grpcio path pushes and pulls the same; then the default
+    path pulls what it pushed."""
+    with native_path("0"):
+        stage_ranks(st, "grpcio")
+    st.check_all("the default path pulls the grpcio path's push")
 
 
 def stage_through(st):
@@ -571,7 +630,9 @@ def stages(env):
             fn(st)
         return (name, run)
     out += [("pulls at load", lambda: st.check_all("at load")),
+            ("native byte path", lambda: stage_native(st)),
             when(["BeginPush"], "ranks push, a third process commits", stage_ranks),
+            when(["BeginPush"], "the same on the grpcio path", stage_grpcio_path),
             when(["BeginPush"], "push through the coordinator", stage_through),
             when(["BeginPush"], "a worker unreachable", stage_unreachable),
             when(["BeginPush"], "refusals", stage_refusals),

@@ -26,11 +26,21 @@ received chunk's data is parsed out of the message bytes and copied once into
 as its uint16 bits; each piece is converted to the param's dtype (float32,
 float16 or bfloat16; to bfloat16 rounding to nearest even, NaN stays NaN).
 
+Native byte movers: when the C++ module _meshserve_native (client/python/
+native, pybind11 + grpc++) imports, the direct StageParams and ReadParam
+streams run in it instead, one thread per worker with the GIL released: a
+put's piece is gathered from the (converted) array's memory straight into
+each message, a pull's chunks scattered straight into `out` (a temporary of
+the wire dtype first when `out` has another dtype). Planning, dtype
+conversion and every fallback stay here. MESHSERVE_PYTHON_NATIVE=0 in the
+environment (read at each call) forces the grpcio path.
+
 Thread-safety: a Push may be shared by threads (each put is independent; the
 notes list is guarded by a lock). Worker channels are cached per client under
 a lock.
 """
 import ctypes
+import os
 import threading
 import time
 
@@ -42,6 +52,11 @@ from .proto import tensor_pb2
 from .proto import worker_service_pb2
 from .tensors import from_bfloat16_bits, to_bfloat16_bits
 
+try:
+    from . import _meshserve_native
+except ImportError:  # not built (no pybind11): the grpcio path
+    _meshserve_native = None
+
 CHUNK_BYTES = 1 << 20
 FLOAT32, BFLOAT16, FLOAT16 = tensor_pb2.FLOAT32, tensor_pb2.BFLOAT16, tensor_pb2.FLOAT16
 # Wire dtype -> NumPy dtype of its bytes (bfloat16: its uint16 bits).
@@ -50,6 +65,28 @@ _UNREACHABLE_RECHECK_S = 10.0
 _STAGE_PARAMS = "/meshserve.WorkerService/StageParams"
 _READ_PARAM = "/meshserve.WorkerService/ReadParam"
 _STAGE_THROUGH = "/meshserve.ClusterService/StageThrough"
+
+
+def native():
+    """The C++ byte movers (_meshserve_native), or None when they are not
+    built or MESHSERVE_PYTHON_NATIVE=0 forces the grpcio path."""
+    if os.environ.get("MESHSERVE_PYTHON_NATIVE", "1") == "0":
+        return None
+    return _meshserve_native
+
+
+def _status_code(code):
+    """grpc.StatusCode of a numeric status code."""
+    for status in grpc.StatusCode:
+        if status.value[0] == code:
+            return status
+    return grpc.StatusCode.UNKNOWN
+
+
+def _piece_view(array, offset, extent):
+    """The view of `array` at offset with extent (no copy)."""
+    index = tuple(slice(int(o), int(o) + int(e)) for o, e in zip(offset, extent))
+    return array[index] if index else array
 
 
 # ---- dtypes ----
@@ -350,6 +387,23 @@ def _rpc_error(client, method, e):
     return MeshserveError(e.code(), e.details(), method, client.target)
 
 
+def _error(client, code, details, method):
+    from .client import MeshserveError
+    return MeshserveError(code, details, method, client.target)
+
+
+def _stage_outcome(outcome):
+    """(grpc.StatusCode, details) of a StageParams stream: a native
+    (code, details) pair, or a grpcio future (waited for)."""
+    if isinstance(outcome, tuple):
+        return outcome
+    try:
+        outcome.result()
+        return grpc.StatusCode.OK, ""
+    except grpc.RpcError as e:
+        return e.code(), e.details()
+
+
 def _extent(box):
     return [int(e) - int(b) for b, e in zip(box.begin, box.end)]
 
@@ -446,24 +500,26 @@ class Push:
         groups = {}
         for p in plan.pieces:
             groups.setdefault((p.worker_id, p.address), []).append(p)
-        direct = {}
-        for (worker, address), pieces in groups.items():
-            if self._direct and c._worker_channels().reachable(address):
-                direct[(worker, address)] = self._start_direct(address, pieces, src, name,
-                                                               timeout_s)
+        reachable = [key for key in groups
+                     if self._direct and c._worker_channels().reachable(key[1])]
+        mover = native()
+        if mover is not None:  # {key: (code, details)}, every stream already ended
+            outcomes = self._stage_native(mover, reachable, groups, src, name, timeout_s)
+        else:  # {key: grpc future}
+            outcomes = {key: self._start_direct(key[1], groups[key], src, name, timeout_s)
+                        for key in reachable}
         errors = []
         for key, pieces in groups.items():
             try:
-                call = direct.get(key)
-                if call is not None:
-                    try:
-                        call.result()
+                outcome = outcomes.get(key)
+                if outcome is not None:
+                    code, details = _stage_outcome(outcome)
+                    if code == grpc.StatusCode.OK:
                         self._count("bytes_direct", pieces)
                         continue
-                    except grpc.RpcError as e:
-                        if e.code() != grpc.StatusCode.UNAVAILABLE:
-                            raise _rpc_error(c, "StageParams on worker %d (%s)" % key, e) from None
-                        c._worker_channels().mark_down(key[1])
+                    if code != grpc.StatusCode.UNAVAILABLE:
+                        raise _error(c, code, details, "StageParams on worker %d (%s)" % key)
+                    c._worker_channels().mark_down(key[1])
                 self._stage_through(key[0], pieces, src, name, timeout_s)
                 self._count("bytes_through", pieces)
             except Exception as e:  # every call ends before put returns
@@ -499,6 +555,22 @@ class Push:
                 for p in pieces)
         with self._lock:
             setattr(self, field, getattr(self, field) + n)
+
+    def _stage_native(self, mover, keys, groups, src, name, timeout_s):
+        """StageParams of the pieces of every worker in `keys` through the
+        native module (workers in parallel): {key: (code, details)}."""
+        native_groups = []
+        for key in keys:
+            pieces = []
+            for p in groups[key]:
+                extent = _extent(p.box)
+                data = convert(_piece_view(src, p.src_offset, extent), p.dtype,
+                               "put '%s' piece of '%s'" % (name, p.param))
+                pieces.append((p.param, list(p.box.begin), list(p.box.end), data))
+            native_groups.append((key[1], self.model, self.generation, self.version, pieces))
+        results = mover.stage(native_groups, float(timeout_s or self._client.timeout_s or 0))
+        return {key: (_status_code(code), details)
+                for key, (code, details, _) in zip(keys, results)}
 
     def _start_direct(self, address, pieces, src, name, timeout_s):
         c = self._client
@@ -620,6 +692,10 @@ def pull(client, model, name, offset=None, shape=None, version=None, out=None, t
         groups = {}
         for p in plan.pieces:
             groups.setdefault((p.worker_id, p.address), []).append(p)
+        mover = native()
+        if mover is not None:
+            _read_native(mover, client, model, plan, groups, out, wire, timeout_s)
+            return out
         errors = []
         threads = [threading.Thread(target=_read_group, args=(
             client, model, plan, key, pieces, out, wire, errors, timeout_s))
@@ -639,6 +715,50 @@ def pull(client, model, name, offset=None, shape=None, version=None, out=None, t
                 model=model, lease_id=plan.lease_id), timeout_s)
         except MeshserveError:
             pass  # the lease expires by itself
+
+
+def _read_native(mover, client, model, plan, groups, out, wire, timeout_s):
+    """ReadParam of every piece through the native module (workers in
+    parallel) into `out`: straight into its view when it has the wire dtype,
+    else into a temporary converted after. A worker the client cannot reach,
+    or found unavailable, has its (remaining) pieces read through PullParams."""
+    for (worker, address), pieces in list(groups.items()):
+        if not client._worker_channels().reachable(address):  # as a put: PullParams
+            del groups[(worker, address)]
+            for p in pieces:
+                extent = _extent(p.box)
+                pull_through(client, model, p.param, list(p.box.begin), extent, plan.version,
+                             _piece_view(out, p.dst_offset, extent), timeout_s)
+    native_groups, views = [], []
+    for (worker, address), pieces in groups.items():
+        items, group_views = [], []
+        for p in pieces:
+            extent = _extent(p.box)
+            dst = _piece_view(out, p.dst_offset, extent)
+            buf = dst if dst.dtype == wire else np.empty(extent, wire)
+            items.append((p.param, list(p.box.begin), list(p.box.end), buf))
+            group_views.append((dst, buf))
+        native_groups.append((address, model, plan.generation, plan.version, int(plan.dtype),
+                              items))
+        views.append(group_views)
+    results = mover.read(native_groups, float(timeout_s or client.timeout_s or 0))
+    for ((worker, address), pieces), group_views, (code, details, failed) in zip(
+            groups.items(), views, results):
+        done = len(pieces) if code == 0 else failed
+        for dst, buf in group_views[:done]:
+            if buf is not dst:
+                convert_into(dst, buf)
+        if code == 0:
+            continue
+        what = "ReadParam of '%s' on worker %d (%s)" % (pieces[failed].param, worker, address)
+        if code < 0:
+            raise ValueError("%s: %s" % (what, details))
+        if _status_code(code) != grpc.StatusCode.UNAVAILABLE:
+            raise _error(client, _status_code(code), details, what)
+        client._worker_channels().mark_down(address)
+        for p, (dst, _) in zip(pieces[failed:], group_views[failed:]):
+            pull_through(client, model, p.param, list(p.box.begin), _extent(p.box),
+                         plan.version, dst, timeout_s)
 
 
 def _read_group(client, model, plan, key, pieces, out, wire, errors, timeout_s):
