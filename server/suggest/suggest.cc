@@ -17,6 +17,7 @@
 #include "common/base/status_util.h"
 #include "common/model/typed_model.h"
 #include "server/suggest/block_stack.h"
+#include "server/suggest/layer_costs.h"
 
 namespace meshserve {
 namespace {
@@ -31,6 +32,7 @@ class Evaluator {
         space_(space),
         options_(options),
         num_blocks_(options.price_blocks ? NumStackBlocks(model) : 0),
+        costs_(options.figures),
         deadline_(std::chrono::steady_clock::now() +
                   std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                       std::chrono::duration<double>(options.max_search_s))) {}
@@ -126,11 +128,9 @@ class Evaluator {
 
   // Whole, or from 1- and 2-block copies of a stack (block_stack.h).
   absl::StatusOr<Prediction> Predict(const ModelFile& m, const Mesh& mesh, const ShapeSet& shapes) {
-    if (num_blocks_ < 3) return PredictAtShape(m, mesh, shapes, options_.figures);
-    MS_ASSIGN_OR_RETURN(Prediction one,
-                        PredictAtShape(CutToBlocks(m, 1), mesh, shapes, options_.figures));
-    MS_ASSIGN_OR_RETURN(Prediction two,
-                        PredictAtShape(CutToBlocks(m, 2), mesh, shapes, options_.figures));
+    if (num_blocks_ < 3) return costs_.Predict(m, mesh, shapes);
+    MS_ASSIGN_OR_RETURN(Prediction one, costs_.Predict(CutToBlocks(m, 1), mesh, shapes));
+    MS_ASSIGN_OR_RETURN(Prediction two, costs_.Predict(CutToBlocks(m, 2), mesh, shapes));
     return ExtrapolateBlocks(one, two, num_blocks_);
   }
 
@@ -138,6 +138,7 @@ class Evaluator {
   const LayoutSpace& space_;
   const SuggestOptions& options_;
   const int64_t num_blocks_;
+  LayerCostCache costs_;  // per-layer terms, compiled once per signature
   std::map<std::string, double> scores_;
   std::map<std::string, Suggestion> kept_;
   std::map<std::string, std::string> why_;  // rejected keys
