@@ -8,7 +8,9 @@ _meshserve_native) against its grpcio path and the raw limit, in one run
   - push: `meshserve local --workers 4` (default replicas) serving --mib MiB
     of float32 params; begin_push .. put of every param .. commit(), timed
     whole and up to the last put's return (the puts alone);
-  - pull: pull(..., out=) of every param into preallocated arrays.
+  - pull: pull(..., out=) of every param into preallocated arrays;
+  - the client process's CPU seconds of each (time.process_time), a figure
+    the other processes' load disturbs less than the wall time.
 
 Each round measures raw, then push and pull with the native module and with
 MESHSERVE_PYTHON_NATIVE=0 (the grpcio path), alternating which goes first;
@@ -26,6 +28,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -44,16 +47,20 @@ def with_path(native, fn, *args):
 
 
 def round_trip(client, params, outs, native):
-    """(push seconds, puts seconds, pull seconds) on one path; pulls checked."""
+    """(push seconds, puts seconds, pull seconds, push CPU seconds, pull CPU
+    seconds of this process) on one path; pulls checked."""
+    cpu0 = time.process_time()
     push_s, puts_s, _, push = with_path(native, rp.push_once, client, params)
+    cpu1 = time.process_time()
     if push.bytes_through:
         raise RuntimeError("%d bytes went through the coordinator" % push.bytes_through)
     pull_s = with_path(native, rp.pull_once, client, outs)
+    cpu2 = time.process_time()
     for name, value in params.items():
         if not np.array_equal(outs[name], value):
             raise RuntimeError("pull of %s differs from the push" % name)
         outs[name].fill(0)
-    return push_s, puts_s, pull_s
+    return push_s, puts_s, pull_s, cpu1 - cpu0, cpu2 - cpu1
 
 
 def summary(name, rows):
@@ -68,6 +75,10 @@ def summary(name, rows):
         print("  %-7s %-5s best %.3f s  median %.3f s   vs raw: median %.2fx best %.2fx  (%s)" % (
             name, what, min(secs), statistics.median(secs), statistics.median(ratios),
             max(ratios), " ".join("%.2f" % x for x in ratios)))
+    for i, what in ((3, "push"), (4, "pull")):
+        cpu = statistics.median(r[i] for _, r in rows)
+        out[what]["median_cpu_s"] = cpu
+        print("  %-7s %-5s this process's CPU, median %.3f s" % (name, what, cpu))
     return out
 
 

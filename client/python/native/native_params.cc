@@ -16,9 +16,11 @@
 // longest contiguous tail of dims (run_bytes = itemsize * prod(shape[k:]),
 // strides[i] == shape[i+1] * strides[i+1] for i >= k) and run r's address is
 // base + sum over i < k of index_i(r) * strides[i] (r unravelled over
-// shape[:k], row-major). A put gathers each ~1 MiB chunk straight into the
-// message's slice (one copy: the message is the header bytes, the offset and
-// the data field, proto/worker_service.proto StageParamChunk, encoded here);
+// shape[:k], row-major; native_wire.h). A put sends each ~1 MiB chunk's runs
+// as slices over the buffer's memory when runs are >= 64 KiB (no copy; the
+// call returns once gRPC dropped them), else gathers the chunk into the
+// message's slice (one copy); the message is the header bytes, the offset and
+// the data field (proto/worker_service.proto StageParamChunk, encoded here);
 // a pull scatters each received chunk's data field (ParamChunk) from gRPC's
 // slices straight into dst (one copy). code is a grpc status code (0 = OK),
 // or -1 for a stream this client refuses (chunk out of order, wrong dtype,
@@ -39,6 +41,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "native_wire.h"
+
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -55,65 +59,18 @@ namespace py = pybind11;
 
 namespace {
 
+using meshserve::pynative::PutBytes;
+using meshserve::pynative::PutInt;
+using meshserve::pynative::PutVarint;
+using meshserve::pynative::SliceReader;
+using meshserve::pynative::SliceViews;
+using meshserve::pynative::StridedBytes;
+
 constexpr int64_t kChunkBytes = 1 << 20;
+constexpr int64_t kViewRunBytes = 64 << 10;  // runs this long are sent without a copy
 constexpr int kRefused = -1;  // a stream this client refuses (Python: ValueError)
 const char kStageMethod[] = "/meshserve.WorkerService/StageParams";
 const char kReadMethod[] = "/meshserve.WorkerService/ReadParam";
-
-// A buffer's memory as the row-major bytes of its shape (see the file comment).
-struct StridedBytes {
-  char* base = nullptr;
-  std::vector<int64_t> outer_shape, outer_strides;  // dims [0, k)
-  int64_t run_bytes = 0;
-  int64_t total_bytes = 0;
-
-  static StridedBytes Of(const py::buffer_info& info) {
-    StridedBytes b;
-    b.base = static_cast<char*>(info.ptr);
-    int k = static_cast<int>(info.ndim);
-    int64_t run = info.itemsize;
-    while (k > 0 && (info.shape[k - 1] == 1 || info.strides[k - 1] == run)) {
-      run *= info.shape[k - 1];
-      --k;
-    }
-    b.run_bytes = run;
-    b.total_bytes = run;
-    for (int i = 0; i < k; ++i) {
-      b.outer_shape.push_back(info.shape[i]);
-      b.outer_strides.push_back(info.strides[i]);
-      b.total_bytes *= info.shape[i];
-    }
-    return b;
-  }
-
-  char* RunAddress(int64_t run) const {
-    char* address = base;
-    for (int i = static_cast<int>(outer_shape.size()) - 1; i >= 0; --i) {
-      address += (run % outer_shape[i]) * outer_strides[i];
-      run /= outer_shape[i];
-    }
-    return address;
-  }
-
-  // Copies bytes [pos, pos + n) of the box to `out` (gather) or from `in`
-  // (scatter), whichever is non-null.
-  void Copy(int64_t pos, int64_t n, char* out, const char* in) const {
-    while (n > 0) {
-      int64_t in_run = pos % run_bytes;
-      int64_t take = std::min(n, run_bytes - in_run);
-      char* address = RunAddress(pos / run_bytes) + in_run;
-      if (out != nullptr) {
-        std::memcpy(out, address, take);
-        out += take;
-      } else {
-        std::memcpy(address, in, take);
-        in += take;
-      }
-      pos += take;
-      n -= take;
-    }
-  }
-};
 
 struct Piece {
   std::string param;
@@ -135,25 +92,6 @@ struct Outcome {
 
 // ---- protobuf wire encoding ----
 
-void PutVarint(std::string* out, uint64_t v) {
-  while (v > 0x7F) {
-    out->push_back(static_cast<char>((v & 0x7F) | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
-}
-
-void PutInt(std::string* out, int field, int64_t v) {
-  PutVarint(out, static_cast<uint64_t>(field) << 3);
-  PutVarint(out, static_cast<uint64_t>(v));
-}
-
-void PutBytes(std::string* out, int field, const std::string& bytes) {
-  PutVarint(out, (static_cast<uint64_t>(field) << 3) | 2);
-  PutVarint(out, bytes.size());
-  out->append(bytes);
-}
-
 std::string BoxProto(const Piece& p) {
   std::string begin, end, box;
   for (int64_t v : p.begin) PutVarint(&begin, static_cast<uint64_t>(v));
@@ -174,52 +112,6 @@ std::string PieceHeader(const Group& g, const Piece& p) {
   PutBytes(&out, 5, BoxProto(p));
   return out;
 }
-
-// A received message's bytes over gRPC's slices, read forward.
-class SliceReader {
- public:
-  explicit SliceReader(const grpc::ByteBuffer& buffer) { (void)buffer.Dump(&slices_); }
-
-  bool Done() {
-    Settle();
-    return slice_ == slices_.size();
-  }
-  bool Varint(uint64_t* v) {
-    *v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      Settle();
-      if (slice_ == slices_.size()) return false;
-      uint8_t byte = slices_[slice_].begin()[at_++];
-      *v |= static_cast<uint64_t>(byte & 0x7F) << shift;
-      if (byte < 0x80) return true;
-    }
-    return false;
-  }
-  // Passes the next n bytes to fn(const char*, size) piecewise; false if short.
-  template <typename Fn>
-  bool Take(uint64_t n, Fn fn) {
-    while (n > 0) {
-      Settle();
-      if (slice_ == slices_.size()) return false;
-      uint64_t take = std::min<uint64_t>(n, slices_[slice_].size() - at_);
-      fn(reinterpret_cast<const char*>(slices_[slice_].begin()) + at_, take);
-      at_ += take;
-      n -= take;
-    }
-    return true;
-  }
-
- private:
-  void Settle() {
-    while (slice_ < slices_.size() && at_ == slices_[slice_].size()) {
-      ++slice_;
-      at_ = 0;
-    }
-  }
-  std::vector<grpc::Slice> slices_;
-  size_t slice_ = 0;
-  size_t at_ = 0;
-};
 
 // ---- channels ----
 
@@ -246,23 +138,33 @@ void SetDeadline(grpc::ClientContext* context, double timeout_s) {
 
 // ---- stage ----
 
-// One StageParamChunk: header, total_bytes, offset, data = box bytes [pos, pos + n).
+// One StageParamChunk: header, total_bytes, offset, data = box bytes
+// [pos, pos + n): the data as views of the buffer's memory when its runs are
+// long (`views` counts them), else gathered after the prefix in one slice.
 grpc::ByteBuffer StageMessage(const std::string& header, const Piece& p, int64_t pos,
-                              int64_t n) {
+                              int64_t n, SliceViews* views) {
   std::string prefix = header;
   PutInt(&prefix, 6, p.bytes.total_bytes);
   PutInt(&prefix, 7, pos);
   PutVarint(&prefix, (8 << 3) | 2);
   PutVarint(&prefix, static_cast<uint64_t>(n));
-  grpc_slice slice = grpc_slice_malloc(prefix.size() + n);
+  bool view = p.bytes.run_bytes >= kViewRunBytes;
+  grpc_slice slice = grpc_slice_malloc(prefix.size() + (view ? 0 : n));
   char* out = reinterpret_cast<char*>(GRPC_SLICE_START_PTR(slice));
   std::memcpy(out, prefix.data(), prefix.size());
-  p.bytes.Copy(pos, n, out + prefix.size(), nullptr);
-  grpc::Slice owned(slice, grpc::Slice::STEAL_REF);
-  return grpc::ByteBuffer(&owned, 1);
+  std::vector<grpc::Slice> slices;
+  slices.emplace_back(slice, grpc::Slice::STEAL_REF);
+  if (view) {
+    views->Append(p.bytes, pos, n, &slices);
+  } else {
+    p.bytes.Copy(pos, n, out + prefix.size(), nullptr);
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
 }
 
-Outcome Stage(const Group& g, double timeout_s) {
+// The StageParams stream of g's pieces; the call's resources are released on
+// return (views may still be held until then).
+Outcome StageStream(const Group& g, double timeout_s, SliceViews* views) {
   std::shared_ptr<grpc::Channel> channel = ChannelFor(g.address);
   grpc::ClientContext context;
   SetDeadline(&context, timeout_s);
@@ -278,7 +180,7 @@ Outcome Stage(const Group& g, double timeout_s) {
     std::string header = PieceHeader(g, p);
     for (int64_t pos = 0; open && pos < p.bytes.total_bytes; pos += kChunkBytes) {
       int64_t n = std::min(kChunkBytes, p.bytes.total_bytes - pos);
-      open = writer->Write(StageMessage(header, p, pos, n));
+      open = writer->Write(StageMessage(header, p, pos, n, views));
       if (open) outcome.count += n;
     }
   }
@@ -286,6 +188,14 @@ Outcome Stage(const Group& g, double timeout_s) {
   grpc::Status status = writer->Finish();
   outcome.code = status.error_code();
   outcome.message = status.error_message();
+  return outcome;
+}
+
+// StageStream, returning once gRPC holds no view of the buffers.
+Outcome Stage(const Group& g, double timeout_s) {
+  SliceViews views;
+  Outcome outcome = StageStream(g, timeout_s, &views);
+  views.Wait();
   return outcome;
 }
 
@@ -401,7 +311,8 @@ std::vector<Group> GroupsOf(const py::list& groups, bool reading,
       p.begin = pt[1].cast<std::vector<int64_t>>();
       p.end = pt[2].cast<std::vector<int64_t>>();
       buffers->push_back(pt[3].cast<py::buffer>().request(reading));
-      p.bytes = StridedBytes::Of(buffers->back());
+      const py::buffer_info& info = buffers->back();
+      p.bytes = StridedBytes::Of(info.ptr, info.itemsize, info.shape, info.strides);
       g.pieces.push_back(std::move(p));
     }
     out.push_back(std::move(g));
