@@ -164,14 +164,16 @@ class Schedule:
         return "refused 3 times: %s" % refusal
 
     def kill(self):
-        victim = self.live_workers()[int(self.rng.integers(0, WORKERS))]
+        live = self.live_workers()
+        victim = live[int(self.rng.integers(0, len(live)))]
         os.kill(victim.pid, signal.SIGKILL)
         victim.wait(timeout=10)
         self.cl.add_worker()
         return "worker pid %d killed, a fresh one started" % victim.pid
 
     def stop(self):
-        victim = self.live_workers()[int(self.rng.integers(0, WORKERS))]
+        live = self.live_workers()
+        victim = live[int(self.rng.integers(0, len(live)))]
         os.kill(victim.pid, signal.SIGSTOP)
         try:
             time.sleep(STOP_S)
