@@ -40,7 +40,10 @@ Byte paths: the stages run the client's native byte movers
 (_meshserve_native, when built; MESHSERVE_PYTHON_NATIVE=0 in the environment
 forces the grpcio path throughout), except stage 1 + 2 run a second time with
 MESHSERVE_PYTHON_NATIVE=0 (the pure grpcio path, this process and the ranks),
-whose push the default path then pulls.
+whose push the default path then pulls. The native module is also checked
+alone against a fake worker (a grpcio server): staged messages of strided,
+reversed, contiguous and 0-d pieces parse to NumPy's bytes, reads land in
+strided and reversed out= views, bad streams are refused.
 
 RPCs the server answers UNIMPLEMENTED (probed first) skip their stages with
 the reason printed; with every push and pull RPC unimplemented the test exits
@@ -486,6 +489,115 @@ def stage_grpcio_path(st):
     st.check_all("the default path pulls the grpcio path's push")
 
 
+class FakeWorker:
+    """A WorkerService answering StageParams (recording each parsed message)
+    and ReadParam (serving `reads`: param -> (bytes, dtype, how), in chunks of
+    1000 bytes; how: "ok", "skip" (the second chunk's offset is wrong),
+    "short" (the last chunk is missing), "dtype" (a wrong dtype), "missing"
+    (NOT_FOUND))."""
+
+    def __init__(self):
+        import grpc
+        from concurrent import futures
+        from meshserve_client.proto import worker_service_pb2 as wpb
+        self.staged, self.reads = [], {}
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        handler = grpc.method_handlers_generic_handler("meshserve.WorkerService", {
+            "StageParams": grpc.stream_unary_rpc_method_handler(
+                self.stage, request_deserializer=wpb.StageParamChunk.FromString,
+                response_serializer=wpb.StageParamsResponse.SerializeToString),
+            "ReadParam": grpc.unary_stream_rpc_method_handler(
+                self.read, request_deserializer=wpb.ReadParamRequest.FromString,
+                response_serializer=wpb.ParamChunk.SerializeToString)})
+        self.server.add_generic_rpc_handlers((handler,))
+        self.address = "127.0.0.1:%d" % self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+        self.wpb = wpb
+
+    def stage(self, chunks, context):
+        n = 0
+        for m in chunks:
+            self.staged.append(m)
+            n += len(m.data)
+        return self.wpb.StageParamsResponse(bytes=n)
+
+    def read(self, request, context):
+        import grpc
+        data, dtype, how = self.reads[request.param]
+        if how == "missing":
+            context.abort(grpc.StatusCode.NOT_FOUND, "no param '%s'" % request.param)
+        starts = list(range(0, len(data), 1000))
+        if how == "short":
+            starts = starts[:-1]
+        for i, start in enumerate(starts):
+            offset = start + (4 if how == "skip" and i == 1 else 0)
+            yield self.wpb.ParamChunk(total_bytes=len(data), offset=offset,
+                                      data=data[start:start + 1000],
+                                      dtype=dtype + (1 if how == "dtype" else 0))
+
+
+def stage_native_fake_worker(st):
+    """The native module against a fake worker, no cluster: staged messages
+    of strided, reversed, contiguous (sent as views of the array) and 0-d
+    pieces parse (by protobuf) to NumPy's bytes of those views; reads land in
+    strided and reversed out= views; streams out of order, short or of the
+    wrong dtype are refused (code -1), a worker's error comes back with its
+    code and the failed piece's index."""
+    from meshserve_client import params as P
+    native, c = P._meshserve_native, st.c
+    if native is None:
+        print("SKIP native module against a fake worker: _meshserve_native not built")
+        return
+    fake = FakeWorker()
+    try:
+        rng = np.random.default_rng(7)
+        a = rng.standard_normal((37, 50)).astype(np.float32)
+        big = rng.standard_normal((700, 600)).astype(np.float32)  # 1.6 MiB: 2 chunks, views
+        half = P.to_bfloat16_bits(a)
+        views = {"strided": a[2:30, 3:50], "reversed": a[::-1, 5:9], "big": big,
+                 "columns": big[:, 100:400], "bf16": half[1:3, ::2], "scalar": a[4, 4],
+                 "empty": a[3:3, :]}
+        pieces = [(name, [1] * v.ndim, [1 + d for d in v.shape], np.asarray(v))
+                  for name, v in views.items()]
+        results = native.stage([(fake.address, "m", 3, 4, pieces)], 30.0)
+        c.check(results == [(0, "", sum(v.nbytes for v in views.values()))],
+                "native stage to a fake worker: OK, every byte counted", "    %s" % results)
+        for name, v in views.items():
+            msgs = [m for m in fake.staged if m.param == name]
+            want = np.ascontiguousarray(v).tobytes()
+            c.check(b"".join(m.data for m in msgs) == want
+                    and [m.offset for m in msgs] == list(range(0, len(want), 1 << 20))
+                    and all(m.model == "m" and m.generation == 3 and m.version == 4
+                            and m.total_bytes == len(want)
+                            and list(m.box.begin) == [1] * v.ndim
+                            and list(m.box.end) == [1 + d for d in v.shape] for m in msgs),
+                    "native stage: piece '%s' %s arrives as NumPy's bytes" % (name, v.shape),
+                    "    %d messages" % len(msgs))
+        fake.reads = {"a": (a.tobytes(), P.FLOAT32, "ok"),
+                      "h": (half.tobytes(), P.BFLOAT16, "ok")}
+        out = np.full((40, 60), 9, np.float32)
+        back = np.zeros_like(half)
+        items = [("a", [0, 0], [37, 50], out[2:39, 5:55]), ("h", [0, 0], [37, 50], back[::-1])]
+        got = native.read([(fake.address, "m", 3, 4, P.FLOAT32, items[:1]),
+                           (fake.address, "m", 3, 4, P.BFLOAT16, items[1:])], 30.0)
+        c.check(got == [(0, "", 0), (0, "", 0)] and np.array_equal(out[2:39, 5:55], a)
+                and (out[:2] == 9).all() and (out[:, :5] == 9).all() and (out[:, 55:] == 9).all()
+                and np.array_equal(back[::-1], half),
+                "native read: chunks land in a strided and a reversed out= view", "    %s" % got)
+        for how, code, text in (("skip", -1, "out of order"), ("short", -1, "ended at byte"),
+                                ("dtype", -1, "dtype"), ("missing", 5, "no param 'x'")):
+            fake.reads["x"] = (a.tobytes(), P.FLOAT32, how)
+            dst = np.zeros_like(a)
+            got = native.read([(fake.address, "m", 3, 4, P.FLOAT32,
+                                [("a", [0, 0], [37, 50], np.zeros_like(a)),
+                                 ("x", [0, 0], [37, 50], dst)])], 30.0)
+            c.check(len(got) == 1 and got[0][0] == code and text in got[0][1] and got[0][2] == 1,
+                    "native read of a stream '%s': code %d naming '%s', piece 1" % (
+                        how, code, text), "    %s" % got)
+    finally:
+        fake.server.stop(0)
+
+
 def stage_through(st):
     """3: direct=False stages through the coordinator; same commit."""
     c = st.c
@@ -631,6 +743,7 @@ def stages(env):
         return (name, run)
     out += [("pulls at load", lambda: st.check_all("at load")),
             ("native byte path", lambda: stage_native(st)),
+            ("native module against a fake worker", lambda: stage_native_fake_worker(st)),
             when(["BeginPush"], "ranks push, a third process commits", stage_ranks),
             when(["BeginPush"], "the same on the grpcio path", stage_grpcio_path),
             when(["BeginPush"], "push through the coordinator", stage_through),
