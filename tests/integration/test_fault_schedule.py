@@ -26,8 +26,8 @@ Checked (after the run, from the recorded answers):
     weights of the version it reports: 0 wrong;
   - the version a client sees never goes back;
   - no request failed outside the coordinator's own restarts (from its kill
-    to the first answer of the restarted one): a worker's kill or stall and a
-    push are invisible to clients;
+    to the client's first answer from the restarted one): a worker's kill or
+    stall and a push are invisible to clients;
   - every push was accepted (on its first try or a retry);
   - at the end the last accepted version answers, right.
 Printed (figures, not asserted): requests, failures by code and where,
@@ -218,17 +218,21 @@ class Schedule:
         time.sleep(max(0.0, start + self.seconds - time.time()))
 
 
-def restart_windows(restarts, outcomes):
-    """[kill, first answer after it] per coordinator restart."""
+def restart_windows(restarts, outcomes, client=None):
+    """[kill, first answer after it] per coordinator restart: the first
+    answer to `client` (each client's channel reconnects on its own), or to
+    any client when None."""
     windows = []
     for killed, _ in restarts:
-        after = [o[2] for o in outcomes if o[3] == "OK" and o[1] >= killed]
+        after = [o[2] for o in outcomes if o[3] == "OK" and o[1] >= killed and
+                 (client is None or o[0] == client)]
         windows.append((killed, min(after) if after else float("inf")))
     return windows
 
 
 def in_windows(o, windows):
-    return any(o[2] >= a and o[1] <= b for a, b in windows)
+    """Whether outcome `o` ran during one of its client's restart windows."""
+    return any(o[2] >= a and o[1] <= b for a, b in windows[o[0]])
 
 
 def analyse(st, outcomes, start, end):
@@ -249,7 +253,7 @@ def analyse(st, outcomes, start, end):
         atol = 1e-4 * float(np.max(np.abs(ref)))
         if not np.allclose(y.astype(np.float64), ref, rtol=1e-4, atol=atol):
             refs_wrong.append((version, float(np.max(np.abs(y - ref)))))
-    windows = restart_windows(st.restarts, outcomes)
+    windows = {i: restart_windows(st.restarts, outcomes, i) for i in range(CLIENTS)}
     failed = [o for o in outcomes if o[3] != "OK"]
     outside = [o for o in failed if not in_windows(o, windows)]
     ok_times = [start] + sorted(o[2] for o in outcomes if o[3] == "OK") + [end]
@@ -278,7 +282,8 @@ def analyse(st, outcomes, start, end):
         "longest_gap_examples": ["%s sent %.2fs done %.2fs: %s" % (
             o[3], o[1] - start, o[2] - start, str(o[6])[:160]) for o in in_gap[:: max(1, len(
                 in_gap) // 6)][:6]],
-        "restart_windows_s": [round(b - a, 2) for a, b in windows],
+        "restart_windows_s": [round(b - a, 2) for a, b in restart_windows(st.restarts,
+                                                                           outcomes)],
     }
 
 
