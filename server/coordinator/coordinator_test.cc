@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -97,6 +98,15 @@ class CoordinatorTest : public ::testing::Test {
         coordinator_->RegisterWorker(absl::StrCat("127.0.0.1:", 9000 + i), 2, 1 << 30, -1);
     EXPECT_OK(id.status());
     return *id;
+  }
+  // A coordinator with its control thread (50 ms heartbeat interval) and
+  // workers 0 and 1 beating for 100 ms: the fixed model placed on both.
+  std::pair<int64_t, int64_t> ServeOnTwoBeatingWorkers() {
+    StartCoordinator(/*control_thread=*/true, absl::Milliseconds(50));
+    const int64_t w0 = AddWorker(0), w1 = AddWorker(1);
+    KeepBeating({w0, w1});
+    absl::SleepFor(absl::Milliseconds(100));
+    return {w0, w1};
   }
   int64_t Generation(const std::string& model) {
     absl::StatusOr<ModelStatus> s = coordinator_->GetModelStatus(model);
@@ -472,20 +482,18 @@ TEST_F(CoordinatorTest, RequestsInFlightFinishOnTheirGeneration) {
 }
 
 TEST_F(CoordinatorTest, FailingWorkerFailsRequestCancelsOthersThenServes) {
-  StartCoordinator(/*control_thread=*/true, absl::Milliseconds(50));
-  const int64_t w0 = AddWorker(0), w1 = AddWorker(1);
-  KeepBeating({w0, w1});
-  absl::SleepFor(absl::Milliseconds(100));
+  const auto [w0, w1] = ServeOnTwoBeatingWorkers();
   ASSERT_TRUE(coordinator_->IsReady());
   cluster_.Worker(w1)->FailExecute(absl::UnavailableError("connection reset"));
   absl::StatusOr<InferResponse> failed = coordinator_->Infer(FixedRequest());
   EXPECT_THAT(failed, StatusIs(absl::StatusCode::kUnavailable,
                                absl::StrCat("worker ", w1, " (127.0.0.1:9001)")));
   EXPECT_THAT(failed.status().message(), HasSubstr("connection reset"));
-  // The worker answers its probe, so the request was tried once more on the
-  // same generation; each attempt cancelled the other worker's part.
-  EXPECT_EQ(cluster_.Worker(w1)->execute_calls(), 2);
-  EXPECT_EQ(cluster_.Worker(w0)->cancelled().size(), 2u);
+  // The worker answers its probe, so the request was tried again on the same
+  // generation up to the attempts' bound (InferPipeline::kMaxAttempts, 8);
+  // each attempt cancelled the other worker's part.
+  EXPECT_EQ(cluster_.Worker(w1)->execute_calls(), 8);
+  EXPECT_EQ(cluster_.Worker(w0)->cancelled().size(), 8u);
   cluster_.Worker(w1)->FailExecute(absl::OkStatus());
   EXPECT_OK(coordinator_->Infer(FixedRequest()).status());
   // A worker error that is not a lost worker keeps its code and names it.
@@ -497,10 +505,7 @@ TEST_F(CoordinatorTest, FailingWorkerFailsRequestCancelsOthersThenServes) {
 
 TEST_F(CoordinatorTest, TransientWorkerFailureIsRetriedOnSameGeneration) {
   // A worker that joined the generation timed out dialling a peer once.
-  StartCoordinator(/*control_thread=*/true, absl::Milliseconds(50));
-  const int64_t w0 = AddWorker(0), w1 = AddWorker(1);
-  KeepBeating({w0, w1});
-  absl::SleepFor(absl::Milliseconds(100));
+  const auto [w0, w1] = ServeOnTwoBeatingWorkers();
   const int64_t g1 = Generation("fixed");
   cluster_.Worker(w1)->FailExecute(
       absl::UnavailableError("connect to peer 127.0.0.1:9000 timed out"), /*times=*/1);
@@ -512,10 +517,7 @@ TEST_F(CoordinatorTest, TransientWorkerFailureIsRetriedOnSameGeneration) {
 }
 
 TEST_F(CoordinatorTest, DeadWorkerMidRequestIsRetriedOnNewGeneration) {
-  StartCoordinator(/*control_thread=*/true, absl::Milliseconds(50));
-  const int64_t w0 = AddWorker(0), w1 = AddWorker(1);
-  KeepBeating({w0, w1});
-  absl::SleepFor(absl::Milliseconds(100));
+  const auto [w0, w1] = ServeOnTwoBeatingWorkers();
   const int64_t g1 = Generation("fixed");
   cluster_.Worker(w1)->SetDown(true);  // the process died
   KeepBeating({w0});
