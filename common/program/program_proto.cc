@@ -360,11 +360,10 @@ SliceIr SliceToIr(TensorSlice* slice) {
 }
 
 void SliceFromIr(SliceIr* ir, TensorSlice* slice) {
-  slice->set_name(ir->name);
-  slice->set_device(ir->device);
-  BoxFromIr(ir->box, slice->mutable_box());
-  slice->set_dtype(AsDTypeProto(ir->dtype));
-  *slice->mutable_data() = std::move(ir->data);
+  std::string data = std::move(ir->data);
+  ir->data.clear();  // a moved-from string is unspecified: copy nothing below
+  SliceFromIr(*ir, slice);
+  *slice->mutable_data() = std::move(data);
 }
 
 void SliceFromIr(const SliceIr& ir, TensorSlice* slice) {
