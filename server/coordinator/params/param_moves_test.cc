@@ -306,20 +306,5 @@ TEST(ParamMovesTest, RandomScaleStepsMoveExactlyTheLowerBound) {
   EXPECT_EQ(cases, 300);
 }
 
-TEST(ParamMovesTest, SubtractBoxLeavesDisjointRest) {
-  const Box a{{0, 4}, {0, 6}};
-  const Box b{{1, 3}, {2, 8}};
-  std::vector<Box> rest = SubtractBox(a, b);
-  int64_t volume = 0;
-  for (const Box& r : rest) {
-    volume += r.NumElements();
-    EXPECT_TRUE(Intersect(r, b).IsEmpty());
-    EXPECT_TRUE(a.Contains(r));
-  }
-  EXPECT_EQ(volume, 24 - 2 * 4);
-  EXPECT_TRUE(SubtractBox(a, a).empty());
-  EXPECT_EQ(SubtractBox(a, Box{{5, 6}, {0, 1}}), std::vector<Box>{a});
-}
-
 }  // namespace
 }  // namespace meshserve
