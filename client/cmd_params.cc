@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -139,11 +140,18 @@ int RunPush(const CliArgs& args) {
   }
   if (!pushed.ok()) return Fail("push", pushed.status());
   const PushParamsResponse& r = pushed->response;
+  // A teed direct push sends each piece to every holder: the tensors' bytes
+  // are the push's, the wire's are shown apart.
+  const int64_t tensors = pushed->bytes_tensors > 0 ? pushed->bytes_tensors : pushed->bytes_sent;
+  const std::string wire =
+      pushed->bytes_sent == tensors
+          ? std::string()
+          : absl::StrCat(", ", pushed->bytes_sent, " on the wire (each piece to every holder)");
   std::printf("pushed model %s: version %lld, %zu params, %lld bytes sent in %.3f s "
-              "(%.1f MiB/s)\n",
+              "(%.1f MiB/s)%s\n",
               args.Get("model").c_str(), static_cast<long long>(r.version()),
-              static_cast<size_t>(r.params_size()), static_cast<long long>(pushed->bytes_sent),
-              pushed->seconds, MiBPerSecond(pushed->bytes_sent, pushed->seconds));
+              static_cast<size_t>(r.params_size()), static_cast<long long>(tensors),
+              pushed->seconds, MiBPerSecond(tensors, pushed->seconds), wire.c_str());
   std::printf("server: received %lld bytes, %lld to workers, %lld worker to worker, %.3f s\n",
               static_cast<long long>(r.bytes_received()),
               static_cast<long long>(r.bytes_to_workers()),

@@ -47,7 +47,10 @@ namespace client {
 
 struct PushResult {
   PushParamsResponse response;
-  int64_t bytes_sent = 0;   // tensor bytes written to the stream
+  int64_t bytes_sent = 0;   // tensor bytes written to the stream(s)
+  // The pushed tensors' bytes: bytes_sent, or less when a direct push tees
+  // each piece to every holder of its cell (replicas; param_push.h).
+  int64_t bytes_tensors = 0;
   int64_t messages = 0;
   double seconds = 0;       // first write until the response
   int workers = 0;          // a direct push (params_direct.h): workers sent to, else 0

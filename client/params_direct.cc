@@ -296,6 +296,7 @@ absl::StatusOr<PushResult> PushDirectFromFile(InferenceClient& client, const std
     result.messages += share.messages;
   }
   result.workers = static_cast<int>(shares->size());
+  for (const SafetensorsFile::Entry& e : entries) result.bytes_tensors += e.end - e.begin;
   request.Clear();
   request.set_commit(true);
   PushDirectReply done;

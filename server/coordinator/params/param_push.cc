@@ -124,8 +124,8 @@ absl::StatusOr<PushPlan> ParamPush::Plan(const std::vector<PushChunk>& boxes) {
         if (address == p.worker_addresses.end()) return Internal("worker ", t.holder, " not placed");
         out.routes.push_back(PushPlan::Route{static_cast<int>(i), t.holder, address->second,
                                              t.piece});
+        bytes_to_workers_ += t.piece.NumElements() * DTypeSize(open_.param->dtype);
       }
-      bytes_to_workers_ += open_.total_bytes;
       open_valid_ = false;
     }
     MS_RETURN_IF_ERROR(CheckCover());
@@ -152,38 +152,19 @@ absl::StatusOr<std::vector<PushPlan::Route>> ParamPush::Put(const ParamDef& para
   for (const CellHolders& cell : cells->second) {
     Box piece = Intersect(cell.box, box);
     if (piece.IsEmpty()) continue;
-    const int64_t holder = CellHolder(param, cell);
-    auto address = p.worker_addresses.find(holder);
-    if (address == p.worker_addresses.end()) return Internal("worker ", holder, " not placed");
-    routes.push_back(PushPlan::Route{0, holder, address->second, std::move(piece)});
+    for (int64_t holder : PieceHolders(param, cell, piece, /*session=*/true)) {
+      auto address = p.worker_addresses.find(holder);
+      if (address == p.worker_addresses.end()) return Internal("worker ", holder, " not placed");
+      routes.push_back(PushPlan::Route{0, holder, address->second, piece});
+    }
   }
   std::vector<Box>& seen = boxes_[param.name];
   if (seen.empty()) params_.push_back(param.name);
   if (std::find(seen.begin(), seen.end(), box) == seen.end()) seen.push_back(box);
-  bytes_to_workers_ += box.NumElements() * DTypeSize(param.dtype);
+  for (const PushPlan::Route& r : routes) {
+    bytes_to_workers_ += r.piece.NumElements() * DTypeSize(param.dtype);
+  }
   return routes;
-}
-
-int64_t ParamPush::CellHolder(const ParamDef& param, const CellHolders& cell) {
-  auto [it, first] = cell_holder_.emplace(std::make_pair(param.name, cell.box), -1);
-  if (!first) return it->second;
-  const std::vector<int64_t>& candidates =
-      cell.primaries.empty() ? cell.replicas : cell.primaries;
-  int64_t holder = candidates.front();
-  for (int64_t id : candidates) {
-    if (assigned_[id] < assigned_[holder]) holder = id;
-  }
-  assigned_[holder] += cell.box.NumElements() * DTypeSize(param.dtype);
-  const Placement& p = *target_.placement;
-  for (const std::vector<int64_t>* group : {&cell.primaries, &cell.replicas}) {
-    for (int64_t id : *group) {
-      if (id == holder) continue;
-      fills_[id].push_back(
-          ParamPieceIr{param.name, BoxToIr(cell.box), holder, p.generation, version()});
-    }
-  }
-  it->second = holder;
-  return holder;
 }
 
 absl::Status ParamPush::Take(std::string data) {
@@ -295,27 +276,48 @@ absl::Status ParamPush::StartBox(PushChunk& chunk) {
     MS_ASSIGN_OR_RETURN(std::vector<CellHolders> c, PlacementCells(*param, *target_.placement));
     cells = cells_.emplace(param->name, std::move(c)).first;
   }
-  const Placement& p = *target_.placement;
   for (const CellHolders& cell : cells->second) {
     const Box piece = Intersect(cell.box, box);
     if (piece.IsEmpty()) continue;
-    const std::vector<int64_t>& candidates =
-        cell.primaries.empty() ? cell.replicas : cell.primaries;
-    int64_t holder = candidates.front();
-    for (int64_t id : candidates) {
-      if (assigned_[id] < assigned_[holder]) holder = id;
-    }
-    assigned_[holder] += piece.NumElements() * DTypeSize(param->dtype);
-    open_.targets.push_back(Target{piece, holder});
-    for (const std::vector<int64_t>* group : {&cell.primaries, &cell.replicas}) {
-      for (int64_t id : *group) {
-        if (id == holder) continue;
-        fills_[id].push_back(
-            ParamPieceIr{param->name, BoxToIr(piece), holder, p.generation, version()});
-      }
+    for (int64_t holder : PieceHolders(*param, cell, piece, /*session=*/false)) {
+      open_.targets.push_back(Target{piece, holder});
     }
   }
   return absl::OkStatus();
+}
+
+std::vector<int64_t> ParamPush::PieceHolders(const ParamDef& param, const CellHolders& cell,
+                                             const Box& piece, bool session) {
+  if (target_.tee_direct && direct_) {
+    std::vector<int64_t> all = cell.primaries;
+    for (int64_t id : cell.replicas) {
+      if (std::find(all.begin(), all.end(), id) == all.end()) all.push_back(id);
+    }
+    for (int64_t id : all) assigned_[id] += piece.NumElements() * DTypeSize(param.dtype);
+    return all;
+  }
+  // A session keeps the cell's first holder and fills the whole cell from it.
+  const auto key = std::make_pair(param.name, cell.box);
+  auto sticky = cell_holder_.find(key);
+  if (session && sticky != cell_holder_.end()) return {sticky->second};
+  const Box& filled = session ? cell.box : piece;
+  const std::vector<int64_t>& candidates =
+      cell.primaries.empty() ? cell.replicas : cell.primaries;
+  int64_t holder = candidates.front();
+  for (int64_t id : candidates) {
+    if (assigned_[id] < assigned_[holder]) holder = id;
+  }
+  assigned_[holder] += filled.NumElements() * DTypeSize(param.dtype);
+  const Placement& p = *target_.placement;
+  for (const std::vector<int64_t>* group : {&cell.primaries, &cell.replicas}) {
+    for (int64_t id : *group) {
+      if (id == holder) continue;
+      fills_[id].push_back(
+          ParamPieceIr{param.name, BoxToIr(filled), holder, p.generation, version()});
+    }
+  }
+  if (session) cell_holder_[key] = holder;
+  return {holder};
 }
 
 absl::Status ParamPush::Stage(int64_t worker, StageChunkIr chunk) {

@@ -33,11 +33,14 @@
 //
 // Direct push (PushDirect). Plan() takes every box of the push at once (no
 // data), checks them as above plus the exact cover, and returns the routes:
-// one per B ∩ C with its holder h, chosen as above. The client then stages
-// each piece on h itself (StageParams), so no byte passes the coordinator;
-// Finish() commits as above (the workers check at CommitParams that every
-// cell is staged exactly once, so a piece the client left out fails the
-// commit and nothing changes). Add() is refused on a planned push.
+// one per B ∩ C and holder of C (PushTarget::tee_direct, the default: the
+// client tees each piece to every holder while it streams, so the commit has
+// no fills left to fetch after the last byte; otherwise one holder h chosen
+// as above and fills from it at commit). The client then stages each piece
+// itself (StageParams), so no byte passes the coordinator; Finish() commits
+// as above (the workers check at CommitParams that every cell is staged
+// exactly once, so a piece the client left out fails the commit and nothing
+// changes). Add() is refused on a planned push.
 //
 // Session push (push_sessions.h). Put() takes one box at a time, from any
 // number of ranks, with no data: overlaps are allowed (the holder compares
@@ -107,6 +110,10 @@ struct PushTarget {
   std::function<absl::Status(const std::function<absl::Status()>& commit, absl::Time deadline)>
       commit_and_switch;
   std::function<void()> release;  // the push is over (either way)
+  // A direct push routes each piece to every holder of its cell (the client
+  // tees its bytes while it streams) instead of one holder and fills from it
+  // at commit (see the top). Relayed and session pushes always fill.
+  bool tee_direct = true;
 };
 
 // The box `offset` + `shape` of `param` (empty offset: the origin; empty
@@ -175,8 +182,12 @@ class ParamPush {
   absl::Status CloseSenders();
   absl::Status CheckCover() const;
   void AbortAll();
-  // The holder of `cell` of `param` (its first: chosen, fills recorded).
-  int64_t CellHolder(const ParamDef& param, const CellHolders& cell);
+  // The holders `piece` of `cell` is staged on: every holder for a teed
+  // direct push, else one, the primary with the fewest bytes so far, with
+  // fills of the piece recorded for the others; `session`: the cell's first
+  // holder, chosen at its first put with fills of the whole cell.
+  std::vector<int64_t> PieceHolders(const ParamDef& param, const CellHolders& cell,
+                                    const Box& piece, bool session);
 
   PushTarget target_;
   const absl::Time start_;
@@ -196,7 +207,7 @@ class ParamPush {
   std::string slab_;  // bytes of open_ past its routed rows (reused)
   std::map<int64_t, std::unique_ptr<StageSender>> senders_;
   std::map<int64_t, std::vector<ParamPieceIr>> fills_;
-  std::map<std::pair<std::string, Box>, int64_t> cell_holder_;  // session: (param, cell)
+  std::map<std::pair<std::string, Box>, int64_t> cell_holder_;  // (param, cell): session's
 };
 
 }  // namespace meshserve

@@ -350,9 +350,10 @@ TEST_F(ParamTest, BadPushesChangeNothing) {
   EXPECT_EQ(Pull()["offset"], offset);
 }
 
-// A direct push: Plan routes each piece of a box and a held cell to one
-// holder; the "client" (this test) stages the pieces on the fake workers
-// itself, and Finish commits with the replicas filled worker to worker.
+// A direct push: Plan routes each piece of a box and a held cell to every
+// holder of the cell (teed, PushTarget::tee_direct); the "client" (this test)
+// stages the pieces on the fake workers itself, and Finish commits with
+// nothing left to fill.
 class DirectPushTest : public ParamTest {
  protected:
   // The boxes of FullPush without data: offset in two boxes, w and s whole.
@@ -389,16 +390,20 @@ TEST_F(DirectPushTest, PlannedPiecesStagedByTheClientCommit) {
   ASSERT_OK_AND_ASSIGN(PushPlan plan, push->Plan(boxes));
   EXPECT_EQ(plan.version, 2);
   EXPECT_EQ(plan.generation, Status().generation);
-  // Per box: its pieces lie in it, are disjoint and cover it; each piece lies
-  // in one held cell of its worker's address.
-  std::map<int, std::vector<Box>> pieces;
+  // Per box and worker: its pieces lie in it, are disjoint and cover it (both
+  // workers hold every cell, replicas 1, so each piece goes to both).
+  std::map<int64_t, std::map<int, std::vector<Box>>> routed;  // worker -> box -> pieces
   for (const PushPlan::Route& r : plan.routes) {
     ASSERT_GE(r.box, 0);
     ASSERT_LT(r.box, static_cast<int>(boxes.size()));
     EXPECT_EQ(r.address, absl::StrCat("127.0.0.1:", 9100 + r.worker));
-    for (const Box& other : pieces[r.box]) EXPECT_TRUE(Intersect(other, r.piece).IsEmpty());
-    pieces[r.box].push_back(r.piece);
+    std::vector<Box>& mine = routed[r.worker][r.box];
+    for (const Box& other : mine) EXPECT_TRUE(Intersect(other, r.piece).IsEmpty());
+    mine.push_back(r.piece);
   }
+  ASSERT_EQ(routed.size(), 2u);
+  EXPECT_EQ(routed.begin()->second, routed.rbegin()->second);
+  std::map<int, std::vector<Box>> pieces = routed.begin()->second;
   for (size_t i = 0; i < boxes.size(); ++i) {
     Box box;
     for (size_t d = 0; d < boxes[i].shape.size(); ++d) {
@@ -426,9 +431,9 @@ TEST_F(DirectPushTest, PlannedPiecesStagedByTheClientCommit) {
   const int64_t total = 32 * 4 + 6 * 8 * 4 + 20;
   EXPECT_EQ(result.version, 2);
   EXPECT_EQ(result.bytes_received, 0);  // no byte through the coordinator
-  EXPECT_EQ(result.bytes_to_workers, total);
-  EXPECT_EQ(result.bytes_filled, total);  // the other holder of every cell
-  EXPECT_EQ(StagedBytes(), total);
+  EXPECT_EQ(result.bytes_to_workers, 2 * total);  // each byte to both holders
+  EXPECT_EQ(result.bytes_filled, 0);               // nothing left to fill
+  EXPECT_EQ(StagedBytes(), 2 * total);
   EXPECT_EQ(Status().version, 2);
   ExpectVersion2(offset, w, s);
 }
