@@ -80,6 +80,16 @@ double LayerComputeMs(const LayerPlanInfo& layer, const ArrayType* result,
   return 3.0 * static_cast<double>(LocalBytes(*result)) / figures.memory_bytes_per_s * 1e3;
 }
 
+double LayerPredictedMs(const LayerPlanInfo& layer, const ArrayType* result,
+                        const CostFigures& figures, int64_t num_workers) {
+  int64_t rounds = 0;
+  for (const CollectiveInfo& c : layer.collectives) rounds += c.rounds;
+  const double n = static_cast<double>(std::max<int64_t>(1, num_workers));
+  return HostSlowdown(figures, num_workers) * LayerComputeMs(layer, result, figures) +
+         static_cast<double>(layer.bytes_moved) / (n * figures.link_bytes_per_s) * 1e3 +
+         static_cast<double>(rounds) * figures.hop_ms;
+}
+
 CompileOptions CompileOptionsFor(const CostFigures& figures) {
   CompileOptions options;
   options.reshard.cost.link_bytes_per_s = figures.link_bytes_per_s;

@@ -77,6 +77,14 @@ double HostSlowdown(const CostFigures& figures, int64_t num_workers);
 double LayerComputeMs(const LayerPlanInfo& layer, const ArrayType* result,
                       const CostFigures& figures);
 
+// One layer's share of predicted_ms on `num_workers` workers, what `describe`
+// shows per layer: HostSlowdown x LayerComputeMs + its collectives' bytes /
+// (N x link) + their rounds x hop. Summed over a plan's layers, plus the
+// inputs' and outputs' bytes / (N x link), the weight read and the request
+// overhead, it is PredictAtShape's predicted_ms.
+double LayerPredictedMs(const LayerPlanInfo& layer, const ArrayType* result,
+                        const CostFigures& figures, int64_t num_workers);
+
 // The typed model's params: the bytes of each one's local shard, summed.
 int64_t ParamBytesPerDevice(const TypedModel& typed);
 

@@ -95,5 +95,32 @@ TEST(TargetFiguresTest, NoFiguresOrABadOneIsAnError) {
               StatusIs(absl::StatusCode::kInvalidArgument, "worker 7 reports gemm_gflops_small_m"));
 }
 
+// A layer's predicted ms by hand: a one-row dot of 2 GFLOP at 20 GFLOP/s is
+// 100 ms, twice that with 2 workers on 1 core; 1.7 MB over 2 workers at
+// 1.7 GB/s is 0.5 ms; one round 0.2 ms. An elementwise layer with no typed
+// result and the outputs' gather (no op) compute nothing.
+TEST(TargetFiguresTest, LayerPredictedMsByHand) {
+  CostFigures f;
+  f.gemm_gflops_one_row = 20;
+  f.link_bytes_per_s = 1.7e9;
+  f.hop_ms = 0.2;
+  f.host_cores = 1;
+  LayerPlanInfo dot;
+  dot.op = ModelOp::kLinear;
+  dot.max_device_flops = 2000000000;
+  dot.bytes_moved = 1700000;
+  dot.collectives.emplace_back();
+  dot.collectives.back().rounds = 1;
+  EXPECT_NEAR(LayerComputeMs(dot, nullptr, f), 100.0, 1e-9);
+  EXPECT_NEAR(LayerPredictedMs(dot, nullptr, f, 2), 200.0 + 0.5 + 0.2, 1e-9);
+  EXPECT_NEAR(LayerPredictedMs(dot, nullptr, f, 1), 100.0 + 1.0 + 0.2, 1e-9);
+  LayerPlanInfo silu;
+  silu.op = ModelOp::kSilu;
+  EXPECT_EQ(LayerComputeMs(silu, nullptr, f), 0);
+  LayerPlanInfo gather;
+  gather.max_device_flops = 5;
+  EXPECT_EQ(LayerComputeMs(gather, nullptr, f), 0);
+}
+
 }  // namespace
 }  // namespace meshserve
