@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 
 namespace meshserve {
@@ -92,7 +93,20 @@ int CallsInFlight::Wait(const std::vector<int64_t>& ids, const WorkerRegistry& r
       break;
     }
   }
-  *first_failed = abandoned_first ? -1 : first_failed_;
+  int cause = abandoned_first ? -1 : first_failed_;
+  // A worker's ABORTED ("request cancelled") mostly answers a failure
+  // elsewhere (its peer's, or the cancel that failure caused): when that
+  // failure is in too, it is the cause (e.g. a peer's RESOURCE_EXHAUSTED,
+  // which must reach the client as is, not as a retriable ABORTED).
+  if (cause >= 0 && absl::IsAborted(results_[cause].status())) {
+    for (size_t i = 0; i < results_.size(); ++i) {
+      if (done_[i] && !results_[i].ok() && !absl::IsAborted(results_[i].status())) {
+        cause = static_cast<int>(i);
+        break;
+      }
+    }
+  }
+  *first_failed = cause;
   if (*first_failed >= 0) {
     *first_status = results_[*first_failed].status();
     // Every call may have returned before the wait saw the failure: the

@@ -55,8 +55,9 @@ class CallsInFlight {
   // later on its own. Returns the index of the call given up, or -1; sets
   // the first failed call and its status, or -1 when a call was given up
   // before any failed (the peers' failures then answer its cancellation:
-  // ABORTED "cancelled", not a cause). Returns at once, without blocking,
-  // when AllOk().
+  // ABORTED "cancelled", not a cause). A first failure that is ABORTED gives
+  // way to a later one that is not (its cause, e.g. a peer's
+  // RESOURCE_EXHAUSTED). Returns at once, without blocking, when AllOk().
   int Wait(const std::vector<int64_t>& ids, const WorkerRegistry& registry,
            absl::FunctionRef<void(int64_t failed)> cancel_others, int* first_failed,
            absl::Status* first_status) ABSL_LOCKS_EXCLUDED(mu_);

@@ -106,6 +106,27 @@ TEST(CallsInFlightTest, PeersAnswersToAGivenUpCallAreNotTheCause) {
   calls.Finish(1, absl::UnavailableError("stream ended"));  // later, on its own
 }
 
+// A peer's ABORTED (its run cancelled) that arrives before the failure that
+// caused it is not the cause: a RESOURCE_EXHAUSTED must reach the client as
+// is, not be retried as an ABORTED.
+TEST(CallsInFlightTest, AnAbortedPeerGivesWayToTheFailureBehindIt) {
+  WorkerRegistry registry(absl::Milliseconds(50), 3);
+  CallsInFlight calls(3);
+  calls.Finish(0, absl::AbortedError("request 'r' cancelled: worker 2 failed"));
+  std::thread rest([&] {
+    absl::SleepFor(absl::Milliseconds(20));
+    calls.Finish(2, absl::ResourceExhaustedError("a slice of 49152 bytes does not fit"));
+    calls.Finish(1, absl::AbortedError("request 'r' cancelled: worker 2 failed"));
+  });
+  int first_failed = -1;
+  absl::Status first_status;
+  EXPECT_EQ(calls.Wait({10, 11, 12}, registry, [](int64_t) {}, &first_failed, &first_status),
+            -1);
+  rest.join();
+  EXPECT_EQ(first_failed, 2);
+  EXPECT_TRUE(absl::IsResourceExhausted(first_status)) << first_status;
+}
+
 TEST(CallsInFlightTest, OnSettledRunsAtOnceWhenTheCallsSettledBefore) {
   CallsInFlight calls(1);
   calls.Finish(0, Result("a"));
