@@ -5,6 +5,7 @@
 //   meshserve suggest (--model_file F | --hf_dir D) --workers N
 //       --input_shape NAME=D0,D1[,...] [--input_shape ...]
 //       [--memory_per_worker BYTES] [--max_search_s S (default 60)]
+//       [--search dp|descent (default dp)]
 //       [--target HOST:PORT [--calibration_wait_s S (default 30)]]
 //       --out OUT.json [--json]
 //
@@ -58,7 +59,7 @@ namespace fs = std::filesystem;
 
 constexpr char kSuggestUsage[] =
     "suggest (--model_file F | --hf_dir D) --workers N --input_shape NAME=D0,D1[,...] "
-    "[--input_shape ...] [--memory_per_worker BYTES] [--max_search_s S] "
+    "[--input_shape ...] [--memory_per_worker BYTES] [--max_search_s S] [--search dp|descent] "
     "[--target HOST:PORT [--calibration_wait_s S]] --out OUT.json [--json]";
 
 // "x=1,8,64" flags -> shape sets; a repeated name starts the next set.
@@ -228,6 +229,16 @@ int RunSuggest(const CliArgs& args) {
   options.num_workers = *workers;
   options.memory_per_worker = *memory;
   options.max_search_s = *budget;
+  const std::string search = args.Has("search") ? args.Get("search") : "dp";
+  if (search != "dp" && search != "descent") {
+    return UsageError("suggest", kSuggestUsage,
+                      absl::InvalidArgumentError(absl::StrCat(
+                          "flag --search: '", search, "' is not dp or descent")));
+  }
+  if (search == "descent") {  // the search before the DP, for comparison
+    options.dp_max_states = 0;
+    options.memoize_layers = false;
+  }
   options.input_shapes = *std::move(shapes);
   if (args.Has("target")) {
     absl::StatusOr<double> wait_s = args.GetDouble("calibration_wait_s", 30);
@@ -277,6 +288,7 @@ MS_REGISTER_COMMAND(FlagCommand{"suggest",
                                                   {"input_shape", FlagDef::kRepeated, true},
                                                   {"memory_per_worker"},
                                                   {"max_search_s"},
+                                                  {"search"},
                                                   {"target"},
                                                   {"calibration_wait_s"},
                                                   {"out", FlagDef::kValue, true},

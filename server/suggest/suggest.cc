@@ -17,6 +17,7 @@
 #include "common/base/status_util.h"
 #include "common/model/typed_model.h"
 #include "server/suggest/block_stack.h"
+#include "server/suggest/dp_search.h"
 #include "server/suggest/layer_costs.h"
 
 namespace meshserve {
@@ -28,10 +29,11 @@ constexpr double kRejected = std::numeric_limits<double>::infinity();
 class Evaluator {
  public:
   Evaluator(const ModelFile& model, const LayoutSpace& space, const SuggestOptions& options)
-      : model_(model),
+      : model_(WithoutText(model)),
         space_(space),
         options_(options),
         num_blocks_(options.price_blocks ? NumStackBlocks(model) : 0),
+        priced_(num_blocks_ >= 3 ? CutToBlocks(model_, 2) : model_),
         costs_(options.figures),
         deadline_(std::chrono::steady_clock::now() +
                   std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -45,20 +47,34 @@ class Evaluator {
     return stopped_;
   }
   bool stopped() const { return stopped_; }
+  LayerCostCache& costs() { return costs_; }
+  int64_t num_blocks() const { return num_blocks_; }
 
   // The layout's mean predicted ms on `mesh`, kRejected when it is not kept
   // (`why`, if given, says why).
   double Score(const Layout& layout, const Mesh& mesh, const std::string& name,
                std::string* why = nullptr) {
-    ModelFile m = Materialize(model_, space_, layout, mesh);
+    ModelFile m = Materialize(priced_, space_, layout, mesh);
     std::string key = LayoutKey(m, mesh);
     auto it = scores_.find(key);
     if (it == scores_.end()) {
       ++num_evaluated_;
+      layouts_.emplace(key, layout);
       it = scores_.emplace(key, Evaluate(std::move(m), mesh, name, key)).first;
     }
     if (why != nullptr) *why = why_[key];
     return it->second;
+  }
+
+  // The key Score gives `layout` on `mesh`.
+  std::string Key(const Layout& layout, const Mesh& mesh) const {
+    return LayoutKey(Materialize(priced_, space_, layout, mesh), mesh);
+  }
+  // `s` with its whole model: kept suggestions carry the priced copy (two
+  // blocks of a stack) until listed.
+  Suggestion Whole(Suggestion s) const {
+    s.model = Materialize(model_, space_, layouts_.at(s.key), s.mesh);
+    return s;
   }
 
   std::vector<Suggestion> Ranked() const {
@@ -128,16 +144,28 @@ class Evaluator {
 
   // Whole, or from 1- and 2-block copies of a stack (block_stack.h).
   absl::StatusOr<Prediction> Predict(const ModelFile& m, const Mesh& mesh, const ShapeSet& shapes) {
-    if (num_blocks_ < 3) return costs_.Predict(m, mesh, shapes);
-    MS_ASSIGN_OR_RETURN(Prediction one, costs_.Predict(CutToBlocks(m, 1), mesh, shapes));
-    MS_ASSIGN_OR_RETURN(Prediction two, costs_.Predict(CutToBlocks(m, 2), mesh, shapes));
+    auto predict = [&](const ModelFile& part) {
+      return options_.memoize_layers ? costs_.Predict(part, mesh, shapes)
+                                     : PredictAtShape(part, mesh, shapes, options_.figures);
+    };
+    if (num_blocks_ < 3) return predict(m);  // m: the model's first 2 blocks
+    MS_ASSIGN_OR_RETURN(Prediction one, predict(CutToBlocks(m, 1)));
+    MS_ASSIGN_OR_RETURN(Prediction two, predict(m));
     return ExtrapolateBlocks(one, two, num_blocks_);
   }
 
-  const ModelFile& model_;
+  // The file without its JSON text (copied with every layout otherwise).
+  static ModelFile WithoutText(ModelFile m) {
+    m.json_text.clear();
+    return m;
+  }
+
+  const ModelFile model_;
   const LayoutSpace& space_;
   const SuggestOptions& options_;
   const int64_t num_blocks_;
+  const ModelFile priced_;  // the model, or its first 2 blocks for a stack
+  std::map<std::string, Layout> layouts_;  // by key, every scored layout
   LayerCostCache costs_;  // per-layer terms, compiled once per signature
   std::map<std::string, double> scores_;
   std::map<std::string, Suggestion> kept_;
@@ -202,6 +230,18 @@ void CoordinateDescent(const LayoutSpace& space, const Mesh& mesh, Layout best,
   }
 }
 
+// The DP's layout on `mesh` (dp_search.h), when it applies: not for a stack
+// priced from block copies (its tied roles would stay open across the
+// blocks), nor past dp_max_states.
+std::optional<Layout> DpLayout(const ModelFile& model, const LayoutSpace& space, const Mesh& mesh,
+                               const SuggestOptions& options, Evaluator& eval) {
+  if (options.dp_max_states <= 0 || eval.num_blocks() >= 3 || eval.OutOfTime()) return std::nullopt;
+  std::optional<DpResult> dp =
+      DpBestLayout(model, space, mesh, options.input_shapes, eval.costs(), options.dp_max_states);
+  if (!dp.has_value()) return std::nullopt;
+  return dp->layout;
+}
+
 // Every input named with its rank and the file's fixed dims, nothing else.
 absl::Status CheckShapes(const ModelFile& model, const std::vector<ShapeSet>& sets) {
   for (const ShapeSet& shapes : sets) {
@@ -233,9 +273,11 @@ absl::Status CheckShapes(const ModelFile& model, const std::vector<ShapeSet>& se
 // The best of `ranked` (up to 1 + num_alternatives) that type whole: priced
 // from block copies, the whole model must type too (it does when the blocks
 // are alike; checked, being cheap next to compiling).
-std::vector<Suggestion> TypedWhole(std::vector<Suggestion> ranked, const SuggestOptions& options) {
+std::vector<Suggestion> TypedWhole(std::vector<Suggestion> ranked, const SuggestOptions& options,
+                                   const Evaluator& eval) {
   std::vector<Suggestion> out;
-  for (Suggestion& s : ranked) {
+  for (Suggestion& r : ranked) {
+    Suggestion s = eval.Whole(std::move(r));
     bool types = true;
     for (const ShapeSet& shapes : options.input_shapes) {
       types = types && TypeModel(s.model, s.mesh, shapes).ok();
@@ -287,7 +329,8 @@ absl::StatusOr<SuggestResult> Suggest(const ModelFile& model, const SuggestOptio
   Evaluator eval(model, space, options);
   SuggestResult result;
   const bool exhaustive = space.NumLayouts() <= options.exhaustive_limit;
-  result.method = exhaustive ? "exhaustive" : "coordinate descent";
+  const bool dp = !exhaustive && options.dp_max_states > 0 && eval.num_blocks() < 3;
+  result.method = exhaustive ? "exhaustive" : dp ? "dp + coordinate descent" : "coordinate descent";
   std::map<std::string, std::pair<double, std::string>> baseline_best;  // name -> (ms, key)
   std::map<std::string, std::vector<std::string>> rejections;  // named -> per mesh
   for (const Mesh& mesh : space.meshes) {
@@ -303,7 +346,7 @@ absl::StatusOr<SuggestResult> Suggest(const ModelFile& model, const SuggestOptio
         seed_score = s;
         seed = n.layout;
       }
-      const std::string key = LayoutKey(Materialize(model, space, n.layout, mesh), mesh);
+      const std::string key = eval.Key(n.layout, mesh);
       auto it = baseline_best.find(n.name);
       if (s < kRejected && (it == baseline_best.end() || s < it->second.first)) {
         baseline_best[n.name] = {s, key};
@@ -311,9 +354,16 @@ absl::StatusOr<SuggestResult> Suggest(const ModelFile& model, const SuggestOptio
     }
     if (exhaustive) {
       Exhaustive(space, mesh, eval);
-    } else {
-      CoordinateDescent(space, mesh, seed, seed_score, options.max_passes, eval);
+      continue;
     }
+    if (std::optional<Layout> dp = DpLayout(model, space, mesh, options, eval)) {
+      const double s = eval.Score(*dp, mesh, "search");
+      if (s < seed_score) {
+        seed_score = s;
+        seed = *dp;
+      }
+    }
+    CoordinateDescent(space, mesh, seed, seed_score, options.max_passes, eval);
   }
   if (eval.stopped()) {
     absl::StrAppend(&result.method, " (stopped at the ", options.max_search_s, " s budget)");
@@ -321,7 +371,7 @@ absl::StatusOr<SuggestResult> Suggest(const ModelFile& model, const SuggestOptio
   result.num_evaluated = eval.num_evaluated();
   result.num_rejected_rules = eval.num_rejected_rules();
   result.num_rejected_memory = eval.num_rejected_memory();
-  std::vector<Suggestion> ranked = TypedWhole(eval.Ranked(), options);
+  std::vector<Suggestion> ranked = TypedWhole(eval.Ranked(), options, eval);
   if (ranked.empty()) return NothingKept(model, options, eval);
   result.choice = ranked[0];
   for (size_t i = 1; i < ranked.size() && static_cast<int>(i) <= options.num_alternatives; ++i) {
@@ -334,7 +384,7 @@ absl::StatusOr<SuggestResult> Suggest(const ModelFile& model, const SuggestOptio
       continue;
     }
     if (const Suggestion* s = eval.Find(it->second.second)) {
-      result.baselines.push_back(*s);
+      result.baselines.push_back(eval.Whole(*s));
       result.baselines.back().name = n.name;
     }
   }

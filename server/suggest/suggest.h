@@ -8,8 +8,10 @@
 //   1. the named baselines (NamedLayouts) are evaluated first (a later layout
 //      equal to one keeps its name);
 //   2. exhaustive: when the space has at most `exhaustive_limit` layouts,
-//      every one; otherwise coordinate descent from the mesh's best baseline
-//      (or from the all-neutral layout): each pass tries every option of
+//      every one; otherwise the DP over the layer graph (dp_search.h: exact
+//      for the prediction, not for a stack priced from block copies), then
+//      coordinate descent from the best of it and the mesh's baselines
+//      (or the all-neutral layout): each pass tries every option of
 //      every role with the others fixed, and for a param role every option
 //      jointly with every option of each out role reading it (a row kernel
 //      needs its out_sharding), keeping the best, until a pass improves
@@ -47,6 +49,13 @@ struct SuggestOptions {
   CostFigures figures;
   double exhaustive_limit = 1024;  // layouts per mesh
   int max_passes = 4;
+  // Beyond exhaustive_limit, the DP over the layer graph (dp_search.h) first,
+  // holding at most this many states per layer (0: no DP); coordinate
+  // descent then starts from its layout when it beats the baselines.
+  int64_t dp_max_states = 20000;
+  // Price from per-layer terms compiled once per signature (layer_costs.h);
+  // false: compile every layout's model whole (the reference, slower).
+  bool memoize_layers = true;
   // The search stops after this long (0: no limit); the baselines and the
   // layouts scored so far still count, and the method says it stopped.
   double max_search_s = 60;
@@ -74,7 +83,8 @@ struct SuggestResult {
   std::vector<Suggestion> baselines;     // each named layout's best mesh, if kept
   // The named layouts kept on no mesh, with the reason on each mesh.
   std::vector<std::pair<std::string, std::vector<std::string>>> rejected_baselines;
-  // "exhaustive" or "coordinate descent", + " (stopped at the N s budget)"
+  // "exhaustive", "dp + coordinate descent" or "coordinate descent", +
+  // " (stopped at the N s budget)"
   std::string method;
   int64_t num_evaluated = 0;
   int64_t num_rejected_rules = 0;   // JAX's rules or the compiler said no

@@ -186,7 +186,7 @@ TEST(SuggestTest, PredictionOrderingReplicatedVsMegatronAtBatchOne) {
   EXPECT_GT(meg->per_shape[0].rounds, 0);
   EXPECT_EQ(rep->per_shape[0].rounds, 0);
   EXPECT_LE(big.choice.mix_ms, meg->mix_ms);
-  EXPECT_EQ(big.method, "coordinate descent");
+  EXPECT_EQ(big.method, "dp + coordinate descent");
 
   ASSERT_OK_AND_ASSIGN(SuggestResult small, Suggest(SmallSwiglu(), Options(2, {{{"x", {1, 1, 64}}}})));
   rep = Baseline(small, "replicated");
@@ -214,12 +214,29 @@ TEST(SuggestTest, MixOfShapesIsTheMean) {
 // A budget already spent when the search starts: only each mesh's seed (the
 // all-neutral layout) and the baselines, scored before it, are evaluated, and
 // the method says the search stopped.
+// The DP (dp_search.h) seeds coordinate descent: on the transformer example
+// (a space far past the exhaustive limit) the choice is at least as good as
+// descent alone, and the DP's own layout is among the evaluated ones.
+TEST(SuggestTest, DpSeedIsNoWorseThanDescentAlone) {
+  const ModelFile model = LoadExample("transformer");
+  for (const ShapeSet& shapes : {ShapeSet{{"x", {1, 16, 64}}}, ShapeSet{{"x", {8, 16, 64}}}}) {
+    SuggestOptions with = Options(4, {shapes});
+    SuggestOptions without = with;
+    without.dp_max_states = 0;
+    ASSERT_OK_AND_ASSIGN(SuggestResult a, Suggest(model, with));
+    ASSERT_OK_AND_ASSIGN(SuggestResult b, Suggest(model, without));
+    EXPECT_EQ(a.method, "dp + coordinate descent");
+    EXPECT_EQ(b.method, "coordinate descent");
+    EXPECT_LE(a.choice.mix_ms, b.choice.mix_ms * (1 + 1e-9));
+  }
+}
+
 TEST(SuggestTest, SearchStopsAtItsBudgetWithTheBaselines) {
   const ModelFile model = SmallSwiglu();
   SuggestOptions o = Options(2, {{{"x", {4, 8, 64}}}});
   o.max_search_s = 1e-9;
   ASSERT_OK_AND_ASSIGN(SuggestResult r, Suggest(model, o));
-  EXPECT_EQ(r.method, "coordinate descent (stopped at the 1e-09 s budget)");
+  EXPECT_EQ(r.method, "dp + coordinate descent (stopped at the 1e-09 s budget)");
   ASSERT_OK_AND_ASSIGN(LayoutSpace space, BuildLayoutSpace(model, 2));
   EXPECT_EQ(space.meshes.size(), 2u);
   EXPECT_LE(r.num_evaluated, 2 * static_cast<int64_t>(NamedLayouts(model, space).size() + 1));
