@@ -4,6 +4,8 @@
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -103,9 +105,12 @@ HttpEndpoint::HttpEndpoint(const MetricRegistry* registry, std::function<void()>
       https_(https) {
   // cpp-httplib's default also sets SO_REUSEPORT, which would let a second
   // server bind a port already in use: keep SO_REUSEADDR only.
-  server_->set_socket_options([](socket_t sock) {
+  // The hook runs on each socket cpp-httplib tries, before its bind; the
+  // last one is the socket that was bound.
+  server_->set_socket_options([this](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    listen_socket_ = sock;
   });
   server_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     if (before_scrape_) before_scrape_();
@@ -144,6 +149,11 @@ absl::Status HttpEndpoint::Start(const std::string& host, int port) {
     return absl::UnavailableError(absl::StrCat("HTTP: cannot bind ", host, ":", port));
   }
   if (port != 0) port_ = port;
+  // listen() again on a listening socket only changes its backlog.
+  if (listen_socket_ >= 0 && ::listen(listen_socket_, kListenBacklog) != 0) {
+    return absl::InternalError(absl::StrCat("HTTP: ", host, ":", port_, ": listen backlog ",
+                                            kListenBacklog, ": ", std::strerror(errno)));
+  }
   thread_ = std::thread([this] { server_->listen_after_bind(); });
   // stop() before the listener runs would be lost (and Stop's join would
   // hang): return once it runs.
@@ -152,6 +162,22 @@ absl::Status HttpEndpoint::Start(const std::string& host, int port) {
   return server_->is_running() ? absl::OkStatus()
                                : absl::InternalError(absl::StrCat("HTTP: ", host, ":", port_,
                                                                   " bound but not listening"));
+}
+
+absl::StatusOr<int> HttpEndpoint::ListenBacklog() const {
+  if (listen_socket_ < 0 || port_ == 0) {
+    return absl::FailedPreconditionError("HTTP endpoint not started");
+  }
+  // For a listening socket the kernel reports the backlog limit in
+  // tcpi_sacked (and the queue's current length in tcpi_unacked).
+  tcp_info info{};
+  socklen_t size = sizeof(info);
+  if (getsockopt(listen_socket_, IPPROTO_TCP, TCP_INFO, &info, &size) != 0 ||
+      info.tcpi_state != TCP_LISTEN) {
+    return absl::InternalError(absl::StrCat("HTTP: no TCP_INFO for the listening socket: ",
+                                            std::strerror(errno)));
+  }
+  return static_cast<int>(info.tcpi_sacked);
 }
 
 void HttpEndpoint::Stop() {

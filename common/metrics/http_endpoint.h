@@ -21,6 +21,11 @@
 // `before_scrape`, when set, runs at the start of each /metrics request (to
 // refresh gauges that are read from elsewhere, e.g. worker health).
 //
+// The listening socket's accept queue holds kListenBacklog connections (capped
+// by the kernel's net.core.somaxconn): Debian's cpp-httplib listens with a
+// backlog of 5, compiled into its library, so a burst of 16 clients got
+// connection resets; Start raises it on the bound socket.
+//
 // Thread-safety: Start and Stop from one thread (the owner's); handlers run on
 // cpp-httplib's pool, so routes must be thread-safe. Stop (and the destructor)
 // waits for the listener thread.
@@ -74,7 +79,13 @@ class HttpEndpoint {
   // Binds and starts serving. \error kUnavailable when the port cannot be bound.
   absl::Status Start(const std::string& host, int port);
   int port() const { return port_; }
+  // The accept queue's length limit the kernel applies to the listening
+  // socket (TCP_INFO of a listening socket), for tests. \error kFailedPrecondition
+  // before Start, kInternal when the kernel does not say.
+  absl::StatusOr<int> ListenBacklog() const;
   void Stop();
+
+  static constexpr int kListenBacklog = 1024;
 
  private:
   HttpEndpoint(const MetricRegistry* registry, std::function<void()> before_scrape,
@@ -85,6 +96,7 @@ class HttpEndpoint {
   const std::unique_ptr<httplib::Server> server_;
   const bool https_;
   int port_ = 0;
+  int listen_socket_ = -1;  // set by the socket-options hook before bind
   std::thread thread_;
 };
 

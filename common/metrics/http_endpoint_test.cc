@@ -2,9 +2,12 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -40,6 +43,37 @@ TEST(HttpEndpointTest, ServesMetricsAndOwnerRoutes) {
   EXPECT_EQ(hello->body, "hi");
   http.Stop();
   http.Stop();  // idempotent
+}
+
+// The kernel's cap on a listening socket's backlog.
+int SoMaxConn() {
+  std::ifstream in("/proc/sys/net/core/somaxconn");
+  int value = 0;
+  return in >> value ? value : 4096;
+}
+
+TEST(HttpEndpointTest, ListenBacklogRaisedAboveHttplibsFive) {
+  MetricRegistry registry;
+  HttpEndpoint http(&registry);
+  EXPECT_THAT(http.ListenBacklog().status(), StatusIs(absl::StatusCode::kFailedPrecondition));
+  ASSERT_THAT(http.Start("127.0.0.1", 0), IsOk());
+  absl::StatusOr<int> backlog = http.ListenBacklog();
+  ASSERT_THAT(backlog.status(), IsOk());
+  EXPECT_EQ(*backlog, std::min(HttpEndpoint::kListenBacklog, SoMaxConn()));
+  // A burst of clients connecting at once is served whole.
+  constexpr int kClients = 64;
+  std::vector<int> statuses(kClients, 0);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&, i] {
+      httplib::Client client("127.0.0.1", http.port());
+      client.set_connection_timeout(5);
+      auto res = client.Get("/metrics");
+      statuses[i] = res ? res->status : -1;
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  for (int i = 0; i < kClients; ++i) EXPECT_EQ(statuses[i], 200) << "client " << i;
 }
 
 TEST(HttpEndpointTest, BusyPortIsUnavailable) {
