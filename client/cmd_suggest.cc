@@ -249,7 +249,7 @@ int RunSuggest(const CliArgs& args) {
   }
   PrintFigures(options.figures);
   absl::StatusOr<ModelFile> model = args.Has("model_file")
-                                        ? LoadModelFile(args.Get("model_file"))
+                                        ? LoadModelFile(args.Get("model_file"), /*allow_auto_sharding=*/true)
                                         : ImportForSearch(args.Get("hf_dir"));
   if (!model.ok()) return Fail("suggest", model.status());
   absl::StatusOr<SuggestResult> result = Suggest(*model, options);

@@ -233,7 +233,16 @@ absl::Status ParseParams(const Json& root, ModelFile& m) {
     ParamDef p;
     p.name = it.key();
     p.dtype = m.dtype;
-    MS_RETURN_IF_ERROR(GetShapeAndSharding(j, m, what, false, p.shape, p.sharding));
+    if (j.contains("sharding") && j["sharding"].is_string()) {  // "auto": the search chooses
+      p.auto_sharding = j["sharding"].get<std::string>() == "auto";
+      if (!p.auto_sharding) {
+        return InvalidArgument(what, " sharding ", ShowJson(j["sharding"]),
+                               ": a param's sharding is a list of entries or \"auto\"");
+      }
+    }
+    Json shaped = j;
+    if (p.auto_sharding) shaped.erase("sharding");
+    MS_RETURN_IF_ERROR(GetShapeAndSharding(shaped, m, what, false, p.shape, p.sharding));
     if (j.contains("dtype")) {
       MS_ASSIGN_OR_RETURN(p.dtype, GetParamDType(j["dtype"], absl::StrCat(what, " dtype")));
     }
@@ -404,7 +413,7 @@ const LayerDef* ModelFile::FindLayer(absl::string_view name) const {
 }
 
 absl::StatusOr<ModelFile> ParseModelFile(absl::string_view json_text,
-                                         absl::string_view model_dir) {
+                                         absl::string_view model_dir, bool allow_auto_sharding) {
   MS_ASSIGN_OR_RETURN(Json root, ParseJsonText(json_text), "model file");
   if (!root.is_object()) return InvalidArgument("model file: top level must be an object");
   ModelFile m;
@@ -416,12 +425,19 @@ absl::StatusOr<ModelFile> ParseModelFile(absl::string_view json_text,
   }
   m.name = root["name"].get<std::string>();
   MS_RETURN_IF_ERROR(ParseBody(root, m), "model '", m.name, "'");
+  for (const ParamDef& p : m.params) {
+    if (p.auto_sharding && !allow_auto_sharding) {
+      return InvalidArgument("model '", m.name, "': param '", p.name,
+                             "' sharding \"auto\" is not resolved: `meshserve import "
+                             "--auto_shard` or `meshserve suggest` chooses it before serving");
+    }
+  }
   return m;
 }
 
-absl::StatusOr<ModelFile> LoadModelFile(absl::string_view path) {
+absl::StatusOr<ModelFile> LoadModelFile(absl::string_view path, bool allow_auto_sharding) {
   MS_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path), "model file");
-  return ParseModelFile(text, DirOf(path));
+  return ParseModelFile(text, DirOf(path), allow_auto_sharding);
 }
 
 }  // namespace meshserve

@@ -49,6 +49,9 @@ struct ParamDef {
   std::string from;
   bool has_from = false;
   std::vector<int64_t> from_offset;
+  // "sharding": "auto": the layout search (server/suggest) chooses it;
+  // `sharding` is then P() until resolved.
+  bool auto_sharding = false;
 };
 
 struct InputDef {
@@ -117,12 +120,18 @@ struct ModelFile {
   const LayerDef* FindLayer(absl::string_view name) const;
 };
 
-// Parses and validates (see file comment).
+// Parses and validates (see file comment). A param's "sharding": "auto" (the
+// layout search chooses it, docs/suggest.md) is accepted only with
+// `allow_auto_sharding` (suggest and import --auto_shard read such files);
+// otherwise kInvalidArgument naming the param: a file is served resolved.
+// Any other string as a param's sharding is kInvalidArgument naming it.
 absl::StatusOr<ModelFile> ParseModelFile(absl::string_view json_text,
-                                         absl::string_view model_dir);
+                                         absl::string_view model_dir,
+                                         bool allow_auto_sharding = false);
 // Reads `path` and parses it with model_dir = its folder.
 // \error kNotFound if the file cannot be read; parse errors as above.
-absl::StatusOr<ModelFile> LoadModelFile(absl::string_view path);
+absl::StatusOr<ModelFile> LoadModelFile(absl::string_view path,
+                                        bool allow_auto_sharding = false);
 
 // The model's mesh for `num_devices_available` devices: a -1 axis takes
 // num_devices_available / (product of the others), at least 1. All axes are

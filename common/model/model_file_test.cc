@@ -255,3 +255,32 @@ TEST(ModelFileTest, LoadModelFileMissingIsNotFound) {
 
 }  // namespace
 }  // namespace meshserve
+
+namespace meshserve {
+namespace {
+
+// "sharding": "auto" (the layout search chooses it): parsed only when allowed,
+// else refused naming the param; any other string is refused naming it.
+TEST(ModelFileTest, AutoShardingIsParsedOnlyWhenAllowed) {
+  const std::string text = Edited(R"("sharding": ["fsdp", "model"], "init": "lecun_normal"},
+    "up_proj)", R"("sharding": "auto", "init": "lecun_normal"},
+    "up_proj)");
+  ASSERT_OK_AND_ASSIGN(ModelFile m, ParseModelFile(text, "", /*allow_auto_sharding=*/true));
+  ASSERT_NE(m.FindParam("gate_proj.kernel"), nullptr);
+  EXPECT_TRUE(m.FindParam("gate_proj.kernel")->auto_sharding);
+  EXPECT_EQ(m.FindParam("gate_proj.kernel")->sharding.size(), 0);
+  EXPECT_FALSE(m.FindParam("up_proj.kernel")->auto_sharding);
+  EXPECT_THAT(ParseModelFile(text, "").status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "param 'gate_proj.kernel' sharding \"auto\" is not resolved"));
+  const std::string bad = Edited(R"("sharding": ["fsdp", "model"], "init": "lecun_normal"},
+    "up_proj)", R"("sharding": "automatic", "init": "lecun_normal"},
+    "up_proj)");
+  EXPECT_THAT(ParseModelFile(bad, "", true).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "param 'gate_proj.kernel' sharding \"automatic\": a param's sharding is a "
+                       "list of entries or \"auto\""));
+}
+
+}  // namespace
+}  // namespace meshserve

@@ -179,11 +179,23 @@ absl::StatusOr<LayoutSpace> BuildLayoutSpace(const ModelFile& model, int64_t num
   space.roles[0].options = {{RoleOption::kFile, {}}, {RoleOption::kBatch, {}},
                             {RoleOption::kReplicated, {}}};
   std::map<std::string, int> param_role;
+  const bool any_auto = std::any_of(model.params.begin(), model.params.end(),
+                                    [](const ParamDef& p) { return p.auto_sharding; });
   for (const ParamDef& p : model.params) {
     const int rank = static_cast<int>(p.shape.size());
     const int r = RoleFor(space, by_key, Role::kParam, RoleKey(p.name));
     Role& role = space.roles[r];
-    if (role.options.empty()) role.options = SpecOptions(rank, has_model);
+    const bool fixed = any_auto && !p.auto_sharding;  // kept as written
+    if (role.options.empty()) {
+      role.options = fixed ? std::vector<RoleOption>{{RoleOption::kFile,
+                                                      std::vector<AxisRole>(rank, AxisRole::kNone)}}
+                           : SpecOptions(rank, has_model);
+    }
+    if (!role.members.empty() && (role.options[0].kind == RoleOption::kFile) != fixed) {
+      return InvalidArgument("params '", role.members.front(), "' and '", p.name,
+                             "' share the role '", role.key,
+                             "' but only one has sharding \"auto\"");
+    }
     if (static_cast<int>(role.options[0].dims.size()) != rank) {
       return InvalidArgument("params '", role.members.front(), "' and '", p.name,
                              "' share the role '", role.key, "' but differ in rank");
@@ -230,6 +242,8 @@ ModelFile Materialize(const ModelFile& model, const LayoutSpace& space, const La
   const PartitionSpec::Entry batch =
       m.inputs.empty() ? PartitionSpec::Entry{} : m.inputs.front().sharding.entry(0);
   for (ParamDef& p : m.params) {
+    if (chosen[p.name]->kind == RoleOption::kFile) continue;  // explicit, others "auto"
+    p.auto_sharding = false;
     std::vector<PartitionSpec::Entry> entries;
     for (AxisRole a : chosen[p.name]->dims) entries.push_back(axis_of(a));
     while (!entries.empty() && entries.back().empty()) entries.pop_back();

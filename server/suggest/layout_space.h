@@ -14,7 +14,10 @@
 //   inputs         one for all inputs: the file's specs, dim 0 over D, or
 //                  replicated;
 //   param role     a spec per dim from {None, D, M}, each axis at most once
-//                  (rank 2: 7 options; 1 + 2r + r(r-1) in general);
+//                  (rank 2: 7 options; 1 + 2r + r(r-1) in general); when
+//                  some param of the file says "sharding": "auto", only
+//                  those are searched and the others keep the file's spec
+//                  (one "file" option);
 //   out role       per linear / einsum layer role: the file's out_sharding,
 //                  none, "batch" (dim 0 as the inputs' dim 0, the rest None)
 //                  or "batch + last dim over M".

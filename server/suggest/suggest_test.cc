@@ -13,6 +13,7 @@
 #include "absl/strings/str_replace.h"
 #include "server/suggest/block_stack.h"
 #include "server/suggest/cost_model.h"
+#include "common/base/file_io.h"
 #include "common/model/typed_model.h"
 #include "gtest/gtest.h"
 #include "tests/testing/status_matchers.h"
@@ -359,6 +360,43 @@ TEST(SuggestTest, BadInputsAreInvalidArgument) {
               StatusIs(absl::StatusCode::kInvalidArgument, "x=1,1,32 does not match"));
   EXPECT_THAT(Suggest(SmallSwiglu(), Options(2, {{{"x", {1, 1, 64}}, {"z", {1}}}})).status(),
               StatusIs(absl::StatusCode::kNotFound, "has no input 'z'"));
+}
+
+}  // namespace
+}  // namespace meshserve
+
+namespace meshserve {
+namespace {
+
+// A file with "sharding": "auto" on one param: only that role is searched
+// (the others keep the file's specs on the chosen mesh), and the written file
+// has a spec for it, parsing without allow_auto_sharding.
+TEST(SuggestTest, AutoShardingSearchesOnlyTheAutoParams) {
+  absl::StatusOr<std::string> text = ReadFileToString(
+      absl::StrCat(MESHSERVE_SOURCE_DIR, "/tests/integration/testdata/swiglu_small.json"));
+  ASSERT_TRUE(text.ok()) << text.status();
+  const std::string from = R"("sharding": ["fsdp", "model"], "init": "lecun_normal"},
+    "up_proj)";
+  const size_t pos = text->find(from);
+  ASSERT_NE(pos, std::string::npos);
+  std::string edited = *text;
+  edited.replace(pos, from.size(), R"("sharding": "auto", "init": "lecun_normal"},
+    "up_proj)");
+  ASSERT_OK_AND_ASSIGN(ModelFile model, ParseModelFile(edited, "", /*allow_auto_sharding=*/true));
+  ASSERT_OK_AND_ASSIGN(LayoutSpace space, BuildLayoutSpace(model, 2));
+  for (const Role& r : space.roles) {
+    if (r.kind != Role::kParam) continue;
+    EXPECT_EQ(r.options.size(), r.key == "gate_proj.kernel" ? 7u : 1u) << r.key;
+  }
+  ASSERT_OK_AND_ASSIGN(SuggestResult r, Suggest(model, Options(2, {{{"x", {1, 1, 64}}}})));
+  EXPECT_EQ(r.choice.model.FindParam("up_proj.kernel")->sharding.ToString(), "P('fsdp', 'model')");
+  EXPECT_EQ(r.choice.model.FindParam("down_proj.kernel")->sharding.ToString(), "P('model', 'fsdp')");
+  EXPECT_FALSE(r.choice.model.FindParam("gate_proj.kernel")->auto_sharding);
+  ASSERT_OK_AND_ASSIGN(std::string written, SuggestedModelText(model, r.choice));
+  EXPECT_EQ(written.find("\"auto\""), std::string::npos);
+  ASSERT_OK_AND_ASSIGN(ModelFile back, ParseModelFile(written, ""));
+  EXPECT_EQ(back.FindParam("gate_proj.kernel")->sharding,
+            r.choice.model.FindParam("gate_proj.kernel")->sharding);
 }
 
 }  // namespace
