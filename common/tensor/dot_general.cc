@@ -224,12 +224,11 @@ void SmallMDot(const Operand& a, int64_t B, int64_t M, int64_t K, int64_t N, con
   for (int64_t i = 0; i < B; ++i) {
     const float* ai = a_data + i * M * K;
     const void* wi = static_cast<const char*>(w.data) + i * K * N * w_elem;
-    if (M == 1 && w.dtype == DType::kFloat32) {
-      // Row-major W [K, N]: c = W^T a; W [N, K]: c = W a.
-      cblas_sgemv(CblasRowMajor, w.transposed ? CblasNoTrans : CblasTrans,
-                  static_cast<int>(w.transposed ? N : K), static_cast<int>(w.transposed ? K : N),
-                  1.0f, static_cast<const float*>(wi), static_cast<int>(w.transposed ? K : N), ai,
-                  1, 0.0f, c + i * N, 1);
+    if (M == 1 && w.dtype == DType::kFloat32 && !w.transposed) {
+      // Row-major W [K, N]: c = W^T a. (W [N, K]: GemmSmallM, faster than
+      // sgemv's dot per weight row: DotGeneralInPlace.)
+      cblas_sgemv(CblasRowMajor, CblasTrans, static_cast<int>(K), static_cast<int>(N), 1.0f,
+                  static_cast<const float*>(wi), static_cast<int>(N), ai, 1, 0.0f, c + i * N, 1);
     } else {
       GemmSmallM(ai, M, K, {wi, w.dtype, w.transposed}, N, c + i * M * N, threads,
                  DefaultSmallMIsa());
@@ -353,9 +352,12 @@ absl::StatusOr<Tensor> DotGeneralInPlace(const Tensor& lhs, const StridedMatrix&
   }
   std::vector<int64_t> out_shape(lhs.shape().begin(), lhs.shape().end() - 1);
   out_shape.push_back(N);
-  // GemmSmallM (a few rows, below) writes every element: no zero fill.
-  const bool gemm_small_m =
-      K > 0 && M > 1 && M <= SmallMMaxRows(DType::kFloat32, DefaultSmallMIsa());
+  const bool w_nk = w_contracting == 1;  // W is [N, K]
+  // GemmSmallM (below) writes every element: no zero fill. It takes one row
+  // of an [N, K] weight too: cblas_sgemv's dot per weight row is 2.2-2.6x
+  // slower at K = 384-768 (a GPT-2 head slice: 15.3 vs 6.3 ms), 1.28x at 8192.
+  const bool gemm_small_m = K > 0 && (M > 1 || w_nk) &&
+                            M <= SmallMMaxRows(DType::kFloat32, DefaultSmallMIsa());
   MS_ASSIGN_OR_RETURN(Tensor out,
                       gemm_small_m ? Tensor::CreateUninitialized(DType::kFloat32, out_shape)
                                    : Tensor::Create(DType::kFloat32, out_shape),
@@ -367,9 +369,8 @@ absl::StatusOr<Tensor> DotGeneralInPlace(const Tensor& lhs, const StridedMatrix&
   }
   const float* a = widened.has_value() ? widened->data<float>() : lhs.data<float>();
   const int ld = static_cast<int>(w.row_stride);
-  const bool w_nk = w_contracting == 1;  // W is [N, K]
-  if (M == 1) {
-    cblas_sgemv(CblasRowMajor, w_nk ? CblasNoTrans : CblasTrans, static_cast<int>(w.rows),
+  if (M == 1 && !w_nk) {
+    cblas_sgemv(CblasRowMajor, CblasTrans, static_cast<int>(w.rows),
                 static_cast<int>(w.cols), 1.0f, w.data, ld, a, 1, 0.0f, out.data<float>(), 1);
   } else if (gemm_small_m) {
     // Streamed once for all rows, as DotGeneral, in place at its row stride
