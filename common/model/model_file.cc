@@ -233,13 +233,9 @@ absl::Status ParseParams(const Json& root, ModelFile& m) {
     ParamDef p;
     p.name = it.key();
     p.dtype = m.dtype;
-    if (j.contains("sharding") && j["sharding"].is_string()) {  // "auto": the search chooses
-      p.auto_sharding = j["sharding"].get<std::string>() == "auto";
-      if (!p.auto_sharding) {
-        return InvalidArgument(what, " sharding ", ShowJson(j["sharding"]),
-                               ": a param's sharding is a list of entries or \"auto\"");
-      }
-    }
+    // "auto": the search chooses (other strings are specs, "P('fsdp', None)").
+    p.auto_sharding = j.contains("sharding") && j["sharding"].is_string() &&
+                      j["sharding"].get<std::string>() == "auto";
     Json shaped = j;
     if (p.auto_sharding) shaped.erase("sharding");
     MS_RETURN_IF_ERROR(GetShapeAndSharding(shaped, m, what, false, p.shape, p.sharding));

@@ -124,7 +124,8 @@ struct ModelFile {
 // layout search chooses it, docs/suggest.md) is accepted only with
 // `allow_auto_sharding` (suggest and import --auto_shard read such files);
 // otherwise kInvalidArgument naming the param: a file is served resolved.
-// Any other string as a param's sharding is kInvalidArgument naming it.
+// Any other string is read as a spec ("P('fsdp', None)"); one that is not
+// is kInvalidArgument naming the param and the value.
 absl::StatusOr<ModelFile> ParseModelFile(absl::string_view json_text,
                                          absl::string_view model_dir,
                                          bool allow_auto_sharding = false);

@@ -260,7 +260,8 @@ namespace meshserve {
 namespace {
 
 // "sharding": "auto" (the layout search chooses it): parsed only when allowed,
-// else refused naming the param; any other string is refused naming it.
+// else refused naming the param; a string that is no spec is refused naming
+// the param and the value; a JAX-written spec string still parses.
 TEST(ModelFileTest, AutoShardingIsParsedOnlyWhenAllowed) {
   const std::string text = Edited(R"("sharding": ["fsdp", "model"], "init": "lecun_normal"},
     "up_proj)", R"("sharding": "auto", "init": "lecun_normal"},
@@ -276,10 +277,16 @@ TEST(ModelFileTest, AutoShardingIsParsedOnlyWhenAllowed) {
   const std::string bad = Edited(R"("sharding": ["fsdp", "model"], "init": "lecun_normal"},
     "up_proj)", R"("sharding": "automatic", "init": "lecun_normal"},
     "up_proj)");
-  EXPECT_THAT(ParseModelFile(bad, "", true).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       "param 'gate_proj.kernel' sharding \"automatic\": a param's sharding is a "
-                       "list of entries or \"auto\""));
+  const absl::Status status = ParseModelFile(bad, "", true).status();
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument, "param 'gate_proj.kernel'"));
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument, "automatic"));
+  // A spec written as JAX writes it is still a spec.
+  const std::string jax_text = Edited(R"("sharding": ["fsdp", "model"], "init": "lecun_normal"},
+    "up_proj)", R"x("sharding": "P('fsdp', 'model')", "init": "lecun_normal"},
+    "up_proj)x");
+  ASSERT_OK_AND_ASSIGN(ModelFile spec, ParseModelFile(jax_text, ""));
+  EXPECT_FALSE(spec.FindParam("gate_proj.kernel")->auto_sharding);
+  EXPECT_EQ(spec.FindParam("gate_proj.kernel")->sharding.ToString(), "P('fsdp', 'model')");
 }
 
 }  // namespace
