@@ -231,7 +231,8 @@ def raw_holders(bin_dir, root, python_dir, holder_tensors, holders=4, runs=2):
     256 MiB) into a bare sink per holder (SINK_CC, else sink_main), all at once,
     each stream sent by `meshserve push --direct off` (the same client code
     and chunking, no parsing on the far side). Returns the best seconds of
-    `runs`: the slowest stream of a run."""
+    `runs`: the slowest stream of a run. A run in which a sink was not yet
+    answering (UNAVAILABLE, on a loaded machine) is run again, at most 3 times."""
     path = os.path.join(root, "holder%d.safetensors" % holder_tensors)
     write_checkpoint(path, holder_tensors)
     ports = [mslib.free_port() for _ in range(holders)]
@@ -243,18 +244,27 @@ def raw_holders(bin_dir, root, python_dir, holder_tensors, holders=4, runs=2):
     time.sleep(1.5)
     best = None
     try:
-        for _ in range(runs):
+        unavailable = 0  # a sink still starting on a loaded machine: that run again
+        while runs > 0:
             procs = [subprocess.Popen([os.path.join(bin_dir, "meshserve"), "push", "--target",
                                        "127.0.0.1:%d" % p, "--model", MODEL, "--checkpoint",
                                        path, "--direct", "off"], stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True) for p in ports]
-            seconds = []
+            seconds, retry = [], False
             for proc in procs:
                 out, err = proc.communicate(timeout=600)
                 m = re.search(r"(\d+) bytes sent in ([\d.]+) s", out)
-                if proc.returncode != 0 or not m:
+                if proc.returncode != 0 and "UNAVAILABLE" in out + err and unavailable < 3:
+                    retry = True
+                elif proc.returncode != 0 or not m:
                     raise RuntimeError("raw stream failed: %s%s" % (out, err))
-                seconds.append(float(m.group(2)))
+                else:
+                    seconds.append(float(m.group(2)))
+            if retry:
+                unavailable += 1
+                time.sleep(2)
+                continue
+            runs -= 1
             best = max(seconds) if best is None else min(best, max(seconds))
     finally:
         for sink in sinks:
