@@ -17,8 +17,11 @@
 //   small M   M = 8   (2 <= M <= 16);
 //   large M   M = 256;
 //   rate = 2 M K N / CPU seconds per call, best of 3 windows of ~50 ms.
-//   memory    one thread summing a 64 MiB float array: bytes / CPU seconds,
-//             best of 3 windows of ~50 ms.
+//   memory    the weight read of a one-row GEMM: DotGeneral M = 1 on a
+//             4096 x 4096 float32 weight (64 MiB, not cache-resident), 4 x
+//             4096 x 4096 bytes / CPU seconds per call, best of 3 windows of
+//             ~50 ms (sgemv streams faster than a summing loop: ~14 vs
+//             ~9 GB/s here, and it is what a decode step does).
 // About 1 s in all (each window stops after 50 ms of CPU or 20000 calls).
 //
 // Link and hop (the peers' transport on one host is loopback TCP): a
