@@ -297,9 +297,16 @@ absl::Status NothingKept(const ModelFile& model, const SuggestOptions& options,
         " workers fits --memory_per_worker ", options.memory_per_worker,
         " bytes: the smallest needs ", eval.least_param_bytes(), " param bytes per worker"));
   }
+  std::vector<std::string> autos;  // "sharding": "auto" params the search could not place
+  for (const ParamDef& p : model.params) {
+    if (p.auto_sharding) autos.push_back(absl::StrCat("'", p.name, "'"));
+  }
   return InvalidArgument("no layout of model '", model.name, "' on ", options.num_workers,
-                         " workers types under JAX's rules; first: ",
-                         eval.first_rejection().message());
+                         " workers types under JAX's rules",
+                         autos.empty() ? "" : absl::StrCat(" with param ",
+                                                           absl::StrJoin(autos, ", "),
+                                                           " sharding \"auto\""),
+                         "; first: ", eval.first_rejection().message());
 }
 
 }  // namespace

@@ -399,5 +399,23 @@ TEST(SuggestTest, AutoShardingSearchesOnlyTheAutoParams) {
             r.choice.model.FindParam("gate_proj.kernel")->sharding);
 }
 
+// "auto" where no layout types (on 3 workers the explicit up_proj spec
+// P('fsdp', 'model') over [64, 256] divides on no mesh: 64 and 256 are not
+// multiples of 3): the error names the "auto" param.
+TEST(SuggestTest, AutoThatCannotBePlacedIsInvalidArgumentNamingIt) {
+  absl::StatusOr<std::string> text = ReadFileToString(
+      absl::StrCat(MESHSERVE_SOURCE_DIR, "/tests/integration/testdata/swiglu_small.json"));
+  ASSERT_TRUE(text.ok()) << text.status();
+  std::string edited = *text;
+  const std::string from = R"("sharding": ["fsdp", "model"], "init": "lecun_normal"},
+    "up_proj)";
+  edited.replace(edited.find(from), from.size(), R"("sharding": "auto", "init": "lecun_normal"},
+    "up_proj)");
+  ASSERT_OK_AND_ASSIGN(ModelFile model, ParseModelFile(edited, "", true));
+  EXPECT_THAT(Suggest(model, Options(3, {{{"x", {3, 1, 64}}}})).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "with param 'gate_proj.kernel' sharding \"auto\""));
+}
+
 }  // namespace
 }  // namespace meshserve
