@@ -1,13 +1,13 @@
 // DotGeneral and Linear (see kernels.h). The kernel is chosen by the local
 // shape, per batch [M, K] x [K, N]:
-//   M = 1, float32 weights            cblas_sgemv (streams the weight once)
 //   M <= 16 (AVX-512; else 8) float32 weights, M <= 128 bfloat16 weights
+//   (M = 1 too: 1.4-2.5x faster than cblas_sgemv, docs/kernels.md)
 //                                     GemmSmallM (gemm_small_m.h: streams the
 //                                     weight once for all rows, bf16 read as bf16)
 //   other non-float32 weights in place  widened by panels, cblas_sgemm
 //   the rest                          cblas_sgemm
-// DotGeneralInPlace (dot_general.h): cblas_sgemv / cblas_sgemm with the
-// weight's row stride as its leading dimension.
+// DotGeneralInPlace (dot_general.h): GemmSmallM at the weight's row stride,
+// or cblas_sgemm with it as its leading dimension.
 // cblas_sgemm packs the whole weight on every call, which dominates small M.
 #include <cblas.h>
 
@@ -175,8 +175,7 @@ void GemmWideningRhsByPanels(const Operand& a, int64_t B, int64_t M, int64_t K,
   }
 }
 
-// Whether SmallMDot takes an [M, K] x [K, N] product: one row always (sgemv
-// or, for bf16, GemmSmallM); up to the measured crossovers of
+// Whether SmallMDot takes an [M, K] x [K, N] product: one row always; up to the measured crossovers of
 // gemm_small_m.h (SmallMMaxRows) for float32 weights, or bf16 weights used in place. Other
 // weight dtypes in place keep the widening-by-panels path.
 bool UseSmallM(int64_t M, DType rhs_dtype, bool rhs_in_place) {
@@ -192,8 +191,7 @@ bool UseSmallM(int64_t M, DType rhs_dtype, bool rhs_in_place) {
   return false;
 }
 
-// C[B, M, N] for a small M (UseSmallM): sgemv for one row of float32 weights,
-// GemmSmallM otherwise. The weights are used in place when float32, or
+// C[B, M, N] for a small M (UseSmallM), by GemmSmallM. The weights are used in place when float32, or
 // bfloat16 in either layout (`rhs_natural` / `rhs_swapped` as in
 // PrepareOperand); others (a permuted rhs) are first made a float32 copy.
 void SmallMDot(const Operand& a, int64_t B, int64_t M, int64_t K, int64_t N, const Tensor& rhs,
@@ -224,15 +222,8 @@ void SmallMDot(const Operand& a, int64_t B, int64_t M, int64_t K, int64_t N, con
   for (int64_t i = 0; i < B; ++i) {
     const float* ai = a_data + i * M * K;
     const void* wi = static_cast<const char*>(w.data) + i * K * N * w_elem;
-    if (M == 1 && w.dtype == DType::kFloat32 && !w.transposed) {
-      // Row-major W [K, N]: c = W^T a. (W [N, K]: GemmSmallM, faster than
-      // sgemv's dot per weight row: DotGeneralInPlace.)
-      cblas_sgemv(CblasRowMajor, CblasTrans, static_cast<int>(K), static_cast<int>(N), 1.0f,
-                  static_cast<const float*>(wi), static_cast<int>(N), ai, 1, 0.0f, c + i * N, 1);
-    } else {
-      GemmSmallM(ai, M, K, {wi, w.dtype, w.transposed}, N, c + i * M * N, threads,
-                 DefaultSmallMIsa());
-    }
+    GemmSmallM(ai, M, K, {wi, w.dtype, w.transposed}, N, c + i * M * N, threads,
+               DefaultSmallMIsa());
   }
 }
 
@@ -296,9 +287,8 @@ absl::StatusOr<Tensor> DotGeneral(const Tensor& lhs, const Tensor& rhs,
   const bool small_m = K > 0 && UseSmallM(M, rhs.dtype(), rhs_in_place);
   // GemmSmallM writes every element, so its output skips the zero fill (a
   // 16-row step's GPT-2 head: 3.2 MB per call); BLAS paths keep it.
-  const bool gemm_small_m = small_m && M > 1;  // (one row may be sgemv)
   MS_ASSIGN_OR_RETURN(Tensor out,
-                      gemm_small_m ? Tensor::CreateUninitialized(DType::kFloat32, out_shape)
+                      small_m ? Tensor::CreateUninitialized(DType::kFloat32, out_shape)
                                    : Tensor::Create(DType::kFloat32, out_shape),
                       dims_text);
   if (out.NumElements() == 0 || K == 0) return FinishFloat32(std::move(out), out_dtype);
@@ -354,10 +344,11 @@ absl::StatusOr<Tensor> DotGeneralInPlace(const Tensor& lhs, const StridedMatrix&
   out_shape.push_back(N);
   const bool w_nk = w_contracting == 1;  // W is [N, K]
   // GemmSmallM (below) writes every element: no zero fill. It takes one row
-  // of an [N, K] weight too: cblas_sgemv's dot per weight row is 2.2-2.6x
-  // slower at K = 384-768 (a GPT-2 head slice: 15.3 vs 6.3 ms), 1.28x at 8192.
-  const bool gemm_small_m = K > 0 && (M > 1 || w_nk) &&
-                            M <= SmallMMaxRows(DType::kFloat32, DefaultSmallMIsa());
+  // too: cblas_sgemv was 2.2-2.6x slower on [N, K] weights at K = 384-768 (a
+  // GPT-2 head slice: 15.3 vs 6.3 ms) and 1.4-2.1x on [K, N] ones
+  // (docs/kernels.md).
+  const bool gemm_small_m =
+      K > 0 && M <= SmallMMaxRows(DType::kFloat32, DefaultSmallMIsa());
   MS_ASSIGN_OR_RETURN(Tensor out,
                       gemm_small_m ? Tensor::CreateUninitialized(DType::kFloat32, out_shape)
                                    : Tensor::Create(DType::kFloat32, out_shape),
@@ -369,10 +360,7 @@ absl::StatusOr<Tensor> DotGeneralInPlace(const Tensor& lhs, const StridedMatrix&
   }
   const float* a = widened.has_value() ? widened->data<float>() : lhs.data<float>();
   const int ld = static_cast<int>(w.row_stride);
-  if (M == 1 && !w_nk) {
-    cblas_sgemv(CblasRowMajor, CblasTrans, static_cast<int>(w.rows),
-                static_cast<int>(w.cols), 1.0f, w.data, ld, a, 1, 0.0f, out.data<float>(), 1);
-  } else if (gemm_small_m) {
+  if (gemm_small_m) {
     // Streamed once for all rows, as DotGeneral, in place at its row stride
     // (a slice of columns too: cblas_sgemm would pack the whole slice per call).
     GemmSmallM(a, M, K, {w.data, DType::kFloat32, w_nk, w.row_stride}, N, out.data<float>(),

@@ -8,9 +8,8 @@
 //   out[m, n] = sum_k lhs[m, k] * W[k, n]   (w_contracting = 0: W is [K, N])
 // with lhs viewed as [M, K] (its last dim contracted) and out of shape
 // lhs.shape[:-1] + [N]: jax.lax.dot_general(lhs, W, (([lhs.ndim-1],
-// [w_contracting]), ((), ()))). One row of a [K, N] weight is one
-// cblas_sgemv; a few rows (up to SmallMMaxRows, as DotGeneral; one row too
-// for a [N, K] weight, where sgemv's dot per weight row is 2.2-2.6x slower)
+// [w_contracting]), ((), ()))). A few rows (up to SmallMMaxRows, as
+// DotGeneral, one row included: cblas_sgemv was 1.4-2.6x slower) are
 // GemmSmallM reading W in place at its stride (cblas_sgemm would pack the
 // whole slice on every call: a 16-row decode step's GPT-2 head slice is 77
 // MB); more rows one cblas_sgemm, the stride as the leading dimension.
