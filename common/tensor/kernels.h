@@ -10,7 +10,7 @@
 //               result dims = batch dims (in lhs_batch order), then lhs free
 //               dims, then rhs free dims (each in original order).
 //               Implemented as [B, M, K] x [B, K, N] per batch, the kernel
-//               chosen by shape (sgemv, GemmSmallM or sgemm: dot_general.cc);
+//               chosen by shape (GemmSmallM or sgemm: dot_general.cc);
 //               operands already in (or transposed from) that layout are used
 //               in place through the transpose flags, others are permuted once.
 //               A non-float32 rhs in place (bf16 weights) is widened one panel
