@@ -102,6 +102,7 @@ struct Step {
   const std::vector<ShapeSet>& shapes;
   LayerCostCache& costs;
   const Graph& g;
+  const std::function<bool()>& stop;
 };
 
 // `state` through layer i under `layout` (its roles at i decided). nullopt:
@@ -171,6 +172,7 @@ std::vector<int> Undecided(const Step& st, int i, const Layout& layout) {
 bool StepLayer(const Step& st, int i, const std::map<std::string, State>& cur,
                std::map<std::string, State>& next, int64_t max_states) {
   for (const auto& [key, state] : cur) {
+    if (st.stop && st.stop()) return false;
     const std::vector<int> roles = Undecided(st, i, state.layout);
     Layout layout = state.layout;
     for (int r : roles) layout[r] = 0;
@@ -219,9 +221,10 @@ double FinalTerms(const Step& st, const State& s, const std::vector<Types>& inpu
 
 std::optional<DpResult> DpBestLayout(const ModelFile& model, const LayoutSpace& space,
                                      const Mesh& mesh, const std::vector<ShapeSet>& shapes,
-                                     LayerCostCache& costs, int64_t max_states) {
+                                     LayerCostCache& costs, int64_t max_states,
+                                     const std::function<bool()>& stop) {
   const Graph g = BuildGraph(model, space);
-  const Step st{model, space, mesh, shapes, costs, g};
+  const Step st{model, space, mesh, shapes, costs, g, stop};
   std::map<std::string, State> cur;
   std::map<int, std::vector<Types>> inputs;  // inputs option -> input types
   for (size_t o = 0; o < space.roles[0].options.size(); ++o) {

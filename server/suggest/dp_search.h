@@ -28,6 +28,7 @@
 #define MESHSERVE_SERVER_SUGGEST_DP_SEARCH_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -48,10 +49,11 @@ struct DpResult {
 
 // The cheapest layout of `space` on `mesh`; nullopt when a step would hold
 // more than `max_states` states, a live value is partial (no file spec
-// expresses it), or no layout types.
+// expresses it), no layout types, or `stop` (checked per state) says so.
 std::optional<DpResult> DpBestLayout(const ModelFile& model, const LayoutSpace& space,
                                      const Mesh& mesh, const std::vector<ShapeSet>& shapes,
-                                     LayerCostCache& costs, int64_t max_states = 20000);
+                                     LayerCostCache& costs, int64_t max_states = 20000,
+                                     const std::function<bool()>& stop = nullptr);
 
 }  // namespace meshserve
 

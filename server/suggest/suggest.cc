@@ -237,7 +237,8 @@ std::optional<Layout> DpLayout(const ModelFile& model, const LayoutSpace& space,
                                const SuggestOptions& options, Evaluator& eval) {
   if (options.dp_max_states <= 0 || eval.num_blocks() >= 3 || eval.OutOfTime()) return std::nullopt;
   std::optional<DpResult> dp =
-      DpBestLayout(model, space, mesh, options.input_shapes, eval.costs(), options.dp_max_states);
+      DpBestLayout(model, space, mesh, options.input_shapes, eval.costs(), options.dp_max_states,
+                   [&eval] { return eval.OutOfTime(); });
   if (!dp.has_value()) return std::nullopt;
   return dp->layout;
 }
