@@ -210,15 +210,33 @@ void Coordinator::LoadModelDir() {
 
 absl::StatusOr<int64_t> Coordinator::RegisterWorker(const std::string& address, int32_t cores,
                                                     int64_t memory_bytes,
-                                                    int64_t previous_worker_id) {
+                                                    int64_t previous_worker_id, bool warms_up,
+                                                    int64_t* warm_bytes) {
+  int64_t bytes = 0;
+  if (warms_up) {
+    for (const ModelStatus& m : placements_.ModelStatuses()) {
+      if (m.placement == nullptr || m.model == nullptr) continue;
+      for (const ParamDef& param : m.model->params) {
+        int64_t n = DTypeSize(param.dtype) * (1 + m.replicas);
+        for (int64_t dim : param.shape) n *= dim;
+        bytes += n;
+      }
+    }
+    bytes /= registry_.NumJoinedWorkers() + 1;  // + the joiner
+  }
   MS_ASSIGN_OR_RETURN(int64_t id, registry_.Register(address, cores, memory_bytes,
-                                                     previous_worker_id, absl::Now()));
+                                                     previous_worker_id, absl::Now(),
+                                                     /*warming=*/bytes > 0));
   connections_.Registered(id, address);
+  if (warm_bytes != nullptr) *warm_bytes = bytes;
   return id;
 }
 
-bool Coordinator::Heartbeat(int64_t worker_id, bool draining) {
-  return registry_.Heartbeat(worker_id, draining, absl::Now());
+bool Coordinator::Heartbeat(int64_t worker_id, bool draining, bool warm) {
+  const int64_t epoch = registry_.epoch();
+  const bool known = registry_.Heartbeat(worker_id, draining, absl::Now(), warm);
+  if (registry_.epoch() != epoch) WakeControl();  // e.g. a warm joiner: place it now
+  return known;
 }
 
 void Coordinator::ControlLoop() {

@@ -92,10 +92,15 @@ class Coordinator {
   Coordinator(const Coordinator&) = delete;
   Coordinator& operator=(const Coordinator&) = delete;
 
-  // Membership (MembershipService).
+  // Membership (MembershipService). A worker that `warms_up` is told (in
+  // *warm_bytes) how many bytes the next placement will put on it: the
+  // placed models' param bytes x (1 + replicas) over the workers after the
+  // join (an estimate); when that is not 0 it registers warming
+  // (worker_registry.h) and is placed once a heartbeat says `warm`.
   absl::StatusOr<int64_t> RegisterWorker(const std::string& address, int32_t cores,
-                                         int64_t memory_bytes, int64_t previous_worker_id);
-  bool Heartbeat(int64_t worker_id, bool draining);
+                                         int64_t memory_bytes, int64_t previous_worker_id,
+                                         bool warms_up = false, int64_t* warm_bytes = nullptr);
+  bool Heartbeat(int64_t worker_id, bool draining, bool warm = false);
 
   // One control step: expire dead workers, probe suspects, place models whose
   // workers changed, unload retired generations no request holds.

@@ -11,7 +11,7 @@ absl::StatusOr<int64_t> WorkerRegistry::Register(absl::string_view address,
                                                  int32_t cores,
                                                  int64_t memory_bytes,
                                                  int64_t previous_worker_id,
-                                                 absl::Time now) {
+                                                 absl::Time now, bool warming) {
   if (address.empty()) {
     return InvalidArgument("Register: empty worker address");
   }
@@ -32,7 +32,7 @@ absl::StatusOr<int64_t> WorkerRegistry::Register(absl::string_view address,
   if (id < 0) id = next_id_;
   next_id_ = std::max(next_id_, id + 1);
   WorkerInfo& info = workers_[id];
-  const bool was_placeable = info.worker_id >= 0 && info.alive && !info.draining;
+  const bool was_placeable = info.worker_id >= 0 && Placeable(info);
   const bool changed_address = info.address != address;
   info.worker_id = id;
   info.address = std::string(address);
@@ -44,23 +44,43 @@ absl::StatusOr<int64_t> WorkerRegistry::Register(absl::string_view address,
   info.last_heartbeat = now;
   info.registered_at = now;
   info.returning = previous_worker_id >= 0 && id == previous_worker_id;
-  if (!was_placeable || changed_address) BumpEpochLocked();
-  MS_LOG(INFO) << "worker " << id << " registered from " << address;
+  info.warming = warming;
+  if (was_placeable != Placeable(info) || changed_address) BumpEpochLocked();
+  MS_LOG(INFO) << "worker " << id << " registered from " << address
+               << (warming ? " (warming its pool)" : "");
   return id;
 }
 
-bool WorkerRegistry::Heartbeat(int64_t worker_id, bool draining, absl::Time now) {
+bool WorkerRegistry::Heartbeat(int64_t worker_id, bool draining, absl::Time now,
+                               bool warm) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(worker_id);
   if (it == workers_.end()) return false;
   WorkerInfo& info = it->second;
-  const bool was_placeable = info.alive && !info.draining;
+  const bool was_placeable = Placeable(info);
   info.last_heartbeat = now;
   info.alive = true;
   info.suspect = false;
   info.draining = draining;
-  if (was_placeable != (info.alive && !info.draining)) BumpEpochLocked();
+  if (warm && info.warming) {
+    info.warming = false;
+    MS_LOG(INFO) << "worker " << worker_id << " warm after "
+                 << absl::FormatDuration(now - info.registered_at);
+  }
+  if (was_placeable != Placeable(info)) BumpEpochLocked();
   return true;
+}
+
+void WorkerRegistry::set_warmup_wait(absl::Duration wait) {
+  absl::MutexLock lock(&mu_);
+  warmup_wait_ = wait;
+}
+
+int WorkerRegistry::NumJoinedWorkers() const {
+  absl::MutexLock lock(&mu_);
+  int n = 0;
+  for (const auto& [id, info] : workers_) n += info.alive && !info.draining ? 1 : 0;
+  return n;
 }
 
 std::vector<int64_t> WorkerRegistry::ExpireDead(absl::Time now) {
@@ -68,6 +88,12 @@ std::vector<int64_t> WorkerRegistry::ExpireDead(absl::Time now) {
   std::vector<int64_t> dead;
   const absl::Duration limit = heartbeat_interval_ * missed_beats_;
   for (auto& [id, info] : workers_) {
+    if (info.warming && now - info.registered_at >= warmup_wait_) {
+      info.warming = false;
+      if (Placeable(info)) BumpEpochLocked();
+      MS_LOG(WARNING) << "worker " << id << " (" << info.address << ") not warm after "
+                      << absl::FormatDuration(warmup_wait_) << ": placed anyway";
+    }
     if (info.alive && now - info.last_heartbeat > limit) {
       info.alive = false;
       dead.push_back(id);
@@ -108,7 +134,7 @@ std::vector<WorkerInfo> WorkerRegistry::PlaceableWorkers() const {
   absl::MutexLock lock(&mu_);
   std::vector<WorkerInfo> out;
   for (const auto& [id, info] : workers_) {
-    if (info.alive && !info.draining) out.push_back(info);
+    if (Placeable(info)) out.push_back(info);
   }
   return out;
 }

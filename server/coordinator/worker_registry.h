@@ -13,6 +13,12 @@
 // its replacement took over), so a cluster that scales down does not list
 // its departed workers for ever.
 //
+// A worker that registers `warming` (it is touching the pool memory its first
+// placement will fill, proto/cluster_service.proto RegisterRequest.warms_up)
+// is alive but not placeable until a heartbeat says warm or `warmup_wait`
+// passes after its registration (ExpireDead then ends the wait), so a worker
+// that never reports warm is placed anyway and nothing hangs.
+//
 // Every change to the set of live, non-draining workers bumps `epoch()`, so
 // the coordinator's control loop knows when to compute new placements.
 //
@@ -49,6 +55,8 @@ struct WorkerInfo {
   // Registered with an id it had been given before (by this coordinator or
   // by one before a restart): it may hold shards.
   bool returning = false;
+  // Registered warming; not placeable until warm or warmup_wait passed.
+  bool warming = false;
 };
 
 class WorkerRegistry {
@@ -59,15 +67,25 @@ class WorkerRegistry {
   // Returns the worker id. previous_worker_id < 0 means new; a known previous
   // id (or an address already registered) keeps its id.
   // \error kInvalidArgument for an empty address.
+  // `warming`: see the file comment.
   absl::StatusOr<int64_t> Register(absl::string_view address, int32_t cores,
                                    int64_t memory_bytes, int64_t previous_worker_id,
-                                   absl::Time now);
+                                   absl::Time now, bool warming = false);
 
-  // False when the id is unknown (the worker must re-register).
-  bool Heartbeat(int64_t worker_id, bool draining, absl::Time now);
+  // False when the id is unknown (the worker must re-register). `warm` ends
+  // the worker's warm-up (false leaves it as it is).
+  bool Heartbeat(int64_t worker_id, bool draining, absl::Time now, bool warm = false);
 
   // Marks workers whose last beat is too old as dead; returns their ids.
+  // Also ends the warm-up of workers registered warming more than
+  // warmup_wait before `now`.
   std::vector<int64_t> ExpireDead(absl::Time now);
+
+  // The bound on a warm-up (default 5 s; zero: warming workers are placed at
+  // the next ExpireDead).
+  void set_warmup_wait(absl::Duration wait);
+  // Live, non-draining workers, warming ones included.
+  int NumJoinedWorkers() const;
 
   // Forgets dead workers whose last beat is older than `now - after` and for which `in_use(id)` is
   // false; returns their ids. Does not change `epoch()` (dead workers were
@@ -94,7 +112,8 @@ class WorkerRegistry {
   void MarkDead(int64_t worker_id);
   void ClearSuspect(int64_t worker_id);
 
-  // Live, non-draining workers, by id ascending (placement candidates).
+  // Live, non-draining, not warming workers, by id ascending (placement
+  // candidates).
   std::vector<WorkerInfo> PlaceableWorkers() const;
   std::vector<WorkerInfo> AllWorkers() const;
   std::vector<int64_t> SuspectWorkers() const;
@@ -111,6 +130,9 @@ class WorkerRegistry {
 
  private:
   void BumpEpochLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ++epoch_; }
+  static bool Placeable(const WorkerInfo& info) {
+    return info.alive && !info.draining && !info.warming;
+  }
 
   const absl::Duration heartbeat_interval_;
   const int missed_beats_;
@@ -118,6 +140,7 @@ class WorkerRegistry {
   std::map<int64_t, WorkerInfo> workers_ ABSL_GUARDED_BY(mu_);
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Duration warmup_wait_ ABSL_GUARDED_BY(mu_) = absl::Seconds(5);
 };
 
 }  // namespace meshserve

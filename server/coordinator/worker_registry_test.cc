@@ -89,5 +89,65 @@ TEST(WorkerRegistryTest, DrainingAndSuspects) {
   EXPECT_FALSE(r.MarkSuspect(99));
 }
 
+TEST(WorkerRegistryTest, WarmingWorkerIsNotPlaceableUntilWarm) {
+  WorkerRegistry r(absl::Milliseconds(100), 3);
+  r.set_warmup_wait(absl::Seconds(2));
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  ASSERT_OK_AND_ASSIGN(int64_t a, r.Register("h:1", 1, 0, -1, t0));
+  ASSERT_OK_AND_ASSIGN(int64_t b, r.Register("h:2", 1, 0, -1, t0, /*warming=*/true));
+  auto placeable_ids = [&r] {
+    std::vector<int64_t> ids;
+    for (const WorkerInfo& w : r.PlaceableWorkers()) ids.push_back(w.worker_id);
+    return ids;
+  };
+  EXPECT_THAT(placeable_ids(), ElementsAre(a));
+  EXPECT_EQ(r.NumJoinedWorkers(), 2);
+  EXPECT_TRUE(r.IsAlive(b));
+  ASSERT_OK_AND_ASSIGN(WorkerInfo info, r.Get(b));
+  EXPECT_TRUE(info.warming);
+  // Heartbeats that do not say warm keep it out; the one that does lets it in
+  // and bumps the epoch (the control loop re-places).
+  const int64_t epoch = r.epoch();
+  EXPECT_TRUE(r.Heartbeat(b, false, t0 + absl::Milliseconds(50)));
+  EXPECT_TRUE(r.ExpireDead(t0 + absl::Milliseconds(60)).empty());
+  EXPECT_THAT(placeable_ids(), ElementsAre(a));
+  EXPECT_EQ(r.epoch(), epoch);
+  EXPECT_TRUE(r.Heartbeat(b, false, t0 + absl::Milliseconds(100), /*warm=*/true));
+  EXPECT_THAT(placeable_ids(), ElementsAre(a, b));
+  EXPECT_GT(r.epoch(), epoch);
+  ASSERT_OK_AND_ASSIGN(info, r.Get(b));
+  EXPECT_FALSE(info.warming);
+  // A later warm heartbeat changes nothing.
+  const int64_t epoch2 = r.epoch();
+  EXPECT_TRUE(r.Heartbeat(b, false, t0 + absl::Milliseconds(150), /*warm=*/true));
+  EXPECT_EQ(r.epoch(), epoch2);
+}
+
+TEST(WorkerRegistryTest, WorkerThatNeverSaysWarmIsPlacedAfterTheBound) {
+  WorkerRegistry r(absl::Milliseconds(100), 3);
+  r.set_warmup_wait(absl::Seconds(2));
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  ASSERT_OK_AND_ASSIGN(int64_t a, r.Register("h:1", 1, 0, -1, t0, /*warming=*/true));
+  EXPECT_TRUE(r.PlaceableWorkers().empty());
+  const int64_t epoch = r.epoch();
+  for (int i = 1; i <= 19; ++i) {  // beats (not warm) every 100 ms up to 1.9 s
+    const absl::Time now = t0 + absl::Milliseconds(100 * i);
+    EXPECT_TRUE(r.Heartbeat(a, false, now));
+    EXPECT_TRUE(r.ExpireDead(now).empty());
+  }
+  EXPECT_TRUE(r.PlaceableWorkers().empty());
+  EXPECT_EQ(r.epoch(), epoch);
+  EXPECT_TRUE(r.Heartbeat(a, false, t0 + absl::Seconds(2)));
+  EXPECT_TRUE(r.ExpireDead(t0 + absl::Seconds(2)).empty());
+  ASSERT_EQ(r.PlaceableWorkers().size(), 1u);
+  EXPECT_EQ(r.PlaceableWorkers()[0].worker_id, a);
+  EXPECT_GT(r.epoch(), epoch);
+  // Registering again without warming (an old worker, or a re-registration)
+  // is placeable at once.
+  ASSERT_OK_AND_ASSIGN(int64_t b, r.Register("h:2", 1, 0, -1, t0 + absl::Seconds(3)));
+  EXPECT_EQ(r.PlaceableWorkers().size(), 2u);
+  EXPECT_EQ(r.PlaceableWorkers()[1].worker_id, b);
+}
+
 }  // namespace
 }  // namespace meshserve

@@ -21,7 +21,10 @@
 // Memory: the tensor buffer pool keeps at most --tensor_pool_mib MiB free for
 // reuse (default: MESHSERVE_TENSOR_POOL_MIB, else 2048), malloc is tuned for
 // it, and --prefault_mib MiB of it are touched before registering
-// (common/tensor/buffer_pool.h). Other environment: MESHSERVE_LOG_LEVEL,
+// (common/tensor/buffer_pool.h); without --prefault_mib, the bytes the
+// coordinator's registration answer names (capped by --warm_pool_mib) are
+// touched on a thread after registering, before the coordinator places here
+// (membership_client.h). Other environment: MESHSERVE_LOG_LEVEL,
 // MESHSERVE_GEMM_ISA (caps the small-M kernel, gemm_small_m.h) and the BLAS
 // core choice's variables (blas.h).
 #include <signal.h>
@@ -93,6 +96,11 @@ ABSL_FLAG(int64_t, prefault_mib, 0,
           "MiB of tensor memory to map and touch before registering, kept in the tensor pool "
           "(at most --tensor_pool_mib): a worker joining a running cluster then takes "
           "its shards without paying the first touch of fresh memory (0 = off).");
+ABSL_FLAG(int64_t, warm_pool_mib, -1,
+          "Without --prefault_mib: when the coordinator's registration answer says how many "
+          "bytes its next placement will put here, touch that much tensor pool memory on a "
+          "thread before it places on this worker (at most this many MiB and the pool's cap; "
+          "-1: the pool's cap only; 0: no warm-up).");
 ABSL_FLAG(std::string, tls_dir, "",
           "Directory with ca.pem, member.pem and member.key (scripts/make-dev-certs.sh): "
           "serve and dial with mutual TLS, accepting only members of that CA (empty: "
@@ -148,6 +156,18 @@ absl::StatusOr<std::unique_ptr<MembershipClient>> StartMembership(
   options.cores = cores;
   options.channel = security.MemberChannelOptions();
   options.memory_bytes = HostMemoryBytes();
+  const int64_t warm_mib = absl::GetFlag(FLAGS_warm_pool_mib);
+  if (warm_mib < -1 || warm_mib > (int64_t{1} << 30)) {
+    return InvalidArgument("--warm_pool_mib=", warm_mib, " must be -1 or between 0 and 2^30");
+  }
+  if (absl::GetFlag(FLAGS_prefault_mib) == 0 && warm_mib != 0) {
+    options.warm_up = [warm_mib](int64_t bytes) {
+      int64_t limit = BufferPoolCapBytes();
+      if (warm_mib > 0) limit = std::min(limit, warm_mib << 20);
+      constexpr int64_t kHugePage = int64_t{2} << 20;  // PrefaultBufferPool rounds up to it
+      return PrefaultBufferPool(std::min(bytes, limit) / kHugePage * kHugePage);
+    };
+  }
   MS_ASSIGN_OR_RETURN(std::unique_ptr<MembershipClient> client,
                       MembershipClient::Create(options, std::move(announce)));
   client->Start();

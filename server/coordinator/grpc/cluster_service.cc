@@ -103,6 +103,7 @@ void ClusterStatusToProto(const std::vector<WorkerView>& workers,
     p->set_address(w.info.address);
     p->set_healthy(w.info.alive && w.status.ok());
     p->set_cores(w.info.cores);
+    p->set_warming(w.info.alive && w.info.warming);
     p->set_last_heartbeat_ms_ago(absl::ToInt64Milliseconds(now - w.info.last_heartbeat));
     if (w.status.ok()) {
       p->set_blas_core(w.status->blas_core);
@@ -300,11 +301,13 @@ grpc::Status MembershipServiceImpl::Register(grpc::ServerContext* context,
                                              RegisterResponse* response) {
   absl::StatusOr<CallGate::Pass> pass = AdmitMemberCall(edge_, gate_, *context);
   if (!pass.ok()) return ToGrpcStatus(pass.status());
-  absl::StatusOr<int64_t> id =
-      coordinator_->RegisterWorker(request->address(), request->cores(),
-                                   request->memory_bytes(), request->previous_worker_id());
+  int64_t warm_bytes = 0;
+  absl::StatusOr<int64_t> id = coordinator_->RegisterWorker(
+      request->address(), request->cores(), request->memory_bytes(),
+      request->previous_worker_id(), request->warms_up(), &warm_bytes);
   if (!id.ok()) return ToGrpcStatus(id.status());
   response->set_worker_id(*id);
+  response->set_warm_bytes(warm_bytes);
   response->set_heartbeat_interval_ms(
       absl::ToInt64Milliseconds(coordinator_->options().heartbeat_interval));
   return grpc::Status::OK;
@@ -315,7 +318,8 @@ grpc::Status MembershipServiceImpl::Heartbeat(grpc::ServerContext* context,
                                               HeartbeatResponse* response) {
   absl::StatusOr<CallGate::Pass> pass = AdmitMemberCall(edge_, gate_, *context);
   if (!pass.ok()) return ToGrpcStatus(pass.status());
-  response->set_known(coordinator_->Heartbeat(request->worker_id(), request->draining()));
+  response->set_known(
+      coordinator_->Heartbeat(request->worker_id(), request->draining(), request->warm()));
   return grpc::Status::OK;
 }
 

@@ -52,6 +52,9 @@ ABSL_FLAG(std::string, host, "127.0.0.1", "address to bind (0.0.0.0 in container
 ABSL_FLAG(std::string, model_dir, "", "directory of *.json model files");
 ABSL_FLAG(int, min_workers, 1, "placement waits for this many live workers");
 ABSL_FLAG(int, heartbeat_ms, 500, "worker heartbeat interval; 3 missed = dead");
+ABSL_FLAG(int, warmup_wait_ms, 5000,
+          "a joining worker that warms its pool (the bytes its first placement will get) is "
+          "placed on when it reports warm or after this long (0: at once)");
 ABSL_FLAG(int, rejoin_quiet_ms, -1,
           "after a restart, first placements wait until no returning worker has registered "
           "for this long (-1: one heartbeat interval; 0: no wait)");
@@ -194,6 +197,10 @@ absl::StatusOr<meshserve::CoordinatorOptions> OptionsFromFlags() {
   options.rejoin_quiet =
       rejoin_quiet_ms < 0 ? options.heartbeat_interval : absl::Milliseconds(rejoin_quiet_ms);
   options.forget_dead_after = absl::Seconds(absl::GetFlag(FLAGS_forget_dead_after_s));
+  if (absl::GetFlag(FLAGS_warmup_wait_ms) < 0) {  // applied by CreateCoordinator
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--warmup_wait_ms=", absl::GetFlag(FLAGS_warmup_wait_ms), " must be 0 or more"));
+  }
   options.max_inflight_per_model = absl::GetFlag(FLAGS_max_inflight_per_model);
   options.max_concurrent_pushes = absl::GetFlag(FLAGS_max_concurrent_pushes);
   options.max_live_versions = absl::GetFlag(FLAGS_max_live_versions);
@@ -289,6 +296,21 @@ void Stop(meshserve::CoordinatorServer* server,
   coordinator->reset();
 }
 
+// The coordinator, dialing workers with the edge's member credentials, with
+// --warmup_wait_ms applied to its registry (worker_registry.h).
+absl::StatusOr<std::unique_ptr<meshserve::Coordinator>> CreateCoordinator(
+    const meshserve::CoordinatorOptions& options, const Edge& edge) {
+  absl::StatusOr<std::unique_ptr<meshserve::Coordinator>> coordinator =
+      meshserve::Coordinator::Create(
+          options, meshserve::GrpcWorkerClientFactory(edge.security.MemberChannelOptions()),
+          std::make_unique<meshserve::JaxModelCompiler>());
+  if (coordinator.ok()) {
+    (*coordinator)->registry().set_warmup_wait(
+        absl::Milliseconds(absl::GetFlag(FLAGS_warmup_wait_ms)));
+  }
+  return coordinator;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -313,9 +335,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   absl::StatusOr<std::unique_ptr<meshserve::Coordinator>> coordinator =
-      meshserve::Coordinator::Create(
-          *options, meshserve::GrpcWorkerClientFactory(edge->security.MemberChannelOptions()),
-          std::make_unique<meshserve::JaxModelCompiler>());
+      CreateCoordinator(*options, *edge);
   if (!coordinator.ok()) {
     std::cerr << "meshserve-coordinator: " << coordinator.status() << "\n";
     return 1;

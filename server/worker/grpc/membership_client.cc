@@ -36,6 +36,7 @@ void MembershipClient::Start() { thread_ = std::thread([this]() { Loop(); }); }
 void MembershipClient::Stop(bool draining) {
   if (!stop_.HasBeenNotified()) stop_.Notify();
   if (thread_.joinable()) thread_.join();
+  if (warm_thread_.joinable()) warm_thread_.join();  // bounded: one pass over the bytes
   if (draining && worker_id() >= 0) {
     bool known = false;
     absl::Status status = Heartbeat(/*draining=*/true, &known);
@@ -59,14 +60,37 @@ absl::Status MembershipClient::Register() {
   request.set_cores(options_.cores);
   request.set_memory_bytes(options_.memory_bytes);
   request.set_previous_worker_id(worker_id());
+  // Only a fresh worker warms up (a re-registering one may hold shards).
+  request.set_warms_up(options_.warm_up != nullptr && !warm_up_asked_ && worker_id() < 0);
   RegisterResponse response;
   MS_RETURN_IF_ERROR(FromGrpcStatus(stub_->Register(&context, request, &response)));
   worker_id_.store(response.worker_id());
   if (response.heartbeat_interval_ms() > 0) {
     interval_ = absl::Milliseconds(response.heartbeat_interval_ms());
   }
+  if (request.warms_up() && response.warm_bytes() > 0) StartWarmUp(response.warm_bytes());
   if (on_registered_) on_registered_(response.worker_id());
   return absl::OkStatus();
+}
+
+void MembershipClient::StartWarmUp(int64_t bytes) {
+  warm_up_asked_ = true;
+  warming_.store(true);
+  warm_thread_ = std::thread([this, bytes]() {
+    const absl::Time start = absl::Now();
+    absl::Status status = options_.warm_up(bytes);
+    warming_.store(false);
+    if (status.ok()) {
+      MS_LOG(INFO) << "warmed " << (bytes >> 20) << " MiB of tensor memory in "
+                   << absl::FormatDuration(absl::Now() - start);
+    } else {
+      MS_LOG(WARNING) << "warm-up of " << bytes << " bytes failed: " << status;
+    }
+    bool known = false;  // tell the coordinator now, not at the next beat
+    if (absl::Status s = Heartbeat(false, &known); !s.ok()) {
+      MS_LOG(INFO) << "warm heartbeat failed (the next one says it): " << s;
+    }
+  });
 }
 
 absl::Status MembershipClient::Heartbeat(bool draining, bool* known) {
@@ -76,6 +100,7 @@ absl::Status MembershipClient::Heartbeat(bool draining, bool* known) {
   HeartbeatRequest request;
   request.set_worker_id(worker_id());
   request.set_draining(draining);
+  request.set_warm(!warming_.load());
   HeartbeatResponse response;
   MS_RETURN_IF_ERROR(FromGrpcStatus(stub_->Heartbeat(&context, request, &response)));
   *known = response.known();

@@ -10,7 +10,17 @@
 // DrainingHeartbeat, after Stop, sends one more: a leaving worker repeats it
 // while the coordinator moves its models away.
 //
-// Thread-safety: Start/Stop from one thread; worker_id() from any.
+// Warm-up (Options::warm_up set): the first Register says warms_up; when the
+// coordinator answers warm_bytes > 0 (the bytes its next placement should put
+// here), warm_up(warm_bytes) runs on its own thread (the worker touches that
+// much of its tensor pool) while heartbeats say warm=false; when it returns
+// (OK or not) one heartbeat says warm=true at once, and every later one
+// does, so the coordinator places on this worker. A coordinator that sends
+// no warm_bytes (an old one, or no model placed yet) gets a worker that
+// registers and heartbeats as before.
+//
+// Thread-safety: Start/Stop from one thread; worker_id() and warming() from
+// any.
 #ifndef MESHSERVE_SERVER_WORKER_GRPC_MEMBERSHIP_CLIENT_H_
 #define MESHSERVE_SERVER_WORKER_GRPC_MEMBERSHIP_CLIENT_H_
 
@@ -41,6 +51,9 @@ class MembershipClient {
     absl::Duration heartbeat_interval = absl::Milliseconds(500);
     // The coordinator channel (RpcSecurity::MemberChannelOptions with --tls_dir).
     ChannelOptions channel;
+    // Touches `bytes` of memory the first placement will fill (see above);
+    // null: no warm-up.
+    std::function<absl::Status(int64_t bytes)> warm_up;
   };
 
   // \error kInvalidArgument for a bad coordinator target.
@@ -54,6 +67,8 @@ class MembershipClient {
   // coordinator answered and knows this worker.
   absl::Status DrainingHeartbeat();
   int64_t worker_id() const { return worker_id_.load(); }
+  // The warm-up asked by the coordinator is running.
+  bool warming() const { return warming_.load(); }
 
  private:
   MembershipClient(Options options, std::unique_ptr<MembershipService::Stub> stub,
@@ -63,6 +78,8 @@ class MembershipClient {
   absl::Status Register();
   // One heartbeat; sets *known.
   absl::Status Heartbeat(bool draining, bool* known);
+  // Runs options_.warm_up(bytes) on warm_thread_, then the warm heartbeat.
+  void StartWarmUp(int64_t bytes);
 
   const Options options_;
   std::unique_ptr<MembershipService::Stub> stub_;
@@ -71,6 +88,9 @@ class MembershipClient {
   absl::Duration interval_;
   absl::Notification stop_;
   std::thread thread_;
+  std::atomic<bool> warming_{false};
+  bool warm_up_asked_ = false;  // on thread_ only
+  std::thread warm_thread_;     // started on thread_, joined by Stop
 };
 
 }  // namespace meshserve
