@@ -6,27 +6,11 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status_util.h"
 #include "common/json/json_util.h"
+#include "common/json/sharding_json.h"
 #include "server/suggest/suggest.h"
 
 namespace meshserve {
 namespace {
-
-// The sharding_json.h grammar: null / "axis" / ["a", "b"] per dim, wrapped
-// in {"spec", "unreduced"} when there are unreduced axes.
-Json SpecJson(const PartitionSpec& spec) {
-  Json list = Json::array();
-  for (const PartitionSpec::Entry& e : spec.entries()) {
-    if (e.empty()) {
-      list.push_back(nullptr);
-    } else if (e.size() == 1) {
-      list.push_back(e[0]);
-    } else {
-      list.push_back(Json(e));
-    }
-  }
-  if (spec.unreduced().empty()) return list;
-  return Json{{"spec", list}, {"unreduced", Json(spec.unreduced())}};
-}
 
 // `path` relative to `out_dir` (absolute when out_dir is empty).
 std::string PathFrom(const std::string& path, const std::string& out_dir) {
@@ -54,15 +38,19 @@ absl::StatusOr<std::string> SuggestedModelText(const ModelFile& original,
   Json mesh = Json::object();
   for (const auto& [axis, size] : m.mesh_axes) mesh[axis] = size;
   root["mesh"] = mesh;
-  for (const InputDef& in : m.inputs) root["inputs"][in.name]["sharding"] = SpecJson(in.sharding);
-  for (const ParamDef& p : m.params) root["params"][p.name]["sharding"] = SpecJson(p.sharding);
+  for (const InputDef& in : m.inputs) {
+    root["inputs"][in.name]["sharding"] = PartitionSpecToJson(in.sharding);
+  }
+  for (const ParamDef& p : m.params) {
+    root["params"][p.name]["sharding"] = PartitionSpecToJson(p.sharding);
+  }
   if (root.contains("layers") && root["layers"].is_array()) {
     for (Json& layer : root["layers"]) {
       if (!layer.contains("name") || !layer["name"].is_string()) continue;
       const LayerDef* l = m.FindLayer(layer["name"].get<std::string>());
       if (l == nullptr) continue;
       if (l->out_sharding.has_value()) {
-        layer["out_sharding"] = SpecJson(*l->out_sharding);
+        layer["out_sharding"] = PartitionSpecToJson(*l->out_sharding);
       } else {
         layer.erase("out_sharding");
       }
