@@ -5,8 +5,10 @@
 //   gemm_gflops_{one_row,small_m,large_m}, memory_bytes_per_s:
 //       median over reporting workers (mean of the middle two for an even
 //       count); a worker reports once its gemm_gflops_large_m is > 0;
-//   hop_ms, link_bytes_per_s: median over the workers reporting both
-//       (calibration.h's loopback link, Status fields 14-15), else `defaults`';
+//   link_bytes_per_s: median over the workers reporting one (calibration.h's
+//       loopback link, Status field 15), else `defaults`';
+//   hop_ms: `defaults`' (the workers' field 14 is loopback TCP's floor, far
+//       below a gRPC round; not used until measured over the peer transport);
 //   host_cores: the fewest cores a healthy worker reports; workers_per_host:
 //       the most healthy workers at one address host; threads_per_worker:
 //       the most BLAS threads a worker reports (each kept from `defaults`
