@@ -9,6 +9,7 @@
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
 #include "common/program/ir_conv.h"
+#include "common/sharding/box.h"
 #include "common/tensor/copy_box.h"
 #include "common/tensor/tensor.h"
 #include "server/coordinator/params/param_moves.h"

@@ -1,5 +1,4 @@
-// Box subtraction and region walks for overlapping staged boxes (see the
-// header for the math).
+// Region walks for overlapping staged boxes (see the header).
 //
 // Thread-safety: pure functions.
 #include "server/worker/params/box_overlap.h"
@@ -9,44 +8,6 @@
 #include <utility>
 
 namespace meshserve {
-
-std::vector<Box> SubtractBoxes(const Box& from, absl::Span<const Box> minus) {
-  std::vector<Box> out;
-  if (!from.IsEmpty()) out.push_back(from);
-  for (const Box& cut_by : minus) {
-    std::vector<Box> next;
-    for (const Box& piece : out) {
-      const Box cut = Intersect(piece, cut_by);
-      if (cut.IsEmpty()) {
-        next.push_back(piece);
-        continue;
-      }
-      Box rest = piece;
-      for (int d = 0; d < piece.rank(); ++d) {
-        if (rest[d].begin < cut[d].begin) {
-          Box below = rest;
-          below[d] = Interval{rest[d].begin, cut[d].begin};
-          next.push_back(std::move(below));
-        }
-        if (cut[d].end < rest[d].end) {
-          Box above = rest;
-          above[d] = Interval{cut[d].end, rest[d].end};
-          next.push_back(std::move(above));
-        }
-        rest[d] = cut[d];
-      }
-    }
-    out = std::move(next);
-    if (out.empty()) break;
-  }
-  return out;
-}
-
-int64_t CoveredElements(const Box& from, absl::Span<const Box> boxes) {
-  int64_t uncovered = 0;
-  for (const Box& piece : SubtractBoxes(from, boxes)) uncovered += piece.NumElements();
-  return from.NumElements() - uncovered;
-}
 
 namespace {
 

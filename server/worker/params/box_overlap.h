@@ -1,13 +1,7 @@
-// Box arithmetic for staging overlapping puts: the part of a box that other
-// boxes leave uncovered, and walks over the elements of a region shared by
-// two row-major buffers (compare, copy) that touch only that region.
-//
-// Math: a box minus a box is at most 2 * rank disjoint boxes (per dim d, the
-// slab below and above the cut, restricted to the cut in dims < d), so
-// SubtractBoxes keeps a list of disjoint pieces and cuts each by each box.
-//
-//   SubtractBoxes([0:4, 0:6], {[0:2, 0:6], [1:3, 2:4]})
-//     == {[2:4, 0:2], [3:4, 2:4], [2:4, 4:6]}   (12 elements, disjoint)
+// Walks over the elements of a region shared by two row-major buffers
+// (compare, copy) that touch only that region, for staging overlapping puts
+// (the part of a box other boxes leave uncovered is common/sharding/box.h's
+// Uncovered).
 //
 // A buffer "of box b" holds b's elements row-major, `elem` bytes each (the
 // layout of Tensor and of a staged chunk). The region walk moves one
@@ -27,13 +21,6 @@
 #include "common/sharding/box.h"
 
 namespace meshserve {
-
-// Disjoint boxes covering exactly the elements of `from` that no box of
-// `minus` covers (empty when `from` is covered). Precondition: equal ranks.
-std::vector<Box> SubtractBoxes(const Box& from, absl::Span<const Box> minus);
-
-// The number of elements of `from` covered by at least one box of `boxes`.
-int64_t CoveredElements(const Box& from, absl::Span<const Box> boxes);
 
 // The global index of the first element (row-major over `region`) whose
 // bytes differ between `a` (a buffer of a_box) and `b` (a buffer of b_box),

@@ -1,4 +1,4 @@
-// SubtractBoxes, CoveredElements, FirstDifference and CopyRegion against a
+// FirstDifference and CopyRegion against a
 // brute-force walk over every element (an independent reference: a set of
 // covered indices, element-by-element loops over explicit strides), on
 // random boxes of rank 0-3 (seed: MESHSERVE_TEST_SEED, printed on failure).
@@ -66,36 +66,6 @@ Box RandomBox(std::mt19937* rng, const Box& within) {
 TEST(BoxOverlapTest, ElementsWalksRowMajor) {
   const std::vector<Index> got = Elements(Box({Interval{1, 3}, Interval{4, 6}}));
   EXPECT_EQ(got, (std::vector<Index>{{1, 4}, {1, 5}, {2, 4}, {2, 5}}));
-}
-
-TEST(BoxOverlapTest, SubtractIsDisjointAndCoversExactlyTheUncoveredElements) {
-  const uint64_t seed = testing::TestSeed();
-  testing::ScopedSeedTrace trace(seed);
-  std::mt19937 rng(static_cast<uint32_t>(seed));
-  const Box shapes[] = {Box(), Box({Interval{0, 9}}), Box({Interval{0, 5}, Interval{0, 7}}),
-                        Box({Interval{0, 4}, Interval{0, 3}, Interval{0, 5}})};
-  for (const Box& cell : shapes) {
-    for (int trial = 0; trial < 200; ++trial) {
-      const Box from = RandomBox(&rng, cell);
-      std::vector<Box> minus(rng() % 5);
-      for (Box& b : minus) b = RandomBox(&rng, cell);
-      std::set<Index> want;
-      for (const Index& i : Elements(from)) {
-        bool covered = false;
-        for (const Box& b : minus) covered = covered || Inside(b, i);
-        if (!covered) want.insert(i);
-      }
-      std::multiset<Index> got;
-      for (const Box& piece : SubtractBoxes(from, minus)) {
-        EXPECT_FALSE(piece.IsEmpty()) << piece;
-        for (const Index& i : Elements(piece)) got.insert(i);
-      }
-      EXPECT_EQ(std::set<Index>(got.begin(), got.end()), want) << from;
-      EXPECT_EQ(got.size(), want.size()) << "pieces overlap: " << from;
-      EXPECT_EQ(CoveredElements(from, minus),
-                from.NumElements() - static_cast<int64_t>(want.size()));
-    }
-  }
 }
 
 TEST(BoxOverlapTest, FirstDifferenceAndCopyRegionTouchOnlyTheRegion) {
@@ -187,8 +157,8 @@ TEST(BoxOverlapTest, FirstDifferenceInRangeNamesTheElementOfTheFirstDifferingByt
 TEST(BoxOverlapTest, RankZeroIsOneElement) {
   const char a[4] = {1, 2, 3, 4}, b[4] = {1, 2, 3, 5};
   EXPECT_EQ(FirstDifference(a, Box(), b, Box(), Box(), 4), std::optional<Index>(Index{}));
-  EXPECT_TRUE(SubtractBoxes(Box(), {Box()}).empty());
-  EXPECT_EQ(SubtractBoxes(Box(), {}).size(), 1u);
+  EXPECT_TRUE(Uncovered(Box(), {Box()}).empty());
+  EXPECT_EQ(Uncovered(Box(), {}).size(), 1u);
   EXPECT_EQ(FirstDifferenceInRange(absl::string_view(b + 3, 1), 3, Box(), a, Box(), 4),
             std::optional<Index>(Index{}));
   EXPECT_FALSE(FirstDifferenceInRange(absl::string_view(b, 3), 0, Box(), a, Box(), 4));

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
+#include "common/sharding/box.h"
 #include "common/program/ir_conv.h"
 #include "common/tensor/copy_box.h"
 #include "server/worker/params/box_overlap.h"
@@ -90,7 +91,7 @@ void ParamStore::Place(Staging* staging, absl::string_view param, DType dtype, C
   for (const Box& other : cell->staged) {
     const Box overlap = Intersect(other, box);
     if (overlap.IsEmpty()) continue;
-    for (const Box& piece : SubtractBoxes(overlap, seen)) {
+    for (const Box& piece : Uncovered(overlap, seen)) {
       std::optional<std::vector<int64_t>> at =
           FirstDifference(bytes, box, buffer, cell_box, piece, elem);
       if (!at.has_value()) continue;
@@ -101,7 +102,7 @@ void ParamStore::Place(Staging* staging, absl::string_view param, DType dtype, C
     if (differs) break;
     seen.push_back(overlap);
   }
-  for (const Box& piece : SubtractBoxes(box, cell->staged)) {
+  for (const Box& piece : Uncovered(box, cell->staged)) {
     CopyRegion(bytes, box, buffer, cell_box, piece, elem);
   }
   cell->staged.push_back(box);
@@ -207,7 +208,7 @@ absl::StatusOr<int64_t> ParamStore::Stage(const StageChunkIr& chunk,
     a.cell = cell_box;
     a.direct = box == cell_box && cell->staged.empty() && !cell->direct_pending;
     a.compare_only = !a.direct && !cell->direct_pending &&
-                     CoveredElements(box, cell->staged) == box.NumElements();
+                     UncoveredElements(box, cell->staged) == 0;
     if (a.direct) cell->direct_pending = true;
     if (!a.direct && !a.compare_only) a.bytes.reserve(expected);
     assembly = live.assembling.emplace(std::make_pair(chunk.param, box), std::move(a));
@@ -306,8 +307,8 @@ absl::StatusOr<std::shared_ptr<const LoadedModel>> ParamStore::Commit(
     for (const auto& held_cell : base.held.at(name).cells) {
       const Cell* cell = cell_of(name, held_cell->box);
       const std::vector<Box> missing =
-          cell == nullptr ? SubtractBoxes(held_cell->box, {})
-                          : SubtractBoxes(held_cell->box, cell->staged);
+          cell == nullptr ? Uncovered(held_cell->box, {})
+                          : Uncovered(held_cell->box, cell->staged);
       if (!missing.empty()) {
         int64_t num_missing = 0;
         for (const Box& box : missing) num_missing += box.NumElements();
@@ -359,7 +360,8 @@ absl::StatusOr<ParamBytes> ParamStore::Read(const Key& key, absl::string_view pa
   if (!staging.conflict.ok()) {
     return FailedPrecondition(KeyString(key), ": ", staging.conflict.message());
   }
-  const int64_t covered = cell == nullptr ? 0 : CoveredElements(box, cell->staged);
+  const int64_t covered =
+      cell == nullptr ? 0 : box.NumElements() - UncoveredElements(box, cell->staged);
   if (covered != box.NumElements() || (cell == nullptr && !box.IsEmpty())) {
     return FailedPrecondition("param '", param, "' box ", box.ToString(), " of ",
                               KeyString(key), ": only ", covered, " of ", box.NumElements(),
