@@ -4,7 +4,7 @@
 // worker's Status reply.
 //
 // Measured with the kernel the worker runs (DotGeneral, common/tensor/
-// kernels.h: sgemv, GemmSmallM or sgemm by shape, on OpenBLAS's threads),
+// kernels.h: GemmSmallM or sgemm by shape, on OpenBLAS's threads),
 // float32, K = N = 512 (256 for one row), per CPU-second of the measuring
 // thread (CLOCK_THREAD_CPUTIME_ID), not per wall second: on a shared host the
 // wall rate depends on what else runs at that moment (and the thread runs at

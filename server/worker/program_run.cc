@@ -184,7 +184,7 @@ absl::Status RequestRun::Run(const ComputeStepIr& step) {
   const ParamSlice* rhs_in_place = nullptr;  // input 1 read in place
   for (const std::string& name : step.inputs) {
     auto slice = slices_.find(BufferKey(step.device, name));
-    if (step.op == ComputeOp::kDotGeneral && inputs.size() == 1 && slice != slices_.end()) {
+    if (ReadsInPlace(step, inputs.size()) && slice != slices_.end()) {
       rhs_in_place = &slice->second;
       inputs.push_back(nullptr);
       continue;
