@@ -13,24 +13,31 @@ rounds in the other order, so neither kind always comes first):
   - the 4 leave (SIGTERM, 8 -> 4);
   - prefaulted: 4 fresh workers join started with --prefault_mib (their pool
     touched before they register), the same step;
-  - the 4 leave again.
+  - the 4 leave again;
+  - with --no_warmup_kind, also "cold, no warm-up": 4 fresh workers started
+    with --warm_pool_mib 0 (the joiners as they were before the warm-up), the
+    same step, and the 4 leave (the kinds rotate from round to round).
 
 Each step reports the server's own scale-step seconds (Status' last scale
 step), the wall time from all 8 registered until ready, the bytes moved and
-their lower bound. The figure of merit is cold_vs_prefaulted: the median
-cold step over the median prefaulted step (goal <= 2). --joiner_flags adds
+their lower bound, and the joiners' warm-up: the longest "worker N warm
+after" (or "not warm after") of the coordinator's log during the step. The
+figure of merit is cold_vs_prefaulted: the median cold step over the median
+prefaulted step (goal <= 2). --joiner_flags adds
 flags to the cold joiners only (e.g. "--warm_pool_mib 0" for the workers'
 behaviour without a warmed pool). Not part of the test suite; about 1-2
 minutes per round on 2 cores, ~5 GiB of RAM, 1 GiB of disk in --work_dir.
 
 Usage: bench/bench_scale.py [--bin_dir build/bin] [--rounds 2] [--prefault_mib 512]
-                            [--joiner_flags "..."] [--settle_s 5] [--keep_logs] [--write_doc]
+                            [--joiner_flags "..."] [--no_warmup_kind] [--settle_s 5]
+                            [--keep_logs] [--write_doc]
 (--write_doc replaces the section "Scale steps with cold joiners" of
 docs/PERFORMANCE.md with this run's figures.)
 """
 import argparse
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -77,6 +84,18 @@ def joiner_memory(workers):
             "joiner_thp_mib": huge // 1024}
 
 
+def warmup_s(log_path, offset):
+    """The longest joiner warm-up the coordinator logged after byte `offset`
+    of its log (seconds; 0 when none), and the log's size now."""
+    with open(log_path, errors="replace") as f:
+        f.seek(offset)
+        text = f.read()
+    longest = 0.0
+    for m in re.finditer(r"warm after ([0-9.]+)(ms|s)\b", text):
+        longest = max(longest, float(m.group(1)) / (1000.0 if m.group(2) == "ms" else 1.0))
+    return longest, offset + len(text.encode())
+
+
 def step_figures(step, label, settle_s):
     return {"kind": label, "step_s": round(step["step_s"], 3), "wall_s": round(step["wall_s"], 3),
             "bytes_moved": step["bytes_moved"], "lower_bound": step["lower_bound"],
@@ -97,23 +116,35 @@ DIAGNOSIS = (
     "cheaper only because it got back pages its predecessor had just freed (the host takes "
     "back free 2 MiB blocks, `page_reporting_order` 9, so fresh memory costs the host's "
     "fault whatever the guest's page size). What works is touching the memory before the "
-    "step: a joiner started with `--prefault_mib` (the prefaulted rows), or a coordinator "
-    "that waits for a joiner's warm-up before it re-places the models. Either moves the "
-    "first touch out of the step, not out of the join: compare the started -> ready column.")
+    "step. Prefaulted joiners do it before they register. Cold joiners (default flags) do "
+    "it after registering and before the coordinator places on them: the registration "
+    "answer names the bytes the next placement will put on the joiner (the placed models' "
+    "param bytes x (1 + replicas) over the workers after the join: 410, 341, 292 and 256 "
+    "MiB here as the 4 joiners register one after another, an over-estimate for the first "
+    "ones), the worker touches that much of its tensor pool on a thread and says warm in a "
+    "heartbeat, and the coordinator leaves it out of placements until then (at most "
+    "`--warmup_wait_ms`, 5 s by default; the warm-up column is the slowest joiner's). This "
+    "moves the first touch before the step, not out of the join: the registered -> ready "
+    "and started -> ready columns still hold it.")
 
 
 def doc_section(results, args):
     """The page's section (no dates: scripts/check_docs.py)."""
-    rows = ["| step | kind | scale step (s) | registered -> ready (s) | started -> ready (s) "
-            "| bytes moved / lower bound "
+    rows = ["| step | kind | scale step (s) | joiners' warm-up (s) | registered -> ready (s) "
+            "| started -> ready (s) | bytes moved / lower bound "
             "| joiners' minor faults | joiners' THP MiB | load (1 min) |",
-            "|---|---|---|---|---|---|---|---|---|"]
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for i, st in enumerate(results["steps"]):
-        rows.append("| %d | %s | %.2f | %.2f | %.2f | %d / %d | %d | %d | %.1f |" % (
-            i + 1, st["kind"], st["step_s"], st["wall_s"], st["start_to_ready_s"],
+        rows.append("| %d | %s | %.2f | %.2f | %.2f | %.2f | %d / %d | %d | %d | %.1f |" % (
+            i + 1, st["kind"], st["step_s"], st["warmup_s"], st["wall_s"], st["start_to_ready_s"],
             st["bytes_moved"], st["lower_bound"],
             st["joiner_minor_faults"], st["joiner_thp_mib"], st["loadavg"][0]))
     ratio = results["cold_vs_prefaulted"]
+    before = []
+    if "no_warmup_step_s" in results:
+        before = ["", "Same run, cold joiners without the warm-up (`--warm_pool_mib 0`): median "
+                  "step %.2f s, %.2fx the prefaulted step." % (
+                      results["no_warmup_step_s"], results["no_warmup_vs_prefaulted"])]
     return "\n".join([
         DOC_HEADING, "",
         "Made by `bench/bench_scale.py --rounds %d --settle_s %g --write_doc` (1 GiB of params, "
@@ -129,7 +160,7 @@ def doc_section(results, args):
         "bound.**" % (results["cold_step_s"], results["prefaulted_step_s"], ratio,
                       "met" if ratio <= 2 else "not met",
                       "at" if results["bytes_at_lower_bound"] else "NOT at"),
-        "", *rows, "", DIAGNOSIS, ""])
+        *before, "", *rows, "", DIAGNOSIS, ""])
 
 
 def write_doc(path, section):
@@ -161,6 +192,8 @@ def main():
     ap.add_argument("--prefault_mib", type=int, default=512,
                     help="--prefault_mib of the prefaulted joiners")
     ap.add_argument("--joiner_flags", default="", help="extra flags of the cold joiners")
+    ap.add_argument("--no_warmup_kind", action="store_true",
+                    help="also step with cold joiners started with --warm_pool_mib 0")
     ap.add_argument("--settle_s", type=float, default=5.0,
                     help="pause before each scale-up (the cold joiners start after it)")
     ap.add_argument("--keep_logs", action="store_true")
@@ -180,28 +213,43 @@ def main():
         results["param_bytes"] = bp.write_checkpoint(ckpt)
         port = mslib.free_port()
         target = "127.0.0.1:%d" % port
-        mslib.start_coordinator(args.bin_dir, port, model_dir, 4,
-                                os.path.join(root, "coordinator.log"), ["--heartbeat_ms", "500"])
+        coordinator_log = os.path.join(root, "coordinator.log")
+        mslib.start_coordinator(args.bin_dir, port, model_dir, 4, coordinator_log,
+                                ["--heartbeat_ms", "500"])
         workers = [mslib.start_worker(args.bin_dir, target, os.path.join(root, "w%d.log" % i))
                    for i in range(4)]
         client = mc.MeshserveClient(target, timeout_s=60)
         bp.wait_ready(client, lambda st, m: m.mesh == "mesh[model=4]", 300)
         bp.push(args.bin_dir, target, ckpt)
         os.remove(ckpt)
+        log_offset = 0
+        kinds = [("cold", cold_flags), ("prefaulted", warm_flags)]
+        if args.no_warmup_kind:
+            kinds.append(("cold, no warm-up", ["--warm_pool_mib", "0"]))
         for r in range(args.rounds):
-            kinds = [("cold", cold_flags), ("prefaulted", warm_flags)]
-            for label, flags in (kinds if r % 2 == 0 else kinds[::-1]):  # no order bias
+            order = kinds[::-1] if r % 2 else kinds  # no order bias
+            if len(kinds) == 3:
+                order = kinds[r % 3:] + kinds[:r % 3]
+            for label, flags in order:
                 time.sleep(args.settle_s)
+                _, log_offset = warmup_s(coordinator_log, log_offset)
                 t_start = time.time()
                 step, _, _ = bp.scale_up(args, client, target, root, workers,
-                                         "%s%d" % (label, r), flags)
+                                         "%s%d" % (label.replace(", no warm-up", "-nowarm"), r),
+                                         flags)
                 results["steps"].append(step_figures(step, label, args.settle_s))
-                results["steps"][-1].update(joiner_memory(workers),
+                warm_s, log_offset = warmup_s(coordinator_log, log_offset)
+                results["steps"][-1].update(joiner_memory(workers), warmup_s=round(warm_s, 3),
                                             start_to_ready_s=round(time.time() - t_start, 3))
                 scale_down(client, workers)
         client.close()
         cold = [s["step_s"] for s in results["steps"] if s["kind"] == "cold"]
         warm = [s["step_s"] for s in results["steps"] if s["kind"] == "prefaulted"]
+        no_warmup = [s["step_s"] for s in results["steps"] if s["kind"] == "cold, no warm-up"]
+        if no_warmup:
+            results.update(no_warmup_step_s=statistics.median(no_warmup),
+                           no_warmup_vs_prefaulted=round(statistics.median(no_warmup) /
+                                                         statistics.median(warm), 2))
         results.update(cold_step_s=statistics.median(cold), prefaulted_step_s=statistics.median(warm),
                        cold_vs_prefaulted=round(statistics.median(cold) /
                                                 statistics.median(warm), 2),
