@@ -147,13 +147,14 @@ def doc_section(results, args):
                       results["no_warmup_step_s"], results["no_warmup_vs_prefaulted"])]
     return "\n".join([
         DOC_HEADING, "",
-        "Made by `bench/bench_scale.py --rounds %d --settle_s %g --write_doc` (1 GiB of params, "
+        "Made by `bench/bench_scale.py --rounds %d --settle_s %g%s --write_doc` (1 GiB of params, "
         "4 -> 8 workers, default replicas; %d s between a scale-down and the next scale-up, so "
         "the memory the last joiners freed has gone back to the host as a fresh joiner's would "
         "have). Cold joiners: fresh `meshserve-worker` processes with default flags%s; "
         "prefaulted: started with `--prefault_mib %d`. Goal: the median cold step <= 2x the "
         "median prefaulted step, bytes moved at the lower bound." % (
-            args.rounds, args.settle_s, args.settle_s,
+            args.rounds, args.settle_s, " --no_warmup_kind" if args.no_warmup_kind else "",
+            args.settle_s,
             (" and `%s`" % args.joiner_flags) if args.joiner_flags else "", args.prefault_mib),
         "",
         "**Median cold step %.2f s vs prefaulted %.2f s: %.2fx (%s); bytes moved %s the lower "
