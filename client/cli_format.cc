@@ -117,7 +117,7 @@ std::string FormatStatus(const ClusterStatusResponse& response) {
         &out, absl::StrFormat("  worker %d  %s  %s  blas=%s threads=%d cores=%d  "
                               "heartbeat %dms ago\n",
                               w.worker_id(), w.address(),
-                              w.healthy() ? "healthy" : "UNHEALTHY",
+                              w.warming() ? "warming" : (w.healthy() ? "healthy" : "UNHEALTHY"),
                               w.blas_core().empty() ? "?" : w.blas_core(),
                               w.blas_threads(), w.cores(), w.last_heartbeat_ms_ago()));
     if (w.gemm_gflops_large_m() > 0) {  // measured (server/worker/calibration.h)

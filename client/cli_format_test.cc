@@ -52,6 +52,8 @@ TEST(FormatStatusTest, ListsWorkersAndModels) {
                               "large M), memory 15.0 GB/s"));
   EXPECT_THAT(text, HasSubstr("linear  ready  mesh[data=8]"));
   EXPECT_THAT(text, ::testing::Not(HasSubstr("last scale step")));
+  w->set_warming(true);  // a joiner touching its pool before it is placed on
+  EXPECT_THAT(FormatStatus(response), HasSubstr("worker 3  127.0.0.1:4000  warming  blas="));
 }
 
 TEST(FormatStatusTest, ShowsVersionsReplicasAndTheLastScaleStep) {

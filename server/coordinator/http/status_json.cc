@@ -65,6 +65,7 @@ Json WorkerJson(const WorkerView& w, absl::Time now) {
             {"healthy", w.info.alive && w.status.ok()},
             {"suspect", w.info.suspect},
             {"draining", w.info.draining},
+            {"warming", w.info.alive && w.info.warming},
             {"cores", w.info.cores},
             {"heartbeat_ms_ago", absl::ToInt64Milliseconds(now - w.info.last_heartbeat)},
             {"placements", placements}};

@@ -77,6 +77,10 @@ TEST(ClusterStatusJsonTest, WorkersModelsAndRecent) {
   const auto j = nlohmann::json::parse(ClusterStatusJson({w}, {m}, {r}, metrics));
   EXPECT_EQ(j["workers"][0]["id"], 3);
   EXPECT_EQ(j["workers"][0]["alive"], true);
+  EXPECT_EQ(j["workers"][0]["warming"], false);
+  w.info.warming = true;
+  EXPECT_EQ(nlohmann::json::parse(ClusterStatusJson({w}, {m}, {r}, metrics))["workers"][0]["warming"],
+            true);
   EXPECT_EQ(j["models"][0]["name"], "linear");
   EXPECT_EQ(j["models"][0]["requests"], 2);
   EXPECT_FALSE(j["models"][0].contains("params"));  // not placed

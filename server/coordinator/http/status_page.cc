@@ -48,6 +48,7 @@ function light(hex){const n=parseInt(hex.slice(1),16);
   return ((n>>16)*299+((n>>8)&255)*587+(n&255)*114)/1000>150;}
 function health(w){
   if(!w.alive)return["dead","bad"];if(w.suspect)return["suspect","warn"];
+  if(w.warming)return["warming","warn"];
   if(w.draining)return["draining","warn"];return w.healthy?["healthy","ok"]:["no status","warn"];}
 function workerCard(w){
   const [h,cls]=health(w);
