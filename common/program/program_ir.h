@@ -332,6 +332,8 @@ struct WorkerStatusIr {
   double gemm_gflops_small_m = 0;
   double gemm_gflops_large_m = 0;
   double memory_bytes_per_s = 0;
+  double hop_ms = 0;  // loopback link: half the median small round trip
+  double link_bytes_per_s = 0;
   std::string calibration_kernel;
 };
 

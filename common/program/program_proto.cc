@@ -402,6 +402,8 @@ void WorkerStatusToProto(const WorkerStatusIr& status, WorkerStatusResponse* res
   response->set_gemm_gflops_small_m(status.gemm_gflops_small_m);
   response->set_gemm_gflops_large_m(status.gemm_gflops_large_m);
   response->set_memory_bytes_per_s(status.memory_bytes_per_s);
+  response->set_hop_ms(status.hop_ms);
+  response->set_link_bytes_per_s(status.link_bytes_per_s);
   response->set_calibration_kernel(status.calibration_kernel);
 }
 
@@ -432,6 +434,8 @@ WorkerStatusIr WorkerStatusFromProto(const WorkerStatusResponse& response) {
   status.gemm_gflops_small_m = response.gemm_gflops_small_m();
   status.gemm_gflops_large_m = response.gemm_gflops_large_m();
   status.memory_bytes_per_s = response.memory_bytes_per_s();
+  status.hop_ms = response.hop_ms();
+  status.link_bytes_per_s = response.link_bytes_per_s();
   status.calibration_kernel = response.calibration_kernel();
   return status;
 }

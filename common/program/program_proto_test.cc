@@ -231,6 +231,8 @@ TEST(ProgramProtoTest, WorkerStatusRoundTripsThroughProto) {
   ir.gemm_gflops_small_m = 80.25;
   ir.gemm_gflops_large_m = 140.5;
   ir.memory_bytes_per_s = 1.5e10;
+  ir.hop_ms = 0.125;
+  ir.link_bytes_per_s = 2.5e9;
   ir.calibration_kernel = "DotGeneral (OpenBLAS Haswell, 1 threads)";
   WorkerStatusResponse response;
   WorkerStatusToProto(ir, &response);
@@ -251,6 +253,8 @@ TEST(ProgramProtoTest, WorkerStatusRoundTripsThroughProto) {
   EXPECT_EQ(back.gemm_gflops_small_m, 80.25);
   EXPECT_EQ(back.gemm_gflops_large_m, 140.5);
   EXPECT_EQ(back.memory_bytes_per_s, 1.5e10);
+  EXPECT_EQ(back.hop_ms, 0.125);
+  EXPECT_EQ(back.link_bytes_per_s, 2.5e9);
   EXPECT_EQ(back.calibration_kernel, ir.calibration_kernel);
 }
 

@@ -105,6 +105,11 @@ def suggest_target(env, model_dir, out_dir, target):
             and 0.1e9 < f.get("memory_bytes_per_s", 0) < 1e12,
             "suggest --target: the workers' figures are positive and plausible "
             "(large-M GEMM faster than one row)", "    %s" % f)
+    # The workers' loopback link measurement reaches suggest through
+    # ClusterService.Status (worker Status -> coordinator -> client).
+    c.check(0.1e9 < f.get("link_bytes_per_s", 0) < 1e12 and f.get("link_bytes_per_s") != 1.7e9,
+            "suggest --target: the link bandwidth is the workers' measurement, not the default",
+            "    %s" % f)
     c.check("figures (target)" in stdout, "suggest --target: the output names its figures",
             "    %s" % stdout)
     print("    measured figures: %s" % json.dumps(f))

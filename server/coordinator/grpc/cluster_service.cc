@@ -112,6 +112,8 @@ void ClusterStatusToProto(const std::vector<WorkerView>& workers,
       p->set_gemm_gflops_small_m(w.status->gemm_gflops_small_m);
       p->set_gemm_gflops_large_m(w.status->gemm_gflops_large_m);
       p->set_memory_bytes_per_s(w.status->memory_bytes_per_s);
+      p->set_hop_ms(w.status->hop_ms);
+      p->set_link_bytes_per_s(w.status->link_bytes_per_s);
       p->set_calibration_kernel(w.status->calibration_kernel);
     }
     for (const WorkerView::Hosted& h : w.placements) {

@@ -19,6 +19,8 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Status(grpc::CallbackServerContext*
     status.gemm_gflops_small_m = c->gemm_gflops_small_m;
     status.gemm_gflops_large_m = c->gemm_gflops_large_m;
     status.memory_bytes_per_s = c->memory_bytes_per_s;
+    status.hop_ms = c->hop_ms;
+    status.link_bytes_per_s = c->link_bytes_per_s;
     status.calibration_kernel = c->kernel;
   }
   WorkerStatusToProto(status, response);
