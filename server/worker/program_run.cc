@@ -332,11 +332,15 @@ void RequestRun::Continue() {
     const StepIr& step = steps[i];
     if (context_.param_cache == ParamCacheMode::kUse && program_->param_only.marked[i] &&
         !InPlace(step).has_value()) {
-      ++next_;  // made by a kFill run: context_.kept
+      // Made by a kFill run: context_.kept. Sends queued before it still go
+      // out before a receive (else both sides of an all-gather waited).
+      if (i + 1 == steps.size() || !DefersFlush(steps[i + 1])) FlushSends();
+      ++next_;
       continue;
     }
     absl::Status status;
     if (const auto* recv = std::get_if<RecvStepIr>(&step)) {
+      FlushSends();  // never wait with sends queued: the peer may wait for them
       // TryReceive keeps the deadline itself (its error names the slice).
       absl::StatusOr<bool> received = TryRun(*recv);
       if (received.ok() && !*received) return;  // the waiter continues

@@ -2,6 +2,8 @@
 // DEADLINE_EXCEEDED naming the request and the step; a receive waits only
 // until it. A copy of a param's slice that a dot_general reads is read in
 // place: the same numbers as naive loops, and a later reader gets the copy.
+// A kUse run that skips a param-only send still sends what was queued
+// before it ahead of its next receive (a peer waits for it).
 #include <unistd.h>
 
 #include <cstring>
@@ -11,12 +13,15 @@
 #include <variant>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "common/program/testing/program_ir_builder.h"
 #include "common/base/dtype.h"
+#include "common/base/deadline_timer.h"
 #include "common/program/ir_conv.h"
 #include "server/worker/rendezvous.h"
 #include "server/worker/model_loader.h"
@@ -202,6 +207,78 @@ TEST(ProgramRunParamSliceTest, DotGeneralReadsTheSliceAndOtherReadersACopy) {
   ASSERT_OK_AND_ASSIGN(BoxTensor ws, BoxTensorFromSlice(out[1]));
   EXPECT_EQ(ws.box, Box({{1, 3}, {2, 5}}));
   EXPECT_EQ(ws.tensor.ToFloatVector(), (std::vector<float>{0, -0.5, -1, 1, 0.5, 0}));
+}
+
+// A peer that answers: worker 1 sends its slice under "reply" once it has
+// this worker's "act" (as in an all-gather, where each side's receive waits
+// for the other's send). Every send succeeds; the tags sent are recorded.
+class AnsweringPeer : public PeerTransport {
+ public:
+  explicit AnsweringPeer(Rendezvous* rendezvous) : rendezvous_(rendezvous) {}
+  void Send(OutgoingSlice slice, DoneCallback done) override {
+    {
+      absl::MutexLock lock(&mu_);
+      tags_.push_back(slice.tag);
+    }
+    absl::Status answered;
+    if (slice.tag == "act") {
+      answered = rendezvous_->DeliverChunk(slice.request_id, "reply",
+                                           static_cast<int64_t>(slice.bytes.size()), 0,
+                                           slice.bytes, /*src_worker=*/1, DType::kFloat32);
+    }
+    done(answered);
+  }
+  std::vector<std::string> tags() {
+    absl::MutexLock lock(&mu_);
+    return tags_;
+  }
+
+ private:
+  Rendezvous* const rendezvous_;
+  absl::Mutex mu_;
+  std::vector<std::string> tags_ ABSL_GUARDED_BY(mu_);
+};
+
+// A kUse run skips a param-only send that sits between an activation's send
+// and the receive of the peer's answer (the compiler's all-gathers of an
+// activation and of a kernel, e.g. a Megatron layout at 64 rows): the
+// activation must still go out before the receive waits. It once stayed
+// queued, both workers waited for each other until the deadline, and every
+// request after the first (kFill) one hung.
+TEST(ProgramRunParamCacheTest, UseRunSendsWhatASkippedStepLeftQueuedBeforeItsReceive) {
+  std::shared_ptr<const LoadedModel> model = ModelWithParam();
+  const DType f32 = DType::kFloat32;
+  const float xs[] = {1.5f, -2, 3, 0.25f};
+  std::string x_bytes(16, '\0');
+  std::memcpy(&x_bytes[0], xs, 16);
+  ProgramIr ir = ProgramOf("p", "m", 1, 0,
+                           {Send(0, "in/x", IrBox({{0, 4}}), 1, 1, "act"),
+                            Send(0, "param/w", IrBox({{0, 4}, {0, 6}}), 1, 1, "kernel"),
+                            Recv(0, "b", IrBox({{0, 4}}), "reply", false, IrBox({{0, 4}}), f32, 1),
+                            Output(0, "b", IrBox({{0, 4}}), "y")});
+  ir.param_only_steps = {1};
+  ASSERT_OK_AND_ASSIGN(std::shared_ptr<InstalledProgram> program, PrepareProgram(ir));
+  ASSERT_EQ(program->param_only.marked, (std::vector<bool>{false, true, false, false}));
+  Rendezvous rendezvous;
+  AnsweringPeer peer(&rendezvous);
+  DeadlineTimer timer;
+  ASSERT_OK(rendezvous.StartRequest("r"));
+  RunContext context{&rendezvous, &peer, 0, &timer};
+  context.param_cache = ParamCacheMode::kUse;
+  absl::Notification finished;
+  absl::StatusOr<std::vector<SliceIr>> out;
+  RunProgramAsync(program, model, "r", {SliceIr{"x", 0, IrBox({{0, 4}}), f32, x_bytes}},
+                  absl::Now() + absl::Seconds(3), context,
+                  [&](absl::StatusOr<std::vector<SliceIr>> result) {
+                    out = std::move(result);
+                    finished.Notify();
+                  });
+  ASSERT_TRUE(finished.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  rendezvous.FinishRequest("r");
+  ASSERT_OK(out.status());
+  ASSERT_EQ(out->size(), 1u);
+  EXPECT_EQ((*out)[0].data, x_bytes);  // the peer's answer: this worker's "act"
+  EXPECT_EQ(peer.tags(), (std::vector<std::string>{"act"}));  // "kernel" skipped
 }
 
 // The default in-flight slice bound: a quarter of the host's memory over
