@@ -112,13 +112,14 @@ std::unique_ptr<grpc::Server> StartFake(FakeMembership* fake, std::string* targe
   return server;
 }
 
-// Waits (bounded, 5 s) until `done` holds under fake->mu_.
+// Waits (bounded, 5 s) until `done(registers, heartbeats)` holds, called
+// under fake->mu_ with the fake's lists.
 template <typename Done>
 bool WaitFor(FakeMembership* fake, Done done) {
   for (int i = 0; i < 200; ++i) {
     {
       absl::MutexLock lock(&fake->mu_);
-      if (done()) return true;
+      if (done(fake->registers_, fake->heartbeats_)) return true;
     }
     absl::SleepFor(absl::Milliseconds(25));
   }
@@ -150,7 +151,8 @@ TEST(MembershipClientTest, WarmsUpTheBytesTheCoordinatorNamesThenSaysWarm) {
                        MembershipClient::Create(options, nullptr));
   client->Start();
   // While warming: heartbeats say warm=false.
-  ASSERT_TRUE(WaitFor(&fake, [&] { return fake.heartbeats_.size() >= 3; }));
+  ASSERT_TRUE(
+      WaitFor(&fake, [](const auto&, const auto& heartbeats) { return heartbeats.size() >= 3; }));
   EXPECT_TRUE(client->warming());
   {
     absl::MutexLock lock(&fake.mu_);
@@ -159,10 +161,10 @@ TEST(MembershipClientTest, WarmsUpTheBytesTheCoordinatorNamesThenSaysWarm) {
     for (const HeartbeatRequest& h : fake.heartbeats_) EXPECT_FALSE(h.warm());
   }
   release.Notify();
-  ASSERT_TRUE(WaitFor(&fake, [&] { return fake.registers_.size() >= 2; }));
-  ASSERT_TRUE(WaitFor(&fake, [&] {
-    return !fake.heartbeats_.empty() && fake.heartbeats_.back().warm() &&
-           fake.heartbeats_.size() > 9;
+  ASSERT_TRUE(
+      WaitFor(&fake, [](const auto& registers, const auto&) { return registers.size() >= 2; }));
+  ASSERT_TRUE(WaitFor(&fake, [](const auto&, const auto& heartbeats) {
+    return !heartbeats.empty() && heartbeats.back().warm() && heartbeats.size() > 9;
   }));
   EXPECT_FALSE(client->warming());
   client->Stop(/*draining=*/false);
@@ -192,7 +194,8 @@ TEST(MembershipClientTest, NoWarmBytesNoWarmUpAndHeartbeatsSayWarm) {
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<MembershipClient> client,
                        MembershipClient::Create(options, nullptr));
   client->Start();
-  ASSERT_TRUE(WaitFor(&fake, [&] { return fake.heartbeats_.size() >= 2; }));
+  ASSERT_TRUE(
+      WaitFor(&fake, [](const auto&, const auto& heartbeats) { return heartbeats.size() >= 2; }));
   client->Stop(/*draining=*/false);
   EXPECT_EQ(calls.load(), 0);
   absl::MutexLock lock(&fake.mu_);
