@@ -73,7 +73,8 @@ absl::StatusOr<std::vector<float>> NamedTensor::ToFloat32() const {
   switch (dtype) {
     case DType::kFloat32:
       out.resize(bytes.size() / sizeof(float));
-      std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
+      // An empty tensor's data() may be null, which memcpy must not get.
+      if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
       return out;
     case DType::kBFloat16: {
       out.resize(bytes.size() / 2);

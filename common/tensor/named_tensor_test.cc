@@ -51,6 +51,18 @@ TEST(NamedTensorTest, NegativeAndHugeShapesAreRejected) {
   EXPECT_OK(NamedTensor::Create("s", DType::kInt32, {}, std::string(4, '\0')).status());
 }
 
+TEST(NamedTensorTest, ToFloat32OfAnEmptyTensorIsEmpty) {
+  // No bytes (a zero dim): nothing to copy (memcpy must not get a null
+  // pointer; found by rest_infer_request_fuzz under UBSan).
+  NamedTensor empty;
+  empty.name = "e";
+  empty.dtype = DType::kFloat32;
+  empty.shape = {0, 3};
+  absl::StatusOr<std::vector<float>> values = empty.ToFloat32();
+  ASSERT_TRUE(values.ok()) << values.status();
+  EXPECT_TRUE(values->empty());
+}
+
 TEST(NamedTensorTest, ToFloat32WidensEachDType) {
   // bfloat16 1.0 = 0x3F80, -2.5 = 0xC020 (little-endian bytes).
   ASSERT_OK_AND_ASSIGN(NamedTensor bf, NamedTensor::Create("b", DType::kBFloat16, {2},
