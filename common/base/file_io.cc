@@ -17,21 +17,6 @@ absl::Status ReadError(absl::string_view path, int error) {
   return NotFound("cannot read '", path, "': ", std::strerror(error));
 }
 
-// Closes the descriptor on every return path.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 }  // namespace
 
 absl::StatusOr<std::string> ReadFileToString(absl::string_view path) {

@@ -28,11 +28,29 @@
 #include <cstdint>
 #include <string>
 
+#include <unistd.h>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace meshserve {
+
+// A file descriptor (or socket) closed when it goes out of scope; -1 holds
+// nothing.
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
 
 absl::StatusOr<std::string> ReadFileToString(absl::string_view path);
 

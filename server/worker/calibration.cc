@@ -111,21 +111,6 @@ absl::StatusOr<double> MemoryReadBytesPerSecond() {
   return gflops * 1e9 / 2.0 * sizeof(float);  // 2 flops per weight element
 }
 
-// A file descriptor closed when it goes out of scope.
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 absl::Status SocketError(absl::string_view call) {
   return absl::UnavailableError(absl::StrCat("loopback link calibration: ", call, ": ",
                                              std::strerror(errno)));
