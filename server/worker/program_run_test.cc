@@ -22,6 +22,7 @@
 #include "common/program/testing/program_ir_builder.h"
 #include "common/base/dtype.h"
 #include "common/base/deadline_timer.h"
+#include "common/base/host_memory.h"
 #include "common/program/ir_conv.h"
 #include "server/worker/rendezvous.h"
 #include "server/worker/model_loader.h"

@@ -202,16 +202,4 @@ int64_t DefaultMaxInflightSliceBytes(int64_t mem_total_bytes, int64_t host_worke
   return std::clamp(share, kMin, kMax);
 }
 
-int64_t HostMemoryBytes() {
-  absl::StatusOr<std::string> meminfo = ReadFileToString("/proc/meminfo");
-  for (absl::string_view line : absl::StrSplit(meminfo.ok() ? *meminfo : "", '\n')) {
-    long long kib = 0;  // "MemTotal:       24567890 kB"
-    if (std::sscanf(std::string(line).c_str(), "MemTotal: %lld kB", &kib) == 1 && kib > 0) {
-      return static_cast<int64_t>(kib) * 1024;
-    }
-  }
-  return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) *
-         static_cast<int64_t>(sysconf(_SC_PAGESIZE));
-}
-
 }  // namespace meshserve

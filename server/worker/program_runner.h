@@ -121,9 +121,6 @@ class ProgramRunner {
 // e.g. a 24 GiB host with 4 workers: 1.5 GiB each; a 4 GiB host with one: 1 GiB.
 int64_t DefaultMaxInflightSliceBytes(int64_t mem_total_bytes, int64_t host_workers);
 
-// MemTotal of /proc/meminfo in bytes (the memory a cgroup limit may lower is
-// not considered), else physical pages * page size.
-int64_t HostMemoryBytes();
 
 }  // namespace meshserve
 

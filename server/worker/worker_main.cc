@@ -50,6 +50,7 @@
 #include "absl/time/time.h"
 #include "common/base/elastic_executor.h"
 #include "common/base/flags_usage.h"
+#include "common/base/host_memory.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/base/status_util.h"
